@@ -1,0 +1,1 @@
+"""replaybench implementations: priority structures, storage, buffers and their registry."""

@@ -1,0 +1,196 @@
+"""Replay buffers: columnar storage written as a ring, plus a sampler.
+
+:class:`PrioritizedReplayBuffer` samples transition ``i`` with probability
+``P(i) = p_i / sum_j p_j`` where ``p_i = (priority_i + eps) ** alpha`` (Schaul et al.), kept in
+any :class:`~impl.trees.SumTree`; :class:`UniformReplayBuffer` is the baseline.
+
+Thread-safety: none. A buffer is used by one thread at a time; the concurrency policies
+wrap buffers and trees for shared use.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .storage import ColumnarStorage
+from .trees import kernels
+from .trees.base import SumTree, as_indices, as_priorities, raise_for_status
+
+__all__ = ["ReplayBuffer", "UniformReplayBuffer", "PrioritizedReplayBuffer"]
+
+
+def _check_priorities(idx: np.ndarray, priorities, n_valid: int) -> None:
+    """The trees' input checks, in NumPy, for callers that do not pass through a tree."""
+    vals = as_priorities(priorities, idx.shape[0])
+    bad = np.flatnonzero((idx < 0) | (idx >= n_valid))
+    if bad.size:
+        raise_for_status(kernels.STATUS_INDEX, int(bad[0]), idx, vals, n_valid, "priorities")
+    bad = np.flatnonzero(~np.isfinite(vals) | (vals < 0))
+    if bad.size:
+        status = kernels.STATUS_NEGATIVE if np.isfinite(vals[bad[0]]) else kernels.STATUS_NONFINITE
+        raise_for_status(status, int(bad[0]), idx, vals, n_valid, "priorities")
+
+
+def _check_number(name: str, value, low: float, high: float = np.inf) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not low <= value <= high:
+        raise ValueError(f"{name} must be a number in [{low}, {high}], got {value!r}")
+    return float(value)
+
+
+class ReplayBuffer:
+    """Ring-buffer writes over :class:`ColumnarStorage`; subclasses decide how to sample.
+
+    ``add`` overwrites the oldest transitions once ``capacity`` is reached (FIFO eviction).
+    """
+
+    def __init__(self, capacity: int, fields, *, seed=None):
+        if isinstance(capacity, bool) or not isinstance(capacity, numbers.Integral) or capacity < 1:
+            raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
+        self.storage = ColumnarStorage(int(capacity), fields)
+        self._rng = np.random.default_rng(seed)
+        self._next = 0  # ring slot the next transition goes to
+        self._size = 0
+
+    @property
+    def capacity(self) -> int:
+        return self.storage.capacity
+
+    @property
+    def fields(self):
+        return self.storage.specs
+
+    def __len__(self) -> int:
+        return self._size
+
+    def add(self, batch, priorities=None) -> np.ndarray:
+        """Append a batch (dict of arrays with a leading batch axis); return the ring slots.
+
+        Cost: O(n * row bytes) copies plus the sampler's per-item work. Everything is
+        validated before anything is written, so a bad batch leaves the buffer unchanged.
+        A batch longer than ``capacity`` keeps only its last ``capacity`` rows, as if added
+        one by one.
+        """
+        arrays, n = self.storage.check_batch(batch)
+        cap = self.capacity
+        keep = min(n, cap)
+        start = (self._next + n - keep) % cap
+        slots = (start + np.arange(keep, dtype=np.int64)) % cap
+        if keep < n:
+            arrays = {name: arr[n - keep :] for name, arr in arrays.items()}
+        self._set_new_priorities(slots, priorities, n, keep)
+        self.storage.write(start, arrays, keep)
+        self._next = (self._next + n) % cap
+        self._size = min(self._size + n, cap)
+        return slots
+
+    def _check_sample_args(self, batch_size, beta):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        beta = _check_number("beta", beta, 0.0, 1.0)
+        if self._size == 0:
+            raise ValueError("cannot sample from an empty buffer: add transitions first")
+        return int(batch_size), beta
+
+    def _set_new_priorities(self, slots, priorities, n, keep):
+        raise NotImplementedError
+
+
+class UniformReplayBuffer(ReplayBuffer):
+    """Uniform sampling with replacement over the stored transitions; weights are all 1.
+
+    Cost: sample O(batch * row bytes); add O(n * row bytes).
+    """
+
+    def _set_new_priorities(self, slots, priorities, n, keep):
+        if priorities is not None:
+            _check_priorities(np.zeros(n, np.int64), priorities, 1)
+
+    def sample(self, batch_size: int, beta: float = 0.4, rng=None) -> dict[str, np.ndarray]:
+        batch_size, _ = self._check_sample_args(batch_size, beta)
+        rng = self._rng if rng is None else rng
+        idx = rng.integers(0, self._size, batch_size, dtype=np.int64)
+        out = self.storage.gather(idx)
+        out["indices"] = idx
+        out["weights"] = np.ones(batch_size, dtype=np.float32)
+        return out
+
+    def update_priorities(self, indices, priorities) -> None:
+        """Validates like the prioritized buffer, then ignores the priorities."""
+        _check_priorities(as_indices(indices), priorities, self._size)
+
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """Proportional prioritized replay over any sum tree.
+
+    Parameters
+    ----------
+    capacity, fields
+        Ring size and the ``{name: (shape, dtype)}`` schema.
+    tree : SumTree
+        Priority structure with at least ``capacity`` leaves (the layout being measured).
+    alpha : float
+        Priority exponent; ``p = (priority + eps) ** alpha`` is what the tree stores.
+    beta : float
+        Default importance-sampling exponent for :meth:`sample`.
+    eps : float
+        Added to every priority so no transition becomes unsampleable by a zero TD error.
+    stratified : bool
+        Draw one sample per equal-mass segment (PER paper) instead of independently.
+
+    New transitions get the largest stored priority ever set (initially 1), so each is likely
+    to be replayed at least once. Importance weights are ``w_i = (N P(i)) ** -beta`` divided
+    by their maximum over all stored transitions, i.e. ``(p_i / p_min) ** -beta`` where
+    ``p_min`` is the smallest positive stored priority, which the tree keeps in O(1).
+
+    Costs (N = capacity, D = tree depth): add O(n D), sample O(batch K D + batch row bytes),
+    update_priorities O(n D). Numeric error: the tree's (see impl.trees.array_trees).
+    """
+
+    def __init__(self, capacity: int, fields, tree: SumTree, *, alpha=0.6, beta=0.4, eps=1e-6,
+                 stratified=False, seed=None):
+        super().__init__(capacity, fields, seed=seed)
+        if not isinstance(tree, SumTree) or tree.capacity < self.capacity:
+            raise ValueError(f"tree must be a SumTree with capacity >= {self.capacity}, got {tree!r}")
+        self.tree = tree
+        self.alpha = _check_number("alpha", alpha, 0.0)
+        self.beta = _check_number("beta", beta, 0.0, 1.0)
+        self.eps = _check_number("eps", eps, 0.0)
+        self.stratified = bool(stratified)
+        self.max_priority = 1.0  # largest stored p = (priority + eps) ** alpha so far
+
+    def _set_new_priorities(self, slots, priorities, n, keep):
+        if priorities is None:
+            self.tree.update(slots, self.max_priority)
+            return
+        vals = as_priorities(priorities, n)
+        if keep < n:
+            _check_priorities(np.zeros(n, np.int64), vals, 1)
+            vals = vals[n - keep :]
+        pmax = self.tree.update(slots, vals, eps=self.eps, alpha=self.alpha)
+        self.max_priority = max(self.max_priority, pmax)
+
+    def sample(self, batch_size: int, beta: float | None = None, rng=None) -> dict[str, np.ndarray]:
+        """Draw ``batch_size`` transitions with replacement, P(i) = p_i / total.
+
+        Returns the field arrays plus ``indices`` (int64 ring slots) and ``weights``
+        (float32 importance weights, max-normalised over the whole buffer).
+        """
+        batch_size, beta = self._check_sample_args(batch_size, self.beta if beta is None else beta)
+        rng = self._rng if rng is None else rng
+        idx, prio = self.tree.sample(batch_size, rng, self.stratified)
+        out = self.storage.gather(idx)
+        out["indices"] = idx
+        out["weights"] = np.power(prio / self.tree.min(), -beta).astype(np.float32)
+        return out
+
+    def update_priorities(self, indices, priorities) -> None:
+        """Set new raw priorities (e.g. ``|TD error|``) for stored transitions ``indices``.
+
+        Invalid input (an index outside ``0 .. len-1``, a NaN, inf or negative priority)
+        raises an error naming the first bad entry and changes nothing.
+        """
+        pmax = self.tree.update(indices, priorities, n_valid=self._size, eps=self.eps, alpha=self.alpha)
+        self.max_priority = max(self.max_priority, pmax)

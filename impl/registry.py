@@ -1,0 +1,141 @@
+"""Registry of replay-buffer variants: a name -> how to build one, and its parameters.
+
+A variant is a structure plus parameters (plus, later, a concurrency policy). Each module in
+``impl/variants/`` registers its variants when imported, and so can any installed package
+that declares an entry point in the ``replaybench.variants`` group; :func:`names` imports
+both on first use. Adding a variant is therefore one file, with no central list to edit.
+
+Public API (stable; used by checks outside the repository)::
+
+    registry.names()                                   # sorted list of names
+    buf = registry.create(name, capacity=..., fields={...}, **params)
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import warnings
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Callable
+
+__all__ = ["Variant", "ENTRY_POINT_GROUP", "BUFFER_PARAMS", "register", "register_tree", "names", "get", "create",
+           "failures"]
+
+ENTRY_POINT_GROUP = "replaybench.variants"
+
+#: Parameters every tree-based variant accepts besides its structure parameters.
+BUFFER_PARAMS = {"alpha": 0.6, "beta": 0.4, "eps": 1e-6, "stratified": False, "seed": None}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A registered variant. ``params`` are the structure parameters and their defaults."""
+
+    name: str
+    factory: Callable
+    structure: str
+    params: dict = field(default_factory=dict)
+    description: str = ""
+    origin: str = ""
+    accepts_any: bool = False  # True when the factory validates its own keyword arguments
+
+    def accepted(self) -> dict:
+        return {**self.params, **({} if self.accepts_any else BUFFER_PARAMS)}
+
+
+_variants: dict[str, Variant] = {}
+_failures: dict[str, str] = {}
+_discovered = False
+_importing: str | None = None  # module that discovery is importing: the origin of what it registers
+
+
+def register(name: str, factory: Callable, *, structure: str, params: dict | None = None,
+             description: str = "", accepts_any: bool = True) -> Variant:
+    """Register ``factory(capacity, fields, **params) -> buffer`` under ``name``.
+
+    The buffer must offer ``add``, ``sample``, ``update_priorities``, ``len`` and
+    ``capacity`` as PrioritizedReplayBuffer does. Registering a taken name from another
+    module is an error; re-importing the same module replaces its own entry.
+    """
+    if not isinstance(name, str) or not name or name != name.strip() or " " in name:
+        raise ValueError(f"variant name must be a non-empty string without spaces, got {name!r}")
+    origin = _importing or getattr(factory, "__module__", "") or ""
+    old = _variants.get(name)
+    if old is not None and old.origin != origin:
+        raise ValueError(f"variant name {name!r} is already registered by {old.origin}")
+    variant = Variant(name, factory, structure, dict(params or {}), description, origin, accepts_any)
+    _variants[name] = variant
+    return variant
+
+
+def register_tree(name: str, tree_cls, *, structure: str, params: dict | None = None,
+                  description: str = "") -> Variant:
+    """Register a PrioritizedReplayBuffer over ``tree_cls(capacity, **structure_params)``."""
+    from .buffers import PrioritizedReplayBuffer
+
+    def factory(capacity, fields, *, alpha=0.6, beta=0.4, eps=1e-6, stratified=False, seed=None, **tree_params):
+        tree = tree_cls(capacity, **tree_params)
+        return PrioritizedReplayBuffer(capacity, fields, tree, alpha=alpha, beta=beta, eps=eps,
+                                       stratified=stratified, seed=seed)
+
+    factory.__module__ = tree_cls.__module__
+    return register(name, factory, structure=structure, params=params, description=description,
+                    accepts_any=False)
+
+
+def _discover() -> None:
+    global _discovered, _importing
+    if _discovered:
+        return
+    _discovered = True
+    from . import variants
+
+    modules = [f"{variants.__name__}.{m.name}" for m in pkgutil.iter_modules(variants.__path__)]
+    for module in modules:
+        _importing = module
+        try:
+            importlib.import_module(module)
+        finally:
+            _importing = None
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        _importing = ep.value
+        try:
+            ep.load()
+        except Exception as err:  # a broken plug-in must not hide every other variant
+            _failures[ep.value] = f"{type(err).__name__}: {err}"
+            warnings.warn(f"replaybench: variant plug-in {ep.name} = {ep.value} failed to load: {err}")
+        finally:
+            _importing = None
+
+
+def names() -> list[str]:
+    """Sorted names of every registered variant (imports impl/variants and plug-ins once)."""
+    _discover()
+    return sorted(_variants)
+
+
+def get(name: str) -> Variant:
+    _discover()
+    try:
+        return _variants[name]
+    except KeyError:
+        raise KeyError(f"unknown variant {name!r}; registered: {', '.join(sorted(_variants))}") from None
+
+
+def create(name: str, capacity: int, fields, **params):
+    """Build variant ``name``; ``params`` override its defaults (unknown keys are an error)."""
+    variant = get(name)
+    if not variant.accepts_any:
+        unknown = sorted(set(params) - set(variant.accepted()))
+        if unknown:
+            raise TypeError(f"variant {name!r} does not take parameter(s) {unknown}; "
+                            f"it takes {sorted(variant.accepted())}")
+    return variant.factory(capacity, fields, **{**variant.params, **params})
+
+
+def failures() -> dict[str, str]:
+    """Plug-ins that failed to load: entry point value -> error."""
+    _discover()
+    return dict(_failures)

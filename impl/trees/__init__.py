@@ -1,0 +1,15 @@
+"""Priority structures: single-threaded sum trees with no locks inside."""
+
+from .array_trees import AlignedKarySumTree, ArraySumTree, BinarySumTree, BlockedBinarySumTree, KarySumTree
+from .base import SumTree
+from .reference import ReferenceSumTree
+
+__all__ = [
+    "SumTree",
+    "ArraySumTree",
+    "BinarySumTree",
+    "KarySumTree",
+    "AlignedKarySumTree",
+    "BlockedBinarySumTree",
+    "ReferenceSumTree",
+]

@@ -1,0 +1,165 @@
+"""The four array-backed sum trees: binary, K-ary, cache-aligned K-ary, cache-blocked binary.
+
+They share :mod:`impl.trees.kernels` and differ only in their address table
+(:mod:`impl.trees.layouts`), so a difference in the benchmarks is a difference of layout.
+
+Numeric error (float32 sums)
+----------------------------
+Delta propagation rounds once per ancestor per update, so the stored sum of a node drifts
+from the exact sum of its leaves. Between two rebuilds, after ``m`` updates,
+``|stored - exact| <= m * 2**-24 * T_max`` for the root (``T_max`` the largest total held
+in that time; the float64 delta itself is exact). The tree therefore rebuilds itself from
+the leaves every ``resum_every`` updates (default ``max(2**16, capacity)``, amortised cost of
+about one leaf read per update), which caps the root's relative error at
+``(resum_every + K * D) * 2**-24 * T_max / T``. Rounding is unbiased, so in practice the
+error grows like ``sqrt(m)`` and stays near ``1e-5`` relative (tests/test_drift.py).
+float64 sums have the same bound with ``2**-53`` and never need a rebuild in practice.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import kernels, layouts
+from .base import SumTree, as_indices, as_priorities, raise_for_status
+
+__all__ = ["ArraySumTree", "BinarySumTree", "KarySumTree", "AlignedKarySumTree", "BlockedBinarySumTree"]
+
+_DTYPES = {"float32": np.float32, "float64": np.float64}
+
+
+def _check_capacity(capacity) -> int:
+    if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
+        raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
+    return int(capacity)
+
+
+def _check_dtype(dtype) -> np.dtype:
+    name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    if name not in _DTYPES:
+        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
+    return np.dtype(_DTYPES[name])
+
+
+def _check_K(K, power_of_two: bool) -> int:
+    if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or not 2 <= K <= 64:
+        raise ValueError(f"K must be an integer from 2 to 64, got {K!r}")
+    if power_of_two and not layouts.is_power_of_two(int(K)):
+        raise ValueError(f"K must be a power of 2 for this layout (cache-line alignment), got {K!r}")
+    return int(K)
+
+
+class ArraySumTree(SumTree):
+    """A sum tree (plus a min tree) stored as flat arrays in a given layout.
+
+    Cost: :meth:`update` O(n log_K N) sums + O(n K log_K N) minima worst case; :meth:`find`
+    O(n K log_K N); :meth:`total`, :meth:`min` O(1); :meth:`rebuild` O(N).
+    Thread-safety: none (the kernels release the GIL; callers serialise).
+    """
+
+    def __init__(self, capacity: int, K: int, lay: np.ndarray, size: int, dtype="float32",
+                 resum_every: int | None = None):
+        self.capacity = capacity
+        self.K = K
+        self.dtype = _check_dtype(dtype)
+        self._lay = lay
+        self._kshift = K.bit_length() - 1 if layouts.is_power_of_two(K) else -1
+        self._sums = layouts.aligned_empty(size, self.dtype, 0.0)
+        self._mins = layouts.aligned_empty(size, self.dtype, np.inf)
+        self._root = int(lay[0, 0])
+        self.depth = lay.shape[0] - 1
+        if resum_every is None:
+            resum_every = max(2**16, capacity) if self.dtype == np.float32 else 2**62
+        if resum_every < 1:
+            raise ValueError(f"resum_every must be >= 1, got {resum_every!r}")
+        self.resum_every = int(resum_every)
+        self._since_rebuild = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self._sums.nbytes + self._mins.nbytes
+
+    def update(self, indices, priorities, *, n_valid=None, eps=0.0, alpha=1.0) -> float:
+        idx = as_indices(indices)
+        vals = as_priorities(priorities, idx.shape[0])
+        limit = self.capacity if n_valid is None else n_valid
+        status, pos, pmax = kernels.update(self._sums, self._mins, self._lay, self.K, self._kshift,
+                                           idx, vals, limit, float(eps), float(alpha))
+        raise_for_status(status, pos, idx, vals, limit, "priorities")
+        self._since_rebuild += idx.shape[0]
+        if self._since_rebuild >= self.resum_every:
+            self.rebuild()
+        return pmax
+
+    def find(self, us):
+        us = np.ascontiguousarray(us, dtype=np.float64)
+        idx = np.empty(us.shape[0], dtype=np.int64)
+        prio = np.empty(us.shape[0], dtype=np.float64)
+        kernels.find(self._sums, self._lay, self.K, us, idx, prio)
+        return idx, prio
+
+    def get(self, indices):
+        idx = as_indices(indices)
+        bad = np.flatnonzero((idx < 0) | (idx >= self.capacity))
+        if bad.size:
+            raise_for_status(kernels.STATUS_INDEX, int(bad[0]), idx, None, self.capacity, "indices")
+        out = np.empty(idx.shape[0], dtype=np.float64)
+        kernels.get(self._sums, self._lay, idx, out)
+        return out
+
+    def total(self) -> float:
+        return float(self._sums[self._root])
+
+    def min(self) -> float:
+        return float(self._mins[self._root])
+
+    def rebuild(self) -> None:
+        kernels.rebuild(self._sums, self._mins, self._lay, self.K)
+        self._since_rebuild = 0
+
+
+class BinarySumTree(ArraySumTree):
+    """Binary sum tree, the classic 1-indexed heap (node i's children are 2i and 2i+1)."""
+
+    def __init__(self, capacity: int, dtype="float32", resum_every=None):
+        capacity = _check_capacity(capacity)
+        lay, size = layouts.level_order(capacity, 2, padded=True)
+        super().__init__(capacity, 2, lay, size, dtype, resum_every)
+
+
+class KarySumTree(ArraySumTree):
+    """K-ary sum tree in plain level order (children of i at iK+1 .. iK+K), no padding.
+
+    Sibling groups start wherever the previous level ended, so for K=16 float32 most groups
+    straddle two cache lines: the unaligned baseline for the PAL layout.
+    """
+
+    def __init__(self, capacity: int, K: int = 16, dtype="float32", resum_every=None):
+        capacity = _check_capacity(capacity)
+        K = _check_K(K, power_of_two=False)
+        lay, size = layouts.level_order(capacity, K, padded=False)
+        super().__init__(capacity, K, lay, size, dtype, resum_every)
+
+
+class AlignedKarySumTree(ArraySumTree):
+    """PAL's layout: K-ary level order padded by K-1 slots on a 64-byte-aligned array.
+
+    Every sibling group starts at a multiple of K, so with K=16 float32 a group is exactly
+    one cache line and a descent touches one line per level. K must be a power of 2.
+    """
+
+    def __init__(self, capacity: int, K: int = 16, dtype="float32", resum_every=None):
+        capacity = _check_capacity(capacity)
+        K = _check_K(K, power_of_two=True)
+        lay, size = layouts.level_order(capacity, K, padded=True)
+        super().__init__(capacity, K, lay, size, dtype, resum_every)
+
+
+class BlockedBinarySumTree(ArraySumTree):
+    """Binary sum tree whose 4-level subtrees each fill one 16-slot block (a cache line at
+    float32), so a descent touches about one line per four levels."""
+
+    def __init__(self, capacity: int, dtype="float32", resum_every=None):
+        capacity = _check_capacity(capacity)
+        lay, size = layouts.blocked(capacity)
+        super().__init__(capacity, 2, lay, size, dtype, resum_every)

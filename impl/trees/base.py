@@ -1,0 +1,140 @@
+"""The contract every priority structure meets, and the checks they share.
+
+A priority structure maps leaf ``i`` in ``[0, capacity)`` to a priority ``p_i >= 0`` and
+answers prefix-sum searches over those priorities. It holds no locks: thread-safety is the
+job of a concurrency policy wrapped around it (DESIGN.md, "three independent axes").
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from . import kernels
+
+__all__ = ["SumTree", "as_indices", "as_priorities", "raise_for_status", "MAX_REDRAWS"]
+
+#: How often sample() redraws positions that rounding sent onto a zero leaf before giving up.
+MAX_REDRAWS = 64
+
+
+def as_indices(indices, name: str = "indices") -> np.ndarray:
+    """``indices`` as a 1-D contiguous int64 array, or a TypeError/ValueError naming it."""
+    arr = np.asarray(indices)
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    elif arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
+    if arr.dtype.kind not in "iu":
+        if arr.size == 0:
+            return np.empty(0, dtype=np.int64)
+        raise TypeError(f"{name} must be integers, got dtype {arr.dtype}")
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def as_priorities(priorities, n: int, name: str = "priorities") -> np.ndarray:
+    """``priorities`` as a contiguous float64 array of length ``n`` (a scalar is broadcast)."""
+    arr = np.asarray(priorities)
+    if arr.dtype.kind not in "fiub":
+        raise TypeError(f"{name} must be numbers, got dtype {arr.dtype}")
+    if arr.ndim == 0:
+        return np.full(n, arr, dtype=np.float64)
+    if arr.shape != (n,):
+        raise ValueError(f"{name} must have shape ({n},) to match indices, got {arr.shape}")
+    return np.ascontiguousarray(arr, dtype=np.float64)
+
+
+def raise_for_status(status: int, pos: int, indices, values, n_valid: int, name: str) -> None:
+    """Turn a kernel status code into an error that names the argument and the value."""
+    if status == kernels.STATUS_OK:
+        return
+    if status == kernels.STATUS_INDEX:
+        raise IndexError(
+            f"indices[{pos}] = {int(indices[pos])} is out of range: valid indices are "
+            f"0 .. {n_valid - 1}" if n_valid > 0 else
+            f"indices[{pos}] = {int(indices[pos])} is out of range: nothing is stored yet"
+        )
+    what = "not finite" if status == kernels.STATUS_NONFINITE else "negative"
+    raise ValueError(f"{name}[{pos}] = {float(values[pos])!r} is {what}; priorities must be finite and >= 0")
+
+
+class SumTree(ABC):
+    """Leaf priorities with O(log N) updates and prefix-sum search.
+
+    Subclasses implement :meth:`update`, :meth:`find`, :meth:`get`, :meth:`total`,
+    :meth:`min` and :meth:`rebuild`; sampling is built on :meth:`find` here.
+
+    Thread-safety: none. Concurrent calls must be serialised by the caller.
+    """
+
+    capacity: int
+    dtype: np.dtype
+
+    @abstractmethod
+    def update(self, indices, priorities, *, n_valid=None, eps=0.0, alpha=1.0) -> float:
+        """Set ``p[indices] = (priorities + eps) ** alpha``; return the largest value set.
+
+        ``priorities`` must be finite and >= 0 and ``indices`` in ``[0, n_valid)``
+        (``n_valid`` defaults to ``capacity``); otherwise an error names the first bad entry
+        and nothing changes. Repeated indices are applied in order (the last one wins).
+        """
+
+    @abstractmethod
+    def find(self, us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each mass ``u`` in ``[0, total)`` the leaf whose prefix-sum interval holds it.
+
+        Returns ``(indices, priorities)``. An entry is ``-1`` (priority 0) when rounding
+        carried ``u`` past the positive leaves; zero-priority leaves are never returned.
+        """
+
+    @abstractmethod
+    def get(self, indices) -> np.ndarray:
+        """Leaf priorities at ``indices`` as float64 (checked against ``capacity``)."""
+
+    @abstractmethod
+    def total(self) -> float:
+        """Sum of all leaf priorities (the root), O(1)."""
+
+    @abstractmethod
+    def min(self) -> float:
+        """Smallest *positive* leaf priority, ``inf`` when there is none; O(1)."""
+
+    @abstractmethod
+    def rebuild(self) -> None:
+        """Recompute all inner nodes from the leaves, O(N); removes accumulated drift."""
+
+    def leaves(self) -> np.ndarray:
+        """All ``capacity`` leaf priorities as float64, O(N)."""
+        return self.get(np.arange(self.capacity, dtype=np.int64))
+
+    def sample(self, n: int, rng: np.random.Generator, stratified: bool = False):
+        """Draw ``n`` leaves with probability ``p_i / total``; returns ``(indices, priorities)``.
+
+        Plain sampling draws ``u ~ U(0, total)`` independently. Stratified sampling (the PER
+        paper's scheme) splits ``[0, total)`` into ``n`` equal segments and draws one ``u``
+        in each, which lowers the variance of a batch. Cost: one :meth:`find` call, O(n log N).
+        Raises ValueError when every priority is zero.
+        """
+        total = self.total()
+        if not total > 0.0:
+            raise ValueError("cannot sample: the total priority is 0 (nothing is sampleable)")
+        if stratified:
+            us = (np.arange(n) + rng.random(n)) * (total / n)
+        else:
+            us = rng.random(n) * total
+        idx, prio = self.find(us)
+        for _ in range(MAX_REDRAWS):
+            bad = np.flatnonzero(idx < 0)
+            if bad.size == 0:
+                return idx, prio
+            # Redraw within the same stratum so stratification is kept.
+            if stratified:
+                us = (bad + rng.random(bad.size)) * (total / n)
+            else:
+                us = rng.random(bad.size) * total
+            idx[bad], prio[bad] = self.find(us)
+        raise RuntimeError(
+            f"sampling kept landing on zero leaves after {MAX_REDRAWS} redraws; the tree's "
+            f"inner sums are inconsistent (total={total!r}); call rebuild()"
+        )

@@ -1,0 +1,5 @@
+"""One module per variant family; each registers itself on import (see impl.registry).
+
+To add a variant, drop a module here that calls ``registry.register_tree`` or
+``registry.register``; nothing else needs editing. The README walks through an example.
+"""

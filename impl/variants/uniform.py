@@ -1,0 +1,14 @@
+"""Uniform replay: the baseline every prioritized variant is compared with."""
+
+from impl import registry
+from impl.buffers import UniformReplayBuffer
+
+
+def uniform_buffer(capacity, fields, *, seed=None):
+    return UniformReplayBuffer(capacity, fields, seed=seed)
+
+
+registry.register(
+    "uniform", uniform_buffer, structure="uniform",
+    description="uniform sampling with replacement, no priorities (baseline)",
+)
