@@ -76,13 +76,19 @@ class ReplayBuffer:
         cap = self.capacity
         keep = min(n, cap)
         start = (self._next + n - keep) % cap
-        slots = (start + np.arange(keep, dtype=np.int64)) % cap
         if keep < n:
             arrays = {name: arr[n - keep :] for name, arr in arrays.items()}
-        self._set_new_priorities(slots, priorities, n, keep)
+        self._set_new_priorities(start, keep, priorities, n)
         self.storage.write(start, arrays, keep)
         self._next = (self._next + n) % cap
         self._size = min(self._size + n, cap)
+        return self._slots(start, keep)
+
+    def _slots(self, start: int, count: int) -> np.ndarray:
+        """Ring slots ``start, start+1, ...`` (``count`` of them), wrapping at capacity."""
+        slots = np.arange(start, start + count, dtype=np.int64)
+        if start + count > self.capacity:
+            slots %= self.capacity
         return slots
 
     def _check_sample_args(self, batch_size, beta):
@@ -93,7 +99,8 @@ class ReplayBuffer:
             raise ValueError("cannot sample from an empty buffer: add transitions first")
         return int(batch_size), beta
 
-    def _set_new_priorities(self, slots, priorities, n, keep):
+    def _set_new_priorities(self, start, keep, priorities, n):
+        """Give the ``keep`` new slots from ``start`` their priorities (validated first)."""
         raise NotImplementedError
 
 
@@ -103,7 +110,7 @@ class UniformReplayBuffer(ReplayBuffer):
     Cost: sample O(batch * row bytes); add O(n * row bytes).
     """
 
-    def _set_new_priorities(self, slots, priorities, n, keep):
+    def _set_new_priorities(self, start, keep, priorities, n):
         if priorities is not None:
             _check_priorities(np.zeros(n, np.int64), priorities, 1)
 
@@ -161,15 +168,15 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.stratified = bool(stratified)
         self.max_priority = 1.0  # largest stored p = (priority + eps) ** alpha so far
 
-    def _set_new_priorities(self, slots, priorities, n, keep):
+    def _set_new_priorities(self, start, keep, priorities, n):
         if priorities is None:
-            self.tree.update(slots, self.max_priority)
+            self.tree.fill(start, keep, self.max_priority)
             return
         vals = as_priorities(priorities, n)
         if keep < n:
             _check_priorities(np.zeros(n, np.int64), vals, 1)
             vals = vals[n - keep :]
-        pmax = self.tree.update(slots, vals, eps=self.eps, alpha=self.alpha)
+        pmax = self.tree.update(self._slots(start, keep), vals, eps=self.eps, alpha=self.alpha)
         self.max_priority = max(self.max_priority, pmax)
 
     def sample(self, batch_size: int, beta: float | None = None, rng=None) -> dict[str, np.ndarray]:

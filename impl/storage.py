@@ -79,9 +79,9 @@ class ColumnarStorage:
         out = {}
         n = None
         for name, value in batch.items():
-            arr = np.asarray(value)
+            arr = value if type(value) is np.ndarray else np.asarray(value)
             shape = self._shapes[name]
-            if arr.shape[1:] != shape or arr.ndim != len(shape) + 1:
+            if arr.ndim != len(shape) + 1 or arr.shape[1:] != shape:
                 raise ValueError(f"batch[{name!r}] has shape {arr.shape}; expected (n, *{shape})")
             if n is None:
                 n = arr.shape[0]

@@ -1,6 +1,13 @@
 """Priority structures: single-threaded sum trees with no locks inside."""
 
-from .array_trees import AlignedKarySumTree, ArraySumTree, BinarySumTree, BlockedBinarySumTree, KarySumTree
+from .array_trees import (
+    AlignedKarySumTree,
+    ArraySumTree,
+    BinarySumTree,
+    BlockedBinarySumTree,
+    KarySumTree,
+    PrefixKarySumTree,
+)
 from .base import SumTree
 from .reference import ReferenceSumTree
 
@@ -11,5 +18,6 @@ __all__ = [
     "KarySumTree",
     "AlignedKarySumTree",
     "BlockedBinarySumTree",
+    "PrefixKarySumTree",
     "ReferenceSumTree",
 ]

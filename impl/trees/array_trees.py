@@ -18,12 +18,15 @@ float64 sums have the same bound with ``2**-53`` and never need a rebuild in pra
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from . import kernels, layouts
+from . import kernels, layouts, prefix_kernels
 from .base import SumTree, as_indices, as_priorities, raise_for_status
 
-__all__ = ["ArraySumTree", "BinarySumTree", "KarySumTree", "AlignedKarySumTree", "BlockedBinarySumTree"]
+__all__ = ["ArraySumTree", "BinarySumTree", "KarySumTree", "AlignedKarySumTree", "BlockedBinarySumTree",
+           "PrefixKarySumTree"]
 
 _DTYPES = {"float32": np.float32, "float64": np.float64}
 
@@ -57,6 +60,8 @@ class ArraySumTree(SumTree):
     Thread-safety: none (the kernels release the GIL; callers serialise).
     """
 
+    _kernels = kernels  # the kernel set; the prefix-sum tree swaps in its own
+
     def __init__(self, capacity: int, K: int, lay: np.ndarray, size: int, dtype="float32",
                  resum_every: int | None = None):
         self.capacity = capacity
@@ -83,20 +88,35 @@ class ArraySumTree(SumTree):
         idx = as_indices(indices)
         vals = as_priorities(priorities, idx.shape[0])
         limit = self.capacity if n_valid is None else n_valid
-        status, pos, pmax = kernels.update(self._sums, self._mins, self._lay, self.K, self._kshift,
+        status, pos, pmax = self._kernels.update(self._sums, self._mins, self._lay, self.K, self._kshift,
                                            idx, vals, limit, float(eps), float(alpha))
         raise_for_status(status, pos, idx, vals, limit, "priorities")
-        self._since_rebuild += idx.shape[0]
+        self._count_updates(idx.shape[0])
+        return pmax
+
+    def fill(self, start: int, count: int, priority: float) -> None:
+        if not (math.isfinite(priority) and priority >= 0):
+            raise ValueError(f"priority = {priority!r} must be finite and >= 0")
+        if not 0 <= start < self.capacity or not 0 <= count <= self.capacity:
+            raise IndexError(f"fill(start={start}, count={count}) is outside capacity {self.capacity}")
+        self._kernels.fill(self._sums, self._mins, self._lay, self.K, self._kshift, start, count, self.capacity,
+                     float(priority))
+        self._count_updates(count)
+
+    def _count_updates(self, n: int) -> None:
+        self._since_rebuild += n
         if self._since_rebuild >= self.resum_every:
             self.rebuild()
-        return pmax
 
     def find(self, us):
         us = np.ascontiguousarray(us, dtype=np.float64)
         idx = np.empty(us.shape[0], dtype=np.int64)
         prio = np.empty(us.shape[0], dtype=np.float64)
-        kernels.find(self._sums, self._lay, self.K, us, idx, prio)
+        self._find_into(us, idx, prio)
         return idx, prio
+
+    def _find_into(self, us, out_index, out_priority) -> int:
+        return self._kernels.find(self._sums, self._lay, self.K, us, out_index, out_priority)
 
     def get(self, indices):
         idx = as_indices(indices)
@@ -104,7 +124,7 @@ class ArraySumTree(SumTree):
         if bad.size:
             raise_for_status(kernels.STATUS_INDEX, int(bad[0]), idx, None, self.capacity, "indices")
         out = np.empty(idx.shape[0], dtype=np.float64)
-        kernels.get(self._sums, self._lay, idx, out)
+        self._kernels.get(self._sums, self._lay, idx, out)
         return out
 
     def total(self) -> float:
@@ -114,7 +134,7 @@ class ArraySumTree(SumTree):
         return float(self._mins[self._root])
 
     def rebuild(self) -> None:
-        kernels.rebuild(self._sums, self._mins, self._lay, self.K)
+        self._kernels.rebuild(self._sums, self._mins, self._lay, self.K)
         self._since_rebuild = 0
 
 
@@ -163,3 +183,18 @@ class BlockedBinarySumTree(ArraySumTree):
         capacity = _check_capacity(capacity)
         lay, size = layouts.blocked(capacity)
         super().__init__(capacity, 2, lay, size, dtype, resum_every)
+
+
+class PrefixKarySumTree(ArraySumTree):
+    """Cache-aligned K-ary tree whose sibling groups hold running sums (see
+    :mod:`impl.trees.prefix_kernels`): the descent compares, it never adds. K a power of 2."""
+
+    _kernels = prefix_kernels
+
+    def __init__(self, capacity: int, K: int = 16, dtype="float32", resum_every=None):
+        capacity = _check_capacity(capacity)
+        K = _check_K(K, power_of_two=True)
+        lay, size = layouts.level_order(capacity, K, padded=True)
+        lay, size = layouts.with_leaf_row(lay, size, K)
+        super().__init__(capacity, K, lay, size, dtype, resum_every)
+        self.depth -= 1  # the last table row places the leaves, it is not a level

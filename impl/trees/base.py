@@ -104,6 +104,16 @@ class SumTree(ABC):
     def rebuild(self) -> None:
         """Recompute all inner nodes from the leaves, O(N); removes accumulated drift."""
 
+    def fill(self, start: int, count: int, priority: float) -> None:
+        """Set ``count`` leaves from ``start`` on, wrapping at ``capacity``, to ``priority``
+        (stored as given: no eps or alpha). The ring-buffer insert. Cost as :meth:`update`."""
+        self.update((start + np.arange(count, dtype=np.int64)) % self.capacity, priority)
+
+    def _find_into(self, us, out_index, out_priority) -> int:
+        """:meth:`find` into given arrays; returns how many entries are ``-1``."""
+        out_index[:], out_priority[:] = self.find(us)
+        return int(np.count_nonzero(out_index < 0))
+
     def leaves(self) -> np.ndarray:
         """All ``capacity`` leaf priorities as float64, O(N)."""
         return self.get(np.arange(self.capacity, dtype=np.int64))
@@ -123,17 +133,20 @@ class SumTree(ABC):
             us = (np.arange(n) + rng.random(n)) * (total / n)
         else:
             us = rng.random(n) * total
-        idx, prio = self.find(us)
+        idx = np.empty(n, dtype=np.int64)
+        prio = np.empty(n, dtype=np.float64)
+        misses = self._find_into(us, idx, prio)
         for _ in range(MAX_REDRAWS):
-            bad = np.flatnonzero(idx < 0)
-            if bad.size == 0:
+            if misses == 0:
                 return idx, prio
+            bad = np.flatnonzero(idx < 0)
             # Redraw within the same stratum so stratification is kept.
             if stratified:
                 us = (bad + rng.random(bad.size)) * (total / n)
             else:
                 us = rng.random(bad.size) * total
             idx[bad], prio[bad] = self.find(us)
+            misses = int(np.count_nonzero(idx < 0))
         raise RuntimeError(
             f"sampling kept landing on zero leaves after {MAX_REDRAWS} redraws; the tree's "
             f"inner sums are inconsistent (total={total!r}); call rebuild()"

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["CACHE_LINE", "level_order", "blocked", "aligned_empty", "is_power_of_two"]
+__all__ = ["CACHE_LINE", "level_order", "with_leaf_row", "blocked", "aligned_empty", "is_power_of_two"]
 
 CACHE_LINE = 64  # bytes
 BLOCK_SLOTS = 16  # slots per cache block in the blocked layout
@@ -58,6 +58,14 @@ def level_order(capacity: int, K: int, padded: bool) -> tuple[np.ndarray, int]:
         start += width
         width *= K
     return lay, start
+
+
+def with_leaf_row(lay: np.ndarray, size: int, K: int) -> tuple[np.ndarray, int]:
+    """Append a row saying where raw leaf values live: one slot per leaf (``K**D``, padding
+    included) after ``size``, from a cache line on. The prefix-sum layout keeps leaves apart."""
+    base = -(-size // 16) * 16
+    row = np.array([[base, 0, 0, 0, 1]], dtype=np.int64)
+    return np.vstack([lay, row]), base + K ** (lay.shape[0] - 1)
 
 
 def blocked(capacity: int) -> tuple[np.ndarray, int]:
