@@ -22,15 +22,16 @@ __all__ = ["ReplayBuffer", "UniformReplayBuffer", "PrioritizedReplayBuffer"]
 
 
 def _check_priorities(idx: np.ndarray, priorities, n_valid: int) -> None:
-    """The trees' input checks, in NumPy, for callers that do not pass through a tree."""
+    """The trees' input checks, in NumPy, for callers that do not pass through a tree:
+    the first bad entry in batch order is reported, as the tree kernels do."""
     vals = as_priorities(priorities, idx.shape[0])
-    bad = np.flatnonzero((idx < 0) | (idx >= n_valid))
+    out_of_range = (idx < 0) | (idx >= n_valid)
+    bad = np.flatnonzero(out_of_range | ~np.isfinite(vals) | (vals < 0))
     if bad.size:
-        raise_for_status(kernels.STATUS_INDEX, int(bad[0]), idx, vals, n_valid, "priorities")
-    bad = np.flatnonzero(~np.isfinite(vals) | (vals < 0))
-    if bad.size:
-        status = kernels.STATUS_NEGATIVE if np.isfinite(vals[bad[0]]) else kernels.STATUS_NONFINITE
-        raise_for_status(status, int(bad[0]), idx, vals, n_valid, "priorities")
+        b = int(bad[0])
+        status = (kernels.STATUS_INDEX if out_of_range[b] else
+                  kernels.STATUS_NONFINITE if not np.isfinite(vals[b]) else kernels.STATUS_NEGATIVE)
+        raise_for_status(status, b, idx, vals, n_valid, "priorities")
 
 
 def _check_number(name: str, value, low: float, high: float = np.inf) -> float:
@@ -92,6 +93,9 @@ class ReplayBuffer:
         return slots
 
     def _check_sample_args(self, batch_size, beta):
+        # The common case (plain int and float in range) is checked first: it is on the hot path.
+        if type(batch_size) is int and type(beta) is float and batch_size >= 1 and 0.0 <= beta <= 1.0 and self._size:
+            return batch_size, beta
         if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         beta = _check_number("beta", beta, 0.0, 1.0)

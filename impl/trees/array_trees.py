@@ -10,9 +10,13 @@ from the exact sum of its leaves. Between two rebuilds, after ``m`` updates,
 ``|stored - exact| <= m * 2**-24 * T_max`` for the root (``T_max`` the largest total held
 in that time; the float64 delta itself is exact). The tree therefore rebuilds itself from
 the leaves every ``resum_every`` updates (default ``max(2**16, capacity)``, amortised cost of
-about one leaf read per update), which caps the root's relative error at
-``(resum_every + K * D) * 2**-24 * T_max / T``. Rounding is unbiased, so in practice the
-error grows like ``sqrt(m)`` and stays near ``1e-5`` relative (tests/test_drift.py).
+about one leaf read per update), and sooner when the total has fallen: it rebuilds once
+``m * T_max > resum_every * T`` (``T_max`` read after each update call, ``T`` the current
+total), since after a fall the error relative to ``T`` is ``T_max / T`` times larger and
+sampling would be biased. This caps the root's relative error after every update call at about
+``(resum_every + n + K * D) * 2**-24`` (``n`` the call's batch size). Rounding is unbiased, so
+in practice the error grows like ``sqrt(m)`` and stays near ``1e-5`` relative
+(tests/test_drift.py).
 float64 sums have the same bound with ``2**-53`` and never need a rebuild in practice.
 """
 
@@ -79,6 +83,10 @@ class ArraySumTree(SumTree):
             raise ValueError(f"resum_every must be >= 1, got {resum_every!r}")
         self.resum_every = int(resum_every)
         self._since_rebuild = 0
+        self._t_max = 0.0  # largest total read after an update since the last rebuild
+        # Largest storable priority: a leaf at the dtype's max would make the sums overflow,
+        # so leave room for the total (capacity leaves) below it.
+        self._vmax = float(np.finfo(self.dtype).max) / (2.0 * capacity)
 
     @property
     def nbytes(self) -> int:
@@ -87,10 +95,11 @@ class ArraySumTree(SumTree):
     def update(self, indices, priorities, *, n_valid=None, eps=0.0, alpha=1.0) -> float:
         idx = as_indices(indices)
         vals = as_priorities(priorities, idx.shape[0])
-        limit = self.capacity if n_valid is None else n_valid
+        # n_valid only narrows the range: indices past capacity would write outside the leaves
+        limit = self.capacity if n_valid is None else min(int(n_valid), self.capacity)
         status, pos, pmax = self._kernels.update(self._sums, self._mins, self._lay, self.K, self._kshift,
-                                           idx, vals, limit, float(eps), float(alpha))
-        raise_for_status(status, pos, idx, vals, limit, "priorities")
+                                           idx, vals, limit, float(eps), float(alpha), self._vmax)
+        raise_for_status(status, pos, idx, vals, limit, "priorities", eps=eps, alpha=alpha, vmax=self._vmax)
         self._count_updates(idx.shape[0])
         return pmax
 
@@ -105,7 +114,12 @@ class ArraySumTree(SumTree):
 
     def _count_updates(self, n: int) -> None:
         self._since_rebuild += n
-        if self._since_rebuild >= self.resum_every:
+        total = float(self._sums[self._root])
+        if total > self._t_max:
+            self._t_max = total
+        # Resum every resum_every updates, or sooner once the total has fallen so far that the
+        # drift bound m * 2**-24 * T_max is large relative to it (see the module docstring).
+        if self._since_rebuild >= self.resum_every or self._since_rebuild * self._t_max > self.resum_every * total:
             self.rebuild()
 
     def find(self, us):
@@ -136,6 +150,7 @@ class ArraySumTree(SumTree):
     def rebuild(self) -> None:
         self._kernels.rebuild(self._sums, self._mins, self._lay, self.K)
         self._since_rebuild = 0
+        self._t_max = float(self._sums[self._root])
 
 
 class BinarySumTree(ArraySumTree):

@@ -17,6 +17,8 @@ __all__ = ["SumTree", "as_indices", "as_priorities", "raise_for_status", "MAX_RE
 
 #: How often sample() redraws positions that rounding sent onto a zero leaf before giving up.
 MAX_REDRAWS = 64
+#: After this many redraw rounds sample() rebuilds the tree once (see there).
+REBUILD_AFTER = 8
 
 
 def as_indices(indices, name: str = "indices") -> np.ndarray:
@@ -45,7 +47,8 @@ def as_priorities(priorities, n: int, name: str = "priorities") -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=np.float64)
 
 
-def raise_for_status(status: int, pos: int, indices, values, n_valid: int, name: str) -> None:
+def raise_for_status(status: int, pos: int, indices, values, n_valid: int, name: str, *, eps=0.0, alpha=1.0,
+                     vmax=None) -> None:
     """Turn a kernel status code into an error that names the argument and the value."""
     if status == kernels.STATUS_OK:
         return
@@ -55,6 +58,10 @@ def raise_for_status(status: int, pos: int, indices, values, n_valid: int, name:
             f"0 .. {n_valid - 1}" if n_valid > 0 else
             f"indices[{pos}] = {int(indices[pos])} is out of range: nothing is stored yet"
         )
+    if status == kernels.STATUS_OVERFLOW:
+        raise ValueError(f"{name}[{pos}] = {float(values[pos])!r} is too large: (p + eps) ** alpha with "
+                         f"eps={eps!r}, alpha={alpha!r} exceeds {vmax:.3g}, the most this tree can store "
+                         f"without its sums overflowing")
     what = "not finite" if status == kernels.STATUS_NONFINITE else "negative"
     raise ValueError(f"{name}[{pos}] = {float(values[pos])!r} is {what}; priorities must be finite and >= 0")
 
@@ -136,9 +143,14 @@ class SumTree(ABC):
         idx = np.empty(n, dtype=np.int64)
         prio = np.empty(n, dtype=np.float64)
         misses = self._find_into(us, idx, prio)
-        for _ in range(MAX_REDRAWS):
+        for attempt in range(MAX_REDRAWS):
             if misses == 0:
                 return idx, prio
+            if attempt == REBUILD_AFTER:
+                # Redraws keep missing: drift has left a stratum (or more) past the real mass.
+                # Recomputing the inner sums from the leaves removes the drift.
+                self.rebuild()
+                total = self.total()
             bad = np.flatnonzero(idx < 0)
             # Redraw within the same stratum so stratification is kept.
             if stratified:

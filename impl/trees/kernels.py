@@ -38,6 +38,7 @@ __all__ = [
     "STATUS_INDEX",
     "STATUS_NONFINITE",
     "STATUS_NEGATIVE",
+    "STATUS_OVERFLOW",
     "update",
     "fill",
     "find",
@@ -49,6 +50,7 @@ STATUS_OK = 0
 STATUS_INDEX = 1
 STATUS_NONFINITE = 2
 STATUS_NEGATIVE = 3
+STATUS_OVERFLOW = 4  # finite input whose (p + eps) ** alpha the tree's dtype cannot hold
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -77,6 +79,7 @@ def _set_leaves(sums, mins, lay, K, kshift, indices, values):
     D = lay.shape[0] - 1
     n = indices.shape[0]
     delta = np.empty(n, dtype=np.float64)
+    old_min = np.empty(n, dtype=mins.dtype)
     j = indices.copy()
     for b in range(n):
         leaf = addr(lay, D, j[b])
@@ -84,12 +87,13 @@ def _set_leaves(sums, mins, lay, K, kshift, indices, values):
         sums[leaf] = values[b]
         # the delta of the values *as stored*, so float32 trees propagate what they hold
         delta[b] = np.float64(sums[leaf]) - np.float64(old)
-        mins[leaf] = sums[leaf] if values[b] > 0.0 else np.inf
+        old_min[b] = mins[leaf]
+        mins[leaf] = sums[leaf] if sums[leaf] > 0.0 else np.inf  # stored value: may underflow
     for d in range(D - 1, -1, -1):
         for b in range(n):
             j[b] = parent(j[b], K, kshift)
             sums[addr(lay, d, j[b])] += delta[b]
-    propagate_mins(mins, lay, K, kshift, indices, D)
+    propagate_mins(mins, lay, K, kshift, indices, old_min, D)
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -106,11 +110,19 @@ def min_of_children(mins, lay, K, d, q):
 
 
 @njit(nogil=True, cache=True)
-def propagate_mins(mins, lay, K, kshift, indices, D):
-    """Recompute the minima above leaves ``indices`` (at depth ``D``), one level at a time,
-    dropping an item once an ancestor comes out unchanged (every ancestor above is then
-    unchanged too)."""
+def propagate_mins(mins, lay, K, kshift, indices, old, D):
+    """Bring the minima above leaves ``indices`` (depth ``D``) up to date, level by level.
+
+    ``old[b]`` is what leaf ``indices[b]``'s min slot held before item ``b`` wrote it. Per
+    ancestor, with ``cur`` the child's value now and ``mp`` the parent's: ``cur < mp`` lowers
+    the parent; ``cur == mp`` changes nothing; ``cur > mp`` matters only if the child held the
+    minimum before (``old == mp``), and only then are the K children re-read. An item stops at
+    the first unchanged ancestor. Items sharing an ancestor stay correct because ``cur`` is
+    re-read (so a repeated index sees its last value) and a raise re-reads every child.
+    Typical cost: two loads per item (child and parent), so about one miss, not K loads.
+    """
     j = indices.copy()
+    prev = old.copy()
     active = j.shape[0]
     for d in range(D - 1, -1, -1):
         if active == 0:
@@ -118,14 +130,22 @@ def propagate_mins(mins, lay, K, kshift, indices, D):
         for b in range(j.shape[0]):
             if j[b] < 0:
                 continue
+            cur = mins[addr(lay, d + 1, j[b])]
             p = parent(j[b], K, kshift)
-            m = min_of_children(mins, lay, K, d, p)
             a = addr(lay, d, p)
-            if mins[a] == m:
+            mp = mins[a]
+            if cur < mp:
+                new = cur
+            elif cur > mp and prev[b] == mp:
+                new = min_of_children(mins, lay, K, d, p)
+            else:
+                new = mp
+            if new == mp:
                 j[b] = -1
                 active -= 1
             else:
-                mins[a] = m
+                mins[a] = new
+                prev[b] = mp
                 j[b] = p
 
 
@@ -141,7 +161,7 @@ def _fill_run(sums, mins, lay, K, kshift, lo, n, p):
         old = sums[leaf]
         sums[leaf] = p
         delta[b] = np.float64(sums[leaf]) - np.float64(old)
-        mins[leaf] = sums[leaf] if p > 0.0 else np.inf
+        mins[leaf] = sums[leaf] if sums[leaf] > 0.0 else np.inf  # stored value: may underflow
     jlo, jhi = lo, lo + n - 1
     for d in range(D - 1, -1, -1):
         plo, phi = parent(jlo, K, kshift), parent(jhi, K, kshift)
@@ -171,11 +191,12 @@ def fill(sums, mins, lay, K, kshift, start, count, capacity, p):
 
 
 @njit(nogil=True, cache=True)
-def update(sums, mins, lay, K, kshift, indices, values, n_valid, eps, alpha):
+def update(sums, mins, lay, K, kshift, indices, values, n_valid, eps, alpha, vmax):
     """Set leaves ``indices`` to ``(values + eps) ** alpha`` and propagate.
 
     All inputs are checked before anything is written, so a bad batch leaves the tree as it
-    was. Returns ``(status, position, max_priority)``: ``status`` is one of the ``STATUS_*``
+    was; a transformed value above ``vmax`` (the dtype's largest) is refused. Returns
+    ``(status, position, max_priority)``: ``status`` is one of the ``STATUS_*``
     codes and ``position`` the offending batch position (``-1`` when ok).
 
     Cost: O(n * D) for the sums plus O(n * K * D) for the minima in the worst case (one
@@ -184,7 +205,9 @@ def update(sums, mins, lay, K, kshift, indices, values, n_valid, eps, alpha):
     status, pos = check_batch(indices, values, n_valid)
     if status != STATUS_OK:
         return status, pos, 0.0
-    ps, pmax = transform(values, eps, alpha)
+    ps, pmax, pos = transform(values, eps, alpha, vmax)
+    if pos >= 0:
+        return STATUS_OVERFLOW, pos, 0.0
     _set_leaves(sums, mins, lay, K, kshift, indices, ps)
     return STATUS_OK, -1, pmax
 
@@ -205,15 +228,18 @@ def check_batch(indices, values, n_valid):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def transform(values, eps, alpha):
-    """``(values + eps) ** alpha`` as float64, and its maximum."""
+def transform(values, eps, alpha, vmax):
+    """``(values + eps) ** alpha`` as float64, its maximum, and the first position whose
+    result exceeds ``vmax`` (``-1`` if none)."""
     ps = np.empty(values.shape[0], dtype=np.float64)
     pmax = 0.0
     for b in range(values.shape[0]):
         v = values[b] + eps
         ps[b] = v if alpha == 1.0 else v**alpha
+        if not ps[b] <= vmax:
+            return ps, pmax, b
         pmax = max(pmax, ps[b])
-    return ps, pmax
+    return ps, pmax, -1
 
 
 @njit(nogil=True, cache=True)

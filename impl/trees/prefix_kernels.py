@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .kernels import STATUS_OK, addr, check_batch, min_of_children, parent, propagate_mins, transform
+from .kernels import STATUS_OK, STATUS_OVERFLOW, addr, check_batch, min_of_children, parent, propagate_mins, transform
 
 __all__ = ["update", "fill", "find", "get", "rebuild"]
 
@@ -49,28 +49,33 @@ def _set_leaves(pre, mins, lay, K, kshift, indices, values):
     leaf_base = lay[D + 1, 0]
     n = indices.shape[0]
     delta = np.empty(n, dtype=pre.dtype)  # rounded to the tree's dtype: see _add_to_group
+    old_min = np.empty(n, dtype=mins.dtype)
     for b in range(n):
         a = leaf_base + indices[b]
         old = pre[a]
         pre[a] = values[b]
         delta[b] = np.float64(pre[a]) - np.float64(old)
-        mins[addr(lay, D, indices[b])] = pre[a] if values[b] > 0.0 else np.inf
+        m = addr(lay, D, indices[b])
+        old_min[b] = mins[m]
+        mins[m] = pre[a] if pre[a] > 0.0 else np.inf  # stored value: may underflow
     # level by level for the whole batch, like kernels._set_leaves (additions commute)
     j = indices.copy()
     for d in range(D, -1, -1):
         for b in range(n):
             _add_to_group(pre, lay, K, kshift, d, j[b], delta[b])
             j[b] = parent(j[b], K, kshift)
-    propagate_mins(mins, lay, K, kshift, indices, D)
+    propagate_mins(mins, lay, K, kshift, indices, old_min, D)
 
 
 @njit(nogil=True, cache=True)
-def update(pre, mins, lay, K, kshift, indices, values, n_valid, eps, alpha):
+def update(pre, mins, lay, K, kshift, indices, values, n_valid, eps, alpha, vmax):
     """As :func:`impl.trees.kernels.update`: checked, then ``(values + eps) ** alpha``."""
     status, pos = check_batch(indices, values, n_valid)
     if status != STATUS_OK:
         return status, pos, 0.0
-    ps, pmax = transform(values, eps, alpha)
+    ps, pmax, pos = transform(values, eps, alpha, vmax)
+    if pos >= 0:
+        return STATUS_OVERFLOW, pos, 0.0
     _set_leaves(pre, mins, lay, K, kshift, indices, ps)
     return STATUS_OK, -1, pmax
 

@@ -27,12 +27,19 @@ class ReferenceSumTree(SumTree):
     def update(self, indices, priorities, *, n_valid=None, eps=0.0, alpha=1.0) -> float:
         idx = as_indices(indices)
         vals = as_priorities(priorities, idx.shape[0])
-        limit = self.capacity if n_valid is None else n_valid
+        # n_valid only narrows the range: indices past capacity would write outside the leaves
+        limit = self.capacity if n_valid is None else min(int(n_valid), self.capacity)
         # Like the kernels: the first bad entry in batch order, checks in the same order.
         first = min(self._first_bad(idx, vals, limit), default=None)
         if first is not None:
             raise_for_status(first[1], first[0], idx, vals, limit, "priorities")
-        p = (vals + eps) ** alpha
+        with np.errstate(over="ignore"):
+            p = (vals + eps) ** alpha
+        vmax = float(np.finfo(np.float64).max) / (2.0 * self.capacity)  # as the array trees
+        over = np.flatnonzero(~(p <= vmax))
+        if over.size:
+            raise_for_status(kernels.STATUS_OVERFLOW, int(over[0]), idx, vals, limit, "priorities",
+                             eps=eps, alpha=alpha, vmax=vmax)
         self._p[idx] = p  # numpy applies repeated indices in order: the last one wins
         return float(p.max()) if p.size else 0.0
 

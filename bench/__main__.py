@@ -1,0 +1,125 @@
+"""Command line: ``python -m bench list | run | summary``.
+
+    python -m bench list                              # registered variants and peers, with parameters
+    python -m bench run --suite micro                 # the default grid (about 10 minutes on 2 cores)
+    python -m bench run --suite quick --variants binary,kary-aligned --out /tmp/r
+    python -m bench summary results/<run_id>          # reprint a stored run's summary
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _capacity(text: str) -> int:
+    """``65536`` or ``2**16``."""
+    try:
+        if "**" in text:
+            base, exp = text.split("**")
+            value = int(base) ** int(exp)
+        else:
+            value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"capacity must be an integer or 2**N, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"capacity must be positive, got {text!r}")
+    return value
+
+
+def _csv(convert=str):
+    def parse(text: str) -> list:
+        return [convert(part.strip()) for part in text.split(",") if part.strip()]
+    return parse
+
+
+def _fmt_params(params: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items()) or "-"
+
+
+def cmd_list(args) -> int:
+    from bench import peers
+    from bench.summary import format_table
+    from impl import registry
+
+    body = []
+    for name in registry.names():
+        v = registry.get(name)
+        extra = {k: val for k, val in v.accepted().items() if k not in v.params}
+        body.append([name, v.structure, _fmt_params(v.params), _fmt_params(extra), v.description])
+    for peer in peers.PEERS:
+        name = peers.PREFIX + peer
+        mod = peers.load(name)
+        ok, detail = peers.availability(name)
+        state = f"{peer} {detail}" if ok else f"UNAVAILABLE: {detail}"
+        structural = {k: v for k, v in mod.PARAMS.items() if k not in registry.BUFFER_PARAMS}
+        buffer = {k: v for k, v in mod.PARAMS.items() if k in registry.BUFFER_PARAMS}
+        body.append([name, mod.STRUCTURE, _fmt_params(structural), _fmt_params(buffer), f"{mod.DESCRIPTION} [{state}]"])
+    print("\n".join(format_table(["variant", "structure", "params", "buffer params", "description"], body, set())))
+    for value, err in registry.failures().items():
+        print(f"plug-in {value} failed to load: {err}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from bench import runner, suites
+
+    try:
+        suite = suites.load(args.suite)
+    except ValueError as err:
+        args.parser.error(str(err))
+    overrides = {k: getattr(args, k) for k in ("processes", "values", "warmups", "loops", "min_time")
+                 if getattr(args, k) is not None}
+    command = [sys.executable, "-m", "bench", *args.argv]
+    try:
+        runner.run(suite, variants=args.variants, capacities=args.capacities, ops=args.ops, out=args.out,
+                   run_id=args.run_id, machine=args.machine, settings=overrides, progress=not args.no_progress,
+                   command=command)
+    except runner.SelectionError as err:  # unknown variant, peer or op: nothing was timed
+        args.parser.error(str(err))
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def cmd_summary(args) -> int:
+    from bench import summary
+
+    print(summary.format_run(args.run_dir))
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python -m bench", description="replaybench benchmarks")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("list", help="registered variants and peers with their parameters")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("run", help="run a suite and write results/<run_id>/")
+    p.add_argument("--suite", default="micro", help="suite name in bench/suites/ (micro, quick) or a .json path")
+    p.add_argument("--variants", type=_csv(), help="comma-separated variant names (peer:cpprb for the peer); "
+                                                   "default: the suite's")
+    p.add_argument("--capacities", type=_csv(_capacity), help="comma-separated, e.g. 2**16,2**20")
+    p.add_argument("--ops", type=_csv(), help="comma-separated subset of the suite's ops")
+    p.add_argument("--out", default="results", help="folder that receives <run_id>/ (default: results)")
+    p.add_argument("--run-id", help="default: <UTC time>-<suite>")
+    p.add_argument("--machine", help="machine label for the rows (default: host name)")
+    for flag, kind in (("--processes", int), ("--values", int), ("--warmups", int), ("--loops", int),
+                       ("--min-time", float)):
+        p.add_argument(flag, type=kind, help="override the suite's pyperf setting")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_run, parser=p)
+
+    p = sub.add_parser("summary", help="print the summary of a stored run")
+    p.add_argument("run_dir")
+    p.set_defaults(func=cmd_summary)
+
+    args = parser.parse_args(argv)
+    args.argv = argv
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""Results of one run: ``results/<run_id>/`` with rows.csv, meta.json and the raw pyperf JSON.
+
+rows.csv is tidy: one row per measured value (a pyperf value: seconds per call, averaged over
+that value's loops), or one row per grid item that produced no value (status ``failed``,
+``skipped`` or ``unavailable``, with the error). Columns are :data:`COLUMNS`; readers ignore
+columns they do not know, and new columns are only ever added. Metrics such as throughput
+are computed when reading (:mod:`bench.summary`), never stored.
+
+pyperf/ holds each item's pyperf JSON (``<variant>__<capacity>__<op>.json``) and, for an item
+whose set-up raised, ``...error.txt`` with the traceback.
+
+meta.json describes the run: machine (CPU model, cores, caches), library versions, git state,
+command line, suite, start and end time, and ``complete`` (false until the whole grid has run,
+so an interrupted run says so).
+
+Every write replaces the whole file atomically (temp file in the same folder + os.replace),
+so a reader or a crash never sees half a file; rows.csv is rewritten after each grid item.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+__all__ = ["SCHEMA_VERSION", "COLUMNS", "STATUSES", "RunWriter", "atomic_write_text", "new_run_id", "git_state",
+           "machine_info", "library_versions", "read_rows", "read_meta"]
+
+SCHEMA_VERSION = 1
+
+COLUMNS = [
+    "schema_version", "run_id", "git_sha", "dirty", "machine", "scenario",
+    "variant", "structure", "policy", "K", "dtype", "params",
+    "capacity", "batch", "threads", "transitions",
+    "op", "metric", "value", "unit", "items_per_call", "repeat", "loops",
+    "status", "error",
+]
+
+STATUSES = ("ok", "failed", "skipped", "unavailable")
+
+#: Column types for :func:`read_rows`; everything else stays a string ("" becomes None).
+_INT_COLUMNS = {"schema_version", "K", "capacity", "batch", "threads", "items_per_call", "repeat", "loops"}
+_FLOAT_COLUMNS = {"value"}
+_BOOL_COLUMNS = {"dirty"}
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temp file in the same folder and os.replace."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600
+        with os.fdopen(fd, "w", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def new_run_id(suite: str) -> str:
+    """``<UTC timestamp>-<suite>``, sortable by time."""
+    return f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-{suite}"
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+class RunWriter:
+    """Owns one run folder: meta.json at start and end, rows.csv after each grid item."""
+
+    def __init__(self, out_dir, run_id: str, meta: dict):
+        self.run_id = run_id
+        self.dir = Path(out_dir) / run_id
+        self.dir.mkdir(parents=True, exist_ok=False)
+        self.raw_dir = self.dir / "pyperf"
+        self.raw_dir.mkdir()
+        self.meta = {"schema_version": SCHEMA_VERSION, "run_id": run_id, "start_time": _now(), "end_time": None,
+                     "complete": False, **meta}
+        self._lines = io.StringIO()
+        csv.writer(self._lines, lineterminator="\n").writerow(COLUMNS)
+        self.n_rows = 0
+        self.write_meta()
+        atomic_write_text(self.dir / "rows.csv", self._lines.getvalue())
+
+    def write_meta(self) -> None:
+        atomic_write_text(self.dir / "meta.json", json.dumps(self.meta, indent=2, sort_keys=True, default=str) + "\n")
+
+    def append(self, rows: list[dict]) -> None:
+        """Add rows (dicts keyed by column; missing columns are empty) and rewrite rows.csv."""
+        writer = csv.writer(self._lines, lineterminator="\n")
+        for row in rows:
+            unknown = set(row) - set(COLUMNS)
+            if unknown:
+                raise KeyError(f"unknown result columns {sorted(unknown)}")
+            if row.get("status") not in STATUSES:
+                raise ValueError(f"status must be one of {STATUSES}, got {row.get('status')!r}")
+            writer.writerow([_cell(row.get(c)) for c in COLUMNS])
+        self.n_rows += len(rows)
+        atomic_write_text(self.dir / "rows.csv", self._lines.getvalue())
+
+    def finish(self, complete: bool, **extra) -> None:
+        self.meta.update(extra, end_time=_now(), complete=bool(complete))
+        self.write_meta()
+
+
+def _run(cmd: list[str], cwd=None) -> str | None:
+    try:
+        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def git_state(root: Path = REPO_ROOT) -> dict:
+    """``{"sha": ..., "dirty": ...}`` of the checkout holding the code; None when not a git tree."""
+    sha = _run(["git", "rev-parse", "HEAD"], cwd=root)
+    if sha is None:
+        return {"sha": None, "dirty": None}
+    status = _run(["git", "status", "--porcelain"], cwd=root)
+    return {"sha": sha.strip(), "dirty": None if status is None else bool(status.strip())}
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _caches() -> list[dict]:
+    """CPU 0's caches from /sys (level, type, size, line size, sharing)."""
+    out = []
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    for index in sorted(base.glob("index*")):
+        entry = {key: _read(index / name) for key, name in (
+            ("level", "level"), ("type", "type"), ("size", "size"), ("line_size", "coherency_line_size"),
+            ("ways", "ways_of_associativity"), ("shared_cpu_list", "shared_cpu_list"))}
+        out.append(entry)
+    return out
+
+
+def _lscpu() -> dict:
+    text = _run(["lscpu"]) or ""
+    fields = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields[key.strip()] = value.strip()
+    return fields
+
+
+def machine_info() -> dict:
+    """CPU model, core counts, caches, memory and OS, from lscpu, /proc and /sys."""
+    lscpu = _lscpu()
+    model = lscpu.get("Model name")
+    if model is None:
+        cpuinfo = _read(Path("/proc/cpuinfo")) or ""
+        match = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)
+        model = match.group(1) if match else platform.processor() or None
+    mem = _read(Path("/proc/meminfo")) or ""
+    match = re.search(r"^MemTotal:\s*(\d+) kB", mem, re.M)
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count()
+    return {
+        "hostname": platform.node(),
+        "cpu_model": model,
+        "logical_cpus": os.cpu_count(),
+        "usable_cpus": usable,
+        "cores_per_socket": lscpu.get("Core(s) per socket"),
+        "threads_per_core": lscpu.get("Thread(s) per core"),
+        "sockets": lscpu.get("Socket(s)"),
+        "hypervisor": lscpu.get("Hypervisor vendor"),
+        "caches": _caches(),
+        "caches_lscpu": {k: v for k, v in lscpu.items() if k.endswith(" cache")},
+        "mem_total_bytes": int(match.group(1)) * 1024 if match else None,
+        "os": platform.platform(),
+    }
+
+
+def library_versions() -> dict:
+    """Versions of the libraries that shape the numbers (None when not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": sys.version.split()[0], "python_implementation": platform.python_implementation()}
+    for dist in ("numpy", "numba", "llvmlite", "pyperf", "cpprb", "tqdm", "replaybench"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def _convert(column: str, text: str):
+    if text == "":
+        return None
+    if column in _INT_COLUMNS:
+        return int(text)
+    if column in _FLOAT_COLUMNS:
+        return float(text)
+    if column in _BOOL_COLUMNS:
+        return text.lower() == "true"
+    return text
+
+
+def read_rows(run_dir) -> list[dict]:
+    """rows.csv of a run as dicts with typed values (unknown columns kept as strings)."""
+    with open(Path(run_dir) / "rows.csv", newline="") as fh:
+        return [{k: _convert(k, v) for k, v in row.items()} for row in csv.DictReader(fh)]
+
+
+def read_meta(run_dir) -> dict:
+    return json.loads((Path(run_dir) / "meta.json").read_text())

@@ -1,0 +1,195 @@
+"""The micro workloads: what one timed call does, with every input made before timing starts.
+
+A workload runs against a :class:`Target`, the bound entry points of one buffer (a registered
+variant or a peer library), looked up once so that the timed loop does no name lookup or
+dispatch. One timed *call* is:
+
+==============  =====================================================  ==============
+op              one call                                               items per call
+==============  =====================================================  ==============
+empty           a pool lookup only: the timing loop's own cost          1 call
+insert_one      ``add`` of one transition                               1 transition
+insert_batch    ``add`` of ``batch`` transitions                        ``batch``
+sample          ``sample(batch)``: indices, field data and IS weights   ``batch``
+update          ``update_priorities`` of ``batch`` random stored slots  ``batch``
+mixed           a DQN-like step: add ``mixed_adds``, sample ``batch``,  1 iteration
+                update the sampled indices with new priorities
+==============  =====================================================  ==============
+
+Inputs (transition batches, random indices and priorities) come from pools generated in the
+set-up and cycled through with ``pool[i & mask]``, so input RNG is not timed; the generator
+handed to ``sample`` is, because drawing the sampling positions is part of sampling. The
+update pool holds up to 2**20 indices, so at large capacities the tree paths it touches do not
+all stay cached across calls. Before timing, the buffer is filled to capacity in chunks of
+2**16 transitions and every slot gets a random priority (uniform in [0, 1)), so sampling
+descends varied paths; insert ops then overwrite the ring, which stays full.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+__all__ = ["SCHEMAS", "OPS", "OpSpec", "Target", "random_batch", "variant_target", "fill", "make_call",
+           "time_calls"]
+
+#: Transition schemas by name: ``{field: (shape, dtype)}`` as impl.storage takes them.
+SCHEMAS = {
+    # CartPole-v1: 4 floats of state; 16 + 8 + 4 + 16 + 1 = 45 bytes per transition.
+    "cartpole": {
+        "obs": ((4,), "float32"),
+        "action": ((), "int64"),
+        "reward": ((), "float32"),
+        "next_obs": ((4,), "float32"),
+        "done": ((), "bool"),
+    },
+}
+
+FILL_CHUNK = 2**16
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """How one op is counted and shown. ``per_batch``: items per call = the suite's batch."""
+
+    name: str
+    per_batch: bool
+    item: str  # what an item is, for the unit column: "transitions", "iterations", ...
+    scale: float  # summary shows items/s divided by this
+    shown_unit: str
+
+    def items_per_call(self, batch: int) -> int:
+        return batch if self.per_batch else 1
+
+
+OPS = {op.name: op for op in (
+    OpSpec("empty", False, "calls", 1e6, "M calls/s"),
+    OpSpec("insert_one", False, "transitions", 1e3, "K/s"),
+    OpSpec("insert_batch", True, "transitions", 1e6, "M/s"),
+    OpSpec("sample", True, "transitions", 1e6, "M/s"),
+    OpSpec("update", True, "transitions", 1e6, "M/s"),
+    OpSpec("mixed", False, "iterations", 1e3, "K it/s"),
+)}
+
+
+@dataclass(frozen=True)
+class Target:
+    """Bound entry points of one buffer.
+
+    ``add(batch)`` takes a dict of arrays with a leading batch axis; ``sample(n)`` returns a
+    dict holding the sampled slots under ``index_key``; ``update(indices, priorities)`` sets
+    raw priorities; ``fill_add(batch, priorities)`` adds with given priorities (set-up only).
+    Adapters may wrap a timed call in at most one thin Python function.
+    """
+
+    buffer: object
+    add: Callable
+    sample: Callable
+    update: Callable
+    index_key: str
+    fill_add: Callable
+
+
+def random_batch(fields: dict, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """``n`` random transitions matching ``fields``."""
+    out = {}
+    for name, (shape, dtype) in fields.items():
+        shape = (n, *((shape,) if isinstance(shape, int) else shape))
+        dtype = np.dtype(dtype)
+        if dtype.kind == "b":
+            out[name] = rng.random(shape) < 0.5
+        elif dtype.kind in "iu":
+            out[name] = rng.integers(0, 2, shape).astype(dtype)
+        else:
+            out[name] = rng.random(shape).astype(dtype)
+    return out
+
+
+def variant_target(name: str, capacity: int, fields: dict, rng: np.random.Generator) -> Target:
+    """A registered variant with its defaults; ``sample`` draws from ``rng``."""
+    from impl import registry
+
+    buf = registry.create(name, capacity, fields)
+    return Target(buf, buf.add, functools.partial(buf.sample, rng=rng), buf.update_priorities, "indices", buf.add)
+
+
+def fill(target: Target, capacity: int, fields: dict, rng: np.random.Generator) -> None:
+    """Fill the buffer to ``capacity``, each slot with a random priority (not timed)."""
+    chunk = min(capacity, FILL_CHUNK)
+    data = random_batch(fields, chunk, rng)
+    for start in range(0, capacity, chunk):
+        n = min(chunk, capacity - start)
+        target.fill_add(data if n == chunk else {k: v[:n] for k, v in data.items()}, rng.random(n))
+
+
+def _pool_size(wanted: int) -> int:
+    """Largest power of two <= wanted, at least 1 (so ``i & (size - 1)`` cycles the pool)."""
+    return 1 << max(0, int(wanted).bit_length() - 1)
+
+
+def make_call(op: str, target: Target | None, *, capacity: int, fields: dict, batch: int, mixed_adds: int,
+              rng: np.random.Generator) -> Callable[[int], object]:
+    """The function one timed call runs, ``call(i)`` for the i-th call; inputs made here."""
+    if op == "empty":
+        pool = [None] * 16
+
+        def call(i):
+            pool[i & 15]
+
+        return call
+    if target is None:
+        raise ValueError(f"op {op!r} needs a buffer")
+    add, sample, update, key = target.add, target.sample, target.update, target.index_key
+    if op == "insert_one":
+        ones = [random_batch(fields, 1, rng) for _ in range(1024)]
+
+        def call(i):
+            add(ones[i & 1023])
+
+    elif op == "insert_batch":
+        batches = [random_batch(fields, batch, rng) for _ in range(16)]
+
+        def call(i):
+            add(batches[i & 15])
+
+    elif op == "sample":
+
+        def call(i):
+            sample(batch)
+
+    elif op == "update":
+        rows = _pool_size(min(4096, max(64, 4 * capacity // batch)))
+        idx = rng.integers(0, capacity, (rows, batch), dtype=np.int64)
+        prio = rng.random((rows, batch))
+        idx_rows, prio_rows = list(idx), list(prio)
+        mask = rows - 1
+
+        def call(i):
+            j = i & mask
+            update(idx_rows[j], prio_rows[j])
+
+    elif op == "mixed":
+        adds = [random_batch(fields, mixed_adds, rng) for _ in range(16)]
+        prio_rows = list(rng.random((64, batch)))
+
+        def call(i):
+            add(adds[i & 15])
+            out = sample(batch)
+            update(out[key], prio_rows[i & 63])
+
+    else:
+        raise ValueError(f"unknown op {op!r}; known: {', '.join(OPS)}")
+    return call
+
+
+def time_calls(call: Callable[[int], object], loops: int) -> float:
+    """Seconds for ``call(0) ... call(loops - 1)``: the timed region, nothing else."""
+    calls = range(loops)
+    t0 = time.perf_counter()
+    for i in calls:
+        call(i)
+    return time.perf_counter() - t0

@@ -1,0 +1,227 @@
+"""The benchmark harness end to end: list, a quick run, failures, unavailable peers, Ctrl-C.
+
+The runs use the 'quick' suite (capacity 2**10, one worker process per item, fixed loops),
+so each takes seconds once numba's kernels are in the on-disk cache.
+"""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import results, runner, suites, summary
+from impl import registry
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICK_OPS = ["insert_one", "insert_batch", "sample", "update", "mixed"]
+
+
+def bench_cmd(*args, env=None, timeout=180):
+    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def only_run_dir(out: Path) -> Path:
+    dirs = [p for p in out.iterdir() if p.is_dir()]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("results")
+    proc = bench_cmd("run", "--suite", "quick", "--variants", "binary,kary-aligned", "--out", str(out),
+                     "--no-progress")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc, only_run_dir(out)
+
+
+def test_list_shows_every_registered_variant_and_the_peer():
+    proc = bench_cmd("list")
+    assert proc.returncode == 0, proc.stderr
+    names = [line.split()[0] for line in proc.stdout.splitlines()[2:] if line.strip()]
+    assert set(registry.names()) <= set(names)
+    assert "peer:cpprb" in names
+    assert "K=16" in proc.stdout  # parameters are shown
+
+
+def test_quick_run_writes_tidy_rows(quick_run):
+    _, run_dir = quick_run
+    with open(run_dir / "rows.csv", newline="") as fh:
+        reader = csv.DictReader(fh)
+        assert reader.fieldnames == results.COLUMNS
+        raw = list(reader)
+    rows = results.read_rows(run_dir)
+    assert len(rows) == len(raw) > 0
+    assert all(isinstance(json.loads(r["params"]), dict) for r in raw)
+    assert {r["status"] for r in rows} == {"ok"}
+    assert {r["variant"] for r in rows} == {"harness", "binary", "kary-aligned"}
+    settings = suites.load("quick")["pyperf"]
+    per_item = settings["processes"] * settings["values"]
+    for variant in ("binary", "kary-aligned"):
+        for op in QUICK_OPS:
+            mine = [r for r in rows if r["variant"] == variant and r["op"] == op]
+            assert len(mine) == per_item, (variant, op)
+            assert sorted(r["repeat"] for r in mine) == list(range(per_item))
+    for r in rows:
+        assert r["schema_version"] == results.SCHEMA_VERSION
+        assert r["run_id"] == run_dir.name
+        assert r["scenario"] == "micro" and r["policy"] == "none" and r["threads"] == 1
+        assert r["metric"] == "seconds_per_call" and r["unit"] == "s"
+        assert isinstance(r["value"], float) and 0 < r["value"] < 1
+        assert isinstance(r["dirty"], bool) or r["dirty"] is None
+        assert r["loops"] == settings["loops"]
+        if r["variant"] != "harness":
+            assert r["capacity"] == 1024 and r["dtype"] == "float32"
+            assert r["items_per_call"] == {"insert_one": 1, "mixed": 1}.get(r["op"], 256)
+    assert {r["K"] for r in rows if r["variant"] == "kary-aligned"} == {16}
+    assert {r["op"] for r in rows if r["variant"] == "harness"} == {"empty"}
+
+
+def test_quick_run_meta_and_raw_pyperf(quick_run):
+    import pyperf
+
+    _, run_dir = quick_run
+    meta = results.read_meta(run_dir)
+    assert meta["complete"] is True and meta["interrupted"] is False
+    assert meta["run_id"] == run_dir.name and meta["schema_version"] == results.SCHEMA_VERSION
+    for key in ("start_time", "end_time", "command", "git_sha", "dirty", "suite", "pyperf_settings"):
+        assert key in meta, key
+    assert "--suite" in meta["command"] and "quick" in meta["command"]
+    assert meta["machine"]["cpu_model"] and meta["machine"]["logical_cpus"] >= 1
+    assert isinstance(meta["machine"]["caches"], list)
+    for lib in ("numpy", "numba", "pyperf", "cpprb", "python"):
+        assert lib in meta["libraries"]
+    assert meta["items_total"] == meta["items_done"] == 11
+    assert 0 < meta["timing_overhead_s_per_call"] < 1e-5
+    raw = sorted((run_dir / "pyperf").glob("*.json"))
+    assert len(raw) == 11
+    bench = pyperf.Benchmark.load(str(run_dir / "pyperf" / "binary__1024__sample.json"))
+    assert len(bench.get_values()) == 3
+
+
+def test_run_prints_summary_and_summary_command_reprints_it(quick_run):
+    proc, run_dir = quick_run
+    assert "sample: M/s" in proc.stdout and "x binary" in proc.stdout and "Timing-loop overhead" in proc.stdout
+    again = bench_cmd("summary", str(run_dir))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() in proc.stdout
+
+
+FAILING_PLUGIN = '''
+from impl import registry
+
+def failing_buffer(capacity, fields, **params):
+    raise RuntimeError("injected failure for the bench tests")
+
+registry.register("failing", failing_buffer, structure="failing", description="always raises")
+'''
+
+
+def test_failing_variant_is_recorded_and_the_rest_goes_on(tmp_path):
+    # A plug-in variant discovered through the registry's entry-point group, from PYTHONPATH.
+    plugin = tmp_path / "plugin"
+    plugin.mkdir()
+    (plugin / "rb_failing_variant.py").write_text(FAILING_PLUGIN)
+    dist = plugin / "rb_failing_variant-0.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: rb-failing-variant\nVersion: 0.0\n")
+    (dist / "entry_points.txt").write_text(f"[{registry.ENTRY_POINT_GROUP}]\nfailing = rb_failing_variant\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin), str(ROOT)])}
+
+    listed = bench_cmd("list", env=env)
+    assert "failing" in listed.stdout
+
+    out = tmp_path / "results"
+    proc = bench_cmd("run", "--suite", "quick", "--variants", "failing,binary", "--ops", "sample,update",
+                     "--out", str(out), "--no-progress", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = only_run_dir(out)
+    rows = results.read_rows(run_dir)
+    failed = [r for r in rows if r["variant"] == "failing"]
+    assert [(r["op"], r["status"]) for r in failed] == [("sample", "failed"), ("update", "failed")]
+    assert all("RuntimeError: injected failure" in r["error"] for r in failed)
+    assert all(r["value"] is None for r in failed)
+    ok = [r for r in rows if r["variant"] == "binary"]
+    assert {r["op"] for r in ok} == {"sample", "update"} and {r["status"] for r in ok} == {"ok"}
+    meta = results.read_meta(run_dir)
+    assert meta["complete"] is True and meta["items_by_status"]["failed"] == 2
+    assert "Not measured" in proc.stdout and "injected failure" in proc.stdout
+
+
+def test_unavailable_peer_is_recorded_not_dropped(tmp_path, monkeypatch):
+    from bench.peers import cpprb_peer
+
+    def broken():
+        raise ImportError("No module named 'cpprb' (simulated)")
+
+    monkeypatch.setattr(cpprb_peer, "version", broken)
+    suite = suites.load("quick")
+    run_dir = runner.run(suite, variants=["peer:cpprb"], out=tmp_path, progress=False, echo=lambda *a: None)
+    rows = results.read_rows(run_dir)
+    peer_rows = [r for r in rows if r["variant"] == "peer:cpprb"]
+    assert len(peer_rows) == len(suite["ops"])
+    assert {r["status"] for r in peer_rows} == {"unavailable"}
+    assert all("simulated" in r["error"] for r in peer_rows)
+    meta = results.read_meta(run_dir)
+    assert meta["variants"]["peer:cpprb"]["available"] is False
+    assert "unavailable" in summary.format_run(run_dir)
+
+
+def test_unknown_variant_is_an_error_before_anything_runs(tmp_path):
+    proc = bench_cmd("run", "--suite", "quick", "--variants", "no-such-variant", "--out", str(tmp_path))
+    assert proc.returncode == 2
+    assert "no-such-variant" in proc.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_interrupted_run_keeps_finished_items(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--suite", "quick", "--variants", "binary",
+                             "--out", str(tmp_path), "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # wait until at least two items are on disk
+            csvs = list(tmp_path.glob("*/rows.csv"))
+            if csvs and len({r["op"] for r in results.read_rows(csvs[0].parent)}) >= 2:
+                break
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, output
+    run_dir = only_run_dir(tmp_path)
+    meta = results.read_meta(run_dir)
+    assert meta["complete"] is False and meta["interrupted"] is True
+    rows = results.read_rows(run_dir)
+    assert len({r["op"] for r in rows}) >= 2 and {r["status"] for r in rows} == {"ok"}
+    assert meta["items_done"] < meta["items_total"]
+
+
+def test_writer_is_atomic_and_summary_computes_ratios(tmp_path):
+    writer = results.RunWriter(tmp_path, "r1", {"scenario": "micro"})
+    base = {"schema_version": 1, "run_id": "r1", "scenario": "micro", "op": "sample", "capacity": 1024,
+            "metric": "seconds_per_call", "unit": "s", "items_per_call": 256, "status": "ok"}
+    writer.append([{**base, "variant": "binary", "value": 1e-4, "repeat": i} for i in range(3)])
+    writer.append([{**base, "variant": "fast", "value": 5e-5, "repeat": 0}])
+    with pytest.raises(KeyError):
+        writer.append([{**base, "variant": "x", "no_such_column": 1}])
+    with pytest.raises(ValueError):
+        writer.append([{**base, "variant": "x", "status": "weird"}])
+    assert not list(tmp_path.glob("r1/.*tmp"))  # no temp files left behind
+    assert results.read_meta(tmp_path / "r1")["complete"] is False
+    writer.finish(True)
+    assert results.read_meta(tmp_path / "r1")["complete"] is True
+    stats = summary.summarize(results.read_rows(tmp_path / "r1"))
+    assert stats[("sample", 1024, "binary")]["median"] == pytest.approx(256 / 1e-4)
+    text = summary.format_run(tmp_path / "r1")
+    fast_line = next(line for line in text.splitlines() if " fast " in line)
+    assert fast_line.split()[-1] == "2.00"  # twice binary's throughput

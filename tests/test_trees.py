@@ -1,0 +1,589 @@
+"""Every array-backed sum tree against the O(N) oracle, plus layout unit tests.
+
+The parity test is a hypothesis state machine: batches of updates (zeros, duplicates, bad
+entries) and rebuilds are applied to a tree and to ReferenceSumTree, and after every step the
+leaves, the minimum, the total (within the drift bound of impl/trees/array_trees.py) and
+prefix-sum searches are compared.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from impl.trees import (
+    AlignedKarySumTree,
+    BinarySumTree,
+    BlockedBinarySumTree,
+    KarySumTree,
+    ReferenceSumTree,
+    SumTree,
+)
+from impl.trees.layouts import BLOCK_DEPTHS, BLOCK_SLOTS, CACHE_LINE
+
+from _support import (
+    ARRAY_FACTORIES,
+    ARRAY_IDS,
+    DTYPES,
+    LAYOUT_FACTORIES,
+    LAYOUT_IDS,
+    TREE_FACTORIES,
+    TREE_IDS,
+    UNIT_ROUNDOFF,
+    rounding_slack,
+)
+
+CAPACITIES = [1, 2, 3, 17, 100, 257]
+
+# Zeros, round values that produce exact ties on prefix-sum boundaries, float32 values, any
+# doubles (rounded when a float32 tree stores them), and positive values so small that a
+# float32 tree stores them as subnormals or as 0 (which must then count as zero everywhere).
+PRIORITY = st.one_of(
+    st.just(0.0),
+    st.sampled_from([0.5, 1.0, 2.0, 3.0]),
+    st.floats(min_value=2.0**-10, max_value=1e4, width=32, allow_subnormal=False),
+    st.floats(min_value=0.0, max_value=1e4),
+    st.floats(min_value=1e-60, max_value=1e-37),
+)
+
+
+def addr(lay, d, j):
+    """Slot of node ``j`` at depth ``d`` (the address-table formula of impl.trees.kernels)."""
+    return int(lay[d, 0]) + ((j >> int(lay[d, 1])) << int(lay[d, 2])) + (j & int(lay[d, 3]))
+
+
+def all_nodes(tree):
+    """(depth, j, slot) for every node of an array tree."""
+    lay, K = tree._lay, tree.K
+    for d in range(lay.shape[0]):
+        for j in range(K**d):
+            yield d, j, addr(lay, d, j)
+
+
+# --------------------------------------------------------------------------------------------
+# Parity with the oracle (stateful)
+# --------------------------------------------------------------------------------------------
+
+
+class TreeParity(RuleBasedStateMachine):
+    """Runs one tree configuration against ReferenceSumTree. Subclassed per configuration."""
+
+    factory = None
+    dtype = None
+
+    @initialize(capacity=st.sampled_from(CAPACITIES))
+    def setup(self, capacity):
+        # No automatic resum: rebuilds happen only through the rule below, so the drift bound
+        # can be checked with an exact count of updates since the last rebuild.
+        self.tree = type(self).factory(capacity, type(self).dtype, resum_every=10**12)
+        assert isinstance(self.tree, SumTree)
+        self.ref = ReferenceSumTree(capacity)
+        self.cap = capacity
+        self.unit = UNIT_ROUNDOFF[self.tree.dtype]
+        self.since_rebuild = 0
+        self.t_max = 0.0
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def exact_total(self):
+        return math.fsum(self.ref.leaves())
+
+    def tolerance(self):
+        """Documented bound on |stored - exact| for any node or prefix of the tree, with slack
+        for the float64 arithmetic of the search itself."""
+        return 2.0 * (self.since_rebuild + rounding_slack(self.tree) + 1) * self.unit * self.t_max + 1e-300
+
+    def note_batch(self, idx, vals):
+        """Track the largest exact total held at any point inside a batch (applied in order)."""
+        leaves = self.ref.leaves()
+        total = math.fsum(leaves)
+        for i, v in zip(idx, vals):
+            total += v - leaves[i]
+            leaves[i] = v
+            self.t_max = max(self.t_max, total)
+        self.since_rebuild += len(idx)
+
+    def stored(self, vals):
+        """``vals`` as the tree's dtype holds them: the oracle is given exactly these."""
+        return np.asarray(vals, dtype=np.float64).astype(self.tree.dtype).astype(np.float64)
+
+    def apply(self, idx, vals, n_valid=None):
+        idx = np.asarray(idx, dtype=np.int64)
+        vals = np.asarray(vals, dtype=np.float64)
+        self.note_batch(idx, self.stored(vals))
+        got = self.tree.update(idx, vals, n_valid=n_valid)
+        self.ref.update(idx, self.stored(vals), n_valid=n_valid)
+        assert got == (vals.max() if vals.size else 0.0), "update() must return the largest value set"
+
+    # -- rules --------------------------------------------------------------------------------
+
+    @rule(batch=st.lists(st.tuples(st.integers(0, 10**6), PRIORITY), max_size=24))
+    def update(self, batch):
+        self.apply([i % self.cap for i, _ in batch], [p for _, p in batch])
+
+    @rule(i=st.integers(0, 10**6), values=st.lists(PRIORITY, min_size=2, max_size=6))
+    def update_duplicates(self, i, values):
+        """The same leaf several times in one batch: the last value wins."""
+        i %= self.cap
+        self.apply([i] * len(values), values)
+        assert self.tree.get([i])[0] == self.stored(values)[-1]
+
+    @rule(batch=st.lists(st.tuples(st.integers(0, 10**6), PRIORITY), min_size=1, max_size=8),
+          extra=st.integers(0, 10**6))
+    def update_with_n_valid(self, batch, extra):
+        idx = [i % self.cap for i, _ in batch]
+        n_valid = max(idx) + 1 + extra % (self.cap - max(idx))
+        self.apply(idx, [p for _, p in batch], n_valid=n_valid)
+
+    @precondition(lambda self: hasattr(self.tree, "fill"))
+    @rule(start=st.integers(0, 10**6), count=st.integers(0, 300), p=PRIORITY)
+    def fill(self, start, count, p):
+        """The ring-buffer insert: ``count`` leaves from ``start`` on, wrapping, set to ``p``."""
+        start %= self.cap
+        count %= self.cap + 1
+        idx = (start + np.arange(count)) % self.cap
+        self.note_batch(idx, self.stored(np.full(count, p)))
+        self.tree.fill(start, count, p)
+        self.ref.update(idx, self.stored(p)[()])
+
+    @rule(i=st.integers(0, 10**6))
+    def set_zero(self, i):
+        self.apply([i % self.cap], [0.0])
+
+    @rule(batch=st.lists(st.tuples(st.integers(0, 10**6), PRIORITY), min_size=1, max_size=8),
+          pos=st.integers(0, 10**6),
+          bad=st.sampled_from(["index_high", "index_far", "index_negative", "n_valid",
+                               "nan", "inf", "-inf", "negative"]))
+    def update_rejected(self, batch, pos, bad):
+        """A batch with one bad entry raises an error naming it and changes nothing."""
+        idx = [i % self.cap for i, _ in batch]
+        vals = [p for _, p in batch]
+        pos %= len(idx)
+        n_valid = None
+        if bad == "index_high":
+            idx[pos] = self.cap
+        elif bad == "index_far":
+            idx[pos] = self.cap + 12345
+        elif bad == "index_negative":
+            idx[pos] = -1
+        elif bad == "n_valid":
+            n_valid = self.cap - 1
+            if n_valid == 0:
+                pos = 0  # every index is out of range, so the first is reported
+            else:
+                idx = [min(i, n_valid - 1) for i in idx]
+            idx[pos] = self.cap - 1
+        else:
+            vals[pos] = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf, "negative": -0.25}[bad]
+        before = (self.tree.leaves(), self.tree.total(), self.tree.min())
+        if bad.startswith("index") or bad == "n_valid":
+            with pytest.raises(IndexError, match=rf"indices\[{pos}\] = {idx[pos]}\b"):
+                self.tree.update(idx, vals, n_valid=n_valid)
+        else:
+            shown = {"nan": "nan", "inf": "inf", "-inf": "-inf", "negative": "-0.25"}[bad]
+            with pytest.raises(ValueError, match=rf"priorities\[{pos}\] = {shown} "):
+                self.tree.update(idx, vals, n_valid=n_valid)
+        after = (self.tree.leaves(), self.tree.total(), self.tree.min())
+        np.testing.assert_array_equal(before[0], after[0])
+        assert before[1:] == after[1:]
+
+    @rule()
+    def rebuild(self):
+        self.tree.rebuild()
+        self.since_rebuild = 0
+        self.t_max = self.exact_total()
+
+    @rule(fractions=st.lists(st.floats(0.0, 1.0, exclude_max=True), min_size=1, max_size=16))
+    def find_fractions(self, fractions):
+        total = self.tree.total()
+        self.check_find(np.asarray(fractions) * max(total, 0.0))
+
+    @rule()
+    def find_on_boundaries(self):
+        """u exactly on each prefix sum S(i), and just below and above it."""
+        cum = np.cumsum(self.ref.leaves())
+        us = np.concatenate([cum, np.nextafter(cum, -np.inf), np.nextafter(cum, np.inf)])
+        us = us[(us >= 0) & (us < self.tree.total())]
+        if us.size:
+            self.check_find(us)
+
+    @precondition(lambda self: self.exact_total() > self.tolerance())
+    @rule(n=st.integers(1, 300), seed=st.integers(0, 2**32 - 1), stratified=st.booleans())
+    def sample(self, n, seed, stratified):
+        if self.tolerance() * n > 0.25 * self.exact_total():
+            # Drift (resum is off here) may exceed a whole stratum; then a stratum past the
+            # positive mass cannot be redrawn within itself and sample() raises. The trees'
+            # resum trigger prevents that state with default settings (see test_drift.py).
+            return
+        idx, prio = self.tree.sample(n, np.random.default_rng(seed), stratified=stratified)
+        leaves = self.ref.leaves()
+        assert idx.shape == prio.shape == (n,)
+        assert idx.dtype == np.int64
+        assert ((idx >= 0) & (idx < self.cap)).all()
+        np.testing.assert_array_equal(prio, leaves[idx])
+        assert (prio > 0).all(), "a zero-priority leaf was sampled"
+
+    # -- checks -------------------------------------------------------------------------------
+
+    def check_find(self, us):
+        us = np.asarray(us, dtype=np.float64)
+        got_idx, got_prio = self.tree.find(us)
+        want_idx, _ = self.ref.find(us)
+        leaves = self.ref.leaves()
+        cum = np.cumsum(leaves)
+        starts = cum - leaves
+        tol = self.tolerance()
+        assert got_idx.dtype == np.int64 and got_idx.shape == us.shape
+        for u, gi, gp, wi in zip(us, got_idx, got_prio, want_idx):
+            if gi >= 0:
+                assert gi < self.cap
+                assert gp == leaves[gi] and gp > 0, f"find returned leaf {gi} with priority {gp}"
+            else:
+                assert gp == 0.0
+            if gi == wi:
+                continue
+            # Rounding may move u across a prefix-sum boundary, never further.
+            near = np.min(np.abs(cum - u)) if cum.size else math.inf
+            assert near <= tol, (
+                f"find({u!r}) = {gi}, oracle says {wi}; nearest prefix-sum boundary is "
+                f"{near:.3g} away (tolerance {tol:.3g})")
+            if gi >= 0:
+                assert starts[gi] - tol <= u < cum[gi] + tol, (u, gi, starts[gi], cum[gi], tol)
+
+    @invariant()
+    def leaves_match(self):
+        if not hasattr(self, "tree"):
+            return
+        got = self.tree.leaves()
+        assert got.dtype == np.float64 and got.shape == (self.cap,)
+        np.testing.assert_array_equal(got, self.ref.leaves())
+
+    @invariant()
+    def min_matches(self):
+        if hasattr(self, "tree"):
+            assert self.tree.min() == self.ref.min()
+
+    @invariant()
+    def total_within_drift_bound(self):
+        if hasattr(self, "tree"):
+            err = abs(self.tree.total() - self.exact_total())
+            assert err <= self.tolerance() / 2, (err, self.tolerance() / 2)
+
+
+PARITY_SETTINGS = settings(
+    max_examples=30,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("factory", TREE_FACTORIES, ids=TREE_IDS)
+def test_parity_with_reference(factory, dtype):
+    machine = type("TreeParity_" + dtype, (TreeParity,), {"factory": staticmethod(factory), "dtype": dtype})
+    run_state_machine_as_test(machine, settings=PARITY_SETTINGS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("factory", TREE_FACTORIES, ids=TREE_IDS)
+def test_parity_with_reference_thorough(factory, dtype):
+    machine = type("TreeParity_" + dtype, (TreeParity,), {"factory": staticmethod(factory), "dtype": dtype})
+    run_state_machine_as_test(machine, settings=settings(PARITY_SETTINGS, max_examples=300,
+                                                         stateful_step_count=50))
+
+
+# --------------------------------------------------------------------------------------------
+# Direct checks that do not need the state machine
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("factory", TREE_FACTORIES, ids=TREE_IDS)
+@pytest.mark.parametrize("capacity", CAPACITIES)
+def test_random_batches_match_reference(factory, dtype, capacity, rng):
+    """A quick deterministic parity check with a full search sweep (also fast to debug)."""
+    tree, ref = factory(capacity, dtype), ReferenceSumTree(capacity)
+    updates, t_max = 0, 0.0
+    for _ in range(20):
+        n = int(rng.integers(0, 3 * capacity + 1))
+        idx = rng.integers(0, capacity, n)
+        vals = rng.random(n).astype(np.float32).astype(np.float64)
+        vals[rng.random(n) < 0.3] = 0.0
+        t_max = max(t_max, ref.total() + vals.sum())  # bounds every total held in the batch
+        assert tree.update(idx, vals) == ref.update(idx, vals)
+        updates += n
+    np.testing.assert_array_equal(tree.leaves(), ref.leaves())
+    assert tree.min() == ref.min()
+    # The documented drift bound (impl/trees/array_trees.py), plus one rebuild's rounding.
+    bound = (updates + rounding_slack(tree)) * UNIT_ROUNDOFF[tree.dtype] * t_max
+    assert abs(tree.total() - math.fsum(ref.leaves())) <= bound
+    # Midpoints of each positive leaf's interval are far from every boundary: indices must agree.
+    leaves = ref.leaves()
+    cum = np.cumsum(leaves)
+    mids = (cum - leaves / 2)[leaves > 0]
+    got, prio = tree.find(mids)
+    np.testing.assert_array_equal(got, np.flatnonzero(leaves > 0))
+    np.testing.assert_array_equal(prio, leaves[leaves > 0])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("factory", TREE_FACTORIES, ids=TREE_IDS)
+def test_eps_and_alpha(factory, dtype):
+    tree = factory(17, dtype)
+    idx = np.array([0, 3, 16, 5])
+    raw = np.array([0.0, 1.0, 2.5, 9.0])
+    pmax = tree.update(idx, raw, eps=0.01, alpha=0.6)
+    want = (raw + 0.01) ** 0.6
+    rtol = 1e-6 if dtype == "float32" else 1e-13
+    np.testing.assert_allclose(tree.get(idx), want, rtol=rtol)
+    assert pmax == pytest.approx(want.max(), rel=1e-12)
+    assert tree.min() == pytest.approx(want.min(), rel=rtol)
+    assert tree.total() == pytest.approx(want.sum(), rel=rtol)
+    # alpha = 0 makes every updated leaf 1, including a zero priority (0 + eps) ** 0.
+    tree.update(idx, raw, eps=0.01, alpha=0.0)
+    np.testing.assert_array_equal(tree.get(idx), 1.0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("factory", TREE_FACTORIES, ids=TREE_IDS)
+def test_empty_tree(factory, dtype, rng):
+    tree = factory(5, dtype)
+    assert tree.total() == 0.0
+    assert tree.min() == math.inf
+    np.testing.assert_array_equal(tree.leaves(), np.zeros(5))
+    idx, prio = tree.find(np.array([0.0, 0.5]))
+    np.testing.assert_array_equal(idx, [-1, -1])
+    np.testing.assert_array_equal(prio, [0.0, 0.0])
+    with pytest.raises(ValueError, match="total priority is 0"):
+        tree.sample(4, rng)
+    assert tree.update([], []) == 0.0  # an empty batch is a no-op
+    tree.update([2], [1.5])
+    tree.update([2], [0.0])
+    assert tree.min() == math.inf, "a leaf set back to zero must leave the minimum"
+    with pytest.raises(ValueError, match="total priority is 0"):
+        tree.sample(4, rng)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("factory", TREE_FACTORIES, ids=TREE_IDS)
+def test_priorities_that_round_to_zero_count_as_zero(factory, dtype, rng):
+    """A positive priority below the dtype's smallest subnormal is stored as 0: it must not
+    become the minimum (min() is the smallest *positive* leaf, the weights' normaliser)."""
+    tree = factory(17, dtype)
+    tiny = 1e-50 if tree.dtype == np.float32 else 1e-330  # 1e-330 is itself 0.0 in float64
+    tree.update([0, 5, 9], [tiny, 2.0, 3.0])
+    assert tree.get([0])[0] == 0.0
+    assert tree.min() == 2.0
+    tree.fill(10, 4, tiny) if hasattr(tree, "fill") else tree.update(np.arange(10, 14), tiny)
+    assert tree.min() == 2.0
+    idx, _ = tree.sample(1000, rng)
+    assert set(idx.tolist()) <= {5, 9}
+    tree.rebuild()  # rebuild agrees
+    assert tree.min() == 2.0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("factory", TREE_FACTORIES + [lambda cap, dtype: ReferenceSumTree(cap)],
+                         ids=TREE_IDS + ["reference"])
+def test_n_valid_never_extends_past_capacity(factory, dtype):
+    """n_valid narrows the valid range; a larger one must not let writes past the leaves
+    (padding leaves would become sampleable, or memory past the array be written)."""
+    tree = factory(5, dtype)
+    tree.update([1], [2.0])
+    for index in (5, 7, 8, 10**6):
+        with pytest.raises(IndexError, match=rf"indices\[0\] = {index} is out of range: valid indices are 0 \.\. 4"):
+            tree.update([index], [1.0], n_valid=10**7)
+        np.testing.assert_array_equal(tree.leaves(), [0, 2, 0, 0, 0])
+        assert tree.total() == 2.0
+    idx, _ = tree.find(np.array([1.0, 1.999]))
+    np.testing.assert_array_equal(idx, [1, 1])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("factory", TREE_FACTORIES, ids=TREE_IDS)
+def test_get_checks_indices(factory, dtype):
+    tree = factory(6, dtype)
+    with pytest.raises(IndexError, match=r"indices\[1\] = 6\b"):
+        tree.get([0, 6])
+    with pytest.raises(IndexError, match=r"indices\[0\] = -1\b"):
+        tree.get([-1])
+
+
+@pytest.mark.parametrize("stratified", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("factory", ARRAY_FACTORIES, ids=ARRAY_IDS)
+def test_inflated_inner_sums_never_yield_zero_leaves(factory, dtype, stratified, rng):
+    """White-box: make the stored root larger than its leaves, as drift can. Searches past the
+    positive mass return -1, sample() redraws them, rebuilds the tree when redraws keep
+    missing, and gives up loudly when even that cannot help."""
+    tree = factory(4, dtype)
+    tree.update([0], [1.0])
+    tree._sums[tree._root] = 2.0
+    idx, prio = tree.find(np.array([0.5, 1.5]))
+    np.testing.assert_array_equal(idx, [0, -1])
+    np.testing.assert_array_equal(prio, [1.0, 0.0])
+    # Plain draws past the positive mass are redrawn anywhere; stratified ones within their
+    # stratum, so the phantom mass must be smaller than a stratum (as real drift is).
+    tree._sums[tree._root] = 2.0 if not stratified else 1.002
+    idx, prio = tree.sample(2000 if not stratified else 100, rng, stratified=stratified)
+    np.testing.assert_array_equal(idx, 0)
+    np.testing.assert_array_equal(prio, 1.0)
+    # Hopeless phantom mass: after a few redraw rounds sample() rebuilds the tree itself.
+    tree._sums[tree._root] = 1e30
+    np.testing.assert_array_equal(tree.sample(100, rng, stratified=stratified)[0], 0)
+    assert tree.total() == 1.0
+    # ...and if even that cannot help, it gives up loudly instead of looping.
+    tree._sums[tree._root] = 1e30
+    tree.rebuild = lambda: None
+    with pytest.raises(RuntimeError, match="rebuild"):
+        tree.sample(100, rng, stratified=stratified)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("factory", TREE_FACTORIES, ids=TREE_IDS)
+def test_rebuild_restores_consistency(factory, dtype, rng):
+    tree, ref = factory(257, dtype), ReferenceSumTree(257)
+    for _ in range(50):
+        idx = rng.integers(0, 257, 64)
+        vals = (rng.random(64) * 10.0**rng.integers(-3, 4, 64)).astype(np.float32).astype(np.float64)
+        tree.update(idx, vals)
+        ref.update(idx, vals)
+    tree.rebuild()
+    np.testing.assert_array_equal(tree.leaves(), ref.leaves())
+    bound = rounding_slack(tree) * UNIT_ROUNDOFF[tree.dtype] * ref.total()
+    assert abs(tree.total() - math.fsum(ref.leaves())) <= bound
+    assert tree.min() == ref.min()
+
+
+# --------------------------------------------------------------------------------------------
+# Layouts
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("factory", LAYOUT_FACTORIES, ids=LAYOUT_IDS)
+@pytest.mark.parametrize("capacity", [1, 2, 3, 17, 100, 257, 4097])
+def test_layout_is_injective_and_in_bounds(factory, dtype, capacity):
+    tree = factory(capacity, dtype)
+    K, D = tree.K, tree.depth
+    assert K**D >= capacity and (D == 0 or K ** (D - 1) < capacity), "depth is not minimal"
+    slots = [slot for _, _, slot in all_nodes(tree)]
+    assert len(set(slots)) == len(slots), "two nodes share a slot"
+    assert min(slots) >= 0 and max(slots) < tree._sums.shape[0]
+    assert tree._sums.dtype == np.dtype(dtype) and tree._mins.dtype == np.dtype(dtype)
+    # The children of each node are K slots `stride` apart, as the kernels assume.
+    lay = tree._lay
+    for d in range(D):
+        for j in range(K**d):
+            first = addr(lay, d + 1, j * K)
+            for k in range(K):
+                assert addr(lay, d + 1, j * K + k) == first + k * int(lay[d + 1, 4])
+
+
+@pytest.mark.parametrize("capacity", [17, 100, 257, 4097, 70000])
+def test_aligned_k16_float32_sibling_groups_fill_cache_lines(capacity):
+    tree = AlignedKarySumTree(capacity, K=16, dtype="float32")
+    base = tree._sums.ctypes.data
+    assert base % CACHE_LINE == 0 and tree._mins.ctypes.data % CACHE_LINE == 0
+    for d in range(1, tree.depth + 1):
+        for g in range(16 ** (d - 1)):
+            first = addr(tree._lay, d, g * 16)
+            last = addr(tree._lay, d, g * 16 + 15)
+            assert (base + 4 * first) % CACHE_LINE == 0, f"group {g} at depth {d} is not line-aligned"
+            assert last == first + 15  # the whole group is that one line
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("K", [2, 4, 16, 32])
+def test_aligned_groups_never_straddle_lines(K, dtype):
+    tree = AlignedKarySumTree(1000, K=K, dtype=dtype)
+    size = np.dtype(dtype).itemsize
+    base = tree._sums.ctypes.data
+    assert base % CACHE_LINE == 0
+    for d in range(1, tree.depth + 1):
+        for g in range(K ** (d - 1)):
+            start = base + size * addr(tree._lay, d, g * K)
+            end = start + K * size  # one past the group
+            if K * size <= CACHE_LINE:
+                assert start // CACHE_LINE == (end - 1) // CACHE_LINE, (d, g)
+            else:
+                assert start % CACHE_LINE == 0, (d, g)
+
+
+@pytest.mark.parametrize("capacity", [257, 4097])
+def test_kary_unpadded_groups_straddle_lines(capacity):
+    """The unaligned baseline really is unaligned (else the benchmark compares nothing)."""
+    tree = KarySumTree(capacity, K=16, dtype="float32")
+    base = tree._sums.ctypes.data
+    starts = [base + 4 * addr(tree._lay, d, g * 16)
+              for d in range(1, tree.depth + 1) for g in range(16 ** (d - 1))]
+    misaligned = sum(s % CACHE_LINE != 0 for s in starts)
+    assert misaligned > len(starts) // 2, f"only {misaligned} of {len(starts)} groups are misaligned"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("capacity", [1, 2, 3, 16, 17, 100, 257, 4096, 4097, 2**15 + 1])
+def test_blocked_layout_packs_four_level_subtrees_into_blocks(capacity, dtype):
+    tree = BlockedBinarySumTree(capacity, dtype=dtype)
+    lay, H = tree._lay, tree.depth
+    assert tree._sums.ctypes.data % CACHE_LINE == 0
+    assert tree._sums.shape[0] % BLOCK_SLOTS == 0
+    # Depths are cut into groups of four counted up from the leaves; the top group may be short.
+    groups = {}
+    for d in range(H + 1):
+        groups.setdefault((H - d) // BLOCK_DEPTHS, []).append(d)
+    assert all(len(g) == BLOCK_DEPTHS for k, g in groups.items() if k < max(groups))
+    seen_blocks = set()
+    for depths in groups.values():
+        t, bottom = min(depths), max(depths)
+        for j in range(2**t):
+            block = addr(lay, t, j) // BLOCK_SLOTS
+            assert block not in seen_blocks, "two subtrees share a block"
+            seen_blocks.add(block)
+            in_block = set()
+            for d in range(t, bottom + 1):
+                for jj in range(j << (d - t), (j + 1) << (d - t)):
+                    slot = addr(lay, d, jj)
+                    assert slot // BLOCK_SLOTS == block, (
+                        f"node ({d}, {jj}) of the subtree at ({t}, {j}) lies outside its block")
+                    assert slot % BLOCK_SLOTS != 0, "slot 0 of a block is reserved"
+                    in_block.add(slot)
+            assert len(in_block) == 2 ** (bottom - t + 1) - 1
+    assert len(seen_blocks) * BLOCK_SLOTS == tree._sums.shape[0], "unused blocks allocated"
+
+
+def test_blocked_16_slot_blocks_are_cache_lines_at_float32():
+    tree = BlockedBinarySumTree(4096, dtype="float32")
+    assert BLOCK_SLOTS * tree._sums.itemsize == CACHE_LINE
+    base = tree._sums.ctypes.data
+    H = tree.depth
+    # A leaf's group: its 8-leaf bottom level and the three levels above share one line.
+    for j in range(0, 2**H, 8):
+        lines = {(base + 4 * addr(tree._lay, H - k, j >> k)) // CACHE_LINE for k in range(4)}
+        assert len(lines) == 1
+
+
+@pytest.mark.parametrize("cls", [BinarySumTree, BlockedBinarySumTree])
+def test_binary_trees_have_k2(cls):
+    assert cls(10).K == 2
+
+
+@pytest.mark.parametrize("K", [2, 3, 5, 16, 64])
+def test_kary_branching_factor(K):
+    tree = KarySumTree(1000, K=K)
+    assert tree.K == K
+    assert tree._lay.shape[0] == tree.depth + 1
