@@ -99,11 +99,16 @@ class ColumnarStorage:
         ``n`` must be <= capacity; the caller keeps only the newest ``capacity`` rows.
         """
         first = min(n, self.capacity - start)
+        columns = self.columns
+        if first == n:  # no wrap-around: one slice assignment per field (the hot path)
+            end = start + n
+            for name, arr in arrays.items():
+                columns[name][start:end] = arr
+            return
         for name, arr in arrays.items():
-            col = self.columns[name]
+            col = columns[name]
             col[start : start + first] = arr[:first]
-            if first < n:
-                col[: n - first] = arr[first:n]
+            col[: n - first] = arr[first:n]
 
     def gather(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         """Copies of the rows at ``indices`` (unchecked). Cost: O(len(indices) * row bytes)."""

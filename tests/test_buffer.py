@@ -123,8 +123,8 @@ def test_capacities_that_are_not_powers_of_k(name):
 def test_k_parameter(name, K):
     try:
         buf = registry.create(name, capacity=70, fields=ID_FIELDS, K=K)
-    except ValueError as err:
-        assert "power of 2" in str(err) and K & (K - 1)
+    except ValueError as err:  # a layout may refuse some K, saying which and why
+        assert f"K must be" in str(err) and repr(K) in str(err)
         return
     assert buf.tree.K == K
     buf2 = registry.create(name, capacity=70, fields=ID_FIELDS, K=K, eps=0.0, alpha=1.0)

@@ -293,7 +293,7 @@ def test_create_rejects_unknown_variant():
 @pytest.mark.parametrize("K", [1, 0, -2, 65, 128, 16.0, True, "16"])
 @pytest.mark.parametrize("name", [n for n in PRIORITIZED if takes_param(n, "K")])
 def test_create_rejects_k_out_of_range(name, K):
-    with pytest.raises(ValueError, match=rf"K must be an integer from 2 to 64, got {re.escape(repr(K))}"):
+    with pytest.raises(ValueError, match=rf"K must be an integer from 2 to \d+, got {re.escape(repr(K))}"):
         registry.create(name, capacity=CAPACITY, fields=FIELDS, K=K)
 
 

@@ -245,3 +245,21 @@ def test_plugin_variant_gets_the_conformance_suite(tmp_path):
                                   *files], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert " passed" in proc.stdout and "failed" not in proc.stdout
+
+
+def test_readme_one_file_variant_example_works(scratch_registry):
+    """The README's "one file" example, run as written: it registers and behaves like a tree."""
+    readme = (REPO / "README.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in readme.split("```python\n")[1:]]
+    example = next(b for b in blocks if "# impl/variants/" in b)
+    namespace = {"__name__": "impl.variants.readme_example"}
+    exec(compile(example, "README.md", "exec"), namespace)
+    (name,) = [n for n in scratch_registry.names() if registry.get(n).origin == "impl.variants.readme_example"]
+    buf = scratch_registry.create(name, capacity=1000, fields=FIELDS, alpha=1.0, eps=0.0)
+    priorities = np.random.default_rng(1).random(1000)
+    buf.add({"id": np.arange(1000)}, priorities=priorities)
+    assert np.isclose(buf.tree.total(), priorities.sum(), rtol=1e-5)
+    ref = ReferenceSumTree(1000)
+    ref.update(np.arange(1000), buf.tree.leaves())
+    us = np.random.default_rng(2).random(500) * ref.total()
+    assert (buf.tree.find(us)[0] == ref.find(us)[0]).mean() > 0.99

@@ -7,6 +7,8 @@ from .array_trees import (
     BlockedBinarySumTree,
     KarySumTree,
     PrefixKarySumTree,
+    check_capacity,
+    check_K,
 )
 from .base import SumTree
 from .reference import ReferenceSumTree
@@ -20,4 +22,6 @@ __all__ = [
     "BlockedBinarySumTree",
     "PrefixKarySumTree",
     "ReferenceSumTree",
+    "check_capacity",
+    "check_K",
 ]

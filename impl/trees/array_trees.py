@@ -29,13 +29,14 @@ import numpy as np
 from . import kernels, layouts, prefix_kernels
 from .base import SumTree, as_indices, as_priorities, raise_for_status
 
-__all__ = ["ArraySumTree", "BinarySumTree", "KarySumTree", "AlignedKarySumTree", "BlockedBinarySumTree",
+__all__ = ["check_capacity", "check_K", "ArraySumTree", "BinarySumTree", "KarySumTree", "AlignedKarySumTree", "BlockedBinarySumTree",
            "PrefixKarySumTree"]
 
 _DTYPES = {"float32": np.float32, "float64": np.float64}
 
 
-def _check_capacity(capacity) -> int:
+def check_capacity(capacity) -> int:
+    """``capacity`` as an int, or a ValueError naming it: for tree constructors."""
     if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
         raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
     return int(capacity)
@@ -48,9 +49,10 @@ def _check_dtype(dtype) -> np.dtype:
     return np.dtype(_DTYPES[name])
 
 
-def _check_K(K, power_of_two: bool) -> int:
-    if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or not 2 <= K <= 64:
-        raise ValueError(f"K must be an integer from 2 to 64, got {K!r}")
+def check_K(K, power_of_two: bool = False, high: int = 64) -> int:
+    """``K`` as an int in ``2 .. high`` (a power of 2 if asked), or a ValueError naming it."""
+    if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or not 2 <= K <= high:
+        raise ValueError(f"K must be an integer from 2 to {high}, got {K!r}")
     if power_of_two and not layouts.is_power_of_two(int(K)):
         raise ValueError(f"K must be a power of 2 for this layout (cache-line alignment), got {K!r}")
     return int(K)
@@ -157,7 +159,7 @@ class BinarySumTree(ArraySumTree):
     """Binary sum tree, the classic 1-indexed heap (node i's children are 2i and 2i+1)."""
 
     def __init__(self, capacity: int, dtype="float32", resum_every=None):
-        capacity = _check_capacity(capacity)
+        capacity = check_capacity(capacity)
         lay, size = layouts.level_order(capacity, 2, padded=True)
         super().__init__(capacity, 2, lay, size, dtype, resum_every)
 
@@ -170,8 +172,8 @@ class KarySumTree(ArraySumTree):
     """
 
     def __init__(self, capacity: int, K: int = 16, dtype="float32", resum_every=None):
-        capacity = _check_capacity(capacity)
-        K = _check_K(K, power_of_two=False)
+        capacity = check_capacity(capacity)
+        K = check_K(K, power_of_two=False)
         lay, size = layouts.level_order(capacity, K, padded=False)
         super().__init__(capacity, K, lay, size, dtype, resum_every)
 
@@ -184,8 +186,8 @@ class AlignedKarySumTree(ArraySumTree):
     """
 
     def __init__(self, capacity: int, K: int = 16, dtype="float32", resum_every=None):
-        capacity = _check_capacity(capacity)
-        K = _check_K(K, power_of_two=True)
+        capacity = check_capacity(capacity)
+        K = check_K(K, power_of_two=True)
         lay, size = layouts.level_order(capacity, K, padded=True)
         super().__init__(capacity, K, lay, size, dtype, resum_every)
 
@@ -195,7 +197,7 @@ class BlockedBinarySumTree(ArraySumTree):
     float32), so a descent touches about one line per four levels."""
 
     def __init__(self, capacity: int, dtype="float32", resum_every=None):
-        capacity = _check_capacity(capacity)
+        capacity = check_capacity(capacity)
         lay, size = layouts.blocked(capacity)
         super().__init__(capacity, 2, lay, size, dtype, resum_every)
 
@@ -207,8 +209,8 @@ class PrefixKarySumTree(ArraySumTree):
     _kernels = prefix_kernels
 
     def __init__(self, capacity: int, K: int = 16, dtype="float32", resum_every=None):
-        capacity = _check_capacity(capacity)
-        K = _check_K(K, power_of_two=True)
+        capacity = check_capacity(capacity)
+        K = check_K(K, power_of_two=True)
         lay, size = layouts.level_order(capacity, K, padded=True)
         lay, size = layouts.with_leaf_row(lay, size, K)
         super().__init__(capacity, K, lay, size, dtype, resum_every)
