@@ -1,7 +1,9 @@
-"""The four array-backed sum trees: binary, K-ary, cache-aligned K-ary, cache-blocked binary.
+"""The array-backed sum trees: binary, K-ary, cache-aligned K-ary, cache-blocked binary, and
+the cache-aligned K-ary tree with running sums in each sibling group (prefix).
 
-They share :mod:`impl.trees.kernels` and differ only in their address table
-(:mod:`impl.trees.layouts`), so a difference in the benchmarks is a difference of layout.
+The first four share :mod:`impl.trees.kernels` and differ only in their address table
+(:mod:`impl.trees.layouts`), so a difference in the benchmarks is a difference of layout; the
+prefix tree uses the same tables with :mod:`impl.trees.prefix_kernels`.
 
 Numeric error (float32 sums)
 ----------------------------
@@ -29,8 +31,16 @@ import numpy as np
 from . import kernels, layouts, prefix_kernels
 from .base import SumTree, as_indices, as_priorities, raise_for_status
 
-__all__ = ["check_capacity", "check_K", "ArraySumTree", "BinarySumTree", "KarySumTree", "AlignedKarySumTree", "BlockedBinarySumTree",
-           "PrefixKarySumTree"]
+__all__ = [
+    "check_capacity",
+    "check_K",
+    "ArraySumTree",
+    "BinarySumTree",
+    "KarySumTree",
+    "AlignedKarySumTree",
+    "BlockedBinarySumTree",
+    "PrefixKarySumTree",
+]
 
 _DTYPES = {"float32": np.float32, "float64": np.float64}
 
@@ -61,8 +71,9 @@ def check_K(K, power_of_two: bool = False, high: int = 64) -> int:
 class ArraySumTree(SumTree):
     """A sum tree (plus a min tree) stored as flat arrays in a given layout.
 
-    Cost: :meth:`update` O(n log_K N) sums + O(n K log_K N) minima worst case; :meth:`find`
-    O(n K log_K N); :meth:`total`, :meth:`min` O(1); :meth:`rebuild` O(N).
+    Cost: :meth:`update` O(n log_K N) for the sums, and for the minima typically two loads per
+    item (O(n K log_K N) worst case); :meth:`fill` O(n + K log_K N) per contiguous run;
+    :meth:`find` O(n K log_K N); :meth:`total`, :meth:`min` O(1); :meth:`rebuild` O(N).
     Thread-safety: none (the kernels release the GIL; callers serialise).
     """
 
@@ -100,7 +111,7 @@ class ArraySumTree(SumTree):
         # n_valid only narrows the range: indices past capacity would write outside the leaves
         limit = self.capacity if n_valid is None else min(int(n_valid), self.capacity)
         status, pos, pmax = self._kernels.update(self._sums, self._mins, self._lay, self.K, self._kshift,
-                                           idx, vals, limit, float(eps), float(alpha), self._vmax)
+                                                 idx, vals, limit, float(eps), float(alpha), self._vmax)
         raise_for_status(status, pos, idx, vals, limit, "priorities", eps=eps, alpha=alpha, vmax=self._vmax)
         self._count_updates(idx.shape[0])
         return pmax
@@ -110,8 +121,8 @@ class ArraySumTree(SumTree):
             raise ValueError(f"priority = {priority!r} must be finite and >= 0")
         if not 0 <= start < self.capacity or not 0 <= count <= self.capacity:
             raise IndexError(f"fill(start={start}, count={count}) is outside capacity {self.capacity}")
-        self._kernels.fill(self._sums, self._mins, self._lay, self.K, self._kshift, start, count, self.capacity,
-                     float(priority))
+        self._kernels.fill(self._sums, self._mins, self._lay, self.K, self._kshift, start, count,
+                           self.capacity, float(priority))
         self._count_updates(count)
 
     def _count_updates(self, n: int) -> None:

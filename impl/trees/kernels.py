@@ -1,7 +1,7 @@
 """numba kernels shared by every array-backed sum tree.
 
 Every tree layout in this package (binary heap, K-ary level order, cache-aligned K-ary,
-cache-blocked binary) is described by the same small *address table*, so one kernel set
+cache-blocked binary; the prefix-sum tree reuses them too) is described by the same small *address table*, so one kernel set
 serves them all and the layouts differ only in where a node lives, which is exactly what the
 benchmarks compare.
 
@@ -23,7 +23,8 @@ Conventions
 * ``sums`` holds subtree sums; ``mins`` holds the minimum *positive* leaf in each subtree
   (``+inf`` when there is none), so zero-priority leaves never set the weight normaliser.
 * Updates propagate the difference ``delta = new - old`` to every ancestor (PAL's scheme);
-  ``mins`` is recomputed from the children and stops early once an ancestor is unchanged.
+  ``mins`` compares child and parent on the way up, re-reads all K children only when a
+  minimum rises, and stops at the first unchanged ancestor (:func:`propagate_mins`).
 * None of these kernels lock anything: callers serialise access (see the concurrency
   policies). They release the GIL (``nogil=True``) so threads really run in parallel.
 """
