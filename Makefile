@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-slow bench bench-quick list clean
+.PHONY: test test-slow bench bench-quick bench-pytest list clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,11 +20,18 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
+# `make bench` runs the composite suite bench/suites/default.json (today: micro, with the peers);
+# to add a suite to it (e.g. the cache-miss meters), add its name to that file's "suites" list.
 bench: $(STAMP)
-	$(PY) -m bench run --suite micro
+	$(PY) -m bench run --suite default
 
 bench-quick: $(STAMP)
 	$(PY) -m bench run --suite quick
+
+# Quick per-op regression check of every registered variant with pytest-benchmark (not part of
+# `make test`): add ARGS=--benchmark-autosave to store a run, ARGS=--benchmark-compare to compare.
+bench-pytest: $(STAMP)
+	$(PY) -m pytest -q bench/pytest_suite -m "" --benchmark-only --benchmark-max-time=0.2 --benchmark-columns=min,median,max,ops,rounds $(ARGS)
 
 list: $(STAMP)
 	$(PY) -m bench list

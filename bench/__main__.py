@@ -1,9 +1,12 @@
 """Command line: ``python -m bench list | run | summary``.
 
     python -m bench list                              # registered variants and peers, with parameters
-    python -m bench run --suite micro                 # the default grid (about 10 minutes on 2 cores)
+    python -m bench run --suite default               # what `make bench` runs (micro, and later more)
+    python -m bench run --suite micro                 # the micro grid (about 10 minutes on 2 cores)
+    python -m bench run --suite sweep-k --param K=4,16 --capacities 2**16
     python -m bench run --suite quick --variants binary,kary-aligned --out /tmp/r
     python -m bench summary results/<run_id>          # reprint a stored run's summary
+    python -m bench compare results/<a> results/<b>   # run-to-run spread of the medians
 """
 
 from __future__ import annotations
@@ -25,6 +28,31 @@ def _capacity(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"capacity must be positive, got {text!r}")
     return value
+
+
+def _value(text: str):
+    """A grid value from the command line: int (also 2**N), float, true/false, else the string."""
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return _capacity(text) if "**" in text else int(text)
+    except (ValueError, argparse.ArgumentTypeError):
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _param(text: str) -> tuple[str, list]:
+    """``K=2,4,8`` -> ``("K", [2, 4, 8])``."""
+    key, sep, values = text.partition("=")
+    key = key.strip()
+    parsed = [_value(v.strip()) for v in values.split(",") if v.strip()]
+    if not sep or not key or not parsed:
+        raise argparse.ArgumentTypeError(f"--param takes key=v1,v2,..., got {text!r}")
+    return key, parsed
 
 
 def _csv(convert=str):
@@ -71,10 +99,11 @@ def cmd_run(args) -> int:
     overrides = {k: getattr(args, k) for k in ("processes", "values", "warmups", "loops", "min_time")
                  if getattr(args, k) is not None}
     command = [sys.executable, "-m", "bench", *args.argv]
+    params = dict(args.param or [])
     try:
-        runner.run(suite, variants=args.variants, capacities=args.capacities, ops=args.ops, out=args.out,
-                   run_id=args.run_id, machine=args.machine, settings=overrides, progress=not args.no_progress,
-                   command=command)
+        runner.run_suites(suite, variants=args.variants, capacities=args.capacities, ops=args.ops, out=args.out,
+                          run_id=args.run_id, machine=args.machine, settings=overrides,
+                          progress=not args.no_progress, command=command, params=params)
     except runner.SelectionError as err:  # unknown variant, peer or op: nothing was timed
         args.parser.error(str(err))
     except KeyboardInterrupt:
@@ -89,6 +118,13 @@ def cmd_summary(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    from bench import summary
+
+    print(summary.compare_runs(args.run_a, args.run_b))
+    return 0
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="python -m bench", description="replaybench benchmarks")
@@ -98,11 +134,18 @@ def main(argv=None) -> int:
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("run", help="run a suite and write results/<run_id>/")
-    p.add_argument("--suite", default="micro", help="suite name in bench/suites/ (micro, quick) or a .json path")
+    p.add_argument("--suite", default="default",
+                   help="suite name in bench/suites/ (default, micro, quick, sweep-capacity, sweep-k, sweep-batch) "
+                        "or a .json path")
     p.add_argument("--variants", type=_csv(), help="comma-separated variant names (peer:cpprb for the peer); "
                                                    "default: the suite's")
     p.add_argument("--capacities", type=_csv(_capacity), help="comma-separated, e.g. 2**16,2**20")
     p.add_argument("--ops", type=_csv(), help="comma-separated subset of the suite's ops")
+    p.add_argument("--param", type=_param, action="append", metavar="KEY=V1,V2",
+                   help="a parameter grid, repeatable: variant parameters (K=2,4,8 dtype=float32,float64) go to "
+                        "registry.create, workload ones (batch, mixed_adds, transitions) change the calls; "
+                        "replaces the suite's grid for that key; combinations a variant cannot take are "
+                        "recorded as skipped")
     p.add_argument("--out", default="results", help="folder that receives <run_id>/ (default: results)")
     p.add_argument("--run-id", help="default: <UTC time>-<suite>")
     p.add_argument("--machine", help="machine label for the rows (default: host name)")
@@ -115,6 +158,11 @@ def main(argv=None) -> int:
     p = sub.add_parser("summary", help="print the summary of a stored run")
     p.add_argument("run_dir")
     p.set_defaults(func=cmd_summary)
+
+    p = sub.add_parser("compare", help="run-to-run spread of the medians of two runs of the same grid")
+    p.add_argument("run_a")
+    p.add_argument("run_b")
+    p.set_defaults(func=cmd_compare)
 
     args = parser.parse_args(argv)
     args.argv = argv

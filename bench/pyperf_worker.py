@@ -17,6 +17,7 @@ whatever ``--inherit-environ`` names; the runner passes NUMBA_* and thread-count
 
 from __future__ import annotations
 
+import json
 import sys
 import traceback
 
@@ -25,7 +26,7 @@ import pyperf
 from bench import workloads
 
 #: Our options, forwarded from the manager to every worker it spawns.
-_FORWARDED = ("target", "capacity", "op", "batch", "mixed_adds", "transitions", "seed", "error_file")
+_FORWARDED = ("target", "capacity", "op", "batch", "mixed_adds", "transitions", "seed", "error_file", "params")
 
 
 def _forward(cmd: list[str], args) -> None:
@@ -49,7 +50,8 @@ def build_call(args):
 
             target = peers.load(args.target).target(args.capacity, fields, sample_rng)
         else:
-            target = workloads.variant_target(args.target, args.capacity, fields, sample_rng)
+            params = json.loads(args.params) if args.params else {}
+            target = workloads.variant_target(args.target, args.capacity, fields, sample_rng, **params)
         workloads.fill(target, args.capacity, fields, fill_rng)
     call = workloads.make_call(args.op, target, capacity=args.capacity, fields=fields, batch=args.batch,
                                mixed_adds=args.mixed_adds, rng=input_rng)
@@ -88,6 +90,7 @@ def main(argv=None) -> None:
     p.add_argument("--transitions", default="cartpole", choices=sorted(workloads.SCHEMAS))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--error-file", help="where a worker writes its set-up error")
+    p.add_argument("--params", help="JSON object of variant parameters for registry.create (K, dtype, ...)")
     args = runner.parse_args(argv)
     name = f"{args.target}/{args.capacity}/{args.op}"
     runner.bench_time_func(name, TimedOp(args), inner_loops=1)

@@ -42,9 +42,11 @@ COLUMNS = [
     "capacity", "batch", "threads", "transitions",
     "op", "metric", "value", "unit", "items_per_call", "repeat", "loops",
     "status", "error",
+    # cache scenario: which cache level, measuring method, address stream and cache geometry
+    "level", "method", "stream", "cache_config",
 ]
 
-STATUSES = ("ok", "failed", "skipped", "unavailable")
+STATUSES = ("ok", "failed", "skipped", "unavailable", "unsupported")  # unsupported: a meter this machine lacks
 
 #: Column types for :func:`read_rows`; everything else stays a string ("" becomes None).
 _INT_COLUMNS = {"schema_version", "K", "capacity", "batch", "threads", "items_per_call", "repeat", "loops"}

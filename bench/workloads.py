@@ -109,11 +109,11 @@ def random_batch(fields: dict, n: int, rng: np.random.Generator) -> dict[str, np
     return out
 
 
-def variant_target(name: str, capacity: int, fields: dict, rng: np.random.Generator) -> Target:
-    """A registered variant with its defaults; ``sample`` draws from ``rng``."""
+def variant_target(name: str, capacity: int, fields: dict, rng: np.random.Generator, **params) -> Target:
+    """A registered variant, its defaults overridden by ``params``; ``sample`` draws from ``rng``."""
     from impl import registry
 
-    buf = registry.create(name, capacity, fields)
+    buf = registry.create(name, capacity, fields, **params)
     return Target(buf, buf.add, functools.partial(buf.sample, rng=rng), buf.update_priorities, "indices", buf.add)
 
 

@@ -1,7 +1,8 @@
 """The benchmark harness end to end: list, a quick run, failures, unavailable peers, Ctrl-C.
 
 The runs use the 'quick' suite (capacity 2**10, one worker process per item, fixed loops),
-so each takes seconds once numba's kernels are in the on-disk cache.
+so each takes seconds once numba's kernels are in the on-disk cache. The module fixture runs
+the whole quick suite, every variant and peer: what `make bench-quick` runs.
 """
 
 import csv
@@ -20,6 +21,7 @@ from impl import registry
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK_OPS = ["insert_one", "insert_batch", "sample", "update", "mixed"]
+PEERS = ["peer:cpprb", "peer:tianshou", "peer:torchrl"]
 
 
 def bench_cmd(*args, env=None, timeout=180):
@@ -36,8 +38,7 @@ def only_run_dir(out: Path) -> Path:
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("results")
-    proc = bench_cmd("run", "--suite", "quick", "--variants", "binary,kary-aligned", "--out", str(out),
-                     "--no-progress")
+    proc = bench_cmd("run", "--suite", "quick", "--out", str(out), "--no-progress")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc, only_run_dir(out)
 
@@ -47,11 +48,12 @@ def test_list_shows_every_registered_variant_and_the_peer():
     assert proc.returncode == 0, proc.stderr
     names = [line.split()[0] for line in proc.stdout.splitlines()[2:] if line.strip()]
     assert set(registry.names()) <= set(names)
-    assert "peer:cpprb" in names
+    assert {"peer:cpprb", "peer:tianshou", "peer:torchrl"} <= set(names)
     assert "K=16" in proc.stdout  # parameters are shown
 
 
 def test_quick_run_writes_tidy_rows(quick_run):
+    """The whole quick suite's rows validate against the schema."""
     _, run_dir = quick_run
     with open(run_dir / "rows.csv", newline="") as fh:
         reader = csv.DictReader(fh)
@@ -60,25 +62,38 @@ def test_quick_run_writes_tidy_rows(quick_run):
     rows = results.read_rows(run_dir)
     assert len(rows) == len(raw) > 0
     assert all(isinstance(json.loads(r["params"]), dict) for r in raw)
-    assert {r["status"] for r in rows} == {"ok"}
-    assert {r["variant"] for r in rows} == {"harness", "binary", "kary-aligned"}
+    assert {r["variant"] for r in rows} == {"harness", *registry.names(), *PEERS}
+    meta = results.read_meta(run_dir)
+    unavailable = {v for v, info in meta["variants"].items() if not info["available"]}
+    assert unavailable <= set(PEERS)  # only an optional peer may be missing, and then it says why
     settings = suites.load("quick")["pyperf"]
     per_item = settings["processes"] * settings["values"]
-    for variant in ("binary", "kary-aligned"):
-        for op in QUICK_OPS:
+    suite = suites.load("quick")
+    for variant in [*registry.names(), *PEERS]:
+        for op in suite["peer_ops"] if variant in PEERS else QUICK_OPS:
             mine = [r for r in rows if r["variant"] == variant and r["op"] == op]
+            if variant in unavailable:
+                assert [r["status"] for r in mine] == ["unavailable"] and mine[0]["error"]
+                continue
             assert len(mine) == per_item, (variant, op)
+            assert {r["status"] for r in mine} == {"ok"}, (variant, op, mine[0].get("error"))
             assert sorted(r["repeat"] for r in mine) == list(range(per_item))
     for r in rows:
         assert r["schema_version"] == results.SCHEMA_VERSION
         assert r["run_id"] == run_dir.name
-        assert r["scenario"] == "micro" and r["policy"] == "none" and r["threads"] == 1
+        assert r["status"] in results.STATUSES
+        assert r["scenario"] == "micro" and r["policy"] == "none"
         assert r["metric"] == "seconds_per_call" and r["unit"] == "s"
-        assert isinstance(r["value"], float) and 0 < r["value"] < 1
         assert isinstance(r["dirty"], bool) or r["dirty"] is None
+        if r["status"] != "ok":
+            assert r["value"] is None and r["error"]
+            continue
+        assert r["threads"] == 1
+        assert isinstance(r["value"], float) and 0 < r["value"] < 1
         assert r["loops"] == settings["loops"]
         if r["variant"] != "harness":
-            assert r["capacity"] == 1024 and r["dtype"] == "float32"
+            assert r["capacity"] == 1024
+            assert r["dtype"] in ("float32", "float64") or r["variant"] == "uniform"  # uniform has no tree
             assert r["items_per_call"] == {"insert_one": 1, "mixed": 1}.get(r["op"], 256)
     assert {r["K"] for r in rows if r["variant"] == "kary-aligned"} == {16}
     assert {r["op"] for r in rows if r["variant"] == "harness"} == {"empty"}
@@ -98,10 +113,11 @@ def test_quick_run_meta_and_raw_pyperf(quick_run):
     assert isinstance(meta["machine"]["caches"], list)
     for lib in ("numpy", "numba", "pyperf", "cpprb", "python"):
         assert lib in meta["libraries"]
-    assert meta["items_total"] == meta["items_done"] == 11
+    n_items = 1 + len(registry.names()) * len(QUICK_OPS) + len(PEERS) * len(suites.load("quick")["peer_ops"])
+    assert meta["items_total"] == meta["items_done"] == n_items
     assert 0 < meta["timing_overhead_s_per_call"] < 1e-5
     raw = sorted((run_dir / "pyperf").glob("*.json"))
-    assert len(raw) == 11
+    assert len(raw) == n_items - meta["items_by_status"]["unavailable"]
     bench = pyperf.Benchmark.load(str(run_dir / "pyperf" / "binary__1024__sample.json"))
     assert len(bench.get_values()) == 3
 
@@ -109,6 +125,7 @@ def test_quick_run_meta_and_raw_pyperf(quick_run):
 def test_run_prints_summary_and_summary_command_reprints_it(quick_run):
     proc, run_dir = quick_run
     assert "sample: M/s" in proc.stdout and "x binary" in proc.stdout and "Timing-loop overhead" in proc.stdout
+    assert "x best peer" in proc.stdout
     again = bench_cmd("summary", str(run_dir))
     assert again.returncode == 0, again.stderr
     assert again.stdout.strip() in proc.stdout
@@ -166,7 +183,7 @@ def test_unavailable_peer_is_recorded_not_dropped(tmp_path, monkeypatch):
     run_dir = runner.run(suite, variants=["peer:cpprb"], out=tmp_path, progress=False, echo=lambda *a: None)
     rows = results.read_rows(run_dir)
     peer_rows = [r for r in rows if r["variant"] == "peer:cpprb"]
-    assert len(peer_rows) == len(suite["ops"])
+    assert len(peer_rows) == len(suite.get("peer_ops", suite["ops"]))
     assert {r["status"] for r in peer_rows} == {"unavailable"}
     assert all("simulated" in r["error"] for r in peer_rows)
     meta = results.read_meta(run_dir)
@@ -224,4 +241,4 @@ def test_writer_is_atomic_and_summary_computes_ratios(tmp_path):
     assert stats[("sample", 1024, "binary")]["median"] == pytest.approx(256 / 1e-4)
     text = summary.format_run(tmp_path / "r1")
     fast_line = next(line for line in text.splitlines() if " fast " in line)
-    assert fast_line.split()[-1] == "2.00"  # twice binary's throughput
+    assert fast_line.split()[-1] == "2.00"  # twice binary's throughput (no peer: no peer columns)

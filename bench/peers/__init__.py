@@ -2,20 +2,24 @@
 
 A peer module offers ``NAME``, ``STRUCTURE``, ``PARAMS`` (its defaults, as result columns),
 ``DESCRIPTION``, ``version()`` (raises when the library cannot be imported) and
-``target(capacity, fields, rng) -> bench.workloads.Target``. Peers are optional extras: an
-unavailable one is recorded as such, never dropped.
+``target(capacity, fields, rng) -> bench.workloads.Target``, and optionally ``MAX_CAPACITY``
+(with ``MAX_CAPACITY_REASON``) when filling larger buffers would take too long: grid cells
+above it are recorded as ``skipped``. Peers are optional extras (``pip install -e .[peers]``):
+an unavailable one is recorded as such with its import error, never dropped. A peer has fixed
+parameters (``PARAMS``); a grid parameter that differs from them is ``skipped`` for it.
 """
 
 from __future__ import annotations
 
 import importlib
 
-__all__ = ["PEERS", "PREFIX", "is_peer", "load", "availability"]
+__all__ = ["PEERS", "PREFIX", "is_peer", "load", "availability", "skip_reason"]
 
 PREFIX = "peer:"
 
 #: Peer name -> module implementing it.
-PEERS = {"cpprb": "bench.peers.cpprb_peer"}
+PEERS = {"cpprb": "bench.peers.cpprb_peer", "tianshou": "bench.peers.tianshou_peer",
+         "torchrl": "bench.peers.torchrl_peer"}
 
 
 def is_peer(variant: str) -> bool:
@@ -36,3 +40,17 @@ def availability(variant: str) -> tuple[bool, str]:
         return True, load(variant).version()
     except Exception as err:  # an optional extra: say why it is missing, do not fail the run
         return False, f"{type(err).__name__}: {err}"
+
+
+def skip_reason(variant: str, capacity: int | None, params: dict) -> str:
+    """Why peer ``variant`` cannot run this grid cell, or "" when it can."""
+    mod = load(variant)
+    limit = getattr(mod, "MAX_CAPACITY", None)
+    if limit is not None and capacity is not None and capacity > limit:
+        return getattr(mod, "MAX_CAPACITY_REASON", f"{variant} runs capacities up to {limit} only")
+    for key, value in params.items():
+        if key not in mod.PARAMS:
+            return f"{variant} does not take parameter {key!r} (its parameters are fixed: {mod.PARAMS})"
+        if mod.PARAMS[key] != value:
+            return f"{variant} has fixed {key}={mod.PARAMS[key]!r}, not {value!r}"
+    return ""

@@ -1,0 +1,56 @@
+"""Runs the cache suite like any other suite: ``python -m bench run --suite cache``.
+
+bench/suites/cache.json names ``bench.cache.suite_runner:run_suite`` as its runner, so
+:func:`bench.runner.run_suites` (and ``make bench`` through default.json) hands it here with
+the keyword arguments of :func:`bench.runner.run`. Rows go to ``results/<run-id>/rows.csv``
+as :func:`bench.cache.run` emits them (so an interrupted run keeps what finished), meta.json
+records which methods were available and the cache sizes used, and the table is printed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from bench import results
+
+__all__ = ["run_suite"]
+
+
+def run_suite(suite: dict, *, variants=None, out="results", run_id=None, machine=None, progress=True,
+              command=None, echo=print, **_micro_only) -> Path:
+    """Measure ``suite`` (cache.json's shape) into ``<out>/<run_id>/``; returns the folder.
+
+    Keyword arguments that only mean something to the pyperf runner (capacities, ops, params,
+    settings) are ignored: the cache suite declares its own grid per method.
+    """
+    from bench import cache
+
+    run_id = run_id or results.new_run_id(suite["name"])
+    git = results.git_state()
+    machine = machine or results.machine_info()["hostname"]
+    meta = {"scenario": suite["scenario"], "suite": suite, "command": command or sys.argv,
+            "git_sha": git["sha"], "dirty": git["dirty"], "machine_label": machine,
+            "machine": results.machine_info(), "libraries": results.library_versions()}
+    writer = results.RunWriter(out, run_id, meta)
+    base = {"schema_version": results.SCHEMA_VERSION, "run_id": run_id, "git_sha": git["sha"],
+            "dirty": git["dirty"], "machine": machine}
+    emitted: list[dict] = []
+
+    def emit(rows: list[dict]) -> None:
+        rows = [{**base, **row} for row in rows]
+        writer.append(rows)
+        emitted.extend(rows)
+
+    try:
+        info = cache.run(suite, variants, emit, progress)
+    except KeyboardInterrupt:
+        writer.finish(False, interrupted=True)
+        echo(f"interrupted: kept {len(emitted)} rows in {writer.dir}")
+        raise
+    writer.meta["cache_miss_method"] = info.get("methods")
+    writer.meta["caches"] = info.get("caches")
+    writer.finish(True, interrupted=False)
+    echo(cache.format_table(emitted))
+    echo(f"\nResults: {writer.dir}")
+    return writer.dir

@@ -1,0 +1,258 @@
+"""Byte addresses that one tree operation touches, replicating the numba kernels' loops.
+
+A :class:`TreeTracer` holds private copies of a tree's ``_sums`` and ``_mins`` and the
+base pointers (``arr.ctypes.data``) of the *real* arrays, so the addresses are the ones the
+real kernels use (``base + slot * itemsize``) while tracing never changes the tree. Updates
+are applied to the copies, so a stream of operations sees the state the real tree would
+(which ancestors' minima change, where propagation stops).
+
+What is traced, in the kernels' order (the whole batch goes one level at a time, as in
+:mod:`impl.trees.kernels` and :mod:`impl.trees.prefix_kernels`):
+
+* ``sample`` (``find``): per level ``d = 1 .. D``, per draw, the ``K - 1`` child slots that the
+  scan reads (``addr(d, j*K) + c*stride``); the prefix tree also reads the slot left of the
+  chosen child when ``k > 0``; then per draw the leaf slot (prefix tree: the raw leaf row).
+* ``update`` (``_set_leaves`` + ``propagate_mins``): per item the leaf slot in sums and in mins;
+  then per level, per item, the ancestor's sums slot (prefix tree: the ``K`` slots of the
+  sibling group, the masked group add, at every level from the leaves' to the root); then the
+  min propagation *exactly* as the kernel does it on the copies: per level, per item still
+  active, the child's and the parent's min slots, the ``K`` children when a raised minimum
+  forces a rescan, stopping at the first unchanged ancestor.
+* ``data`` (``storage.gather``): per field, per sampled index, the row's first byte and, when
+  the row crosses a line, its last byte (``numpy.take`` copies rows field by field).
+
+Not traced: the kernels' per-call scratch arrays (``u``, ``j``, ``delta``: about 8 KiB per
+256-item batch, freshly allocated), the output arrays, the input checks and the ``(p + eps)
+** alpha`` transform, the O(N) ``rebuild`` run every ``resum_every`` updates, and the Python
+interpreter. A read-modify-write of one slot is one access (both hit the same line).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["TreeTracer", "tree_of", "data_gather", "is_prefix_tree"]
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _addr(lay, d, j):
+    return lay[d, 0] + ((j >> lay[d, 1]) << lay[d, 2]) + (j & lay[d, 3])
+
+
+@njit(nogil=True, cache=True)
+def _trace_find(sums, lay, K, D, prefix, base, item, us, out_leaf, out):
+    """Replicates kernels.find (prefix=False) / prefix_kernels.find (prefix=True)."""
+    n = us.shape[0]
+    u = us.copy()
+    j = np.zeros(n, dtype=np.int64)
+    t = 0
+    for d in range(1, D + 1):
+        stride = lay[d, 4]
+        for b in range(n):
+            first = _addr(lay, d, j[b] * K)
+            ub = u[b]
+            k = 0
+            if prefix:
+                for c in range(K - 1):
+                    out[t] = base + (first + c) * item
+                    t += 1
+                    k += sums[first + c] <= ub
+                if k > 0:
+                    out[t] = base + (first + k - 1) * item
+                    t += 1
+                    ub -= sums[first + k - 1]
+            else:
+                s = 0.0
+                left = 0.0
+                for c in range(K - 1):
+                    a = first + c * stride
+                    out[t] = base + a * item
+                    t += 1
+                    s += sums[a]
+                    passed = s <= ub
+                    k += passed
+                    left = s if passed else left
+                ub = ub - left
+            u[b] = ub
+            j[b] = j[b] * K + k
+    for b in range(n):
+        leaf = (lay[D + 1, 0] + j[b]) if prefix else _addr(lay, D, j[b])
+        out[t] = base + leaf * item
+        t += 1
+        out_leaf[b] = j[b] if sums[leaf] > 0.0 else -1
+    return t
+
+
+@njit(nogil=True, cache=True)
+def _min_children(mins, lay, K, d, q, mbase, item, out, t):
+    first = _addr(lay, d + 1, q * K)
+    stride = lay[d + 1, 4]
+    m = mins[first]
+    out[t] = mbase + first * item
+    t += 1
+    for k in range(1, K):
+        a = first + k * stride
+        out[t] = mbase + a * item
+        t += 1
+        if mins[a] < m:
+            m = mins[a]
+    return m, t
+
+
+@njit(nogil=True, cache=True)
+def _trace_update(sums, mins, lay, K, kshift, D, prefix, sbase, mbase, item, indices, values, out):
+    """Replicates kernels._set_leaves / prefix_kernels._set_leaves and propagate_mins on the
+    copies ``sums`` and ``mins``; ``values`` are the stored priorities (after eps/alpha)."""
+    n = indices.shape[0]
+    t = 0
+    delta = np.empty(n, dtype=np.float64)
+    old_min = np.empty(n, dtype=mins.dtype)
+    for b in range(n):
+        leaf = (lay[D + 1, 0] + indices[b]) if prefix else _addr(lay, D, indices[b])
+        m = _addr(lay, D, indices[b])
+        old = sums[leaf]
+        sums[leaf] = values[b]
+        out[t] = sbase + leaf * item
+        t += 1
+        if prefix:
+            delta[b] = np.float64(sums.dtype.type(np.float64(sums[leaf]) - np.float64(old)))
+        else:
+            delta[b] = np.float64(sums[leaf]) - np.float64(old)
+        old_min[b] = mins[m]
+        mins[m] = sums[leaf] if sums[leaf] > 0.0 else np.inf
+        out[t] = mbase + m * item
+        t += 1
+    j = indices.copy()
+    if prefix:
+        for d in range(D, -1, -1):
+            for b in range(n):
+                if d == 0:
+                    a = _addr(lay, 0, 0)
+                    sums[a] += sums.dtype.type(delta[b])
+                    out[t] = sbase + a * item
+                    t += 1
+                else:
+                    k = j[b] & (K - 1)
+                    g = _addr(lay, d, j[b] - k)
+                    dv = sums.dtype.type(delta[b])
+                    zero = dv - dv
+                    for c in range(K):
+                        sums[g + c] += dv if c >= k else zero
+                        out[t] = sbase + (g + c) * item
+                        t += 1
+                j[b] = (j[b] >> kshift) if kshift >= 0 else j[b] // K
+    else:
+        for d in range(D - 1, -1, -1):
+            for b in range(n):
+                j[b] = (j[b] >> kshift) if kshift >= 0 else j[b] // K
+                a = _addr(lay, d, j[b])
+                sums[a] += delta[b]
+                out[t] = sbase + a * item
+                t += 1
+    # propagate_mins, decision for decision
+    j = indices.copy()
+    prev = old_min.copy()
+    active = n
+    for d in range(D - 1, -1, -1):
+        if active == 0:
+            break
+        for b in range(n):
+            if j[b] < 0:
+                continue
+            c_addr = _addr(lay, d + 1, j[b])
+            cur = mins[c_addr]
+            out[t] = mbase + c_addr * item
+            t += 1
+            p = (j[b] >> kshift) if kshift >= 0 else j[b] // K
+            a = _addr(lay, d, p)
+            mp = mins[a]
+            out[t] = mbase + a * item
+            t += 1
+            if cur < mp:
+                new = cur
+            elif cur > mp and prev[b] == mp:
+                new, t = _min_children(mins, lay, K, d, p, mbase, item, out, t)
+            else:
+                new = mp
+            if new == mp:
+                j[b] = -1
+                active -= 1
+            else:
+                mins[a] = new
+                out[t] = mbase + a * item
+                t += 1
+                prev[b] = mp
+                j[b] = p
+    return t
+
+
+def is_prefix_tree(tree) -> bool:
+    from impl.trees import prefix_kernels
+
+    return getattr(tree, "_kernels", None) is prefix_kernels
+
+
+def tree_of(buffer):
+    """The array-backed sum tree inside a buffer (or the tree itself), else None (uniform)."""
+    tree = getattr(buffer, "tree", buffer)
+    return tree if all(hasattr(tree, a) for a in ("_sums", "_mins", "_lay", "K")) else None
+
+
+class TreeTracer:
+    """Address traces of ``sample``/``update`` on ``tree``, replayed on private copies."""
+
+    def __init__(self, tree):
+        self.tree = tree
+        self.prefix = is_prefix_tree(tree)
+        self.lay = np.ascontiguousarray(tree._lay)
+        self.K = int(tree.K)
+        self.kshift = self.K.bit_length() - 1 if self.K & (self.K - 1) == 0 else -1
+        self.D = self.lay.shape[0] - (2 if self.prefix else 1)  # tree depth (leaves at D)
+        self.sums = tree._sums.copy()
+        self.mins = tree._mins.copy()
+        self.item = tree._sums.dtype.itemsize
+        self.sums_base = int(tree._sums.ctypes.data)
+        self.mins_base = int(tree._mins.ctypes.data)
+
+    def total(self) -> float:
+        return float(self.sums[int(self.lay[0, 0])])
+
+    def sample(self, us) -> tuple[np.ndarray, np.ndarray]:
+        """``(addresses, leaves)`` of one ``find(us)``; a leaf is -1 where the real find
+        would say -1 (a zero leaf reached through rounding)."""
+        us = np.ascontiguousarray(us, dtype=np.float64)
+        n = us.shape[0]
+        out = np.empty(n * (self.D * self.K + 1), dtype=np.int64)
+        leaves = np.empty(n, dtype=np.int64)
+        t = _trace_find(self.sums, self.lay, self.K, self.D, self.prefix, self.sums_base, self.item, us, leaves,
+                        out)
+        return out[:t], leaves
+
+    def update(self, indices, values) -> np.ndarray:
+        """Addresses of ``update`` of leaves ``indices`` to stored priorities ``values``
+        (already ``(p + eps) ** alpha``); the copies are updated as the tree would be."""
+        idx = np.ascontiguousarray(indices, dtype=np.int64)
+        vals = np.ascontiguousarray(values, dtype=np.float64)
+        n = idx.shape[0]
+        levels = self.D + 1
+        out = np.empty(n * (2 + levels * (self.K if self.prefix else 1) + levels * (self.K + 3)), dtype=np.int64)
+        t = _trace_update(self.sums, self.mins, self.lay, self.K, self.kshift, self.D, self.prefix,
+                          self.sums_base, self.mins_base, self.item, idx, vals, out)
+        return out[:t]
+
+
+def data_gather(columns: dict, indices, line: int = 64) -> np.ndarray:
+    """Addresses that ``{name: col.take(indices, axis=0)}`` reads: per field (in dict order),
+    per index, the row's first byte and its last byte when the row crosses a line."""
+    idx = np.asarray(indices, dtype=np.int64)
+    parts = []
+    for col in columns.values():
+        row = col.strides[0]
+        nbytes = max(1, col[0:1].nbytes)
+        start = int(col.ctypes.data) + idx * row
+        end = start + nbytes - 1
+        both = np.stack([start, end], axis=1)
+        cross = (start // line) != (end // line)
+        parts.append(both[:, 0] if not cross.any() else both[np.stack([np.ones_like(cross), cross], 1)])
+    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)

@@ -1,0 +1,271 @@
+"""Parameter grids, skipped combinations, peers and Ctrl-C in the benchmark runner.
+
+Runs use the quick suite narrowed to one or two ops, so each takes a few seconds.
+"""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import peers, results, runner, suites, summary
+from bench.__main__ import _param
+from impl import registry
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def bench_cmd(*args, env=None, timeout=180):
+    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def only_run_dir(out: Path) -> Path:
+    dirs = [p for p in out.iterdir() if p.is_dir()]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def quiet(*_):
+    pass
+
+
+def test_param_parsing():
+    assert _param("K=2,4,8") == ("K", [2, 4, 8])
+    assert _param("dtype=float32,float64") == ("dtype", ["float32", "float64"])
+    assert _param("batch=2**5, 64") == ("batch", [32, 64])
+    assert _param("stratified=true") == ("stratified", [True])
+    assert _param("eps=1e-6") == ("eps", [1e-6])
+    assert runner.param_grid({"K": [2, 4], "batch": [32]}) == [{"K": 2, "batch": 32}, {"K": 4, "batch": 32}]
+    assert runner.param_grid({}) == [{}]
+
+
+ECHO_PLUGIN = '''
+from impl import registry
+
+def echo_buffer(capacity, fields, **params):
+    raise RuntimeError(f"echo got {sorted(params.items())}")
+
+registry.register("echo", echo_buffer, structure="echo", params={"K": 2}, description="raises with its params")
+'''
+
+
+def plugin_env(tmp_path, source, module, name):
+    plugin = tmp_path / "plugin"
+    plugin.mkdir()
+    (plugin / f"{module}.py").write_text(source)
+    dist = plugin / f"{module}-0.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module.replace('_', '-')}\nVersion: 0.0\n")
+    (dist / "entry_points.txt").write_text(f"[{registry.ENTRY_POINT_GROUP}]\n{name} = {module}\n")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin), str(ROOT)])}
+
+
+def test_param_reaches_the_worker_and_the_rows(tmp_path):
+    """--param K=... goes to registry.create in the pyperf worker and into the K/params columns."""
+    env = plugin_env(tmp_path, ECHO_PLUGIN, "rb_echo_variant", "echo")
+    out = tmp_path / "results"
+    proc = bench_cmd("run", "--suite", "quick", "--variants", "echo,kary-aligned", "--ops", "sample",
+                     "--param", "K=4,8", "--out", str(out), "--no-progress", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = only_run_dir(out)
+    rows = [r for r in results.read_rows(run_dir) if r["variant"] != "harness"]
+    echo = {r["K"]: r for r in rows if r["variant"] == "echo"}
+    assert set(echo) == {4, 8}
+    for k, r in echo.items():  # the worker's registry.create saw exactly the grid value
+        assert r["status"] == "failed" and f"('K', {k})" in r["error"], r["error"]
+    ok = [r for r in rows if r["variant"] == "kary-aligned"]
+    assert {r["status"] for r in ok} == {"ok"} and {r["K"] for r in ok} == {4, 8}
+    assert {json.loads(r["params"])["K"] for r in ok} == {4, 8}
+    assert (run_dir / "pyperf" / "kary-aligned__1024__sample__K-8.json").exists()
+    meta = results.read_meta(run_dir)
+    assert meta["selection"]["params"] == {"K": [4, 8]}
+    assert "K=8" in proc.stdout  # the summary shows the grid parameter
+
+
+def test_combinations_a_variant_cannot_take_are_skipped_with_the_reason(tmp_path):
+    suite = suites.load("quick")
+    run_dir = runner.run(suite, variants=["binary", "kary-aligned", "kary", "peer:cpprb"], ops=["update"],
+                         params={"K": [2, 3]}, out=tmp_path, progress=False, echo=quiet)
+    rows = results.read_rows(run_dir)
+    by = {(r["variant"], r["K"]): r for r in rows if r["variant"] != "harness"}
+    assert len(by) == 8
+    assert by[("binary", 2)]["status"] == by[("binary", 3)]["status"] == "skipped"
+    assert "does not take" in by[("binary", 2)]["error"] and "'K'" in by[("binary", 2)]["error"]
+    assert by[("kary-aligned", 3)]["status"] == "skipped" and "power of 2" in by[("kary-aligned", 3)]["error"]
+    assert by[("kary-aligned", 2)]["status"] == "ok"
+    assert by[("kary", 2)]["status"] == by[("kary", 3)]["status"] == "ok"  # the unaligned layout takes any K
+    if by[("peer:cpprb", 2)]["status"] != "unavailable":
+        assert by[("peer:cpprb", 2)]["status"] == "ok"  # K=2 is cpprb's own fan-out
+        assert by[("peer:cpprb", 3)]["status"] == "skipped" and "fixed K=2" in by[("peer:cpprb", 3)]["error"]
+    for r in rows:
+        if r["status"] == "skipped":
+            assert r["value"] is None and r["error"]
+    meta = results.read_meta(run_dir)
+    assert meta["complete"] is True and meta["items_by_status"]["skipped"] >= 3
+    assert not list((run_dir / "pyperf").glob("binary__*"))  # skipped cells never ran
+    text = summary.format_run(run_dir)
+    assert "skipped" in text and "power of 2" in text
+
+
+def test_suite_params_grid_as_data_and_workload_params(tmp_path):
+    suite = {**suites.load("quick"), "name": "grid", "params": {"batch": [32, 64]}}
+    path = tmp_path / "grid.json"
+    path.write_text(json.dumps(suite))
+    loaded = suites.load(str(path))
+    run_dir = runner.run(loaded, variants=["binary"], ops=["sample", "insert_one"], out=tmp_path / "r",
+                         progress=False, echo=quiet)
+    rows = [r for r in results.read_rows(run_dir) if r["variant"] == "binary"]
+    sample = {r["batch"]: r for r in rows if r["op"] == "sample"}
+    assert set(sample) == {32, 64} and all(r["status"] == "ok" for r in sample.values())
+    assert {r["items_per_call"] for r in rows if r["op"] == "sample"} == {32, 64}
+    text = summary.format_run(run_dir)
+    assert "batch=32" in text and "batch=64" in text
+    bad = {**suite, "params": {"K": []}}
+    path.write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match="params"):
+        suites.load(str(path))
+
+
+def test_sweep_suites_and_default_are_declared():
+    for name in ("sweep-capacity", "sweep-k", "sweep-batch"):
+        s = suites.load(name)
+        assert s["scenario"] == "micro"
+    assert suites.load("sweep-capacity")["capacities"] == [2**k for k in range(10, 25, 2)]
+    assert suites.load("sweep-k")["params"]["K"][0] == 2 and suites.load("sweep-k")["params"]["K"][-1] == 64
+    assert suites.load("sweep-batch")["params"]["batch"] == [32, 64, 128, 256, 512, 1024]
+    default = suites.load("default")
+    assert "micro" in default["suites"]  # what `make bench` runs
+
+
+def test_composite_suite_runs_each_sub_suite_and_custom_runners(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_run(suite, **kwargs):
+        calls.append((suite["name"], kwargs.get("run_id")))
+        return tmp_path / suite["name"]
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    hook = tmp_path / "hooked.json"
+    hook.write_text(json.dumps({"name": "hooked", "runner": "rb_custom_runner:run"}))
+    (tmp_path / "rb_custom_runner.py").write_text(
+        "from pathlib import Path\n\ndef run(suite, **kwargs):\n    return Path('custom') / kwargs['run_id']\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    composite = {"name": "both", "suites": ["quick", str(hook)]}
+    out = runner.run_suites(composite, run_id="r")
+    assert calls == [("quick", "r-quick")]
+    assert out == [tmp_path / "quick", Path("custom") / f"r-{hook}"]
+
+
+def test_bogus_peer_is_recorded_unavailable(tmp_path, monkeypatch):
+    monkeypatch.setitem(peers.PEERS, "bogus", "bench.peers.no_such_adapter_module")
+    suite = {**suites.load("quick"), "peers": ["bogus"]}
+    run_dir = runner.run(suite, variants=["peer:bogus", "binary"], ops=["sample"], out=tmp_path,
+                         progress=False, echo=quiet)
+    rows = {r["variant"]: r for r in results.read_rows(run_dir)}
+    assert rows["peer:bogus"]["status"] == "unavailable"
+    assert "no_such_adapter_module" in rows["peer:bogus"]["error"]
+    assert rows["binary"]["status"] == "ok"  # the others go on
+    assert "unavailable" in summary.format_run(run_dir)
+    meta = results.read_meta(run_dir)
+    assert meta["variants"]["peer:bogus"]["available"] is False
+
+
+def test_peer_capacity_limit_is_a_skip(tmp_path, monkeypatch):
+    from bench.peers import tianshou_peer
+
+    monkeypatch.setattr(tianshou_peer, "version", lambda: "0.0 (simulated)")  # available without running it
+    info = runner.resolve_variants(suites.load("quick"), ["peer:tianshou"])
+    items = runner.grid(info, [2**16, 2**20], ["sample"])
+    assert [bool(i.skip) for i in items[1:]] == [False, True]
+    assert "one transition per call" in items[2].skip
+
+
+def test_summary_best_peer_ratio(tmp_path):
+    writer = results.RunWriter(tmp_path, "r1", {"scenario": "micro"})
+    base = {"schema_version": 1, "run_id": "r1", "scenario": "micro", "op": "sample", "capacity": 1024,
+            "batch": 256, "transitions": "cartpole", "metric": "seconds_per_call", "unit": "s",
+            "items_per_call": 256, "status": "ok"}
+    for variant, seconds in (("binary", 1e-4), ("peer:slow", 4e-4), ("peer:fast", 2e-4), ("mine", 5e-5)):
+        writer.append([{**base, "variant": variant, "value": seconds, "repeat": 0}])
+    writer.append([{**base, "capacity": 2048, "variant": "mine", "value": 1e-4, "repeat": 0}])
+    writer.finish(True)
+    text = summary.format_run(tmp_path / "r1")
+    assert "x best peer" in text
+    line = next(ln for ln in text.splitlines() if " mine " in ln and ln.strip().startswith("1024"))
+    cells = line.split()
+    assert cells[-3:] == ["2.00", "4.00", "fast"]  # x binary, x best peer, which peer
+    other = next(ln for ln in text.splitlines() if " mine " in ln and ln.strip().startswith("2048"))
+    assert other.split()[-2:] == ["-", "-"]  # no peer measured at that capacity
+    best = summary.best_peers(summary.summarize_cells(results.read_rows(tmp_path / "r1")))
+    assert [v[0] for v in best.values()] == ["peer:fast"]
+
+
+def test_sigint_after_first_item_leaves_readable_incomplete_run(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--suite", "quick", "--out", str(tmp_path),
+                             "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the first item (timing-loop overhead) is on disk
+            csvs = list(tmp_path.glob("*/rows.csv"))
+            if csvs and results.read_rows(csvs[0].parent):
+                break
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, output
+    run_dir = only_run_dir(tmp_path)
+    with open(run_dir / "rows.csv", newline="") as fh:
+        reader = csv.DictReader(fh)
+        assert reader.fieldnames == results.COLUMNS
+        raw = list(reader)
+    assert raw and raw[0]["op"] == "empty"
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["complete"] is False and meta["interrupted"] is True
+    assert 1 <= meta["items_done"] < meta["items_total"]
+    assert not list(run_dir.glob(".*tmp"))
+
+
+def test_compare_reports_run_to_run_spread(tmp_path):
+    base = {"schema_version": 1, "scenario": "micro", "op": "sample", "capacity": 1024, "batch": 256,
+            "transitions": "cartpole", "metric": "seconds_per_call", "unit": "s", "items_per_call": 256,
+            "status": "ok", "variant": "binary", "repeat": 0}
+    for run_id, seconds in (("a", 1e-4), ("b", 1.05e-4)):
+        writer = results.RunWriter(tmp_path, run_id, {"scenario": "micro"})
+        writer.append([{**base, "run_id": run_id, "value": seconds}])
+        writer.finish(True)
+    text = summary.compare_runs(tmp_path / "a", tmp_path / "b")
+    assert "-4.8%" in text and "sample 4.8%" in text
+
+
+def test_headline_joins_micro_and_cache_rows(tmp_path):
+    """make bench's closing table: throughput medians from micro rows, misses from cache rows."""
+    def write(run_id, rows):
+        w = results.RunWriter(tmp_path, run_id, {})
+        w.append([{"schema_version": 1, "run_id": run_id, "status": "ok", "capacity": 2**20, **r} for r in rows])
+        return w.dir
+
+    micro = write("m", [
+        {"scenario": "micro", "variant": v, "op": "sample", "metric": "seconds_per_call", "value": sec,
+         "items_per_call": 256} for v, sec in (("binary", 256e-6), ("kary-aligned", 128e-6), ("peer:cpprb", 512e-6))])
+    cache = write("c", [
+        {"scenario": "cache", "variant": "kary-aligned", "op": "sample", "metric": "misses_per_op", "method": "model",
+         "stream": "tree", "level": level, "value": value, "items_per_call": 256}
+        for level, value in (("L1d", 512.0), ("LL", 128.0))])
+    text = summary.format_headline([micro, cache, tmp_path / "missing"])
+    line = next(ln for ln in text.splitlines() if ln.startswith("kary-aligned"))
+    cells = line.split()
+    assert cells[1] == "2.00"          # 256 / 128e-6 = 2 M/s
+    assert cells[5:7] == ["2.00", "0.50"]  # misses per transition: 512/256, 128/256
+    assert cells[-2:] == ["2.00", "4.00"]  # x binary (1 M/s), x best peer (0.5 M/s)
+    assert summary.format_headline([tmp_path / "missing"]) == ""

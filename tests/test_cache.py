@@ -1,0 +1,302 @@
+"""bench.cache: the LRU model on hand-computed cases, traces against the real trees, the
+meters' "unsupported" paths, the entry point's rows, and one real cachegrind differential."""
+
+import shutil
+
+import numpy as np
+import pytest
+
+from bench import cache
+from bench.cache import meters
+from bench.cache.model import CacheLevel, CacheModel, simulate
+from bench.cache.traces import TreeTracer, data_gather
+from impl.trees.array_trees import (AlignedKarySumTree, BinarySumTree, BlockedBinarySumTree, KarySumTree,
+                                    PrefixKarySumTree)
+
+L1 = CacheLevel(48 * 1024, 12, 64)
+L2 = CacheLevel(2 * 1024 * 1024, 16, 64)
+
+
+# --------------------------------------------------------------------------------- the model
+
+def test_sequential_scan_misses_once_per_line():
+    n = 1 << 20
+    for step in (1, 4, 64):
+        c = simulate(np.arange(0, n, step), L1)
+        assert c["L1d"] == n // 64
+        assert c["accesses"] == n // step
+
+
+def test_stride_equal_to_cache_size_thrashes():
+    # direct-mapped 4 KiB: 0 and 4096 share set 0 and evict each other every time
+    dm = CacheLevel(4096, 1, 64)
+    assert simulate(np.array([0, 4096] * 100), dm)["L1d"] == 200
+    # 2-way 8 KiB (64 sets): three lines at stride = cache size all map to set 0; cycling
+    # through three with LRU and two ways misses every time ...
+    two = CacheLevel(8192, 2, 64)
+    assert simulate(np.array([0, 8192, 16384] * 50), two)["L1d"] == 150
+    # ... while two of them fit in the set's two ways: only the two cold misses
+    assert simulate(np.array([0, 8192] * 50), two)["L1d"] == 2
+    # the real L1d (12 ways): 13 lines at stride 48 KiB thrash, 12 fit
+    assert simulate(np.tile(np.arange(13) * L1.size, 20), L1)["L1d"] == 13 * 20
+    assert simulate(np.tile(np.arange(12) * L1.size, 20), L1)["L1d"] == 12
+
+
+def test_working_set_that_fits_has_only_cold_misses():
+    ws = np.arange(0, 32 * 1024, 8)
+    c = simulate(np.tile(ws, 10), L1, L2)
+    assert c["L1d"] == 32 * 1024 // 64 and c["LL"] == 32 * 1024 // 64
+    # a warm-up pass makes even those go away
+    assert simulate(ws, L1, L2, warm=ws)["L1d"] == 0
+
+
+def test_second_level_sees_only_first_level_misses():
+    ws = np.arange(0, 512 * 1024, 64)  # 512 KiB: misses L1 every pass, fits L2
+    c = simulate(np.tile(ws, 3), L1, L2)
+    assert c["L1d"] == 3 * ws.size
+    assert c["LL"] == ws.size
+
+
+def test_lru_eviction_order_in_one_set():
+    m = CacheModel(CacheLevel(8192, 2, 64))  # 64 sets; A, B, C all map to set 0
+    A, B, C = 0, 8192, 16384
+    seq = [(A, 1), (B, 1), (A, 0), (C, 1),  # C evicts B, the least recently used
+           (A, 0), (B, 1),                  # A stayed; B comes back and evicts C
+           (C, 1), (B, 0), (A, 1)]          # C evicts A (B was just used); then A evicts C
+    for addr, miss in seq:
+        before = m.misses1
+        m.access([addr])
+        assert m.misses1 - before == miss, (addr, miss)
+
+
+def test_cache_level_validation_and_non_power_of_two_sets():
+    with pytest.raises(ValueError):
+        CacheLevel(1000, 3, 64)
+    with pytest.raises(ValueError):
+        CacheLevel(4096, 1, 48)
+    lv = CacheLevel(3 * 64 * 4, 4, 64)  # 3 sets
+    assert lv.sets == 3
+    assert simulate(np.arange(0, 3 * 64 * 4, 64), lv)["L1d"] == 12
+
+
+def test_random_accesses_over_a_large_region_hit_as_often_as_capacity_predicts():
+    """10**6 uniform random lines of a 1 GiB region: a line is resident with probability
+    (cache lines / region lines), so L1d hits ~ 10**6 * 768 / 2**24 ~ 46 and L2 hits ~ 1950."""
+    a = np.random.default_rng(0).integers(0, 1 << 30, 10**6)
+    counts = simulate(a, L1, L2)
+    assert counts["accesses"] == 10**6
+    l1_hits, l2_hits = 10**6 - counts["L1d"], counts["L1d"] - counts["LL"]
+    assert 10 <= l1_hits <= 150
+    assert 1000 <= l2_hits <= 3000
+
+
+# ------------------------------------------------------------------------------- the traces
+
+TREES = {
+    "binary": lambda c: BinarySumTree(c),
+    "kary": lambda c: KarySumTree(c, 16),
+    "kary5": lambda c: KarySumTree(c, 5),
+    "kary-aligned": lambda c: AlignedKarySumTree(c, 16),
+    "kary-aligned-f64": lambda c: AlignedKarySumTree(c, 8, dtype="float64"),
+    "binary-blocked": lambda c: BlockedBinarySumTree(c),
+    "kary-prefix": lambda c: PrefixKarySumTree(c, 16),
+}
+
+
+def _filled(make, cap, rng):
+    t = make(cap)
+    t.resum_every = 10**12  # no rebuild between the traced and the real update
+    t.update(np.arange(cap), rng.random(cap))
+    return t
+
+
+@pytest.mark.parametrize("name", sorted(TREES))
+@pytest.mark.parametrize("cap", [1000, 4096, 70000])
+def test_traces_follow_the_real_kernels(name, cap, rng):
+    t = _filled(TREES[name], cap, rng)
+    tr = TreeTracer(t)
+    lo = min(t._sums.ctypes.data, t._mins.ctypes.data)
+    hi = max(t._sums.ctypes.data + t._sums.nbytes, t._mins.ctypes.data + t._mins.nbytes)
+    for _ in range(3):
+        us = rng.random(256) * t.total()
+        addrs, leaves = tr.sample(us)
+        idx, _ = t.find(us)
+        np.testing.assert_array_equal(leaves, idx)  # the traced descent reaches find's leaf
+        assert ((addrs >= t._sums.ctypes.data) & (addrs < t._sums.ctypes.data + t._sums.nbytes)).all()
+        i = rng.integers(0, cap, 256)
+        v = rng.random(256)
+        v[::9] = 0.0  # zero leaves exercise the +inf minima and the rescans
+        i[:4] = i[0]  # repeats
+        ua = tr.update(i, v)
+        t.update(i, v)
+        assert ((ua >= lo) & (ua < hi)).all()
+        # the copies went exactly where the real kernel took the tree
+        np.testing.assert_array_equal(tr.mins, t._mins)
+        np.testing.assert_array_equal(tr.sums, t._sums)
+
+
+def _level_lines(tree, u):
+    tr = TreeTracer(tree)
+    addrs, _ = tr.sample(np.array([u]))
+    per = addrs[:-1].reshape(tr.D, -1)  # K - 1 reads per level (+ the leaf)
+    return [np.unique(row // 64).size for row in per]
+
+
+def test_aligned_k16_float32_descent_touches_one_line_per_level(rng):
+    t = _filled(TREES["kary-aligned"], 2**16, rng)
+    for u in rng.random(200) * t.total():
+        assert _level_lines(t, u) == [1] * t.depth
+    # Unpadded K=16 level order: every sibling group starts at slot 1 mod 16, so the group
+    # straddles two lines, but the K - 1 = 15 slots the scan reads are slots 1..15 of one line.
+    unaligned = _filled(TREES["kary"], 2**16, rng)
+    assert all(_level_lines(unaligned, u) == [1] * unaligned.depth for u in rng.random(50) * unaligned.total())
+    assert all(unaligned._lay[d, 0] % 16 == 1 for d in range(1, unaligned.depth + 1))
+    # with K = 5 (a 20-byte group) groups fall anywhere in a line, and some scans cross one
+    k8 = _filled(lambda c: KarySumTree(c, 5), 5**7, rng)
+    assert max(max(_level_lines(k8, u)) for u in rng.random(200) * k8.total()) == 2
+
+
+def test_prefix_sample_reads_group_slots_and_raw_leaf(rng):
+    t = _filled(TREES["kary-prefix"], 4096, rng)
+    tr = TreeTracer(t)
+    addrs, leaves = tr.sample(np.array([t.total() * 0.5]))
+    assert addrs[-1] == t._sums.ctypes.data + (t._lay[-1, 0] + leaves[0]) * 4  # the raw leaf row
+    assert tr.D * 15 <= addrs.size - 1 <= tr.D * 16
+
+
+def test_data_gather_addresses(rng):
+    from bench.workloads import SCHEMAS
+    from impl.storage import ColumnarStorage
+
+    st = ColumnarStorage(1000, SCHEMAS["cartpole"])
+    idx = rng.integers(0, 1000, 64)
+    a = data_gather(st.columns, idx)
+    assert a.size >= 5 * 64  # one address per field and row, two where a row crosses a line
+    for col in st.columns.values():
+        inside = (a >= col.ctypes.data) & (a < col.ctypes.data + col.nbytes)
+        assert inside.sum() >= idx.size
+
+
+def test_model_meter_orders_layouts_as_designed():
+    from bench.cache._driver import build
+
+    res = {v: meters.measure_model(build(v, 2**16), warm_calls=32, calls=64, l1=L1, l2=L2)
+           for v in ("binary", "kary-aligned")}
+    for key in (("sample", "tree"), ("update", "tree"), ("sample", "tree+data")):
+        assert res["kary-aligned"][key]["status"] == "ok"
+        assert res["kary-aligned"][key]["misses_per_op"]["L1d"] < res["binary"][key]["misses_per_op"]["L1d"]
+
+
+# -------------------------------------------------------------------------------- the meters
+
+def test_machine_caches_fallback(monkeypatch):
+    monkeypatch.setattr(meters, "_from_sysfs", lambda: (_ for _ in ()).throw(OSError("no sysfs")))
+    monkeypatch.setattr(meters, "_from_lscpu", lambda: {})
+    c = meters.machine_caches()
+    assert c["source"] == "fallback"
+    assert (c["L1d"], c["L2"]) == (CacheLevel(48 * 1024, 12, 64), CacheLevel(2 * 1024 * 1024, 16, 64))
+
+
+def test_absent_perf_and_valgrind_are_unsupported(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
+    for fn in (meters.measure_perf, meters.measure_cachegrind):
+        res = fn("binary", 1024)
+        assert res and all(r["status"] == "unsupported" and r["misses_per_op"] is None and r["error"]
+                           for r in res.values())
+    rows = []
+    info = cache.run({"name": "t", "scenario": "cache", "variants": ["binary"], "capacities": [1024],
+                      "ops": ["sample", "update"], "batch": 64,
+                      "methods": {"cachegrind": {"capacities": [1024]}, "perf": {"capacities": [1024]}}},
+                     None, rows.extend, progress=False)
+    assert "not found" in info["methods"]["perf"] and "not found" in info["methods"]["cachegrind"]
+    assert rows and all(r["status"] == "unsupported" and r["value"] is None for r in rows)
+    assert {r["method"] for r in rows} == {"perf", "cachegrind"}
+
+
+def test_perf_without_counters_is_unsupported_not_zero():
+    ok, why = meters.perf_support()
+    if ok:
+        pytest.skip("this machine has hardware counters")
+    res = meters.measure_perf("binary", 1024)
+    assert all(r["status"] == "unsupported" and r["misses_per_op"] is None for r in res.values())
+
+
+def test_parse_cachegrind(tmp_path):
+    f = tmp_path / "cg.out"
+    f.write_text("desc: I1 cache: 65536 B, 64 B, 16-way associative\ncmd: python\n"
+                 "events: Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw\nfl=x\n"
+                 "summary: 100 1 1 50 7 3 20 2 1\n")
+    t = meters.parse_cachegrind(f)
+    assert meters._cg_levels(t) == {"L1d": 9, "LL": 4}
+    f.write_text("nothing\n")
+    with pytest.raises(ValueError):
+        meters.parse_cachegrind(f)
+
+
+def test_cachegrind_calls_clamped():
+    assert meters.cachegrind_calls(1e-4, seconds=3) == 500
+    assert meters.cachegrind_calls(1.0) == 16
+    assert meters.cachegrind_calls(1e-9) == 2000
+
+
+def test_run_entry_point_rows():
+    suite = cache.load_suite("cache")
+    suite = {**suite, "methods": {"model": {"capacities": [1024], "warm_calls": 4, "calls": 8}}}
+    rows = []
+    info = cache.run(suite, ["binary", "kary-aligned", "uniform"], rows.extend, progress=False)
+    assert info["methods"]["model"] == "ok" and "L1d" in info["caches"]
+    need = {"scenario", "variant", "structure", "K", "dtype", "capacity", "batch", "op", "metric", "level",
+            "method", "unit", "value", "status", "error", "stream"}
+    assert all(need <= r.keys() for r in rows)
+    assert {r["scenario"] for r in rows} == {"cache"} and {r["metric"] for r in rows} == {"misses_per_op"}
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert {(r["variant"], r["op"], r["stream"]) for r in ok} == {
+        (v, op, s) for v in ("binary", "kary-aligned") for op, s in
+        (("sample", "tree"), ("sample", "tree+data"), ("update", "tree"))} | {("uniform", "sample", "tree+data")}
+    assert all(r["value"] >= 0 and r["level"] in ("L1d", "LL") for r in ok)
+    assert all(r["status"] == "skipped" for r in rows if r["variant"] == "uniform" and r["stream"] == "tree")
+    assert "binary" in cache.format_table(rows)
+    with pytest.raises(KeyError):
+        cache.run(suite, ["no-such-variant"], rows.extend, progress=False)
+
+
+@pytest.mark.slow
+def test_cachegrind_differential_runs(tmp_path):
+    ok, why = meters.cachegrind_support()
+    if not ok:
+        pytest.skip(why)
+    res = meters.measure_cachegrind("kary-aligned", 4096, calls=40, warm_calls=4, workdir=tmp_path)
+    for key in (("sample", "tree"), ("update", "tree")):
+        r = res[key]
+        assert r["status"] == "ok", r
+        # 256 descents of depth 3: at least a few hundred L1d line touches, not millions
+        assert 0 <= r["misses_per_op"]["LL"] <= r["misses_per_op"]["L1d"] < 20000
+
+
+def test_cache_suite_runs_through_the_harness(tmp_path):
+    """`python -m bench run --suite <cache-shaped json>` writes a complete run with model rows."""
+    import json
+    import subprocess
+    import sys
+
+    from bench import results
+
+    suite = cache.load_suite("cache")
+    suite = {**suite, "name": "cache-smoke", "variants": ["binary", "kary-aligned"],
+             "methods": {"model": {"capacities": [1024], "warm_calls": 4, "calls": 8},
+                         "perf": {"capacities": [1024], "variants": ["binary"], "calls": 8, "warm_calls": 2}}}
+    path = tmp_path / "cache-smoke.json"
+    path.write_text(json.dumps(suite))
+    proc = subprocess.run([sys.executable, "-m", "bench", "run", "--suite", str(path), "--out", str(tmp_path / "r"),
+                           "--no-progress"], cwd=results.REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (run_dir,) = (tmp_path / "r").iterdir()
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["complete"] is True and meta["cache_miss_method"]["model"] == "ok"
+    rows = results.read_rows(run_dir)
+    model = [r for r in rows if r["method"] == "model"]
+    assert model and all(r["status"] == "ok" and r["metric"] == "misses_per_op" and r["value"] >= 0 for r in model)
+    assert {r["variant"] for r in model} == {"binary", "kary-aligned"}
+    perf = [r for r in rows if r["method"] == "perf"]
+    assert perf and all(r["status"] in ("ok", "unsupported", "skipped") or r["error"] for r in perf)
+    assert "misses per call" in proc.stdout
