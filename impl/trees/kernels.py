@@ -280,9 +280,16 @@ def find(sums, lay, K, us, out_index, out_priority):
                 left = s if passed else left
             u[b] = ub - left
             j[b] = j[b] * K + k
+    return read_reached_leaves(sums, lay, D, out_index, out_priority)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def read_reached_leaves(values, lay, row, out_index, out_priority):
+    """Priorities of the leaves the descents reached (``out_index``, addressed by table row
+    ``row``) into ``out_priority``; a zero leaf turns its entry into ``-1``. Returns how many."""
     misses = 0
-    for b in range(n):
-        p = sums[addr(lay, D, j[b])]
+    for b in range(out_index.shape[0]):
+        p = values[addr(lay, row, out_index[b])]
         if p > 0.0:
             out_priority[b] = p
         else:

@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .kernels import STATUS_OK, STATUS_OVERFLOW, addr, check_batch, min_of_children, parent, propagate_mins, transform
+from .kernels import (STATUS_OK, STATUS_OVERFLOW, addr, check_batch, min_of_children, parent, propagate_mins,
+                      read_reached_leaves, transform)
 
 __all__ = ["update", "fill", "find", "get", "rebuild"]
 
@@ -94,7 +95,6 @@ def fill(pre, mins, lay, K, kshift, start, count, capacity, p):
 def find(pre, lay, K, us, out_index, out_priority):
     """As :func:`impl.trees.kernels.find`; the scan is compare-only. Returns the misses."""
     D = lay.shape[0] - 2
-    leaf_base = lay[D + 1, 0]
     n = us.shape[0]
     u = us.copy()
     j = out_index
@@ -110,16 +110,7 @@ def find(pre, lay, K, us, out_index, out_priority):
                 ub -= pre[first + k - 1]
             u[b] = ub
             j[b] = j[b] * K + k
-    misses = 0
-    for b in range(n):
-        p = pre[leaf_base + j[b]]
-        if p > 0.0:
-            out_priority[b] = p
-        else:
-            out_index[b] = -1
-            out_priority[b] = 0.0
-            misses += 1
-    return misses
+    return read_reached_leaves(pre, lay, D + 1, out_index, out_priority)  # row D + 1: the raw leaves
 
 
 @njit(nogil=True, cache=True)
