@@ -18,18 +18,7 @@ from bench import peers, results, runner, suites, summary
 from bench.__main__ import _param
 from impl import registry
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def bench_cmd(*args, env=None, timeout=180):
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-
-
-def only_run_dir(out: Path) -> Path:
-    dirs = [p for p in out.iterdir() if p.is_dir()]
-    assert len(dirs) == 1, dirs
-    return dirs[0]
+from test_bench import ROOT, bench_cmd, only_run_dir  # noqa: F401 - shared helpers
 
 
 def quiet(*_):
