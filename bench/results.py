@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 __all__ = ["SCHEMA_VERSION", "COLUMNS", "STATUSES", "RunWriter", "atomic_write_text", "new_run_id", "git_state",
-           "machine_info", "library_versions", "read_rows", "read_meta"]
+           "machine_info", "library_versions", "read_rows", "read_meta", "open_run"]
 
 SCHEMA_VERSION = 1
 
@@ -44,13 +44,18 @@ COLUMNS = [
     "status", "error",
     # cache scenario: which cache level, measuring method, address stream and cache geometry
     "level", "method", "stream", "cache_config",
+    # concurrency and training scenarios: actors (writers) and learners (samplers/updaters),
+    # "threads" or "processes"; training adds the algorithm, environment, seed and, for
+    # return-curve points, the environment steps and wall seconds at which the value was taken
+    "actors", "learners", "mode", "algo", "env", "seed", "env_steps", "wall_s",
 ]
 
 STATUSES = ("ok", "failed", "skipped", "unavailable", "unsupported")  # unsupported: a meter this machine lacks
 
 #: Column types for :func:`read_rows`; everything else stays a string ("" becomes None).
-_INT_COLUMNS = {"schema_version", "K", "capacity", "batch", "threads", "items_per_call", "repeat", "loops"}
-_FLOAT_COLUMNS = {"value"}
+_INT_COLUMNS = {"schema_version", "K", "capacity", "batch", "threads", "items_per_call", "repeat", "loops",
+                "actors", "learners", "seed", "env_steps"}
+_FLOAT_COLUMNS = {"value", "wall_s"}
 _BOOL_COLUMNS = {"dirty"}
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -132,6 +137,31 @@ class RunWriter:
     def finish(self, complete: bool, **extra) -> None:
         self.meta.update(extra, end_time=_now(), complete=bool(complete))
         self.write_meta()
+
+
+def open_run(suite: dict, *, out="results", run_id=None, machine=None, command=None):
+    """Start a run for a suite with its own runner (a ``"runner"`` hook such as cache or
+    concurrency): returns ``(writer, emit, emitted)`` where ``emit(rows)`` stamps each row with
+    the run's common columns (schema version, run id, git state, machine), appends it to
+    rows.csv and to the list ``emitted``."""
+    run_id = run_id or new_run_id(suite["name"])
+    git = git_state()
+    info = machine_info()
+    machine = machine or info["hostname"]
+    meta = {"scenario": suite["scenario"], "suite": suite, "command": command or sys.argv,
+            "git_sha": git["sha"], "dirty": git["dirty"], "machine_label": machine,
+            "machine": info, "libraries": library_versions()}
+    writer = RunWriter(out, run_id, meta)
+    base = {"schema_version": SCHEMA_VERSION, "run_id": run_id, "git_sha": git["sha"], "dirty": git["dirty"],
+            "machine": machine}
+    emitted: list[dict] = []
+
+    def emit(rows: list[dict]) -> None:
+        rows = [{**base, **row} for row in rows]
+        writer.append(rows)
+        emitted.extend(rows)
+
+    return writer, emit, emitted
 
 
 def _run(cmd: list[str], cwd=None) -> str | None:

@@ -9,7 +9,6 @@ records which methods were available and the cache sizes used, and the table is 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from bench import results
@@ -26,22 +25,7 @@ def run_suite(suite: dict, *, variants=None, out="results", run_id=None, machine
     """
     from bench import cache
 
-    run_id = run_id or results.new_run_id(suite["name"])
-    git = results.git_state()
-    machine = machine or results.machine_info()["hostname"]
-    meta = {"scenario": suite["scenario"], "suite": suite, "command": command or sys.argv,
-            "git_sha": git["sha"], "dirty": git["dirty"], "machine_label": machine,
-            "machine": results.machine_info(), "libraries": results.library_versions()}
-    writer = results.RunWriter(out, run_id, meta)
-    base = {"schema_version": results.SCHEMA_VERSION, "run_id": run_id, "git_sha": git["sha"],
-            "dirty": git["dirty"], "machine": machine}
-    emitted: list[dict] = []
-
-    def emit(rows: list[dict]) -> None:
-        rows = [{**base, **row} for row in rows]
-        writer.append(rows)
-        emitted.extend(rows)
-
+    writer, emit, emitted = results.open_run(suite, out=out, run_id=run_id, machine=machine, command=command)
     try:
         info = cache.run(suite, variants, emit, progress)
     except KeyboardInterrupt:

@@ -116,6 +116,44 @@ class ArraySumTree(SumTree):
         self._count_updates(idx.shape[0])
         return pmax
 
+    def write_leaves(self, indices, priorities, *, n_valid=None, eps=0.0, alpha=1.0):
+        """The first half of :meth:`update`: store the leaves, leave the inner nodes stale.
+
+        Returns ``(indices, deltas, max_priority)``; :meth:`propagate` with those arrays
+        completes the update. Between the two, :meth:`find` and :meth:`total` read inner
+        nodes that miss the deltas (the deferred and two-lock policies rely on this split).
+        Not counted towards re-summing: the caller counts. Cost O(n). Raises
+        NotImplementedError for structures whose inner nodes are not plain child sums.
+        """
+        if self._kernels is not kernels:
+            raise NotImplementedError(f"{type(self).__name__} keeps running sums in its inner nodes; "
+                                      "split leaf/inner updates are only implemented for plain sum trees")
+        idx = as_indices(indices)
+        vals = as_priorities(priorities, idx.shape[0])
+        limit = self.capacity if n_valid is None else min(int(n_valid), self.capacity)
+        deltas = np.empty(idx.shape[0], dtype=np.float64)
+        status, pos, pmax = kernels.write_leaves(self._sums, self._mins, self._lay, idx, vals, limit, float(eps),
+                                                 float(alpha), self._vmax, deltas)
+        raise_for_status(status, pos, idx, vals, limit, "priorities", eps=eps, alpha=alpha, vmax=self._vmax)
+        return idx, deltas, pmax
+
+    def propagate(self, indices: np.ndarray, deltas: np.ndarray) -> None:
+        """Add leaf ``deltas`` (from :meth:`write_leaves`) to the inner nodes. O(n K D)."""
+        kernels.propagate_paths(self._sums, self._mins, self._lay, self.K, self._kshift, indices, deltas)
+
+    def shared_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays that hold the tree's whole state (for placing it in shared memory)."""
+        return {"sums": self._sums, "mins": self._mins}
+
+    def bind_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """Use ``arrays`` (same shapes and dtypes as :meth:`shared_arrays`) as the tree's state."""
+        for name, current in self.shared_arrays().items():
+            new = arrays[name]
+            if new.shape != current.shape or new.dtype != current.dtype:
+                raise ValueError(f"array {name!r} has shape {new.shape} and dtype {new.dtype}; "
+                                 f"expected {current.shape} and {current.dtype}")
+        self._sums, self._mins = arrays["sums"], arrays["mins"]
+
     def fill(self, start: int, count: int, priority: float) -> None:
         if not (math.isfinite(priority) and priority >= 0):
             raise ValueError(f"priority = {priority!r} must be finite and >= 0")

@@ -45,6 +45,8 @@ __all__ = [
     "find",
     "get",
     "rebuild",
+    "write_leaves",
+    "propagate_paths",
 ]
 
 STATUS_OK = 0
@@ -211,6 +213,50 @@ def update(sums, mins, lay, K, kshift, indices, values, n_valid, eps, alpha, vma
         return STATUS_OVERFLOW, pos, 0.0
     _set_leaves(sums, mins, lay, K, kshift, indices, ps)
     return STATUS_OK, -1, pmax
+
+
+@njit(nogil=True, cache=True)
+def write_leaves(sums, mins, lay, indices, values, n_valid, eps, alpha, vmax, out_delta):
+    """The first half of :func:`update`: check, transform and store the leaves only.
+
+    ``out_delta[b]`` receives the change of leaf ``indices[b]`` as stored; the inner nodes
+    stay as they were until :func:`propagate_paths` adds those deltas (the deferred and
+    two-lock policies split an update this way). Returns ``(status, position, max)`` as
+    :func:`update` does; nothing is written unless the whole batch is valid. Cost O(n).
+    """
+    status, pos = check_batch(indices, values, n_valid)
+    if status != STATUS_OK:
+        return status, pos, 0.0
+    ps, pmax, pos = transform(values, eps, alpha, vmax)
+    if pos >= 0:
+        return STATUS_OVERFLOW, pos, 0.0
+    D = lay.shape[0] - 1
+    for b in range(indices.shape[0]):
+        leaf = addr(lay, D, indices[b])
+        old = sums[leaf]
+        sums[leaf] = ps[b]
+        out_delta[b] = np.float64(sums[leaf]) - np.float64(old)
+        mins[leaf] = sums[leaf] if sums[leaf] > 0.0 else np.inf
+    return STATUS_OK, -1, pmax
+
+
+@njit(nogil=True, cache=True)
+def propagate_paths(sums, mins, lay, K, kshift, indices, delta):
+    """Add ``delta[b]`` to every ancestor of leaf ``indices[b]`` and recompute their minima.
+
+    The second half of a split update (see :func:`write_leaves`), level by level for the whole
+    batch. Each ancestor's minimum is re-read from its K children, so the result does not
+    depend on what the minima held before (a deferred queue may hold many writes of one leaf).
+    Cost O(n * K * D).
+    """
+    D = lay.shape[0] - 1
+    j = indices.copy()
+    for d in range(D - 1, -1, -1):
+        for b in range(j.shape[0]):
+            j[b] = parent(j[b], K, kshift)
+            a = addr(lay, d, j[b])
+            sums[a] += delta[b]
+            mins[a] = min_of_children(mins, lay, K, d, j[b])
 
 
 @njit(nogil=True, cache=True, inline="always")

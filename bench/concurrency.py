@@ -1,0 +1,357 @@
+"""The concurrency scenario: P writers and L sampler/updaters on one shared buffer.
+
+Workers are threads or processes; each maps the buffer through its own
+:class:`~impl.concurrent.SharedPrioritizedBuffer` object. Writers insert batches of tagged
+transitions (an ``id``, a ``payload`` of the transition's size, and a ``check`` sum of both);
+learners sample, optionally verify every row, and write random priorities back with the
+sampled stamps. The same workers serve the benchmark (``python -m bench run --suite
+concurrency``: aggregate items/s and the fraction of time spent waiting for locks) and the
+stress tests (:func:`verify_final`: nothing lost, duplicated or torn, the tree's total
+agrees with its leaves).
+
+Transition sizes: ``cartpole`` 40 B, ``mujoco`` 200 B, ``atari`` 84x84x4 = 28 224 B of payload
+(plus 16 B of id and check).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["TRANSITIONS", "ID_STRIDE", "schema", "make_batch", "intact_rows", "prefill", "run_workers",
+           "verify_final", "run_suite"]
+
+TRANSITIONS = {"cartpole": 40, "mujoco": 200, "atari": 84 * 84 * 4}
+ID_STRIDE = 10**12  # writer w's k-th transition has id w * ID_STRIDE + k
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def schema(payload_bytes: int) -> dict:
+    return {"id": ((), "int64"), "check": ((), "uint64"), "payload": ((payload_bytes,), "uint8")}
+
+
+def _payload(ids: np.ndarray, nbytes: int) -> np.ndarray:
+    return ((ids[:, None] * 31 + np.arange(nbytes)) % 251).astype(np.uint8)
+
+
+def _checksum(ids: np.ndarray, payload: np.ndarray) -> np.ndarray:
+    # position-weighted, so swapped or shifted bytes change it too; uint64 arithmetic wraps
+    weights = np.arange(1, payload.shape[1] + 1, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        return payload.astype(np.uint64) @ weights + ids.astype(np.uint64) * _GOLDEN
+
+
+def make_batch(ids: np.ndarray, nbytes: int, checked: bool = True) -> dict:
+    """Tagged transitions for ``ids``; ``checked=False`` leaves ``check`` at 0 (benchmarks)."""
+    payload = _payload(ids, nbytes)
+    check = _checksum(ids, payload) if checked else np.zeros(ids.shape[0], np.uint64)
+    return {"id": ids.astype(np.int64), "check": check, "payload": payload}
+
+
+def intact_rows(batch: dict) -> np.ndarray:
+    """Mask of rows whose check sum matches their id and payload (False: torn or corrupt)."""
+    return _checksum(batch["id"], batch["payload"]) == batch["check"]
+
+
+def prefill(buf, n: int, nbytes: int, chunk: int = 4096) -> None:
+    """Insert ``n`` tagged transitions (writer id 0 is reserved for them)."""
+    for start in range(0, n, chunk):
+        ids = np.arange(start, min(n, start + chunk), dtype=np.int64)
+        buf.add(make_batch(ids, nbytes))
+
+
+# --------------------------------------------------------------------------- workers
+def _writer(buf, wid: int, cfg: dict, window: float) -> dict:
+    nbytes, batch = cfg["nbytes"], cfg["write_batch"]
+    seq = cfg.get("first_seq", 0)
+    verify = cfg.get("verify", False)
+    template = make_batch(np.zeros(batch, np.int64), nbytes, checked=False)
+    limit = cfg.get("max_items")
+    items = 0
+    start = time.perf_counter()
+    end = start + window
+    while time.perf_counter() < end and (limit is None or items < limit):
+        ids = wid * ID_STRIDE + np.arange(seq, seq + batch, dtype=np.int64)
+        buf.add(make_batch(ids, nbytes) if verify else {**template, "id": ids})
+        seq += batch
+        items += batch
+    return {"role": "writer", "index": wid, "insert": items, "seconds": time.perf_counter() - start,
+            "next_seq": seq}
+
+
+def _learner(buf, lid: int, cfg: dict, window: float) -> dict:
+    batch = cfg["sample_batch"]
+    verify = cfg.get("verify", False)
+    rng = np.random.default_rng(1000 + lid)
+    sampled = updated = torn = 0
+    problems: list[str] = []
+    start = time.perf_counter()
+    end = start + window
+    while time.perf_counter() < end:
+        out = buf.sample(batch, rng=rng)
+        if verify:
+            bad = ~intact_rows(out)
+            torn += int(bad.sum())
+            if not np.all(out["weights"] > 0) or not np.all(np.isfinite(out["weights"])):
+                problems.append(f"non-positive or non-finite weights {out['weights'][:4]}")
+            if np.any(out["stamps"] < 0) or np.any(out["stamps"] % buf.capacity != out["indices"]):
+                problems.append("a sampled row's stamp does not match its slot")
+        sampled += batch
+        updated += buf.update_priorities(out["indices"], rng.random(batch) + 1e-3, out["stamps"])
+    return {"role": "learner", "index": lid, "sample": sampled, "update": updated, "torn": torn,
+            "problems": problems[:5], "seconds": time.perf_counter() - start}
+
+
+def _work(handle, role: str, index: int, cfg: dict, start_barrier, windows: int, report) -> None:
+    """One worker: attach, then for each timed window wait for everyone and run it."""
+    from impl.concurrent import SharedPrioritizedBuffer
+
+    try:
+        buf = SharedPrioritizedBuffer.attach(handle, seed=index)
+        try:
+            buf.warm_up()
+            for w in range(windows):
+                start_barrier.wait()
+                waited = buf.lock_wait_seconds
+                res = (_writer if role == "writer" else _learner)(buf, index, cfg, cfg["window_s"])
+                if role == "writer":
+                    cfg = {**cfg, "first_seq": res["next_seq"]}
+                res.update(window=w, lock_wait=buf.lock_wait_seconds - waited)
+                report.put(res)
+        finally:
+            buf.close()
+    except BaseException:
+        report.put({"role": role, "index": index, "error": traceback.format_exc()})
+        try:
+            start_barrier.abort()
+        except Exception:
+            pass
+
+
+def run_workers(handle, writers: int, learners: int, mode: str, cfg: dict, windows: int = 1,
+                timeout: float = 120.0) -> list[dict]:
+    """Run ``writers`` + ``learners`` workers (``mode`` threads or processes) for ``windows``
+    timed windows of ``cfg["window_s"]`` seconds; returns one result dict per worker and window.
+
+    Raises RuntimeError with the worker's traceback if one raised, and TimeoutError if the
+    workers do not finish in ``timeout`` seconds (a deadlock); processes are killed and
+    joined on every exit path.
+    """
+    if mode not in ("threads", "processes"):
+        raise ValueError(f"mode must be 'threads' or 'processes', got {mode!r}")
+    roles = [("writer", w + 1) for w in range(writers)] + [("learner", i) for i in range(learners)]
+    if not roles:
+        raise ValueError("need at least one writer or learner")
+    if mode == "threads":
+        barrier, report = threading.Barrier(len(roles)), queue.Queue()
+        workers = [threading.Thread(target=_work, args=(handle, r, i, cfg, barrier, windows, report), daemon=True)
+                   for r, i in roles]
+    else:
+        ctx = mp.get_context("spawn")
+        barrier, report = ctx.Barrier(len(roles)), ctx.Queue()
+        workers = [ctx.Process(target=_work, args=(handle, r, i, cfg, barrier, windows, report), daemon=True)
+                   for r, i in roles]
+    results: list[dict] = []
+    deadline = time.monotonic() + timeout
+    try:
+        for w in workers:
+            w.start()
+        expected = len(roles) * windows
+        while len(results) < expected:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"{len(roles)} {mode} workers did not finish within {timeout:g} s "
+                                   f"({len(results)} of {expected} reports): deadlock?")
+            try:
+                res = report.get(timeout=min(remaining, 1.0))
+            except queue.Empty:
+                if mode == "processes" and any(not w.is_alive() and w.exitcode not in (0, None) for w in workers):
+                    codes = [w.exitcode for w in workers]
+                    raise RuntimeError(f"a worker process died (exit codes {codes})") from None
+                continue
+            if "error" in res:
+                raise RuntimeError(f"{res['role']} {res['index']} raised:\n{res['error']}")
+            results.append(res)
+        for w in workers:
+            w.join(max(0.1, deadline - time.monotonic()))
+    finally:
+        if mode == "processes":
+            for w in workers:
+                if w.pid is None:  # never started
+                    continue
+                if w.is_alive():
+                    w.kill()
+                w.join(5)
+    return results
+
+
+def verify_final(buf, writer_counts: dict[int, int]) -> list[str]:
+    """Check a quiescent buffer after a run; returns the problems found (empty: all good).
+
+    ``writer_counts[w]`` is how many transitions writer ``w`` inserted (ids ``w * ID_STRIDE +
+    0 .. count-1``; the prefill is writer 0). Checks: every stored row is intact; ids are
+    unique; the stored slots hold exactly the newest ``capacity`` tickets, each in slot
+    ``ticket % capacity`` (FIFO eviction), minus slots voided by crash recovery; each writer's
+    stored ids are the newest of its own, contiguous (nothing lost in between); the root total
+    equals the sum of the leaves within the float32 drift bound.
+    """
+    problems = []
+    cap = buf.capacity
+    stamps = buf._stamps.copy()
+    live = np.flatnonzero(stamps >= 0)
+    rows = {k: col[live] for k, col in buf.storage.columns.items()}
+    voided = buf.counters()["voided_slots"]
+    if not np.all(intact_rows(rows)):
+        problems.append(f"{int((~intact_rows(rows)).sum())} stored rows are torn")
+    ids = rows["id"]
+    if np.unique(ids).size != ids.size:
+        problems.append("an id is stored twice")
+    if np.any(stamps[live] % cap != live):
+        problems.append("a slot holds a ticket that belongs to another slot")
+    total = buf.inserted
+    expected = np.arange(max(0, total - cap), total)
+    if not np.all(np.isin(stamps[live], expected)):
+        problems.append("a slot holds a transition older than the newest `capacity` (FIFO broken)")
+    if live.size + min(voided, cap) < expected.size:
+        problems.append(f"{expected.size - live.size} of the newest {expected.size} transitions are missing "
+                        f"({voided} voided by recovery)")
+    for w, count in writer_counts.items():
+        seqs = np.sort(ids[ids // ID_STRIDE == w] % ID_STRIDE)
+        if seqs.size and not voided and (seqs[-1] != count - 1 or np.any(np.diff(seqs) != 1)):
+            problems.append(f"writer {w}: stored ids are not its newest {seqs.size} in a row "
+                            f"(last {seqs[-1]}, inserted {count})")
+    leaves = buf.tree.leaves()
+    if np.any(leaves[stamps < 0] > 0):
+        problems.append("a slot being written or voided has a positive priority")
+    root = buf.total()
+    exact = float(leaves.sum())
+    bound = (buf.handle.resum_every + 4096) * 2.0**-24 * max(exact, root) + 1e-12
+    if buf.tree.dtype == np.float64:
+        bound = 1e-9 * max(exact, 1.0)
+    if abs(root - exact) > bound:
+        problems.append(f"root total {root!r} differs from the sum of leaves {exact!r} by more than {bound:.3g}")
+    return problems
+
+
+# --------------------------------------------------------------------------- the benchmark
+def run_suite(suite: dict, *, variants=None, out="results", run_id=None, machine=None, progress=True,
+              command=None, echo=print, **_micro_only) -> Path:
+    """Measure bench/suites/concurrency.json's grid into ``<out>/<run_id>/``."""
+    import json
+
+    from tqdm import tqdm
+
+    from bench import results
+    from impl import registry
+    from impl.concurrent import SharedPrioritizedBuffer
+
+    writer, emit, emitted = results.open_run(suite, out=out, run_id=run_id, machine=machine, command=command)
+    cores = os.cpu_count() or 1
+    variants = variants or suite["variants"]
+    grid = [(v, pol, kind, mode, tuple(pl)) for v in variants for pol in suite["policies"]
+            for kind in suite["transitions"] for mode in suite["modes"] for pl in suite["workers"]]
+    bar = tqdm(grid, desc="concurrency", unit="cell", disable=not progress, dynamic_ncols=True)
+    try:
+        for variant, policy, kind, mode, (P, L) in bar:
+            bar.set_postfix_str(f"{variant} {policy} {kind} {mode} P={P} L={L}")
+            t = suite["transitions"][kind]
+            nbytes = TRANSITIONS[kind]
+            cfg = {"nbytes": nbytes, "write_batch": t["write_batch"], "sample_batch": t["sample_batch"],
+                   "window_s": suite["window_s"]}
+            v = registry.get(variant)
+            params = {**v.params, "oversubscribed": P + L > cores, "write_batch": t["write_batch"],
+                      "transition_bytes": nbytes + 16}
+            base = {"scenario": "concurrency", "variant": variant, "structure": v.structure, "policy": policy,
+                    "K": v.params.get("K", 2), "dtype": v.params.get("dtype", "float32"),
+                    "params": json.dumps(params, sort_keys=True), "capacity": t["capacity"],
+                    "batch": t["sample_batch"], "threads": P + L, "transitions": kind, "actors": P,
+                    "learners": L, "mode": mode}
+            try:
+                buf = SharedPrioritizedBuffer.create(t["capacity"], schema(nbytes), variant=variant, policy=policy,
+                                                     seed=0)
+            except NotImplementedError as err:
+                emit([{**base, "op": "all", "metric": "items_per_s", "status": "skipped", "error": str(err)}])
+                continue
+            try:
+                prefill(buf, t["capacity"], nbytes)
+                res = run_workers(buf.handle, P, L, mode, cfg, windows=suite["repeats"],
+                                  timeout=60 + 10 * suite["window_s"] * suite["repeats"])
+            except Exception as err:  # one failing cell is recorded; the run goes on
+                emit([{**base, "op": "all", "metric": "items_per_s", "status": "failed",
+                       "error": f"{type(err).__name__}: {err}"[:2000]}])
+                continue
+            finally:
+                buf.close()
+            emit(_rows(base, res, suite["repeats"]))
+    except KeyboardInterrupt:
+        writer.finish(False, interrupted=True)
+        raise
+    writer.finish(True, interrupted=False)
+    echo(format_table(emitted))
+    echo(f"\nResults: {writer.dir}")
+    return writer.dir
+
+
+def _rows(base: dict, res: list[dict], windows: int) -> list[dict]:
+    rows = []
+    for w in range(windows):
+        mine = [r for r in res if r["window"] == w]
+        seconds = max(r["seconds"] for r in mine)
+        for op in ("insert", "sample", "update"):
+            items = sum(r.get(op, 0) for r in mine)
+            if any(op in r for r in mine):
+                rows.append({**base, "op": op, "metric": "items_per_s", "value": items / seconds, "unit": "items/s",
+                             "repeat": w, "status": "ok"})
+        wait = sum(r["lock_wait"] for r in mine) / sum(r["seconds"] for r in mine)
+        rows.append({**base, "op": "all", "metric": "lock_wait_fraction", "value": wait, "unit": "1", "repeat": w,
+                     "status": "ok"})
+    return rows
+
+
+def format_table(rows: list[dict]) -> str:
+    """Median aggregate items/s (insert + sample) and lock-wait share per cell."""
+    import pandas as pd
+
+    df = pd.DataFrame([r for r in rows if r.get("status") == "ok"])
+    if df.empty:
+        return "(no concurrency rows)"
+    keys = ["variant", "policy", "transitions", "mode", "actors", "learners"]
+    thr = df[df.metric == "items_per_s"]
+    agg = (thr[thr.op.isin(["insert", "sample"])].groupby(keys + ["repeat"]).value.sum()
+           .groupby(keys).median().rename("aggregate/s"))
+    per_op = thr.groupby(keys + ["op"]).value.median().unstack("op")
+    wait = df[df.metric == "lock_wait_fraction"].groupby(keys).value.median().rename("lock wait")
+    table = per_op.join(agg).join(wait)
+    return table.to_string(float_format=lambda x: f"{x:,.3g}")
+
+
+# --------------------------------------------------------------------------- failure injection
+def die_mid_insert(handle, where: str, n: int = 32) -> None:
+    """Process target for the recovery tests: start an insert of ``n`` rows, then SIGKILL
+    ourselves. ``where="holding-lock"``: after reserving slots and copying half the rows,
+    with the tree lock held (any policy). ``where="copying"``: lazy writing's unlocked phase,
+    after the slots were reserved at priority 0 and half the rows copied."""
+    import signal
+
+    from impl.concurrent import SharedPrioritizedBuffer
+    from impl.concurrent.locks import my_token
+
+    buf = SharedPrioritizedBuffer.attach(handle)
+    batch = make_batch(np.arange(n, dtype=np.int64) + 7 * ID_STRIDE, TRANSITIONS["cartpole"])
+    half = {k: v[: n // 2] for k, v in batch.items()}
+    buf.tree_lock.acquire()
+    t0, _ = buf._reserve(n, my_token())
+    if where == "copying":
+        buf.tree.fill(t0 % buf.capacity, n, 0.0)
+        buf.tree_lock.release()
+    elif where != "holding-lock":
+        raise ValueError(f"where must be 'holding-lock' or 'copying', got {where!r}")
+    buf.storage.write(t0 % buf.capacity, half, n // 2)
+    os.kill(os.getpid(), signal.SIGKILL)

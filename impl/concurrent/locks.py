@@ -1,0 +1,146 @@
+"""A mutex in one shared int64 word, usable by threads and processes alike, that survives
+the death of its holder.
+
+Why not ``multiprocessing.Lock``: it can only be handed to processes at creation time, cannot
+live inside the buffer's shared segment, and a process killed while holding it leaves it
+locked forever. This lock is a word in the segment: 0 when free, else the holder's *token*
+``pid << 22 | native thread id mod 2**22``, set by compare-and-swap.
+
+Waiting: a few immediate retries, then sleeps that double from 2 us to 0.5 ms (so a waiter
+costs almost no CPU on an oversubscribed machine), counting the time spent in
+:attr:`SharedLock.wait_seconds`.
+
+Recovery rule (a holder that died): a waiter that has waited ``check_every`` seconds reads
+the holder's pid; if that process no longer exists (or is a zombie), the waiter takes the
+lock over with one compare-and-swap (so exactly one waiter wins) and runs the ``on_recover``
+callback while holding it, before its own critical section. The callback must restore the
+invariants the dead holder may have broken (the buffer rebuilds the tree's inner nodes from
+its leaves and voids the slots the dead writer had reserved). A pid reused by a new process
+within that window would be mistaken for the holder; Linux allocates pids cyclically, so this
+needs ~4 million process creations in between.
+
+Not reentrant: acquiring a lock the calling thread holds raises RuntimeError instead of
+deadlocking. ``timeout`` (default 120 s) turns a deadlock into TimeoutError naming the holder.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+
+from .atomics import cas, load
+
+__all__ = ["SharedLock", "my_token", "token_pid", "pid_alive"]
+
+_PID_SHIFT = 22
+
+
+def my_token() -> int:
+    """This thread's lock token (never 0)."""
+    return (os.getpid() << _PID_SHIFT) | (threading.get_native_id() & ((1 << _PID_SHIFT) - 1))
+
+
+def token_pid(token: int) -> int:
+    return int(token) >> _PID_SHIFT
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (a killed, unreaped child)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            state = fh.read().rsplit(b")", 1)[1].split()[0]
+        return state not in (b"Z", b"X")
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+class SharedLock:
+    """Mutex in ``words[index]`` (an int64 array, typically in shared memory).
+
+    Thread-safety: any number of threads and processes may share one lock word; each thread
+    uses it through its own :class:`SharedLock` object or a shared one (the statistics are
+    then summed over those threads).
+    """
+
+    def __init__(self, words: np.ndarray, index: int, name: str, *, on_recover=None,
+                 timeout: float = 120.0, check_every: float = 0.02):
+        if words.dtype != np.int64 or words.ndim != 1:
+            raise TypeError(f"lock words must be a 1-d int64 array, got {words.dtype} {words.shape}")
+        self.words, self.index, self.name = words, int(index), name
+        self.on_recover = on_recover
+        self.timeout, self.check_every = float(timeout), float(check_every)
+        self.wait_seconds = 0.0  # total time spent waiting (uncontended acquisitions add 0)
+        self.acquisitions = 0
+        self.contended = 0
+        self.recoveries = 0
+
+    def acquire(self) -> None:
+        token = my_token()
+        seen = cas(self.words, self.index, 0, token)
+        self.acquisitions += 1
+        if seen == 0:
+            return
+        if seen == token:
+            raise RuntimeError(f"lock {self.name!r} is already held by this thread (not reentrant)")
+        self.contended += 1
+        start = time.perf_counter()
+        last_check = start
+        delay = 2e-6
+        tries = 0
+        while True:
+            tries += 1
+            if tries > 4:
+                time.sleep(delay)
+                delay = min(delay * 2.0, 5e-4)
+            seen = cas(self.words, self.index, 0, token)
+            if seen == 0:
+                break
+            now = time.perf_counter()
+            if now - last_check >= self.check_every:
+                last_check = now
+                if not pid_alive(token_pid(seen)) and cas(self.words, self.index, seen, token) == seen:
+                    self.wait_seconds += time.perf_counter() - start
+                    self._recover(seen)
+                    return
+                if now - start > self.timeout:
+                    self.wait_seconds += now - start
+                    raise TimeoutError(f"lock {self.name!r} not acquired in {self.timeout:g} s; held by "
+                                       f"pid {token_pid(seen)} (token {seen})")
+        self.wait_seconds += time.perf_counter() - start
+
+    def _recover(self, dead_token: int) -> None:
+        self.recoveries += 1
+        if self.on_recover is not None:
+            try:
+                self.on_recover(dead_token)
+            except BaseException:
+                self.release()
+                raise
+
+    def release(self) -> None:
+        token = my_token()
+        seen = cas(self.words, self.index, token, 0)
+        if seen != token:
+            raise RuntimeError(f"lock {self.name!r} released by a thread that does not hold it "
+                               f"(holder token {seen}, this thread {token})")
+
+    def holder(self) -> int:
+        """Token of the current holder, 0 if free (a snapshot)."""
+        return int(load(self.words, self.index))
+
+    def __enter__(self):
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+        return False

@@ -1,0 +1,143 @@
+"""NumPy arrays in one POSIX shared-memory segment, mapped by several processes.
+
+:class:`SharedArena` lays out named arrays (64-byte aligned, so a K=16 float32 sibling group
+stays on one cache line) in a single segment under ``/dev/shm``. The process that creates it
+owns it; other processes :meth:`~SharedArena.attach` by name, from the picklable
+:attr:`~SharedArena.spec`.
+
+Cleanup, on every exit path:
+
+* the owner unlinks the segment in :meth:`close`, on garbage collection and at interpreter
+  exit (``weakref.finalize``), so a normal exit or an exception that unwinds leaves nothing;
+* if the owner is killed (SIGKILL), the segment was registered with multiprocessing's
+  resource tracker, a separate process that unlinks it when the owner and all its children
+  are gone;
+* attached processes only map the segment (they never register it, so their exit, clean or
+  killed, neither unlinks it early nor leaks it): the kernel drops a dead process's mapping.
+
+Thread-safety: the arena object itself is immutable after construction; what the arrays hold
+is the callers' business (see :mod:`impl.concurrent.locks`).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+import weakref
+from dataclasses import dataclass
+from multiprocessing import shared_memory
+
+import numpy as np
+
+__all__ = ["ArenaSpec", "SharedArena", "PREFIX", "leaked_segments"]
+
+PREFIX = "replaybench_"  # every segment's name starts with this, so leaks can be found
+_ALIGN = 64
+
+
+@dataclass(frozen=True)
+class ArenaSpec:
+    """Everything another process needs to map the arena: name, size and array layout."""
+
+    name: str
+    size: int
+    arrays: tuple  # ((name, offset, shape, dtype str), ...)
+
+
+def _layout(arrays: dict) -> tuple[tuple, int]:
+    entries, offset = [], 0
+    for name, (shape, dtype) in arrays.items():
+        dtype = np.dtype(dtype)
+        shape = tuple(int(s) for s in np.atleast_1d(shape)) if shape != () else ()
+        offset = -(-offset // _ALIGN) * _ALIGN
+        entries.append((name, offset, shape, dtype.str))
+        offset += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    return tuple(entries), max(offset, 1)
+
+
+def _views(buf, entries) -> dict[str, np.ndarray]:
+    return {name: np.ndarray(shape, dtype=np.dtype(dt), buffer=buf, offset=off) for name, off, shape, dt in entries}
+
+
+def _unlink(shm: shared_memory.SharedMemory) -> None:
+    try:
+        shm.close()
+    except BufferError:  # a view is still referenced somewhere: leave the mapping, still unlink
+        pass
+    try:
+        shm.unlink()
+    except FileNotFoundError:
+        pass
+
+
+class SharedArena:
+    """Named arrays in one shared-memory segment.
+
+    ``SharedArena.create({"sums": ((n,), "float32"), ...})`` allocates (zero-filled, as fresh
+    shared memory is) and owns; ``SharedArena.attach(arena.spec)`` maps it elsewhere.
+    ``arena.arrays[name]`` are the NumPy views. Cost: one ``shm_open`` + ``mmap``; pages are
+    committed on first touch.
+    """
+
+    def __init__(self, spec: ArenaSpec, buf, owner: bool, closer):
+        self.spec = spec
+        self.owner = owner
+        self.arrays = _views(buf, spec.arrays)
+        self._closer = closer
+
+    @classmethod
+    def create(cls, arrays: dict, tag: str = "buf") -> "SharedArena":
+        entries, size = _layout(arrays)
+        name = f"{PREFIX}{tag}_{os.getpid()}_{secrets.token_hex(4)}"
+        shm = shared_memory.SharedMemory(name=name, create=True, size=size)
+        arena = cls(ArenaSpec(shm.name, size, entries), shm.buf, True, None)
+        arena._closer = weakref.finalize(arena, _unlink, shm)
+        return arena
+
+    @classmethod
+    def attach(cls, spec: ArenaSpec) -> "SharedArena":
+        # Map the file directly instead of SharedMemory(name): in Python 3.11 that registers the
+        # segment with this process's resource tracker, which would unlink it when we exit.
+        path = "/dev/shm/" + spec.name.lstrip("/")
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"shared buffer segment {spec.name!r} does not exist (its owner closed it "
+                                    f"or exited)") from None
+        try:
+            mm = mmap.mmap(fd, spec.size)
+        finally:
+            os.close(fd)
+        arena = cls(spec, mm, False, None)
+        arena._closer = weakref.finalize(arena, _close_map, mm)
+        return arena
+
+    def close(self) -> None:
+        """Drop this process's mapping; the owner also unlinks the segment. Idempotent.
+
+        Views handed out earlier must not be used afterwards.
+        """
+        self.arrays = {}
+        self._closer()
+
+    @property
+    def closed(self) -> bool:
+        return not self._closer.alive
+
+
+def _close_map(mm) -> None:
+    try:
+        mm.close()
+    except BufferError:  # views still alive: the mapping goes when they do
+        pass
+
+
+def leaked_segments(pid: int | None = None) -> list[str]:
+    """Names of this project's segments currently in /dev/shm, or only those created by
+    process ``pid`` (the creator's pid is part of the name). For tests and diagnostics."""
+    try:
+        names = os.listdir("/dev/shm")
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if n.startswith(PREFIX) and (pid is None or f"_{pid}_" in n))

@@ -1,0 +1,330 @@
+"""Concurrency policies and the shared-memory buffer: atomics, locks, shared memory cleanup,
+stress runs with threads and processes (nothing lost, duplicated or torn; no deadlock), lazy
+writing's reserved slots, and recovery from a worker killed mid-insert."""
+
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from bench import concurrency as C
+from impl import registry
+from impl.concurrent import POLICIES, SharedPrioritizedBuffer, leaked_segments
+from impl.concurrent.atomics import cas, fetch_add
+from impl.concurrent.locks import SharedLock
+from impl.concurrent.shm import SharedArena
+
+NB = C.TRANSITIONS["cartpole"]
+FIELDS = C.schema(NB)
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_segments():
+    before = set(leaked_segments(os.getpid()))  # only ours: other test runs may share the machine
+    yield
+    leaked = set(leaked_segments(os.getpid())) - before
+    assert not leaked, f"shared-memory segments left behind: {sorted(leaked)}"
+
+
+def make(policy, capacity=4096, variant="kary-aligned", prefill=1000, **kw):
+    buf = SharedPrioritizedBuffer.create(capacity, FIELDS, variant=variant, policy=policy, seed=0, **kw)
+    if prefill:
+        C.prefill(buf, prefill, NB)
+    return buf
+
+
+# ----------------------------------------------------------------------------- building blocks
+def test_atomics_do_not_lose_increments_across_threads():
+    from numba import njit
+
+    from impl.concurrent.atomics import atomic_add
+
+    @njit(nogil=True)
+    def hammer(a, n):
+        for _ in range(n):
+            atomic_add(a, 0, 1)
+            atomic_add(a, 1, 1)  # a plain += here would lose increments; atomic_add must not
+
+    a = np.zeros(2, np.int64)
+    threads = [threading.Thread(target=hammer, args=(a, 200_000)) for _ in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert a.tolist() == [800_000, 800_000]
+    assert cas(a, 0, 5, 9) == 800_000 and a[0] == 800_000  # failed CAS leaves the value
+    assert cas(a, 0, 800_000, 9) == 800_000 and a[0] == 9
+    f = np.zeros(1, np.float32)
+    assert fetch_add(f, 0, 1.5) == 0.0 and f[0] == 1.5
+
+
+def test_lock_excludes_threads_and_is_not_reentrant():
+    words = np.zeros(2, np.int64)
+    counter = [0]
+
+    def work():
+        lock = SharedLock(words, 0, "t")
+        for _ in range(2000):
+            with lock:
+                v = counter[0]
+                time.sleep(0) if v % 97 == 0 else None  # invite a switch inside the section
+                counter[0] = v + 1
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    [t.start() for t in threads]
+    [t.join(60) for t in threads]
+    assert counter[0] == 6000 and words[0] == 0
+    lock = SharedLock(words, 0, "t")
+    with lock:
+        with pytest.raises(RuntimeError, match="not reentrant"):
+            lock.acquire()
+    with pytest.raises(RuntimeError, match="does not hold it"):
+        lock.release()
+
+
+def test_lock_times_out_naming_the_live_holder():
+    words = np.zeros(1, np.int64)
+    held, done = threading.Event(), threading.Event()
+
+    def holder():
+        with SharedLock(words, 0, "x"):
+            held.set()
+            done.wait(10)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    held.wait(5)
+    try:
+        with pytest.raises(TimeoutError, match=f"lock 'x' not acquired .* held by pid {os.getpid()}"):
+            SharedLock(words, 0, "x", timeout=0.2).acquire()
+    finally:
+        done.set()
+        t.join()
+
+
+def test_arena_attach_sees_writes_and_close_unlinks():
+    arena = SharedArena.create({"a": ((8,), "float32"), "b": ((3, 2), "int64")})
+    other = SharedArena.attach(arena.spec)
+    other.arrays["b"][1, 1] = 42
+    assert arena.arrays["b"][1, 1] == 42
+    assert all(v.ctypes.data % 64 == 0 for v in arena.arrays.values())
+    other.close()
+    assert arena.spec.name in leaked_segments()
+    arena.close()
+    arena.close()  # idempotent
+    assert arena.spec.name not in leaked_segments()
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        SharedArena.attach(arena.spec)
+
+
+@pytest.mark.parametrize("ending", ["normal", "exception", "killed"])
+def test_owner_process_leaves_no_segment(ending):
+    """The owner exits normally, by an uncaught exception, or by SIGKILL: no segment remains
+    (after a kill, multiprocessing's resource tracker unlinks it)."""
+    code = textwrap.dedent(f"""
+        import os, signal, sys
+        from impl.concurrent import SharedPrioritizedBuffer
+        from bench.concurrency import schema
+        buf = SharedPrioritizedBuffer.create(1024, schema(40), variant="binary", policy="lazy-writing")
+        print(buf.handle.arena.name, flush=True)
+        if "{ending}" == "exception":
+            raise RuntimeError("boom")
+        if "{ending}" == "killed":
+            os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(__file__)))
+    name = proc.stdout.split()[0]
+    for _ in range(100):  # the resource tracker notices its parent's death asynchronously
+        if name not in leaked_segments():
+            break
+        time.sleep(0.1)
+    assert name not in leaked_segments(), proc.stderr
+
+
+# ----------------------------------------------------------------------------- API and errors
+def test_bad_arguments_are_refused_by_name():
+    with pytest.raises(ValueError, match="policy must be one of .* got 'nope'"):
+        SharedPrioritizedBuffer.create(64, FIELDS, policy="nope")
+    with pytest.raises(NotImplementedError, match="pal-locks.*PrefixKarySumTree"):
+        SharedPrioritizedBuffer.create(64, FIELDS, variant="kary-prefix", policy="pal-locks")
+    with pytest.raises(ValueError, match="cannot be shared"):
+        SharedPrioritizedBuffer.create(64, FIELDS, variant="uniform")
+    with pytest.raises(ValueError, match="'stamps' is reserved"):
+        SharedPrioritizedBuffer.create(64, {"stamps": ((), "int64")}, variant="binary")
+    with make("lazy-writing", capacity=64, prefill=0) as buf:
+        with pytest.raises(ValueError, match="empty buffer"):
+            buf.sample(4)
+        C.prefill(buf, 10, NB)
+        with pytest.raises(ValueError, match="batch_size must be a positive integer, got 0"):
+            buf.sample(0)
+        with pytest.raises(ValueError, match="beta must be a number in \\[0, 1\\], got 2"):
+            buf.sample(4, beta=2)
+        before = buf.tree.leaves().copy()
+        with pytest.raises(ValueError, match="priorities"):
+            buf.update_priorities([0, 1], [1.0, float("nan")])
+        with pytest.raises(IndexError):
+            buf.update_priorities([0, 11], [1.0, 1.0])
+        with pytest.raises(ValueError, match="stamps must be an integer array"):
+            buf.update_priorities([0, 1], [1.0, 1.0], stamps=[0.5, 1.5])
+        np.testing.assert_array_equal(buf.tree.leaves(), before)
+        assert buf.tree_lock.holder() == 0  # errors released the lock
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_single_thread_matches_the_plain_buffer(policy, rng):
+    """Used from one thread, every policy stores exactly what PrioritizedReplayBuffer stores."""
+    plain = registry.create("kary-aligned", 512, FIELDS, seed=0)
+    with make(policy, capacity=512, prefill=0) as shared:
+        for step in range(12):
+            ids = np.arange(step * 100, step * 100 + 100)
+            batch = C.make_batch(ids, NB)
+            plain.add(batch)
+            shared.add(batch)
+            idx = rng.integers(0, len(plain), 64)
+            pr = rng.random(64) * 3
+            plain.update_priorities(idx, pr)
+            assert shared.update_priorities(idx, pr) == 64
+        np.testing.assert_allclose(shared.tree.leaves(), plain.tree.leaves(), rtol=1e-6)
+        assert shared.total() == pytest.approx(plain.tree.total(), rel=1e-5)
+        np.testing.assert_array_equal(shared.storage.columns["id"], plain.storage.columns["id"])
+        out = shared.sample(256)
+        assert np.all(C.intact_rows(out)) and np.all(out["stamps"] % 512 == out["indices"])
+        np.testing.assert_allclose(out["weights"], (shared.priorities(out["indices"]) / shared.tree.min()) ** -0.4,
+                                   rtol=1e-5)
+
+
+def test_stale_update_is_skipped():
+    with make("lazy-writing", capacity=64, prefill=64) as buf:
+        out = buf.sample(8)
+        C.prefill(buf, 64, NB)  # overwrites every slot: the sampled transitions are gone
+        assert buf.update_priorities(out["indices"], np.full(8, 5.0), out["stamps"]) == 0
+        assert buf.counters()["stale_updates"] == 8
+        assert buf.update_priorities(out["indices"], np.full(8, 5.0)) == 8  # no stamps: applied
+
+
+def test_lazy_writing_never_samples_reserved_slots():
+    """Slots reserved by an insert in progress (priority 0) are never drawn, even when they are
+    almost all of the buffer; when nothing else is left, sample refuses instead."""
+    from impl.concurrent.locks import my_token
+
+    with make("lazy-writing", capacity=256, prefill=256) as buf:
+        with buf.tree_lock:
+            t0, row = buf._reserve(250, my_token())
+            buf.tree.fill(t0 % 256, 250, 0.0)
+        reserved = set(((t0 + np.arange(250)) % 256).tolist())
+        for _ in range(50):
+            out = buf.sample(256)
+            assert not reserved & set(out["indices"].tolist())
+        assert set(buf.sample(2000)["indices"].tolist()) == set(range(256)) - reserved
+        with buf.tree_lock:
+            t1, row2 = buf._reserve(6, my_token())
+            buf.tree.fill(t1 % 256, 6, 0.0)
+        with pytest.raises(ValueError, match="total priority is 0"):
+            buf.sample(4)
+
+
+# ----------------------------------------------------------------------------- stress
+def _stress(policy, mode, variant="kary-aligned", nbytes=NB, capacity=2048, window=0.6):
+    buf = SharedPrioritizedBuffer.create(capacity, C.schema(nbytes), variant=variant, policy=policy, seed=0)
+    try:
+        C.prefill(buf, 500, nbytes)
+        cfg = {"nbytes": nbytes, "write_batch": 16, "sample_batch": 64, "window_s": window, "verify": True}
+        res = C.run_workers(buf.handle, 2, 2, mode, cfg, windows=1, timeout=90)
+        counts = {0: 500, **{r["index"]: r["next_seq"] for r in res if r["role"] == "writer"}}
+        learners = [r for r in res if r["role"] == "learner"]
+        assert sum(r["torn"] for r in learners) == 0
+        assert not [p for r in learners for p in r["problems"]]
+        assert sum(r["sample"] for r in learners) > 0 and sum(counts.values()) > capacity  # the ring wrapped
+        assert C.verify_final(buf, counts) == []
+        return buf.counters()
+    finally:
+        buf.close()
+
+
+@pytest.mark.parametrize("mode", ["threads", "processes"])
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_stress_nothing_lost_torn_or_deadlocked(policy, mode):
+    _stress(policy, mode)
+
+
+@pytest.mark.parametrize("policy", ["lazy-writing", "global-lock"])
+def test_stress_atari_sized_rows(policy):
+    _stress(policy, "threads", nbytes=C.TRANSITIONS["atari"], capacity=256, window=0.5)
+
+
+def test_stress_prefix_tree_with_lazy_writing():
+    _stress("lazy-writing", "threads", variant="kary-prefix")
+
+
+def test_verify_final_catches_damage():
+    """The checks the stress tests rely on fail when something is actually wrong."""
+    with make("global-lock", capacity=256, prefill=300) as buf:
+        assert C.verify_final(buf, {0: 300}) == []
+        buf.storage.columns["payload"][5, 3] ^= 1  # a torn byte
+        assert any("torn" in p for p in C.verify_final(buf, {0: 300}))
+        buf.storage.columns["payload"][5, 3] ^= 1
+        buf.storage.columns["id"][7], buf.storage.columns["check"][7] = buf.storage.columns["id"][8], \
+            buf.storage.columns["check"][8]
+        problems = C.verify_final(buf, {0: 300})
+        assert any("twice" in p for p in problems)
+    with make("global-lock", capacity=256, prefill=300) as buf:
+        buf.tree._sums[buf.tree._root] *= 1.5
+        assert any("root total" in p for p in C.verify_final(buf, {0: 300}))
+        assert any("writer 0" in p for p in C.verify_final(buf, {0: 310}))  # 10 ids went missing
+
+
+# ----------------------------------------------------------------------------- dead workers
+@pytest.mark.parametrize("policy,where", [(p, "holding-lock") for p in sorted(POLICIES)]
+                         + [("lazy-writing", "copying")])
+def test_worker_killed_mid_insert_is_recovered(policy, where):
+    """Recovery rule: the dead writer's reserved slots are voided (never sampled), the tree is
+    rebuilt from its leaves, and the lock it held is taken over; others go on."""
+    with make(policy, capacity=512, prefill=600) as buf:
+        proc = mp.get_context("spawn").Process(target=C.die_mid_insert, args=(buf.handle, where, 32))
+        proc.start()
+        proc.join(60)
+        assert proc.exitcode == -9
+        start = time.monotonic()
+        if where == "copying":  # no lock is held: writers lap the ring until they meet the dead slots
+            C.prefill(buf, 1024, NB)
+        out = buf.sample(512)
+        assert time.monotonic() - start < 30
+        assert np.all(C.intact_rows(out))
+        assert not np.any(out["id"] // C.ID_STRIDE == 7)  # nothing of the dead writer's is visible
+        counters = buf.counters()
+        assert counters["voided_slots"] == 32
+        assert counters["recoveries"] == (1 if where == "holding-lock" else 0)
+        assert buf.tree_lock.holder() == 0
+        C.prefill(buf, 100, NB)
+        assert buf.total() == pytest.approx(float(buf.tree.leaves().sum()), rel=1e-4)
+        assert not np.any(buf.tree.leaves()[buf._stamps < 0] > 0)
+
+
+# ----------------------------------------------------------------------------- the benchmark
+def test_concurrency_suite_writes_rows(tmp_path):
+    """`python -m bench run --suite concurrency-quick` measures every cell into rows.csv."""
+    from bench import results
+
+    proc = subprocess.run([sys.executable, "-m", "bench", "run", "--suite", "concurrency-quick", "--out",
+                           str(tmp_path), "--no-progress"], capture_output=True, text=True, timeout=300,
+                          cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert proc.returncode == 0, proc.stderr
+    (run,) = tmp_path.iterdir()
+    rows = results.read_rows(run)
+    assert results.read_meta(run)["complete"] is True
+    assert {r["status"] for r in rows} == {"ok"}
+    cells = {(r["policy"], r["mode"]) for r in rows}
+    assert cells == {(p, m) for p in ("global-lock", "lazy-writing") for m in ("threads", "processes")}
+    for r in rows:
+        assert r["scenario"] == "concurrency" and r["actors"] == 1 and r["learners"] == 1 and r["threads"] == 2
+        if r["metric"] == "items_per_s":
+            assert r["value"] > 0 and r["op"] in ("insert", "sample", "update")
+        else:
+            assert r["metric"] == "lock_wait_fraction" and 0 <= r["value"] <= 1
+    assert len([r for r in rows if r["metric"] == "items_per_s"]) == 4 * 2 * 3  # cells x repeats x ops
+    assert "aggregate/s" in proc.stdout
