@@ -123,7 +123,8 @@ class RunWriter:
 
     def append(self, rows: list[dict]) -> None:
         """Add rows (dicts keyed by column; missing columns are empty) and rewrite rows.csv."""
-        writer = csv.writer(self._lines, lineterminator="\n")
+        batch = io.StringIO()
+        writer = csv.writer(batch, lineterminator="\n")
         for row in rows:
             unknown = set(row) - set(COLUMNS)
             if unknown:
@@ -131,10 +132,14 @@ class RunWriter:
             if row.get("status") not in STATUSES:
                 raise ValueError(f"status must be one of {STATUSES}, got {row.get('status')!r}")
             writer.writerow([_cell(row.get(c)) for c in COLUMNS])
+        self._lines.write(batch.getvalue())  # one step, so an interrupt never keeps half a batch
         self.n_rows += len(rows)
         atomic_write_text(self.dir / "rows.csv", self._lines.getvalue())
 
     def finish(self, complete: bool, **extra) -> None:
+        """Write the final meta.json, and rows.csv once more, so that an interrupt that came
+        between an item's rows and its file write still leaves them on disk."""
+        atomic_write_text(self.dir / "rows.csv", self._lines.getvalue())
         self.meta.update(extra, end_time=_now(), complete=bool(complete))
         self.write_meta()
 

@@ -339,8 +339,8 @@ def run(suite: dict, *, variants: list[str] | None = None, capacities: list[int]
             label = " ".join(f"{k}={v}" for k, v in item.params.items())
             bar.set_postfix_str(f"{item.variant.name} {item.capacity or ''} {item.op} {label}".replace("  ", " "))
             rows = measure(item, suite, settings, writer.raw_dir, base)
+            counts[rows[0]["status"]] += 1  # counted first: finish() rewrites rows.csv, so counted = on disk
             writer.append(rows)
-            counts[rows[0]["status"]] += 1
             if item.variant.name == HARNESS and rows[0]["status"] == "ok":
                 writer.meta["timing_overhead_s_per_call"] = statistics.median(r["value"] for r in rows)
                 writer.write_meta()

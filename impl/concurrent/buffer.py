@@ -43,6 +43,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from .. import registry
 from ..buffers import PrioritizedReplayBuffer, _check_priorities
@@ -62,6 +63,40 @@ COUNTERS = {"rebuilds": REBUILDS, "recoveries": RECOVERIES, "stale_updates": STA
             "voided_slots": VOIDED}
 # float control block slots
 MAX_PRIORITY, T_MAX = range(2)
+
+
+@njit(nogil=True, cache=True)
+def _reserve_kernel(ctrl, writers, stamps, n, token, capacity, guard_lapping):
+    """Ticket reservation (caller holds the tree lock): ``(t0, row, -1)`` on success;
+    ``(t0, -1, r)`` when the range would overtake in-flight row ``r``; ``(t0, -1, -1)`` when
+    the in-flight table is full. One pass over the table, O(MAX_WRITERS + n)."""
+    t0 = ctrl[TICKET]
+    free = -1
+    oldest = -1
+    for r in range(writers.shape[0]):
+        if writers[r, 0] == 0:
+            if free < 0:
+                free = r
+        elif oldest < 0 or writers[r, 1] < writers[oldest, 1]:
+            oldest = r
+    if guard_lapping and oldest >= 0 and t0 + n - capacity > writers[oldest, 1]:
+        return t0, -1, oldest
+    if free < 0:
+        return t0, -1, -1
+    writers[free, 1] = t0
+    writers[free, 2] = n
+    writers[free, 0] = token
+    ctrl[TICKET] = t0 + n
+    for k in range(n):
+        stamps[(t0 + k) % capacity] = -1
+    return t0, free, -1
+
+
+@njit(nogil=True, cache=True)
+def _finish_kernel(stamps, writers, row, t0, n, capacity):
+    for k in range(n):
+        stamps[(t0 + k) % capacity] = t0 + k
+    writers[row, 0] = 0
 
 
 @dataclass(frozen=True)
@@ -331,34 +366,19 @@ class SharedPrioritizedBuffer:
         Returns ``(t0, row)``, or None when ``wait_for_lapped`` and the range would overtake a
         slot another live writer is still writing (the caller releases the lock and retries).
         """
-        w = self._writers
-        t0 = int(self._ctrl[TICKET])
-        if wait_for_lapped:
-            busy = np.flatnonzero(w[:, 0] != 0)
-            if busy.size:
-                oldest = busy[np.argmin(w[busy, 1])]
-                if t0 + n - self.capacity > w[oldest, 1]:
-                    if pid_alive(token_pid(w[oldest, 0])):
-                        return None
-                    self._void_dead_writers()
-                    return self._reserve(n, token, wait_for_lapped)
-        free = np.flatnonzero(w[:, 0] == 0)
-        if free.size == 0:
-            self._void_dead_writers()
-            free = np.flatnonzero(w[:, 0] == 0)
-            if free.size == 0:
+        while True:
+            t0, row, blocker = _reserve_kernel(self._ctrl, self._writers, self._stamps, n, token, self.capacity,
+                                               wait_for_lapped)
+            if row >= 0:
+                return t0, row
+            if blocker >= 0 and pid_alive(token_pid(self._writers[blocker, 0])):
+                return None
+            if not self._void_dead_writers() and blocker < 0:
                 raise RuntimeError(f"more than {MAX_WRITERS} inserts in flight at once")
-        row = int(free[0])
-        w[row, 1], w[row, 2] = t0, n
-        w[row, 0] = token
-        self._ctrl[TICKET] = t0 + n
-        self._stamps[self._slots(t0, n)] = -1
-        return t0, row
 
     def _finish(self, row: int, t0: int, n: int) -> None:
         """Under the tree lock, after the slots' priorities are set: publish the stamps."""
-        self._stamps[self._slots(t0, n)] = np.arange(t0, t0 + n, dtype=np.int64)
-        self._writers[row] = 0
+        _finish_kernel(self._stamps, self._writers, row, t0, n, self.capacity)
 
     def _slots(self, t0: int, n: int) -> np.ndarray:
         s = np.arange(t0, t0 + n, dtype=np.int64)

@@ -38,9 +38,17 @@ __all__ = ["SharedLock", "my_token", "token_pid", "pid_alive"]
 _PID_SHIFT = 22
 
 
+_local = threading.local()
+
+
 def my_token() -> int:
-    """This thread's lock token (never 0)."""
-    return (os.getpid() << _PID_SHIFT) | (threading.get_native_id() & ((1 << _PID_SHIFT) - 1))
+    """This thread's lock token (never 0); cached per thread, recomputed after a fork."""
+    pid = os.getpid()
+    cached = getattr(_local, "token", 0)
+    if cached >> _PID_SHIFT == pid:
+        return cached
+    _local.token = (pid << _PID_SHIFT) | (threading.get_native_id() & ((1 << _PID_SHIFT) - 1))
+    return _local.token
 
 
 def token_pid(token: int) -> int:
