@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-slow bench bench-quick bench-pytest list clean
+.PHONY: test test-slow bench bench-quick bench-pytest list plots report clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,14 @@ bench-pytest: $(STAMP)
 
 list: $(STAMP)
 	$(PY) -m bench list
+
+# Figures (PNG, SVG and the CSV behind each) and analysis/REPORT.md from the stored runs, without
+# running anything: every run under results/, or RUNS="results/<id> ..." (folders or run ids).
+plots: $(STAMP)
+	$(PY) -m analysis plots $(if $(RUNS),--runs $(RUNS))
+
+report: $(STAMP)
+	$(PY) -m analysis report $(if $(RUNS),--runs $(RUNS))
 
 clean:
 	rm -rf $(VENV) build *.egg-info

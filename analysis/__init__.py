@@ -1,0 +1,12 @@
+"""What the measurements mean: figures, tables and comparisons computed from results/ only.
+
+- :mod:`analysis.load`: read and check runs (``results/<run-id>/`` rows.csv + meta.json) into
+  one table;
+- :mod:`analysis.stats`: throughput, cost per item, medians with spread, ratios;
+- :mod:`analysis.plots`: one module per figure, each a pure function of the table;
+- :mod:`analysis.render`: draw every figure into PNG + SVG + the CSV behind it;
+- :mod:`analysis.report`: analysis/REPORT.md; :mod:`analysis.compare`: two runs side by side;
+- :mod:`analysis.palette`: one colour per variant across every figure.
+
+Command line: ``python -m analysis plots | report | compare`` (``make plots``, ``make report``).
+"""

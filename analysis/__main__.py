@@ -1,0 +1,130 @@
+"""Command line: ``python -m analysis plots | report | compare``.
+
+    python -m analysis plots                         # every run under results/ -> analysis/figures/
+    python -m analysis plots --runs results/A results/B --out /tmp/figs
+    python -m analysis report                        # the figures, then analysis/REPORT.md
+    python -m analysis compare results/A results/B   # medians of two runs, with significance
+
+Runs are folders (``results/<run-id>``) or bare run ids (looked up under ``results/``).
+
+Exit status of ``plots`` and ``report``: a run whose rows.csv or meta.json is broken is left
+out with one warning line on stderr (naming the file and line) and the other runs are still
+drawn; the status is 0 when at least one run loaded, no figure raised and at least one figure
+was written, and 1 otherwise. ``--strict`` makes any broken run an error (status 1) as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+RESULTS = Path("results")
+FIGURES = Path("analysis/figures")
+REPORT = Path("analysis/REPORT.md")
+
+
+def _run_dirs(names) -> list[Path]:
+    from analysis import load
+
+    if not names:
+        return load.find_runs(RESULTS)
+    out = []
+    for name in names:
+        path = Path(name)
+        out.append(path if path.exists() or path.is_absolute() else RESULTS / name)
+    return out
+
+
+def _load(args):
+    from analysis import load
+
+    dirs = _run_dirs(args.runs)
+    if not dirs:
+        print(f"no runs found (looked for folders with rows.csv under {RESULTS}/; "
+              f"run `make bench` or name runs with --runs)", file=sys.stderr)
+        return None
+    res = load.load_runs(dirs)
+    for problem in res.problems:
+        print(f"warning: run left out: {problem}", file=sys.stderr)
+    print(f"loaded {len(res.metas)} run(s), {len(res.table)} rows"
+          + (f"; {len(res.problems)} run(s) left out" if res.problems else ""))
+    return res
+
+
+def _status(res, outcome, strict: bool) -> int:
+    if not res.metas or outcome.failed or not outcome.written:
+        return 1
+    return 1 if strict and res.problems else 0
+
+
+def cmd_plots(args) -> int:
+    from analysis import render
+
+    res = _load(args)
+    if res is None:
+        return 1
+    outcome = render.render(res, args.out, only=args.only)
+    return _status(res, outcome, args.strict)
+
+
+def cmd_report(args) -> int:
+    from analysis import render, report
+
+    res = _load(args)
+    if res is None:
+        return 1
+    outcome = render.render(res, args.figures, only=args.only)
+    text = report.build(res, outcome, Path(args.out))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(text)
+    print(f"wrote {args.out}")
+    return _status(res, outcome, args.strict)
+
+
+def cmd_compare(args) -> int:
+    from analysis import compare, load
+
+    try:
+        text = compare.compare_runs(*_run_dirs([args.run_a, args.run_b]))
+    except load.RunError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(text)
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis", description="figures and reports from results/")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p):
+        p.add_argument("--runs", nargs="+", metavar="RUN",
+                       help="run folders or run ids (default: every run under results/)")
+        p.add_argument("--only", nargs="+", metavar="FIGURE", help="draw only these figures (module names)")
+        p.add_argument("--strict", action="store_true", help="exit 1 when any run could not be loaded")
+
+    p = sub.add_parser("plots", help="draw every figure (PNG, SVG and the CSV behind it)")
+    common(p)
+    p.add_argument("--out", default=str(FIGURES), help=f"output folder (default: {FIGURES})")
+    p.set_defaults(func=cmd_plots)
+
+    p = sub.add_parser("report", help="draw the figures and write a markdown report")
+    common(p)
+    p.add_argument("--figures", default=str(FIGURES), help=f"figure folder (default: {FIGURES})")
+    p.add_argument("--out", default=str(REPORT), help=f"report file (default: {REPORT})")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("compare", help="medians of two runs, marking differences within the spread")
+    p.add_argument("run_a")
+    p.add_argument("run_b")
+    p.set_defaults(func=cmd_compare)
+
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

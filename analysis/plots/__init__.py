@@ -1,0 +1,53 @@
+"""One module per figure; each is a pure function of the results table.
+
+A figure module defines ``NAME`` (the file stem of its outputs), ``ORDER`` (its place in the
+report), ``TITLE`` and::
+
+    build(table: pandas.DataFrame, metas: dict) -> Plot
+
+``table`` is :attr:`analysis.load.Results.table` (every loaded row; the module picks its own
+rows), ``metas`` maps run id to meta.json. ``build`` returns a :class:`Plot`: a matplotlib
+``Figure`` made without pyplot (no global state, nothing drawn on screen) and the DataFrame
+of exactly the numbers drawn, which the driver (:mod:`analysis.render`) saves beside the PNG
+and SVG as CSV. When the table has none of the rows a figure needs, ``build`` raises
+:class:`NoRows` with a one-line reason and the figure is skipped.
+
+Modules are found by scanning this folder (names starting with ``_`` are helpers), so a new
+figure is one new file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+__all__ = ["Plot", "NoRows", "modules"]
+
+
+@dataclass
+class Plot:
+    """A finished figure and the table of the numbers it shows (one row per point or bar)."""
+
+    figure: Figure
+    data: pd.DataFrame
+    caption: str = ""
+
+
+class NoRows(LookupError):
+    """The results hold none of the rows this figure needs (the message says which)."""
+
+
+def modules() -> list:
+    """The figure modules in this package, in report order."""
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        if callable(getattr(module, "build", None)):
+            found.append(module)
+    return sorted(found, key=lambda m: (getattr(m, "ORDER", 100), m.NAME))

@@ -1,0 +1,79 @@
+"""Row selection and labels shared by the training figures (scenario ``training``)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis import load, stats
+
+__all__ = ["training_rows", "several_buffers", "is_baseline", "buffer_label", "config_label", "CONFIG",
+           "WORKER_COLOURS", "worker_colour"]
+
+#: What one training configuration is (seeds are its repeats).
+CONFIG = ["run_id", "variant", "K", "policy", "algo", "env", "mode", "actors", "learners"]
+
+#: What makes two runs' rows the same measurement (params, which hold run lengths and roles, are
+#: left out so that the newest run of a configuration and seed replaces older ones whole).
+CELL = ["scenario", "op", "metric", "variant", "K", "policy", "algo", "env", "mode", "actors", "learners", "seed"]
+
+#: Colours by number of learners (1, 2, 4, 8 ...); the sequential baseline is black.
+WORKER_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#7F7F7F"]
+
+
+def several_buffers(rows: pd.DataFrame) -> bool:
+    """Whether the parallel (non-baseline) rows hold more than one variant, K or policy."""
+    parallel = rows[~rows["baseline"]]
+    return any(parallel[c].astype(str).nunique() > 1 for c in ("variant", "K", "policy"))
+
+
+def training_rows(table: pd.DataFrame, op: str) -> pd.DataFrame:
+    """Rows of scenario ``training`` and ``op`` ("episode", "summary", "profile"), with
+    ``baseline`` (True for the sequential run) added.
+
+    Where several runs (of any suite) trained the same configuration and seed, only the newest
+    run's rows are kept: its return curve, summaries and per-role profiles together.
+    """
+    rows = table[(table["scenario"] == "training") & (table["op"] == op)]
+    rows = load.latest_per_cell(rows, CELL)
+    return rows.assign(baseline=[is_baseline(r) for _, r in rows.iterrows()])
+
+
+def is_baseline(row) -> bool:
+    """The sequential baseline: params say ``"baseline": true``, or actors = learners = 0."""
+    if stats.params_of(row.get("params")).get("baseline"):
+        return True
+    return (pd.isna(row.get("actors")) or row.get("actors") == 0) and (pd.isna(row.get("learners"))
+                                                                       or row.get("learners") == 0)
+
+
+def _count(value) -> int:
+    return 0 if pd.isna(value) else int(value)
+
+
+def buffer_label(row, show_variant: bool = True) -> str:
+    """``"kary-aligned K=16, pal-locks"``: the variant and K (when ``show_variant``) and the policy
+    (when there is one)."""
+    what = []
+    if show_variant:
+        what.append(str(row["variant"]) + ("" if pd.isna(row.get("K")) else f" K={int(row['K'])}"))
+    if isinstance(row.get("policy"), str) and row["policy"] not in ("", "none"):
+        what.append(str(row["policy"]))
+    return ", ".join(what)
+
+
+def config_label(row, show_variant: bool = True) -> str:
+    """``"4 actors, 1 learner (kary-aligned K=16, pal-locks)"`` or ``"sequential (kary-aligned K=16)"``."""
+    what = buffer_label(row, show_variant)
+    suffix = f" ({what})" if what else ""
+    if row.get("baseline"):
+        return "sequential" + suffix
+    a, l_ = _count(row["actors"]), _count(row["learners"])
+    return f"{a} actor{'s' * (a != 1)}, {l_} learner{'s' * (l_ != 1)}" + suffix
+
+
+def worker_colour(learners, baseline: bool) -> str:
+    """Black for the baseline, else a colour per number of learners."""
+    if baseline:
+        return "#000000"
+    n = max(1, _count(learners))
+    return WORKER_COLOURS[(n.bit_length() - 1) % len(WORKER_COLOURS)]

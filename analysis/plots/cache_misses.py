@@ -1,0 +1,106 @@
+"""Cache misses per transition by layout and capacity, one row of panels per measuring method.
+
+Rows: scenario ``cache`` (``python -m bench run --suite cache``), newest run per cell (of any
+suite: a cell measured by two cache suites is drawn once). Each
+row is one (method, stream): ``model`` (the trace-driven LRU model), ``cachegrind`` (valgrind's
+simulated caches, differential runs) and ``perf`` (hardware counters), for the ``tree``
+stream (the sum tree's arrays only) or ``tree+data`` (the descent and the gather of the
+sampled rows). Columns are (op, level): L1d and LL (the last level the method models; the L2
+on these VMs). Bars: misses per *transition* = misses per call / items per call (256).
+
+A cell the method could not measure is not drawn as zero: its bar slot says ``unsupported``
+(perf on a VM without counters), ``skipped`` (e.g. the uniform buffer has no tree) or
+``failed``, and the reason is in the CSV's ``error`` column. A row whose cells are all
+unsupported says so across the panel, with the reason. Cachegrind's differential can come
+out slightly negative where a level has almost no misses; those values are drawn as they are.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from analysis import load, palette
+from analysis.plots import NoRows, Plot
+from analysis.plots._common import handle, legend, new_figure, note, pow2
+
+NAME = "cache_misses"
+ORDER = 30
+TITLE = "Cache misses per transition"
+
+_METHODS = ["model", "cachegrind", "perf"]
+_LEVELS = ["L1d", "L2", "LL"]
+
+
+def _order(values, first):
+    values = [v for v in dict.fromkeys(values) if v is not None]
+    return [v for v in first if v in values] + sorted(v for v in values if v not in first)
+
+
+def build(table, metas) -> Plot:
+    rows = load.latest_per_cell(table[table["scenario"] == "cache"], load.CELL_COLUMNS)  # newest run, any suite
+    if rows.empty:
+        raise NoRows("no cache-miss rows (python -m bench run --suite cache, part of make bench)")
+    data = rows[["run_id", "method", "stream", "op", "level", "variant", "structure", "K", "capacity", "status",
+                 "value", "items_per_call", "error"]].copy()
+    data["misses_per_transition"] = np.where(data["status"] == "ok",
+                                             data["value"] / data["items_per_call"].astype(float), np.nan)
+    data = data.rename(columns={"value": "misses_per_call"})
+    panels_r = [(m, s) for m in _order(data["method"], _METHODS) for s in _order(data["stream"], ["tree"])
+                if ((data["method"] == m) & (data["stream"] == s)).any()]
+    panels_c = [(op, lv) for op in _order(data["op"], ["sample", "update"]) for lv in _order(data["level"], _LEVELS)
+                if ((data["op"] == op) & (data["level"] == lv)).any()]
+    variants = sorted(set(data["variant"]), key=lambda v: (v.startswith("peer:"), v))
+    caps = sorted(set(data["capacity"].dropna()))
+    panel_width = max(3.0, 1.2 + 0.12 * len(variants) * len(caps))
+    fig, axes = new_figure(len(panels_r), len(panels_c), panel=(panel_width, 2.6))
+    width = 0.8 / max(1, len(variants))
+    handles = {}
+    for r, (method, stream) in enumerate(panels_r):
+        for c, (op, level) in enumerate(panels_c):
+            ax = axes[r, c]
+            cell = data[(data["method"] == method) & (data["stream"] == stream) & (data["op"] == op)
+                        & (data["level"] == level)]
+            ax.set_title(f"{method}, {stream}: {op}, {level}", fontsize=9)
+            ax.set_xticks(range(len(caps)), [pow2(c) for c in caps])
+            ax.set_xlim(-0.5, len(caps) - 0.5)
+            if r == len(panels_r) - 1:
+                ax.set_xlabel("capacity (transitions)")
+            if c == 0:
+                ax.set_ylabel("misses per transition")
+            ax.grid(alpha=0.3, axis="y")
+            ax.set_axisbelow(True)
+            if cell.empty:
+                note(ax, "not measured")
+                continue
+            if (cell["status"] != "ok").all() and cell["status"].nunique() == 1:
+                reason = cell["error"].dropna().iloc[0] if cell["error"].notna().any() else ""
+                note(ax, f"{cell['status'].iloc[0].upper()}\n{reason[:120]}", width=int(panel_width * 10))
+                ax.set_yticks([])
+                continue
+            top = cell["misses_per_transition"].abs().max(skipna=True)
+            top = top if top > 0 else 1.0
+            ax.set_ylim(min(0.0, cell["misses_per_transition"].min(skipna=True) * 1.1), top * 1.08)
+            for i, variant in enumerate(variants):
+                x0 = i * width - 0.4 + width / 2
+                for _, row in cell[cell["variant"] == variant].iterrows():
+                    x = caps.index(row["capacity"]) + x0
+                    if row["status"] == "ok":
+                        value = row["misses_per_transition"]
+                        ax.bar(x, value, width, color=palette.variant_colour(variant))
+                        if abs(value) < top * 0.01:  # a bar too small to see: say its value
+                            ax.text(x, top * 0.02, f"{value:.2g}", rotation=90, ha="center", va="bottom",
+                                    fontsize=6, color="0.2")
+                    else:
+                        ax.text(x, top * 0.02, row["status"], rotation=90, ha="center", va="bottom", fontsize=6,
+                                color="0.4")
+                if (cell["variant"] == variant).any():
+                    first = cell[cell["variant"] == variant].iloc[0]
+                    label = palette.variant_label(variant, first["structure"], first["K"])
+                    handles.setdefault(variant, handle(label, palette.variant_colour(variant), marker="s",
+                                                       linestyle=""))
+    fig.suptitle("Cache misses per transition (one call = a batch of 256), by method, address stream, op and "
+                 "cache level", fontsize=10)
+    legend(fig, list(handles.values()), title="variant (structure, K)")
+    data = data.sort_values(["method", "stream", "op", "level", "capacity", "variant"]).reset_index(drop=True)
+    return Plot(fig, data, "Cache misses per transition by layout and capacity, per measuring method; cells a "
+                           "method could not measure are labelled, not drawn as zero.")

@@ -1,0 +1,126 @@
+"""Concurrency: aggregate throughput and lock wait against the number of workers, per policy.
+
+Rows: scenario ``concurrency``, newest run per cell. Each repeat of a configuration (variant,
+policy, transitions, capacity, batch, mode, actors = writer workers, learners = sampler /
+updater workers) gives ``items_per_s`` for its ops and a ``lock_wait_fraction``. Aggregate
+throughput of a repeat = insert + sample items/s (update is not added: it touches the items a
+sample just returned); lock wait of a repeat = the mean of its ops' fractions. Plotted: the
+median over repeats, min-max bars, against workers = actors + learners.
+
+One column of panels per transition size (cartpole ~45 B, mujoco, atari ~28 KB); top row
+throughput (log), bottom row lock wait. Colour = policy, line style = mode (threads solid,
+processes dashed), marker = variant. Hollow markers: oversubscribed (more workers than cores;
+the rows' params say ``"oversubscribed": true``); the dotted line marks the machine's cores.
+When one configuration has several actor / learner splits with the same total, each number of
+learners gets a line of its own.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis import load, palette, stats
+from analysis.plots import NoRows, Plot
+from analysis.plots._common import handle, legend, log_y, new_figure
+
+NAME = "concurrency"
+ORDER = 40
+TITLE = "Concurrency: throughput vs workers"
+
+_SIZES = ["cartpole", "mujoco", "atari"]
+_CONFIG = ["run_id", "variant", "structure", "K", "policy", "capacity", "batch", "transitions", "mode", "actors",
+           "learners"]
+
+
+def _oversubscribed(params) -> bool:
+    return bool(stats.params_of(params).get("oversubscribed"))
+
+
+def aggregate(table) -> pd.DataFrame:
+    """Per configuration and repeat: aggregate items/s, mean lock wait, oversubscribed flag."""
+    rows = table[(table["scenario"] == "concurrency") & (table["status"] == "ok")]
+    rows = load.latest_per_cell(rows, load.CELL_COLUMNS)  # newest run per cell, of any suite
+    if rows.empty:
+        return rows
+    rows = rows.assign(oversubscribed=rows["params"].map(_oversubscribed))
+    keys = [*_CONFIG, "repeat"]
+    tput = rows[(rows["metric"] == "items_per_s") & rows["op"].isin(["insert", "sample"])]
+    agg = tput.groupby(keys, dropna=False).agg(items_per_s=("value", "sum"), ops=("op", "nunique"),
+                                               oversubscribed=("oversubscribed", "max")).reset_index()
+    wait = rows[rows["metric"] == "lock_wait_fraction"].groupby(keys, dropna=False)["value"].mean()
+    agg = agg.merge(wait.rename("lock_wait_fraction").reset_index(), on=keys, how="outer")
+    workers = agg["actors"].astype(float).fillna(0) + agg["learners"].astype(float).fillna(0)
+    agg["workers"] = workers
+    return agg
+
+
+def build(table, metas) -> Plot:
+    agg = aggregate(table)
+    if agg.empty:
+        raise NoRows("no concurrency rows (scenario 'concurrency')")
+    keys = [*_CONFIG, "workers"]
+    tput = stats.spread(agg.dropna(subset=["items_per_s"]), keys, "items_per_s")
+    wait = stats.spread(agg.dropna(subset=["lock_wait_fraction"]), keys, "lock_wait_fraction")
+    over = agg.groupby(keys, dropna=False)["oversubscribed"].max().reset_index()
+    data = pd.concat([tput.assign(metric="aggregate_items_per_s", unit="items/s"),
+                      wait.assign(metric="lock_wait_fraction", unit="1")], ignore_index=True)
+    data = data.merge(over, on=keys, how="left")
+    line_key = ["variant", "K", "policy", "mode", "capacity", "batch"]
+    dup = data.groupby([*line_key, "transitions", "metric", "workers"], dropna=False)["learners"].transform("nunique")
+    if (dup > 1).any():
+        line_key.append("learners")
+    present = set(data["transitions"].dropna())
+    sizes = [s for s in _SIZES if s in present] + sorted(present - set(_SIZES))
+    metrics = [m for m in ("aggregate_items_per_s", "lock_wait_fraction") if m in set(data["metric"])]
+    fig, axes = new_figure(len(metrics), len(sizes), panel=(4.6, 3.4))
+    modes = sorted(set(data["mode"].dropna()))
+    variants = sorted(set(data["variant"]))
+    cores = {int((m.get("machine") or {}).get("usable_cpus") or 0) for r, m in metas.items()
+             if r in set(data["run_id"])} - {0}
+    handles = {}
+    for c, size in enumerate(sizes):
+        for r, metric in enumerate(metrics):
+            ax = axes[r, c]
+            cell = data[(data["transitions"] == size) & (data["metric"] == metric)]
+            for key, line in cell.groupby(line_key, dropna=False, sort=True):
+                k = dict(zip(line_key, key))
+                line = line.sort_values("workers")
+                colour = palette.policy_colour(k["policy"])
+                style = "--" if len(modes) > 1 and k["mode"] == "processes" else "-"
+                mark = palette.marker(k["variant"]) if len(variants) > 1 else "o"
+                scale = 1e6 if metric == "aggregate_items_per_s" else 1.0  # drawn in M items/s
+                x, med = line["workers"].to_numpy(float), line["median"].to_numpy(float) / scale
+                err = [med - line["min"].to_numpy(float) / scale, line["max"].to_numpy(float) / scale - med]
+                ax.errorbar(x, med, yerr=err, color=colour, linestyle=style, marker="none", capsize=2, linewidth=1.3)
+                hollow = line["oversubscribed"].fillna(False).to_numpy(bool)
+                ax.plot(x[~hollow], med[~hollow], linestyle="none", marker=mark, color=colour, markersize=5)
+                ax.plot(x[hollow], med[hollow], linestyle="none", marker=mark, markerfacecolor="white",
+                        markeredgecolor=colour, markersize=5)
+                label = k["policy"] + (f", {int(k['learners'])} learners" if "learners" in k else "")
+                what = palette.variant_label(k["variant"], K=k["K"]) + (f", {k['mode']}" if len(modes) > 1 else "")
+                label += f" ({what})"
+                handles.setdefault(label, handle(label, colour, mark, style))
+            ws = sorted(set(cell["workers"]))
+            ax.set_xticks(ws, [str(int(w)) for w in ws]) if ws else None
+            for n in cores:
+                if ws and min(ws) <= n <= max(ws):
+                    ax.axvline(n + 0.5, color="0.5", linestyle=":", linewidth=1)
+                    ax.text(n + 0.5, 0.98, f" {n} cores", transform=ax.get_xaxis_transform(), va="top",
+                            fontsize=7, color="0.35")
+            ax.grid(alpha=0.3, which="both")
+            ax.set_title(f"{size} transitions", fontsize=10)
+            if metric == "aggregate_items_per_s":
+                log_y(ax)
+                ax.set_ylabel("aggregate throughput\n(insert + sample, M items/s)")
+            else:
+                ax.set_ylim(0, max(0.05, float(np.nanmax(cell["max"])) * 1.1) if not cell.empty else 1)
+                ax.set_ylabel("lock wait (fraction of time)")
+            if r == len(metrics) - 1:
+                ax.set_xlabel("workers (actors + learners)")
+    fig.suptitle("Concurrency: median over repeats, bars = min-max; hollow markers: more workers than cores",
+                 fontsize=10)
+    legend(fig, list(handles.values()), title="policy (variant, K)")
+    data = data.sort_values(["metric", "transitions", "policy", "variant", "workers"]).reset_index(drop=True)
+    return Plot(fig, data, "Aggregate insert + sample throughput and lock-wait fraction against the number of "
+                           "workers, per policy and transition size.")

@@ -1,0 +1,97 @@
+"""Training: time to the reward threshold, speedup and rates against the number of actors.
+
+Rows: scenario ``training``, op ``summary``, newest run per cell; metrics
+``time_to_threshold_s``, ``speedup`` (over the sequential baseline of the same seed),
+``env_steps_per_s`` and ``updates_per_s``, one value per seed. Plotted: the median over seeds,
+min-max bars, against actors; one line per number of learners (and per variant / policy when
+there are several). The sequential baseline is the black dotted line.
+
+A seed that never reached the threshold has no time (its row's status is not ``ok``): the
+median is taken over the seeds that did, the point is labelled ``k/n`` when only k of n seeds
+reached it, and a configuration where none did is drawn as an ``x`` on the top edge labelled
+"not reached". The CSV keeps ``n_reached`` and ``n_seeds`` for each point.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis import stats
+from analysis.plots import NoRows, Plot
+from analysis.plots._common import handle, legend, new_figure
+from analysis.plots._training import CONFIG, buffer_label, several_buffers, training_rows, worker_colour
+
+NAME = "training_scaling"
+ORDER = 51
+TITLE = "Training: time to threshold and speedup"
+
+_METRICS = [("time_to_threshold_s", "time to threshold (s)"), ("speedup", "speedup over sequential (x)"),
+            ("env_steps_per_s", "environment steps/s"), ("updates_per_s", "updates/s")]
+
+
+def build(table, metas) -> Plot:
+    rows = training_rows(table, "summary")
+    rows = rows[rows["metric"].isin([m for m, _ in _METRICS])]
+    if rows.empty:
+        raise NoRows("no training summaries (scenario 'training', op 'summary')")
+    rows = rows.assign(algo=rows["algo"].fillna("?"), env=rows["env"].fillna("?"))
+    keys = [*CONFIG, "metric", "baseline"]
+    ok = rows[(rows["status"] == "ok") & rows["value"].notna()]
+    data = stats.spread(ok, keys, "value")
+    seeds = rows.groupby(keys, dropna=False)["seed"].nunique().rename("n_seeds").reset_index()
+    data = seeds.merge(data, on=keys, how="left")
+    data["n_reached"] = data["n"].fillna(0).astype(int)
+    metrics = [(m, label) for m, label in _METRICS if m in set(data["metric"])]
+    tasks = sorted(set(zip(data["algo"], data["env"])))
+    several = several_buffers(data)
+    fig, axes = new_figure(len(tasks), len(metrics), panel=(4.0, 3.2))
+    handles = {}
+    for r, (algo, env) in enumerate(tasks):
+        for c, (metric, ylabel) in enumerate(metrics):
+            ax = axes[r, c]
+            cell = data[(data["algo"] == algo) & (data["env"] == env) & (data["metric"] == metric)]
+            base = cell[cell["baseline"]]
+            top = float(cell["max"].max()) if cell["max"].notna().any() else 1.0
+            if not base.empty and base["median"].notna().any():
+                ax.axhline(base["median"].median(), color="black", linestyle=":", linewidth=1.2)
+                handles.setdefault("sequential", handle("sequential baseline", "black", "", ":"))
+            elif not base.empty:  # the baseline has rows but no value: it never reached the threshold
+                ax.text(0.02, 0.02, "sequential: not reached", transform=ax.transAxes, fontsize=7)
+            if metric == "speedup":
+                ax.axhline(1.0, color="0.6", linewidth=0.8)
+            group = ["variant", "K", "policy", "learners"] if several else ["learners"]
+            for key, line in cell[~cell["baseline"]].groupby(group, dropna=False, sort=True):
+                line = line.sort_values("actors")
+                first = line.iloc[0]
+                colour = worker_colour(first["learners"], False)
+                n = 0 if pd.isna(first["learners"]) else int(first["learners"])
+                label = f"{n} learner{'s' * (n != 1)}" + (f" ({buffer_label(first)})" if several else "")
+                x = line["actors"].astype(float).to_numpy()
+                reached = line["median"].notna().to_numpy()
+                med = line["median"].to_numpy(float)
+                ax.errorbar(x[reached], med[reached], yerr=[med[reached] - line["min"].to_numpy(float)[reached],
+                                                            line["max"].to_numpy(float)[reached] - med[reached]],
+                            color=colour, marker="o", markersize=4, capsize=2, linewidth=1.4)
+                for xi, (_, p) in zip(x, line.iterrows()):
+                    if p["n_reached"] == 0:  # drawn near the top edge, whatever the scale
+                        ax.plot(xi, 0.92, marker="x", color=colour, transform=ax.get_xaxis_transform())
+                        ax.annotate("not reached", (xi, 0.92), xycoords=ax.get_xaxis_transform(), fontsize=6,
+                                    color=colour, ha="center", va="top", xytext=(0, -5), textcoords="offset points")
+                    elif p["n_reached"] < p["n_seeds"]:
+                        ax.annotate(f"{p['n_reached']}/{p['n_seeds']}", (xi, p["median"]), fontsize=6, color=colour,
+                                    xytext=(3, 3), textcoords="offset points")
+                handles.setdefault(label, handle(label, colour))
+            xs = sorted(set(cell.loc[~cell["baseline"], "actors"].dropna().astype(int)))
+            if xs:
+                ax.set_xticks(xs, [str(v) for v in xs])
+            ax.set_ylim(0, top * 1.12)
+            ax.margins(x=0.12)  # room for the k/n labels
+            ax.grid(alpha=0.3)
+            ax.set_xlabel("actors")
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"{algo} on {env}", fontsize=10)
+    fig.suptitle("Training at scale: median over seeds, bars = min-max; dotted: sequential baseline", fontsize=10)
+    legend(fig, list(handles.values()), title="learners")
+    data = data.sort_values(["algo", "env", "metric", "learners", "actors"]).reset_index(drop=True)
+    return Plot(fig, data, "Time to the reward threshold, speedup over the sequential baseline and rates, "
+                           "against actors, one line per number of learners.")

@@ -1,0 +1,536 @@
+"""analysis/: loading and checking runs, every figure, the report and the run comparison.
+
+A small synthetic results folder (micro, K sweep, cache, concurrency and training runs, in
+the harness's own format via bench.results.RunWriter) is built once per module; the figures'
+CSVs are checked against statistics computed here directly from the rows, without the
+analysis code. The stored runs under results/ are drawn too when there are any.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+import shutil
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import compare, load, palette, render, report
+from analysis.__main__ import main
+from analysis.plots import modules
+from bench import results
+
+REPO = Path(__file__).resolve().parent.parent
+MACHINE = {"cpu_model": "Synthetic CPU", "usable_cpus": 2, "logical_cpus": 2, "sockets": "1",
+           "threads_per_core": "1", "os": "test",
+           "caches": [{"level": "1", "type": "Data", "size": "32K", "line_size": "64"},
+                      {"level": "1", "type": "Instruction", "size": "32K", "line_size": "64"},
+                      {"level": "2", "type": "Unified", "size": "1024K", "line_size": "64"},
+                      {"level": "3", "type": "Unified", "size": "16384K", "line_size": "64"}]}
+VARIANT_META = {"binary": {"structure": "binary", "params": {"dtype": "float32"}},
+                "kary": {"structure": "kary", "params": {"K": 16, "dtype": "float32"}},
+                "kary-aligned": {"structure": "kary-aligned", "params": {"K": 16, "dtype": "float32"}},
+                "peer:cpprb": {"structure": "cpprb-segment-tree", "params": {"K": 2, "dtype": "float32"}}}
+
+# ---------------------------------------------------------------------------------------------
+# synthetic runs
+
+
+def _row(run_id, scenario, **kw):
+    return {"schema_version": results.SCHEMA_VERSION, "run_id": run_id, "git_sha": "0" * 40, "dirty": False,
+            "machine": "test", "scenario": scenario, "status": "ok", **kw}
+
+
+def write_run(root, run_id, suite, scenario, rows, grid=None, scale=1.0):
+    """A run folder written by the harness's RunWriter; ``scale`` multiplies every value."""
+    meta = {"scenario": scenario, "suite": {"name": suite, "batch": 256, "transitions": "cartpole"},
+            "selection": {"params": grid or {}}, "variants": VARIANT_META, "machine": MACHINE,
+            "git_sha": "0" * 40, "dirty": False}
+    writer = results.RunWriter(root, run_id, meta)
+    out = []
+    for r in rows:
+        r = {**r, "run_id": run_id}
+        if r.get("value") is not None:
+            r["value"] = r["value"] * scale
+        out.append(r)
+    writer.append(out)
+    writer.finish(True)
+    return writer.dir
+
+
+def micro_rows(rng, spread=0.03):
+    """binary, kary-aligned and cpprb at 2^10 and 2^16: 6 values per cell, plus a skipped cell."""
+    base = {"binary": 1.0, "kary-aligned": 0.7, "peer:cpprb": 3.0}
+    rows = []
+    for variant, factor in base.items():
+        info = VARIANT_META[variant]
+        for cap in (1024, 65536):
+            for op, per_item in (("sample", 40e-9), ("update", 30e-9), ("insert_batch", 20e-9)):
+                for rep in range(6):
+                    sec = 256 * per_item * factor * (1 + 0.3 * (cap > 1024)) * (1 + spread * rng.standard_normal())
+                    rows.append(_row("", "micro", variant=variant, structure=info["structure"], policy="none",
+                                     K=info["params"].get("K"), dtype="float32", params=info["params"], capacity=cap,
+                                     batch=256, threads=1, transitions="cartpole", op=op, metric="seconds_per_call",
+                                     value=sec, unit="s", items_per_call=256, repeat=rep, loops=100))
+    rows.append(_row("", "micro", variant="peer:cpprb", structure="cpprb-segment-tree", capacity=2**22, op="sample",
+                     metric="seconds_per_call", status="skipped", error="capacity limit", batch=256))
+    rows.append(_row("", "micro", variant="harness", structure="none", op="empty", metric="seconds_per_call",
+                     value=5e-8, unit="s", items_per_call=1, repeat=0, threads=1))
+    return rows
+
+
+def sweep_rows(rng):
+    rows = []
+    for variant in ("kary", "kary-aligned"):
+        for K in (2, 3, 4, 16):
+            params = {"K": K, "dtype": "float32"}
+            if variant == "kary-aligned" and K == 3:
+                rows.append(_row("", "micro", variant=variant, structure=variant, K=K, params=params, capacity=65536,
+                                 op="sample", metric="seconds_per_call", status="skipped", batch=256,
+                                 error="K must be a power of 2"))
+                continue
+            for op in ("sample", "update"):
+                for rep in range(3):
+                    sec = 256e-8 * (1 + abs(math.log2(K) - 3)) * (1 + 0.02 * rng.standard_normal())
+                    rows.append(_row("", "micro", variant=variant, structure=variant, policy="none", K=K,
+                                     dtype="float32", params=params, capacity=65536, batch=256, threads=1,
+                                     transitions="cartpole", op=op, metric="seconds_per_call", value=sec, unit="s",
+                                     items_per_call=256, repeat=rep, loops=10))
+    return rows
+
+
+def cache_rows():
+    rows = []
+    for variant in ("binary", "kary-aligned"):
+        for cap in (65536, 1048576):
+            for op in ("sample", "update"):
+                for level, misses in (("L1d", 900.0), ("LL", 200.0)):
+                    common = dict(variant=variant, structure=variant, capacity=cap, batch=256, op=op,
+                                  metric="misses_per_op", unit="misses", items_per_call=256, level=level,
+                                  stream="tree", transitions="cartpole")
+                    value = misses * (2 if variant == "binary" else 1) * (cap / 65536) ** 0.25
+                    rows.append(_row("", "cache", method="model", value=value, cache_config="synthetic", **common))
+                    if cap == 1048576:
+                        rows.append(_row("", "cache", method="perf", status="unsupported",
+                                         error="perf stat: <not supported> (no hardware counters)", **common))
+    return rows
+
+
+POLICIES = ("global-lock", "pal-locks", "lazy-writing")
+
+
+def concurrency_rows(rng):
+    rows = []
+    for policy_i, policy in enumerate(POLICIES):
+        for transitions, size in (("cartpole", 1.0), ("atari", 0.05)):
+            for actors, learners in ((1, 1), (2, 1), (2, 2), (4, 2)):
+                for rep in range(3):
+                    common = dict(variant="kary-aligned", structure="kary-aligned", K=16, policy=policy,
+                                  capacity=65536, batch=256, transitions=transitions, actors=actors, learners=learners,
+                                  threads=actors + learners, mode="threads", repeat=rep,
+                                  params={"oversubscribed": actors + learners > 2})
+                    for op in ("insert", "sample", "update"):
+                        rate = 1e6 * size * (1 + policy_i) * (actors if op == "insert" else learners) ** 0.5
+                        rows.append(_row("", "concurrency", op=op, metric="items_per_s", unit="items/s",
+                                         value=rate * (1 + 0.05 * rng.standard_normal()), **common))
+                        rows.append(_row("", "concurrency", op=op, metric="lock_wait_fraction", unit="1",
+                                         value=max(0.0, 0.3 / (1 + policy_i) + 0.02 * rng.standard_normal()),
+                                         **common))
+    return rows
+
+
+ROLE_SHARES = {"sequential": {"env_step": 0.4, "inference": 0.1, "replay": 0.15, "sgd": 0.25, "other": 0.1},
+               "actor": {"env_step": 0.4, "inference": 0.1, "wait": 0.05, "other": 0.02},
+               "learner": {"replay": 0.15, "sgd": 0.25, "wait": 0.1, "other": 0.03}}
+
+
+def training_rows(rng):
+    """As bench/train.py writes them: the baseline has policy "none" and actors = learners = 0;
+    profiles come one row per role and component."""
+    rows = []
+    configs = [(0, 0), (1, 1), (2, 1), (4, 1), (2, 2)]
+    for actors, learners in configs:
+        base = actors == 0
+        rate = 1000.0 * (1 if base else actors ** 0.8)
+        for seed in range(3):
+            common = dict(variant="kary-aligned", structure="kary-aligned", K=16,
+                          policy="none" if base else "pal-locks", algo="dqn", env="CartPole-v1", actors=actors,
+                          learners=learners, mode="processes", seed=seed, params={"baseline": True} if base else {})
+            steps = 0
+            for episode in range(40):
+                steps += int(50 + 10 * episode)
+                ret = 500 * (1 - math.exp(-steps / 6000)) + 20 * rng.standard_normal()
+                rows.append(_row("", "training", op="episode", metric="return", value=ret, unit="return",
+                                 env_steps=steps, wall_s=steps / rate, repeat=episode, **common))
+            reached = not (actors == 4 and seed == 2)
+            summary = {"env_steps_per_s": rate, "updates_per_s": rate / 4, "sample_latency_s": 1e-4,
+                       "speedup": 1.0 if base else rate / 1000.0 * (1 + 0.05 * seed)}
+            for metric, value in summary.items():
+                rows.append(_row("", "training", op="summary", metric=metric, value=value, unit="1", **common))
+            if reached:
+                rows.append(_row("", "training", op="summary", metric="time_to_threshold_s", unit="s",
+                                 value=8000 / rate * (1 + 0.1 * seed), **common))
+            else:
+                rows.append(_row("", "training", op="summary", metric="time_to_threshold_s", unit="s",
+                                 status="skipped", error="threshold not reached in 9000 steps", **common))
+            for role in (["sequential"] if base else ["actor", "learner"]):
+                for comp, share in ROLE_SHARES[role].items():
+                    rows.append(_row("", "training", op="profile", metric=comp, unit="s",
+                                     value=share * 8000 / rate * (1 + 0.02 * seed),
+                                     **{**common, "params": {**common["params"], "role": role}}))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    """Five runs of a made-up machine; returns the results folder."""
+    root = tmp_path_factory.mktemp("results")
+    rng = np.random.default_rng(7)
+    write_run(root, "20300101T000000Z-micro", "micro", "micro", micro_rows(rng))
+    write_run(root, "20300101T000100Z-sweep-k", "sweep-k", "micro", sweep_rows(rng), grid={"K": [2, 3, 4, 16]})
+    write_run(root, "20300101T000200Z-cache", "cache", "cache", cache_rows())
+    write_run(root, "20300101T000300Z-concurrency", "concurrency", "concurrency", concurrency_rows(rng))
+    write_run(root, "20300101T000400Z-training", "training", "training", training_rows(rng))
+    return root
+
+
+@pytest.fixture(scope="module")
+def drawn(synthetic, tmp_path_factory):
+    """Every figure drawn from the synthetic runs: (Results, Outcome, output folder)."""
+    out = tmp_path_factory.mktemp("figures")
+    res = load.load_runs(load.find_runs(synthetic))
+    outcome = render.render(res, out, echo=lambda *_: None)
+    return res, outcome, out
+
+
+def raw_rows(run_dir):
+    """rows.csv read with the csv module only (independent of analysis/)."""
+    with open(Path(run_dir) / "rows.csv", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+# ---------------------------------------------------------------------------------------------
+# figures
+
+
+def test_every_figure_is_drawn_as_png_svg_and_csv(drawn):
+    res, outcome, out = drawn
+    assert not outcome.failed, outcome.failed
+    assert not outcome.skipped, outcome.skipped
+    names = {m.NAME for m in modules()}
+    assert set(outcome.written) == names
+    for name in names:
+        png, svg, data = (out / f"{name}{ext}" for ext in (".png", ".svg", ".csv"))
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000, name
+        assert "<svg" in svg.read_text()[:2000], name
+        assert len(pd.read_csv(data)) > 0, name
+
+
+def test_capacity_csv_medians_equal_medians_of_the_rows(drawn, synthetic):
+    _, _, out = drawn
+    expect = defaultdict(list)
+    for r in raw_rows(synthetic / "20300101T000000Z-micro"):
+        if r["status"] == "ok" and r["op"] != "empty":
+            expect[r["variant"], r["op"], int(r["capacity"])].append(1e9 * float(r["value"]) / int(r["items_per_call"]))
+    got = pd.read_csv(out / "capacity.csv")
+    assert len(got) == len(expect)
+    for _, g in got.iterrows():
+        values = expect[g["variant"], g["op"], g["capacity"]]
+        assert g["median"] == pytest.approx(statistics.median(values), rel=1e-12)
+        assert (g["min"], g["max"], g["n"]) == (pytest.approx(min(values)), pytest.approx(max(values)), len(values))
+
+
+def test_k_sweep_csv_medians_equal_throughput_medians_of_the_rows(drawn, synthetic):
+    _, _, out = drawn
+    expect = defaultdict(list)
+    for r in raw_rows(synthetic / "20300101T000100Z-sweep-k"):
+        if r["status"] == "ok":
+            expect[r["variant"], r["op"], int(r["K"])].append(int(r["items_per_call"]) / float(r["value"]))
+    got = pd.read_csv(out / "k_sweep.csv")
+    assert sorted(zip(got["variant"], got["op"], got["K"])) == sorted(expect)
+    for _, g in got.iterrows():
+        assert g["median"] == pytest.approx(statistics.median(expect[g["variant"], g["op"], g["K"]]), rel=1e-12)
+    assert 3 not in set(got.loc[got["variant"] == "kary-aligned", "K"])  # skipped, not drawn
+
+
+def test_concurrency_aggregate_is_insert_plus_sample_per_repeat(drawn, synthetic):
+    _, _, out = drawn
+    per_repeat = defaultdict(float)
+    for r in raw_rows(synthetic / "20300101T000300Z-concurrency"):
+        if r["metric"] == "items_per_s" and r["op"] in ("insert", "sample"):
+            key = (r["policy"], r["transitions"], int(r["actors"]), int(r["learners"]), r["repeat"])
+            per_repeat[key] += float(r["value"])
+    expect = defaultdict(list)
+    for (policy, tr, a, l_, _), v in per_repeat.items():
+        expect[policy, tr, a, l_].append(v)
+    got = pd.read_csv(out / "concurrency.csv")
+    got = got[got["metric"] == "aggregate_items_per_s"]
+    assert len(got) == len(expect)
+    for _, g in got.iterrows():
+        key = (g["policy"], g["transitions"], g["actors"], g["learners"])
+        assert g["median"] == pytest.approx(statistics.median(expect[key]), rel=1e-12)
+        assert g["workers"] == g["actors"] + g["learners"]
+        assert bool(g["oversubscribed"]) == (g["workers"] > 2)
+
+
+def test_cache_figure_keeps_unsupported_cells_as_unsupported(drawn):
+    _, _, out = drawn
+    got = pd.read_csv(out / "cache_misses.csv")
+    perf = got[got["method"] == "perf"]
+    assert len(perf) > 0 and set(perf["status"]) == {"unsupported"}
+    assert perf["misses_per_transition"].isna().all()  # never zero
+    model = got[(got["method"] == "model") & (got["variant"] == "binary") & (got["op"] == "sample")
+                & (got["level"] == "L1d") & (got["capacity"] == 65536)]
+    assert model["misses_per_transition"].iloc[0] == pytest.approx(1800 / 256)
+
+
+def test_training_figures_count_unreached_thresholds(drawn):
+    _, _, out = drawn
+    got = pd.read_csv(out / "training_scaling.csv")
+    ttt = got[(got["metric"] == "time_to_threshold_s") & (got["actors"] == 4)]
+    assert list(ttt["n_reached"]) == [2] and list(ttt["n_seeds"]) == [3]
+    base = got[(got["metric"] == "speedup") & got["baseline"]]
+    assert base["median"].iloc[0] == pytest.approx(1.0)
+    breakdown = pd.read_csv(out / "training_breakdown.csv")
+    shares = breakdown.groupby(["actors", "learners"])["share"].sum()
+    assert np.allclose(shares, 1.0)
+    # the roles' rows are added up per seed: wait = actor wait + learner wait, median over seeds
+    wait = breakdown[(breakdown["actors"] == 2) & (breakdown["learners"] == 1) & (breakdown["component"] == "wait")]
+    rate = 1000.0 * 2 ** 0.8
+    expect = statistics.median((0.05 + 0.1) * 8000 / rate * (1 + 0.02 * seed) for seed in range(3))
+    assert wait["median"].iloc[0] == pytest.approx(expect)
+    curves = pd.read_csv(out / "training_curves.csv")
+    assert set(curves["x_axis"]) == {"env_steps", "wall_s"} and (curves["n_seeds"] == 3).all()
+
+
+def test_peer_ratios_are_ratios_of_medians_in_the_same_run(drawn, synthetic):
+    _, _, out = drawn
+    tput = defaultdict(list)
+    for r in raw_rows(synthetic / "20300101T000000Z-micro"):
+        if r["status"] == "ok" and r["op"] == "sample" and r["capacity"] == "65536":
+            tput[r["variant"]].append(int(r["items_per_call"]) / float(r["value"]))
+    got = pd.read_csv(out / "peers.csv")
+    g = got[(got["variant"] == "kary-aligned") & (got["op"] == "sample") & (got["capacity"] == 65536)].iloc[0]
+    assert g["peer"] == "peer:cpprb"
+    assert g["ratio"] == pytest.approx(statistics.median(tput["kary-aligned"]) / statistics.median(tput["peer:cpprb"]))
+    assert g["ratio_low"] == pytest.approx(min(tput["kary-aligned"]) / max(tput["peer:cpprb"]))
+
+
+def test_a_figure_without_rows_is_skipped_with_a_reason(synthetic, tmp_path):
+    res = load.load_runs([synthetic / "20300101T000200Z-cache"])
+    (tmp_path / "k_sweep.png").write_bytes(b"stale")
+    lines = []
+    outcome = render.render(res, tmp_path, echo=lines.append)
+    assert set(outcome.written) == {"cache_misses"} and not outcome.failed
+    assert "k_sweep" in outcome.skipped and any(line.startswith("skipped k_sweep: ") for line in lines)
+    assert not (tmp_path / "k_sweep.png").exists()  # a stale figure is not left behind
+
+
+# ---------------------------------------------------------------------------------------------
+# loading and checking
+
+
+def _copy(synthetic, tmp_path, *names):
+    for name in names:
+        shutil.copytree(synthetic / name, tmp_path / name)
+    return tmp_path
+
+
+def _edit_line(path, number, edit):
+    lines = path.read_text().splitlines(keepends=True)
+    lines[number - 1] = edit(lines[number - 1])
+    path.write_text("".join(lines))
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda p: _edit_line(p, 5, lambda s: ",".join(s.split(",")[:7]) + "\n"), "line 5: 7 fields where the header has"),
+    (lambda p: p.write_text(p.read_text()[: len(p.read_text()) - 200]), "fields where the header has"),
+    (lambda p: _edit_line(p, 3, lambda s: s.replace("seconds_per_call,", "seconds_per_call,abc", 1)),
+     "line 3: column 'value': cannot parse"),
+    (lambda p: p.write_text("".join(p.read_text().splitlines(keepends=True)[1:])), "line 1: not a rows.csv header"),
+    (lambda p: _edit_line(p, 4, lambda s: "9" + s[1:]), "line 4: schema_version 9 is newer than this analysis"),
+])
+def test_a_broken_rows_csv_names_file_and_line(synthetic, tmp_path, damage, message):
+    root = _copy(synthetic, tmp_path, "20300101T000000Z-micro", "20300101T000200Z-cache")
+    broken = root / "20300101T000000Z-micro" / "rows.csv"
+    damage(broken)
+    res = load.load_runs(load.find_runs(root))
+    assert len(res.problems) == 1 and message in str(res.problems[0])
+    assert str(res.problems[0]).startswith(f"{broken}, line ")
+    assert list(res.metas) == ["20300101T000200Z-cache"]  # the intact run still loads
+
+
+def test_the_other_runs_still_plot_beside_a_broken_one(synthetic, tmp_path, capsys):
+    root = _copy(synthetic, tmp_path / "results", "20300101T000000Z-micro", "20300101T000200Z-cache")
+    broken = root / "20300101T000000Z-micro" / "rows.csv"
+    _edit_line(broken, 5, lambda s: ",".join(s.split(",")[:7]) + "\n")
+    runs = [str(p) for p in load.find_runs(root)]
+    status = main(["plots", "--runs", *runs, "--out", str(tmp_path / "figs"), "--only", "cache_misses", "capacity"])
+    out = capsys.readouterr()
+    assert status == 0
+    assert f"warning: run left out: {broken}, line 5: 7 fields where the header has 37" in out.err
+    assert "skipped capacity: " in out.out  # the micro run was the only source of timings
+    assert (tmp_path / "figs" / "cache_misses.png").stat().st_size > 0
+    # --strict: the same, but a broken run makes the exit status 1
+    assert main(["plots", "--strict", "--runs", *runs, "--out", str(tmp_path / "f2"), "--only", "cache_misses"]) == 1
+
+
+def test_truncated_last_line_is_reported_with_its_number(synthetic, tmp_path):
+    root = _copy(synthetic, tmp_path, "20300101T000000Z-micro")
+    path = root / "20300101T000000Z-micro" / "rows.csv"
+    text = path.read_text()
+    n_lines = text.count("\n")
+    path.write_text(text[:-40])  # a write cut short in the middle of the last row
+    with pytest.raises(load.RunError, match=rf"rows.csv, line {n_lines}: \d+ fields where the header has 37"):
+        load.load_run(path.parent)
+
+
+def test_broken_or_missing_meta_json_is_reported(synthetic, tmp_path):
+    root = _copy(synthetic, tmp_path, "20300101T000000Z-micro", "20300101T000200Z-cache")
+    (root / "20300101T000000Z-micro" / "meta.json").write_text('{"run_id": "x",\n  oops}')
+    (root / "20300101T000200Z-cache" / "meta.json").unlink()
+    problems = [str(p) for p in load.load_runs(load.find_runs(root)).problems]
+    assert "meta.json, line 2: not valid JSON" in problems[0]
+    assert "meta.json: missing" in problems[1]
+    assert main(["plots", "--runs", str(root / "20300101T000200Z-cache"), "--out", str(tmp_path / "f")]) == 1
+
+
+def test_older_and_newer_columns(tmp_path):
+    """A run written before the concurrency columns existed loads with them empty; unknown columns are ignored."""
+    run = tmp_path / "r1"
+    run.mkdir()
+    (run / "meta.json").write_text(json.dumps({"run_id": "r1", "schema_version": 1, "suite": {"name": "micro"}}))
+    old = [c for c in results.COLUMNS if c not in ("actors", "learners", "wall_s")] + ["future_column"]
+    row = {c: "" for c in old}
+    row.update(schema_version="1", run_id="r1", scenario="micro", variant="binary", op="sample", capacity="1024",
+               metric="seconds_per_call", value="1e-5", items_per_call="256", status="ok", future_column="zzz")
+    with open(run / "rows.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, old)
+        w.writeheader()
+        w.writerow(row)
+    res = load.load_runs([run])
+    assert not res.problems
+    assert "future_column" not in res.table.columns
+    assert res.table["actors"].isna().all() and res.table["wall_s"].isna().all()
+    assert res.table["capacity"].iloc[0] == 1024 and res.table["suite"].iloc[0] == "micro"
+
+
+def test_newer_meta_schema_is_refused(tmp_path):
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "meta.json").write_text(json.dumps({"schema_version": results.SCHEMA_VERSION + 1}))
+    (run / "rows.csv").write_text(",".join(results.COLUMNS) + "\n")
+    with pytest.raises(load.RunError, match="newer than this analysis knows"):
+        load.load_run(run)
+
+
+def test_latest_run_wins_per_cell(synthetic, tmp_path):
+    root = _copy(synthetic, tmp_path, "20300101T000000Z-micro")
+    rows = micro_rows(np.random.default_rng(1))
+    write_run(tmp_path, "20300102T000000Z-micro", "micro", "micro", rows, scale=2.0)
+    res = load.load_runs(load.find_runs(root))
+    kept = load.latest_per_cell(res.table)
+    assert set(kept["run_id"]) == {"20300102T000000Z-micro"} and len(kept) == len(rows)
+
+
+def test_a_newer_run_of_another_suite_replaces_cache_and_training_cells(synthetic, tmp_path):
+    root = _copy(synthetic, tmp_path / "r", "20300101T000200Z-cache", "20300101T000400Z-training")
+    write_run(root, "20300109T000000Z-cache-small", "cache-small", "cache", cache_rows(), scale=2.0)
+    write_run(root, "20300109T000000Z-training-quick", "training-quick", "training",
+              training_rows(np.random.default_rng(0)), scale=2.0)
+    res = load.load_runs(load.find_runs(root))
+    outcome = render.render(res, tmp_path / "f", echo=lambda *_: None,
+                            only={"cache_misses", "training_scaling", "training_breakdown"})
+    cache = outcome.data["cache_misses"]
+    assert len(cache) == len(cache_rows()) and set(cache["run_id"]) == {"20300109T000000Z-cache-small"}
+    most = cache.loc[cache["method"] == "model", "misses_per_transition"].max()
+    assert most == pytest.approx(2 * 1800 / 256 * 16 ** 0.25)
+    scaling = outcome.data["training_scaling"]
+    assert set(scaling["run_id"]) == {"20300109T000000Z-training-quick"}
+    assert (scaling["n_seeds"] == 3).all()  # the newer run's seeds, not both runs' seeds together
+    assert np.allclose(outcome.data["training_breakdown"].groupby(["actors", "learners"])["share"].sum(), 1.0)
+
+
+def test_cache_sizes_from_meta():
+    assert load.cache_sizes({"machine": MACHINE}) == {"L1d": 32 * 1024, "L2": 2**20, "L3": 16 * 2**20}
+
+
+# ---------------------------------------------------------------------------------------------
+# compare, report, palette
+
+
+def test_compare_marks_spread_and_real_differences(synthetic, tmp_path):
+    rng = np.random.default_rng(3)
+    a = write_run(tmp_path, "a", "micro", "micro", micro_rows(rng, spread=0.05))
+    same = write_run(tmp_path, "b", "micro", "micro", micro_rows(np.random.default_rng(3), spread=0.05), scale=1.001)
+    slower = write_run(tmp_path, "c", "micro", "micro", micro_rows(np.random.default_rng(3), spread=0.05), scale=2.0)
+    tables = {p.name: load.load_runs([p]).table for p in (a, same, slower)}
+    close = compare.compare_tables(tables["a"], tables["b"])
+    far = compare.compare_tables(tables["a"], tables["c"])
+    assert len(close) == len(far) == 18  # 3 variants x 2 capacities x 3 ops (the empty op is left out)
+    assert set(close["verdict"]) == {"not significant"}
+    timed = far[far["metric"] == "seconds_per_call"]
+    assert set(timed["verdict"]) == {"significant"}
+    assert np.allclose(timed["ratio"], 0.5)
+    text = compare.compare_runs(a, slower)
+    assert "[min, max] ranges" in text.splitlines()[1]
+    assert "significant" in text and "0.500" in text
+
+
+def test_compare_cli_names_a_broken_file(synthetic, tmp_path, capsys):
+    root = _copy(synthetic, tmp_path, "20300101T000000Z-micro")
+    path = root / "20300101T000000Z-micro" / "rows.csv"
+    _edit_line(path, 2, lambda s: s.replace(",", ";"))
+    assert main(["compare", str(path.parent), str(path.parent)]) == 1
+    assert f"{path}, line 2:" in capsys.readouterr().err
+
+
+def test_report_lists_machine_runs_tables_and_figures(drawn, tmp_path):
+    res, outcome, out = drawn
+    target = tmp_path / "REPORT.md"
+    text = report.build(res, outcome, target)
+    assert "Synthetic CPU" in text and "L1d 32 KiB" in text
+    for run_id in res.metas:
+        assert f"`{run_id}`" in text
+    assert "### sample (M transitions/s)" in text and "x best peer" in text and "min-max" in text
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert sorted(Path(link).stem for link in links) == sorted(outcome.written)
+    for link in links:
+        assert not Path(link).is_absolute() and (target.parent / link).resolve().exists(), link
+
+
+def test_report_command_writes_the_report(synthetic, tmp_path):
+    status = main(["report", "--runs", str(synthetic / "20300101T000000Z-micro"), "--figures",
+                   str(tmp_path / "figs"), "--out", str(tmp_path / "R.md"), "--only", "capacity", "peers"])
+    assert status == 0
+    text = (tmp_path / "R.md").read_text()
+    assert "](figs/capacity.png)" in text and "](figs/peers.png)" in text
+
+
+def test_palette_is_stable_and_distinct():
+    assert palette.variant_colour("binary") != palette.variant_colour("kary-aligned")
+    assert palette.variant_colour("someone-elses-tree") == palette.variant_colour("someone-elses-tree")
+    assert palette.variant_colour("someone-elses-tree") not in palette.VARIANT_COLOURS.values()
+    assert palette.variant_label("kary", "kary", 16) == "kary (K=16)"
+    assert palette.variant_label("peer:cpprb", "cpprb-segment-tree", pd.NA) == "peer:cpprb (cpprb-segment-tree)"
+
+
+# ---------------------------------------------------------------------------------------------
+# the stored runs
+
+
+@pytest.mark.skipif(not load.find_runs(REPO / "results"), reason="no runs under results/")
+def test_the_stored_runs_plot(tmp_path):
+    res = load.load_runs(load.find_runs(REPO / "results"))
+    assert res.metas, [str(p) for p in res.problems]
+    outcome = render.render(res, tmp_path, echo=lambda *_: None, only={"capacity", "cache_misses", "k_sweep"})
+    assert not outcome.failed, outcome.failed
+    assert outcome.written
+    for name, paths in outcome.written.items():
+        assert all(p.stat().st_size > 0 for p in paths), name
