@@ -207,12 +207,13 @@ def test_stale_update_is_skipped():
         assert buf.update_priorities(out["indices"], np.full(8, 5.0)) == 8  # no stamps: applied
 
 
-def test_lazy_writing_never_samples_reserved_slots():
+@pytest.mark.parametrize("policy", ["lazy-writing", "optimistic"])
+def test_lazy_writing_never_samples_reserved_slots(policy):
     """Slots reserved by an insert in progress (priority 0) are never drawn, even when they are
     almost all of the buffer; when nothing else is left, sample refuses instead."""
     from impl.concurrent.locks import my_token
 
-    with make("lazy-writing", capacity=256, prefill=256) as buf:
+    with make(policy, capacity=256, prefill=256) as buf:
         with buf.tree_lock:
             t0, row = buf._reserve(250, my_token())
             buf.tree.fill(t0 % 256, 250, 0.0)
@@ -280,7 +281,7 @@ def test_verify_final_catches_damage():
 
 # ----------------------------------------------------------------------------- dead workers
 @pytest.mark.parametrize("policy,where", [(p, "holding-lock") for p in sorted(POLICIES)]
-                         + [("lazy-writing", "copying")])
+                         + [("lazy-writing", "copying"), ("optimistic", "copying")])
 def test_worker_killed_mid_insert_is_recovered(policy, where):
     """Recovery rule: the dead writer's reserved slots are voided (never sampled), the tree is
     rebuilt from its leaves, and the lock it held is taken over; others go on."""
@@ -296,11 +297,11 @@ def test_worker_killed_mid_insert_is_recovered(policy, where):
         assert time.monotonic() - start < 30
         assert np.all(C.intact_rows(out))
         assert not np.any(out["id"] // C.ID_STRIDE == 7)  # nothing of the dead writer's is visible
+        C.prefill(buf, 100, NB)  # a locked operation (optimistic samples take no lock)
         counters = buf.counters()
         assert counters["voided_slots"] == 32
         assert counters["recoveries"] == (1 if where == "holding-lock" else 0)
         assert buf.tree_lock.holder() == 0
-        C.prefill(buf, 100, NB)
         assert buf.total() == pytest.approx(float(buf.tree.leaves().sum()), rel=1e-4)
         assert not np.any(buf.tree.leaves()[buf._stamps < 0] > 0)
 

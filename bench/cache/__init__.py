@@ -244,7 +244,7 @@ def run(suite: dict, variants: list[str] | None, emit_rows, progress: bool = Tru
         for pool in (outer, inner):
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
-    return {"methods": status, "caches": {k: (meters.describe(v, None) if isinstance(v, CacheLevel) else v)
+    return {"methods": status, "caches": {k: (v.describe() if isinstance(v, CacheLevel) else v)
                                           for k, v in caches.items()}}
 
 

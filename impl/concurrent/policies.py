@@ -23,13 +23,16 @@ pal-locks         T around tree work and the data copy of inserts; L around leaf
                   samples copy rows outside the lock
 lazy-writing      T to reserve (priority 0) and to publish (true priority); the data copy runs
                   with no lock; samples copy rows outside the lock
+optimistic        as lazy-writing, but samples take no lock at all: they validate what they
+                  read (no zero leaf, stamps unchanged) and draw again otherwise
 deferred          T around inserts and updates that write leaves only and queue the deltas;
                   the next sample (or a full queue) propagates them, under T
 ================  ==============================================================================
 
-A lock-free policy (atomic delta propagation) is not offered: concurrent re-summing and the
-minimum tree would both need a second protocol to stay correct, and the float32 drift bound
-could no longer be stated per call.
+A fully lock-free policy (writers too, with atomic delta propagation; the atomics are in
+:mod:`.atomics`) is not offered: re-summing, the minimum tree and crash recovery would each
+need a second protocol to stay correct, and the float32 drift bound could no longer be stated
+per call. ``optimistic`` takes the lock-free part that is easy to prove safe: the readers.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import numpy as np
 from .buffer import QUEUE_LEN
 from .locks import my_token
 
-__all__ = ["Policy", "GlobalLock", "PalLocks", "LazyWriting", "Deferred", "POLICIES"]
+__all__ = ["Policy", "GlobalLock", "PalLocks", "LazyWriting", "Optimistic", "Deferred", "POLICIES"]
 
 
 class Policy:
@@ -206,6 +209,44 @@ class LazyWriting(Policy):
         return t0
 
 
+class Optimistic(LazyWriting):
+    """Lazy writing, and samples that take no lock at all (seqlock-style readers).
+
+    Inserts and updates are exactly :class:`LazyWriting`'s, so the tree still has one writer
+    at a time. A sample descends while writers may be changing the tree: every node it reads
+    is a value that node really held (aligned float loads are atomic), so it always reaches a
+    real leaf; a leaf read as 0 (reserved, or mid-update) is drawn again, and so is a slot whose
+    stamp says it is being written or changed during the copy. What a sampler may observe:
+    the probabilities of one draw are off by the deltas in flight at that moment (at most the
+    priority changes of one batch), and ``p_min`` for the weights may be one update old. If
+    draws keep failing (heavy drift), it falls back to the locked draw, which may rebuild.
+    Samplers therefore never wait for writers or for each other; only updates do.
+    """
+
+    name = "optimistic"
+    ROUNDS = 8
+
+    def select(self, n: int, rng):
+        b, tree = self.buf, self.buf.tree
+        total = tree.total()
+        if total > 0.0:
+            us = (np.arange(n) + rng.random(n)) * (total / n) if b.stratified else rng.random(n) * total
+            idx, prio = tree.find(us)
+            for _ in range(self.ROUNDS):
+                stamps = b._stamps[np.maximum(idx, 0)]
+                bad = np.flatnonzero((idx < 0) | (stamps < 0))
+                if bad.size == 0:
+                    pmin = tree.min()
+                    if 0.0 < pmin < np.inf:
+                        return idx, prio, stamps, pmin, None
+                    break
+                total = tree.total()
+                if not total > 0.0:
+                    break
+                idx[bad], prio[bad] = tree.find(rng.random(bad.size) * total)
+        return super().select(n, rng)  # under the lock, with the tree's own redraw and rebuild
+
+
 class Deferred(Policy):
     """Deferred propagation (cpprb's multi-process scheme): writers set leaves only.
 
@@ -278,4 +319,4 @@ class Deferred(Policy):
             return (*b._select_locked(n, rng), None)
 
 
-POLICIES = {cls.name: cls for cls in (GlobalLock, PalLocks, LazyWriting, Deferred)}
+POLICIES = {cls.name: cls for cls in (GlobalLock, PalLocks, LazyWriting, Optimistic, Deferred)}
