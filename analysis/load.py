@@ -175,6 +175,7 @@ def load_run(run_dir) -> tuple[pd.DataFrame, dict]:
         pd.DataFrame(columns=list(results.COLUMNS))
     frame["run_id"] = frame["run_id"].fillna(meta.get("run_id") or run_dir.name)
     frame["suite"] = (meta.get("suite") or {}).get("name") or meta.get("scenario")
+    frame["started"] = meta.get("start_time") or ""  # orders runs whatever their ids (reference-...)
     return frame.astype(object), meta
 
 
@@ -208,7 +209,7 @@ def load_runs(run_dirs) -> Results:
         metas[run_id] = meta
         dirs[run_id] = Path(run_dir)
     table = (pd.concat(frames, ignore_index=True) if frames
-             else pd.DataFrame(columns=[*results.COLUMNS, "suite"]))
+             else pd.DataFrame(columns=[*results.COLUMNS, "suite", "started"]))
     return Results(_typed(table), metas, dirs, problems)
 
 
@@ -244,12 +245,15 @@ def latest_per_cell(table: pd.DataFrame, columns=("suite", *CELL_COLUMNS)) -> pd
 
     When several runs measured the same thing (the same variant, op, capacity, parameters ...),
     mixing their values would mix code versions and machine states, so only the latest run's
-    rows are kept (run ids start with their UTC start time and sort by it). By default cells of
+    rows are kept (newest by meta.json's start time, then by run id). By default cells of
     different suites are kept apart (a K sweep's K=16 cell is not a micro run's); pass
     ``CELL_COLUMNS`` to let the latest run of any suite win.
     """
     if table.empty:
         return table
     keys = table[list(columns)].astype(str).agg("\x1f".join, axis=1)
-    newest = table.groupby(keys, sort=False)["run_id"].transform("max")
-    return table[table["run_id"] == newest]
+    started = table["started"] if "started" in table else ""
+    order = started.astype(str) + "\x1f" + table["run_id"].astype(str) if "started" in table else \
+        table["run_id"].astype(str)
+    newest = order.groupby(keys, sort=False).transform("max")
+    return table[order == newest]

@@ -6,15 +6,16 @@ import pandas as pd
 
 from analysis import load, stats
 
-__all__ = ["training_rows", "several_buffers", "is_baseline", "buffer_label", "config_label", "CONFIG",
+__all__ = ["training_rows", "task_label", "several_buffers", "is_baseline", "buffer_label", "config_label", "CONFIG",
            "WORKER_COLOURS", "worker_colour"]
 
 #: What one training configuration is (seeds are its repeats).
-CONFIG = ["run_id", "variant", "K", "policy", "algo", "env", "mode", "actors", "learners"]
+CONFIG = ["run_id", "task", "variant", "K", "policy", "algo", "env", "mode", "actors", "learners", "updates_per_step"]
 
 #: What makes two runs' rows the same measurement (params, which hold run lengths and roles, are
 #: left out so that the newest run of a configuration and seed replaces older ones whole).
-CELL = ["scenario", "op", "metric", "variant", "K", "policy", "algo", "env", "mode", "actors", "learners", "seed"]
+CELL = ["scenario", "op", "metric", "variant", "K", "policy", "algo", "env", "mode", "actors", "learners", "seed",
+        "updates_per_step"]
 
 #: Colours by number of learners (1, 2, 4, 8 ...); the sequential baseline is black.
 WORKER_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#7F7F7F"]
@@ -34,8 +35,19 @@ def training_rows(table: pd.DataFrame, op: str) -> pd.DataFrame:
     run's rows are kept: its return curve, summaries and per-role profiles together.
     """
     rows = table[(table["scenario"] == "training") & (table["op"] == op)]
+    # the ratio of gradient updates to env steps is a grid parameter (params.updates_per_step):
+    # runs at different ratios are different configurations, never one another's repeats
+    rows = rows.assign(updates_per_step=[stats.params_of(p).get("updates_per_step") for p in rows["params"]])
     rows = load.latest_per_cell(rows, CELL)
+    rows = rows.assign(task=[task_label(a, e, r) for a, e, r in zip(rows["algo"], rows["env"], rows["updates_per_step"])])
     return rows.assign(baseline=[is_baseline(r) for _, r in rows.iterrows()])
+
+
+def task_label(algo, env, ratio) -> str:
+    """What one row of panels shows: ``"dqn on CartPole-v1, 0.5 updates/step"``. Runs at different
+    updates-per-step ratios are different tasks (each has its own sequential baseline)."""
+    text = f"{algo or '?'} on {env or '?'}"
+    return text if ratio is None or pd.isna(ratio) else f"{text}, {float(ratio):g} updates/step"
 
 
 def is_baseline(row) -> bool:
@@ -69,6 +81,7 @@ def config_label(row, show_variant: bool = True) -> str:
         return "sequential" + suffix
     a, l_ = _count(row["actors"]), _count(row["learners"])
     return f"{a} actor{'s' * (a != 1)}, {l_} learner{'s' * (l_ != 1)}" + suffix
+
 
 
 def worker_colour(learners, baseline: bool) -> str:

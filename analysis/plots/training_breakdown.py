@@ -45,14 +45,14 @@ def build(table, metas) -> Plot:
     data["share"] = data["median"] / totals
     components = [c for c in COMPONENT_COLOURS if c in set(data["component"])] + sorted(
         set(data["component"]) - set(COMPONENT_COLOURS))
-    tasks = sorted(set(zip(data["algo"], data["env"])))
+    tasks = sorted(set(data["task"]))
     several = several_buffers(data)
-    n_cfg = data.drop_duplicates(CONFIG).groupby(["algo", "env"]).size().max()
+    n_cfg = data.drop_duplicates(CONFIG).groupby("task").size().max()
     fig, axes = new_figure(len(tasks), 1, panel=(7.5, 0.9 + 0.38 * n_cfg))
     handles = {}
-    for r, (algo, env) in enumerate(tasks):
+    for r, name in enumerate(tasks):
         ax = axes[r, 0]
-        task = data[(data["algo"] == algo) & (data["env"] == env)]
+        task = data[data["task"] == name]
         configs = sorted(task.groupby(CONFIG, dropna=False, sort=False),
                          key=lambda kv: (not kv[1]["baseline"].iloc[0], _n(kv[1]["learners"].iloc[0]),
                                          _n(kv[1]["actors"].iloc[0])))
@@ -80,7 +80,7 @@ def build(table, metas) -> Plot:
         ax.set_xlim(0, 1)
         ax.xaxis.set_major_formatter(lambda v, _: f"{100 * v:.0f}%")
         ax.set_xlabel("share of the summed time (median over seeds); total seconds at the right")
-        ax.set_title(f"{algo} on {env}", fontsize=10)
+        ax.set_title(name, fontsize=10)
     fig.suptitle("Where the wall time goes", fontsize=10)
     legend(fig, list(handles.values()), title="component")
     data = data.sort_values(["algo", "env", "learners", "actors", "component"]).reset_index(drop=True)

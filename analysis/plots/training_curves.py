@@ -53,7 +53,7 @@ def build(table, metas) -> Plot:
     rows = rows[(rows["metric"] == "return") & (rows["status"] == "ok")]
     if rows.empty:
         raise NoRows("no training return curves (scenario 'training', op 'episode')")
-    tasks = sorted({(a, e) for a, e in zip(rows["algo"].fillna("?"), rows["env"].fillna("?"))})
+    tasks = sorted(set(rows["task"]))
     configs = (rows.drop_duplicates(CONFIG).assign(_a=lambda d: d["actors"].fillna(0).astype(float),
                                                    _l=lambda d: d["learners"].fillna(0).astype(float))
                .sort_values(["baseline", "_l", "_a"], ascending=[False, True, True]))
@@ -67,8 +67,8 @@ def build(table, metas) -> Plot:
             i = sum(1 for colour, _ in style_of.values() if colour != "#000000")
             style_of[label] = ("#000000", "-") if cfg["baseline"] else (
                 WORKER_COLOURS[i % len(WORKER_COLOURS)], "-" if i < len(WORKER_COLOURS) else "--")
-    for r, (algo, env) in enumerate(tasks):
-        task = rows[(rows["algo"].fillna("?") == algo) & (rows["env"].fillna("?") == env)]
+    for r, name in enumerate(tasks):
+        task = rows[rows["task"] == name]
         for c, (x, xlabel) in enumerate(_AXES):
             ax = axes[r, c]
             for key, cfg_rows in task.groupby(CONFIG, dropna=False, sort=False):
@@ -84,7 +84,7 @@ def build(table, metas) -> Plot:
                 parts.append(curve.assign(**dict(zip(CONFIG, key)), baseline=first["baseline"]))
             ax.set_xlabel(xlabel)
             ax.set_ylabel(f"return (running mean of {SMOOTH} episodes)")
-            ax.set_title(f"{algo} on {env}", fontsize=10)
+            ax.set_title(name, fontsize=10)
             ax.grid(alpha=0.3)
     if not parts:
         raise NoRows("training return curves have fewer than two episodes per seed")

@@ -42,14 +42,14 @@ def build(table, metas) -> Plot:
     data = seeds.merge(data, on=keys, how="left")
     data["n_reached"] = data["n"].fillna(0).astype(int)
     metrics = [(m, label) for m, label in _METRICS if m in set(data["metric"])]
-    tasks = sorted(set(zip(data["algo"], data["env"])))
+    tasks = sorted(set(data["task"]))
     several = several_buffers(data)
     fig, axes = new_figure(len(tasks), len(metrics), panel=(4.0, 3.2))
     handles = {}
-    for r, (algo, env) in enumerate(tasks):
+    for r, task in enumerate(tasks):
         for c, (metric, ylabel) in enumerate(metrics):
             ax = axes[r, c]
-            cell = data[(data["algo"] == algo) & (data["env"] == env) & (data["metric"] == metric)]
+            cell = data[(data["task"] == task) & (data["metric"] == metric)]
             base = cell[cell["baseline"]]
             top = float(cell["max"].max()) if cell["max"].notna().any() else 1.0
             if not base.empty and base["median"].notna().any():
@@ -89,9 +89,9 @@ def build(table, metas) -> Plot:
             ax.grid(alpha=0.3)
             ax.set_xlabel("actors")
             ax.set_ylabel(ylabel)
-            ax.set_title(f"{algo} on {env}", fontsize=10)
+            ax.set_title(task, fontsize=10)
     fig.suptitle("Training at scale: median over seeds, bars = min-max; dotted: sequential baseline", fontsize=10)
     legend(fig, list(handles.values()), title="learners")
-    data = data.sort_values(["algo", "env", "metric", "learners", "actors"]).reset_index(drop=True)
+    data = data.sort_values(["task", "metric", "learners", "actors"]).reset_index(drop=True)
     return Plot(fig, data, "Time to the reward threshold, speedup over the sequential baseline and rates, "
                            "against actors, one line per number of learners.")
