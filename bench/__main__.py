@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench list | run | summary``.
+"""Command line: ``python -m bench list | run | summary | compare | train``.
 
     python -m bench list                              # registered variants and peers, with parameters
     python -m bench run --suite default               # what `make bench` runs (micro, and later more)
@@ -7,6 +7,7 @@
     python -m bench run --suite quick --variants binary,kary-aligned --out /tmp/r
     python -m bench summary results/<run_id>          # reprint a stored run's summary
     python -m bench compare results/<a> results/<b>   # run-to-run spread of the medians
+    python -m bench train --algo dqn --env CartPole-v1 --buffer kary-aligned --actors 2 --learners 1 --steps 50000
 """
 
 from __future__ import annotations
@@ -163,6 +164,10 @@ def main(argv=None) -> int:
     p.add_argument("run_a")
     p.add_argument("run_b")
     p.set_defaults(func=cmd_compare)
+
+    from bench import train  # the training loop's command (bench/train.py); imports torch only when run
+
+    train.add_parser(sub)
 
     args = parser.parse_args(argv)
     args.argv = argv

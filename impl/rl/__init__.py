@@ -1,0 +1,40 @@
+"""The actor/learner training loop over any registered replay variant.
+
+    from impl.rl import TrainConfig, train
+    result = train(TrainConfig(algo="dqn", env="CartPole-v1", buffer="kary-aligned", actors=2, learners=1,
+                               steps=50_000, seed=0))
+    result.env_steps_per_s, result.time_to_threshold_s, result.profiles
+
+Modules, one job each:
+
+==============  ===============================================================
+dqn, td3        the algorithms (config dataclass, network builders, actor, learner)
+algorithms      name -> algorithm
+envs            environments, transition schema, thresholds, episode log, staging
+config          TrainConfig (the run) and TrainResult (what it measured)
+replay          building and warming up the in-process buffer
+profiler        per-section perf_counter accumulators
+sequential      the one-process baseline loop
+shared          counters, rate limiter and weight broadcast in shared memory
+parallel        A actor + L learner processes over the shared buffer
+==============  ===============================================================
+"""
+
+from __future__ import annotations
+
+from .config import InjectedFailure, TrainConfig, TrainResult, WorkerFailed
+
+__all__ = ["TrainConfig", "TrainResult", "InjectedFailure", "WorkerFailed", "train"]
+
+
+def train(cfg: TrainConfig, progress=None) -> TrainResult:
+    """Run ``cfg``: the sequential baseline when ``actors`` or ``learners`` is 0, else the
+    parallel loop. ``progress(env_steps, updates, recent_mean_return)`` is called a few times
+    per second from this process."""
+    if cfg.sequential:
+        from .sequential import run_sequential
+
+        return run_sequential(cfg, progress)
+    from .parallel import run_parallel
+
+    return run_parallel(cfg, progress)

@@ -1,0 +1,162 @@
+"""What a training run is asked to do (:class:`TrainConfig`) and what it measured (:class:`TrainResult`).
+
+``actors == 0`` or ``learners == 0`` selects the sequential baseline (:mod:`impl.rl.sequential`);
+otherwise :mod:`impl.rl.parallel` runs ``actors`` actor processes and ``learners`` learner
+processes over a shared-memory buffer. Both loops do the same number of learner updates for
+the same ``steps`` (:func:`total_updates`), so their throughputs compare at the same ratio.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from . import algorithms
+from .envs import THRESHOLDS, WINDOW
+
+__all__ = ["TrainConfig", "TrainResult", "InjectedFailure", "WorkerFailed", "total_updates", "allowed_updates"]
+
+
+class InjectedFailure(RuntimeError):
+    """Raised on purpose by a worker when :attr:`TrainConfig.fail` names it (tests)."""
+
+
+class WorkerFailed(RuntimeError):
+    """A worker process raised or died; ``worker`` names it, ``detail`` holds its traceback,
+    ``pids`` the process ids of all the run's workers (every one has exited by then)."""
+
+    def __init__(self, worker: str, detail: str, pids: tuple = ()):
+        super().__init__(f"worker {worker} failed:\n{detail}")
+        self.worker = worker
+        self.detail = detail
+        self.pids = tuple(pids)
+
+
+@dataclass
+class TrainConfig:
+    """One training run. Unknown ``overrides`` keys are an error when the run starts."""
+
+    algo: str = "dqn"
+    """Algorithm name in :data:`impl.rl.algorithms.ALGORITHMS` ("dqn", "td3")."""
+    env: str = "CartPole-v1"
+    """gymnasium environment id."""
+    buffer: str = "kary-aligned"
+    """Registered buffer variant (impl.registry) for both loops."""
+    policy: str = "lazy-writing"
+    """Concurrency policy of the shared buffer (parallel loop only; "none" in the baseline)."""
+    buffer_params: dict = field(default_factory=dict)
+    """Variant parameters (K, dtype, ...) for registry.create / SharedPrioritizedBuffer.create."""
+    actors: int = 0
+    """Actor processes; 0 (or learners 0) = the sequential baseline."""
+    learners: int = 0
+    """Learner processes (each samples batch_size // learners, gradients all-reduced)."""
+    steps: int = 50_000
+    """Environment steps in total, over all actors."""
+    seed: int = 0
+    """Seeds environments, networks, exploration and buffer sampling."""
+    overrides: dict = field(default_factory=dict)
+    """Fields of the algorithm's config to change from its preset for ``env``."""
+    threshold: float | None = None
+    """Reward threshold timed to (None: :data:`impl.rl.envs.THRESHOLDS` for ``env``)."""
+    window: int = WINDOW
+    """Episodes averaged for the threshold."""
+    stop_at_threshold: bool = False
+    """End the run once the threshold is reached (sequential loop only)."""
+    insert_batch: int = 8
+    """Transitions an actor stages before one buffer add (both loops)."""
+    weight_sync_every: int = 10
+    """Learner updates between weight broadcasts to the actors (parallel loop)."""
+    ratio_tolerance: float = 32.0
+    """How many updates the learners may fall behind ``updates_per_step * steps`` before
+    actors wait (raised to ``1 + ratio * insert_batch`` when smaller, which rules out deadlock)."""
+    start_method: str = "forkserver"
+    """multiprocessing start method of the workers: "forkserver" or "spawn"."""
+    timeout_s: float | None = None
+    """Stop and fail the run after this many wall seconds (None: no limit)."""
+    join_timeout_s: float = 10.0
+    """How long to wait for workers to exit after a stop before terminating them."""
+    fail: str | None = None
+    """Test hook "role:rank:count": that worker raises InjectedFailure after ``count`` env
+    steps (role "actor" or "sequential") or updates (role "learner")."""
+
+    @property
+    def sequential(self) -> bool:
+        return self.actors == 0 or self.learners == 0
+
+    def algo_config(self):
+        """The algorithm's config: preset for ``env`` plus ``overrides``; checked."""
+        cfg = algorithms.get(self.algo).config_cls.for_env(self.env, **self.overrides)
+        if cfg.learning_starts < cfg.batch_size:
+            raise ValueError(f"learning_starts ({cfg.learning_starts}) must be >= batch_size ({cfg.batch_size})")
+        if not self.sequential and cfg.batch_size % self.learners:
+            raise ValueError(f"batch_size {cfg.batch_size} must be divisible by learners={self.learners}")
+        return cfg
+
+    def resolved_threshold(self) -> float | None:
+        return self.threshold if self.threshold is not None else THRESHOLDS.get(self.env)
+
+    def failure_point(self, role: str, rank: int) -> int | None:
+        """The count at which worker (role, rank) must raise, or None."""
+        if not self.fail:
+            return None
+        want_role, want_rank, count = self.fail.split(":")
+        if want_role == role and (want_rank in ("", "*") or int(want_rank) == rank):
+            return int(count)
+        return None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def allowed_updates(env_steps: int, ratio: float, learning_starts: int) -> int:
+    """Learner updates due after ``env_steps`` stored steps: floor(ratio * (steps - starts))."""
+    return max(0, int(ratio * (env_steps - learning_starts)))
+
+
+def total_updates(steps: int, ratio: float, learning_starts: int) -> int:
+    """Updates a run of ``steps`` env steps does in either loop."""
+    return allowed_updates(steps, ratio, learning_starts)
+
+
+@dataclass
+class TrainResult:
+    """What one run measured. Seconds are wall-clock from the first env step ("go")."""
+
+    mode: str                         # "sequential" or "parallel"
+    env_steps: int
+    updates: int
+    wall_s: float
+    episodes: list                    # (env_steps, wall_s, return) per finished episode
+    threshold: float | None
+    window: int
+    time_to_threshold_s: float | None
+    steps_to_threshold: int | None
+    sample_calls: int
+    sample_latency_s: float | None    # mean seconds per buffer.sample call (learners)
+    actor_wait_s: float               # summed over actors: blocked by the rate limiter
+    learner_wait_s: float             # summed over learners
+    profiles: dict                    # role -> {section: seconds}, summed over that role's processes
+    processes: dict                   # role -> number of processes
+    buffer_lock_wait_s: float | None  # summed over processes (shared buffer), None when unknown
+    learner_digests: list             # one params_digest per learner at the end
+    actor_steps: list                 # env steps per actor
+    actor_ids_sampled: dict           # actor id -> times a learner sampled one of its transitions
+    inserted: int                     # transitions the buffer received
+    final_weight_min: float | None    # smallest importance weight in a final sample (1.0: all equal)
+    worker_pids: list = field(default_factory=list)  # parallel loop: the (exited) worker processes
+
+    @property
+    def env_steps_per_s(self) -> float:
+        return self.env_steps / self.wall_s if self.wall_s > 0 else float("nan")
+
+    @property
+    def updates_per_s(self) -> float:
+        return self.updates / self.wall_s if self.wall_s > 0 else float("nan")
+
+    @property
+    def reached(self) -> bool:
+        return self.time_to_threshold_s is not None
+
+    def recent_mean(self, window: int | None = None) -> float | None:
+        window = window or self.window
+        rets = [r for _, _, r in self.episodes[-window:]]
+        return sum(rets) / len(rets) if rets else None

@@ -1,0 +1,129 @@
+"""Environments, the transition schema they produce, and the reward thresholds we time.
+
+The replay buffers store one row per environment step with the fields of
+:func:`transition_fields`: ``obs``, ``action``, ``reward``, ``next_obs``, ``done`` (true only
+when the episode *terminated*: a time-limit truncation still bootstraps) and ``actor`` (the id
+of the actor process that produced it; 0 in the sequential loop), so tests can check that
+every actor's transitions reach the buffer.
+
+Thresholds (:data:`THRESHOLDS`, mean return over the last :data:`WINDOW` = 20 episodes):
+
+==============  =======  =========================================================
+CartPole-v1       475    gymnasium's own ``reward_threshold`` (returns are capped at 500)
+LunarLander-v3    200    gymnasium's ``reward_threshold``: "solved"
+Acrobot-v1       -100    gymnasium's ``reward_threshold``
+Pendulum-v1      -200    ours (gymnasium sets none): a swing-up held upright most of each
+                         200-step episode; random actions score about -1200, a good TD3
+                         policy -150 to -170
+==============  =======  =========================================================
+
+Returns are the training episodes' own (with exploration), as in most RL papers' curves.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import gymnasium as gym
+import numpy as np
+
+__all__ = ["THRESHOLDS", "WINDOW", "make_env", "transition_fields", "EpisodeLog", "TransitionStager"]
+
+THRESHOLDS = {"CartPole-v1": 475.0, "LunarLander-v3": 200.0, "Acrobot-v1": -100.0, "Pendulum-v1": -200.0}
+WINDOW = 20
+
+
+def make_env(env_id: str, seed: int) -> gym.Env:
+    """A gymnasium environment whose first ``reset`` and action space are seeded with ``seed``."""
+    env = gym.make(env_id)
+    env.reset(seed=seed)
+    env.action_space.seed(seed)
+    return env
+
+
+def transition_fields(env: gym.Env) -> dict:
+    """The ``{name: (shape, dtype)}`` schema of one stored transition for ``env``.
+
+    Discrete actions are stored as int64 indices, continuous ones as float32 vectors scaled
+    to [-1, 1] (the agent maps them to the action space's bounds).
+    """
+    obs_shape = tuple(env.observation_space.shape)
+    space = env.action_space
+    if isinstance(space, gym.spaces.Discrete):
+        action = ((), "int64")
+    elif isinstance(space, gym.spaces.Box):
+        action = (tuple(space.shape), "float32")
+    else:
+        raise ValueError(f"unsupported action space {space!r}: need Discrete or Box")
+    return {"obs": (obs_shape, "float32"), "action": action, "reward": ((), "float32"),
+            "next_obs": (obs_shape, "float32"), "done": ((), "bool"), "actor": ((), "int32")}
+
+
+class EpisodeLog:
+    """Episode returns with the env steps and wall seconds at which each episode ended.
+
+    ``reached`` becomes true the first time the mean of the last ``window`` returns is at
+    least ``threshold`` (at least ``window`` episodes needed); ``time_to_threshold_s`` and
+    ``steps_to_threshold`` record when. Cost: O(1) per episode.
+    """
+
+    def __init__(self, threshold: float | None, window: int = WINDOW):
+        self.threshold = threshold
+        self.window = int(window)
+        self.episodes: list[tuple[int, float, float]] = []  # (env_steps, wall_s, return)
+        self._recent: deque = deque(maxlen=self.window)
+        self._sum = 0.0
+        self.time_to_threshold_s: float | None = None
+        self.steps_to_threshold: int | None = None
+
+    def record(self, env_steps: int, wall_s: float, ret: float) -> None:
+        self.episodes.append((int(env_steps), float(wall_s), float(ret)))
+        if len(self._recent) == self.window:
+            self._sum -= self._recent[0]
+        self._recent.append(float(ret))
+        self._sum += float(ret)
+        if (self.time_to_threshold_s is None and self.threshold is not None and len(self._recent) == self.window
+                and self._sum / self.window >= self.threshold):
+            self.time_to_threshold_s = float(wall_s)
+            self.steps_to_threshold = int(env_steps)
+
+    @property
+    def reached(self) -> bool:
+        return self.time_to_threshold_s is not None
+
+    def recent_mean(self) -> float | None:
+        """Mean of the last ``window`` returns (fewer at the start); None before any episode."""
+        return self._sum / len(self._recent) if self._recent else None
+
+
+class TransitionStager:
+    """Collects single steps into preallocated arrays and hands them to ``buffer.add`` as a batch.
+
+    Both loops insert in batches of ``size`` rows (the classic loop with ``size`` 1 would pay
+    one buffer call, and in the parallel loop one lock acquisition, per step). The arrays
+    returned by :meth:`batch` are views that the next :meth:`push` overwrites: add them
+    before pushing again. Cost: O(row bytes) per push. Thread-safety: none.
+    """
+
+    def __init__(self, fields: dict, size: int):
+        self.size = int(size)
+        self.arrays = {name: np.zeros((self.size, *shape), dtype=dtype) for name, (shape, dtype) in fields.items()}
+        self.n = 0
+
+    def push(self, obs, action, reward, next_obs, done, actor) -> bool:
+        """Stage one transition; returns True when the stage is full (call :meth:`batch`)."""
+        i = self.n
+        a = self.arrays
+        a["obs"][i] = obs
+        a["action"][i] = action
+        a["reward"][i] = reward
+        a["next_obs"][i] = next_obs
+        a["done"][i] = done
+        a["actor"][i] = actor
+        self.n = i + 1
+        return self.n == self.size
+
+    def batch(self) -> dict:
+        """The staged rows as a dict of views (``n`` rows); empties the stage."""
+        n, self.n = self.n, 0
+        return {name: arr[:n] for name, arr in self.arrays.items()}

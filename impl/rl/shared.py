@@ -1,0 +1,214 @@
+"""State the parallel loop's processes share: counters, the rate limiter, the weight broadcast.
+
+Everything lives in ``multiprocessing.RawArray`` blocks (anonymous shared memory whose file is
+unlinked at creation, so nothing is left in /dev/shm whatever way the processes end). They
+reach the workers as Process arguments. No locks: each slot has exactly one writer (one
+actor's step count, one learner's update count, the parent's stop and go flags, learner 0's
+weight version), writes are aligned 8-byte stores, and readers tolerate a value that is
+one write old. A pipe whose only writer is the parent tells workers when the parent is gone
+(:attr:`SharedState.stopped`). Start workers with "spawn" or "forkserver": with "fork" they
+would inherit the pipe's write end and never see it close.
+
+Weight broadcast (:class:`SharedWeights`) is a seqlock: the single writer (learner 0) makes
+the version odd, copies the flat weights, then makes it even; a reader copies only an even
+version and keeps the copy only if the version did not change meanwhile. This relies on
+stores becoming visible in program order (x86-64's TSO; other CPUs would need fences).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+
+import numpy as np
+
+__all__ = ["SharedState", "RateLimiter", "SharedWeights", "Stopped"]
+
+_STOP, _GO, _VERSION = 0, 1, 2
+_N_FLAGS = 3
+_T0 = 0  # float slot: time.monotonic() at "go"
+
+
+class Stopped(Exception):
+    """The parent asked every worker to stop (another worker failed, a timeout, Ctrl-C)."""
+
+
+class SharedState:
+    """Flags and per-worker counters (int64) plus wait seconds (float64), one slot per writer."""
+
+    def __init__(self, ctx, actors: int, learners: int):
+        self.actors = int(actors)
+        self.learners = int(learners)
+        self._ints = ctx.RawArray(ctypes.c_int64, _N_FLAGS + self.actors + self.learners)
+        self._floats = ctx.RawArray(ctypes.c_double, 1 + self.actors + self.learners)
+        # A pipe only the parent can write to: workers see EOF on it once the parent is gone.
+        self._alive_r, self._alive_w = ctx.Pipe(duplex=False)
+        self._views()
+
+    def close(self) -> None:
+        """Parent, after the workers have exited: close the liveness pipe."""
+        for conn in (self._alive_r, self._alive_w):
+            if conn is not None:
+                conn.close()
+
+    def _views(self) -> None:
+        ints = np.frombuffer(self._ints, dtype=np.int64)
+        floats = np.frombuffer(self._floats, dtype=np.float64)
+        self.flags = ints[:_N_FLAGS]
+        self.actor_steps = ints[_N_FLAGS : _N_FLAGS + self.actors]
+        self.learner_updates = ints[_N_FLAGS + self.actors :]
+        self.clock = floats[:1]
+        self.actor_wait = floats[1 : 1 + self.actors]
+        self.learner_wait = floats[1 + self.actors :]
+
+    def __getstate__(self):
+        return {"actors": self.actors, "learners": self.learners, "_ints": self._ints, "_floats": self._floats,
+                "_alive_r": self._alive_r}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._alive_w = None  # a worker: only the parent holds the write end
+        self._views()
+
+    # flags -------------------------------------------------------------------------------
+    @property
+    def stopped(self) -> bool:
+        """True once the parent set the stop flag, or (in a worker) once the process that
+        started it is gone (EOF on the liveness pipe): a parent killed with SIGKILL cannot set
+        the flag, and the workers would otherwise train on, or wait forever, with nobody to
+        report to. Cost in a worker: one poll() system call (~1 us)."""
+        # (With forkserver the OS parent is the fork server, which outlives a killed main process,
+        # so the parent's pid or multiprocessing's own sentinel cannot tell.)
+        return bool(self.flags[_STOP]) or (self._alive_w is None and self._alive_r.poll())
+
+    def stop(self) -> None:
+        self.flags[_STOP] = 1
+
+    def go(self) -> None:
+        """Start the clock and release the workers waiting in :meth:`wait_for_go` (parent)."""
+        self.clock[_T0] = time.monotonic()
+        self.flags[_GO] = 1
+
+    def wait_for_go(self, poll_s: float = 1e-3) -> float:
+        """Block until :meth:`go`; returns the shared start time. Raises Stopped on stop."""
+        while not self.flags[_GO]:
+            if self.stopped:
+                raise Stopped()
+            time.sleep(poll_s)
+        return float(self.clock[_T0])
+
+    @property
+    def t0(self) -> float:
+        return float(self.clock[_T0])
+
+    # counters ----------------------------------------------------------------------------
+    def env_steps(self) -> int:
+        """Transitions inserted so far by all actors (O(actors))."""
+        return int(self.actor_steps.sum())
+
+    def updates(self) -> int:
+        """Updates done by the learners (learner 0's count; the learners move in lockstep)."""
+        return int(self.learner_updates[0])
+
+
+class RateLimiter:
+    """Holds learner updates per env step near ``ratio`` across processes (Reverb-style).
+
+    With ``steps`` the transitions inserted, ``starts`` the learning start and
+    ``due = ratio * (steps - starts)``:
+
+    - a learner may do update ``u + 1`` only when ``u + 1 <= due`` (it never runs ahead of
+      the ratio, and never samples before ``starts`` transitions are stored);
+    - an actor may insert ``n`` more transitions only while the learners' backlog after the
+      insert, ``ratio * (steps + n - starts) - updates``, stays <= ``tolerance``.
+
+    With ``tolerance >= 1 + ratio * n`` one side can always proceed (no deadlock): when every
+    actor is blocked the backlog exceeds 1, so the learners may update. Waiting is a sleep
+    loop (``poll_s`` doubling up to ``max_poll_s``, so a long wait costs ~1000 wake-ups a
+    second, not 20000); the time spent blocked is added to the caller's slot of
+    :attr:`SharedState.actor_wait` / ``learner_wait`` and returned.
+    """
+
+    def __init__(self, state: SharedState, ratio: float, starts: int, tolerance: float, insert_batch: int,
+                 poll_s: float = 5e-5, max_poll_s: float = 1e-3):
+        self.state = state
+        self.ratio = float(ratio)
+        self.starts = int(starts)
+        self.tolerance = max(float(tolerance), 1.0 + self.ratio * insert_batch)
+        self.poll_s = poll_s
+        self.max_poll_s = max_poll_s
+
+    def _may_insert(self, n: int) -> bool:
+        state = self.state
+        return self.ratio * (state.env_steps() + n - self.starts) - state.updates() <= self.tolerance
+
+    def _may_update(self, u: int) -> bool:
+        return u + 1 <= self.ratio * (self.state.env_steps() - self.starts)
+
+    def wait_insert(self, actor: int, n: int) -> float:
+        """Block actor ``actor`` until it may insert ``n`` transitions; returns seconds waited."""
+        if self._may_insert(n):
+            return 0.0
+        return self._wait(lambda: self._may_insert(n), self.state.actor_wait, actor)
+
+    def wait_update(self, learner: int, u: int) -> float:
+        """Block learner ``learner`` (which has done ``u`` updates) until update ``u + 1`` is due."""
+        if self._may_update(u):
+            return 0.0
+        return self._wait(lambda: self._may_update(u), self.state.learner_wait, learner)
+
+    def _wait(self, ready, slots: np.ndarray, slot: int) -> float:
+        t0 = time.perf_counter()
+        pause = self.poll_s
+        try:
+            while not ready():
+                if self.state.stopped:
+                    raise Stopped()
+                time.sleep(pause)
+                # back off to max_poll_s: a blocked actor should not eat the learner's core
+                pause = min(2.0 * pause, self.max_poll_s)
+        finally:
+            waited = time.perf_counter() - t0
+            slots[slot] += waited
+        return waited
+
+
+class SharedWeights:
+    """A float32 vector in shared memory with a version counter (seqlock; one writer)."""
+
+    def __init__(self, ctx, state: SharedState, size: int):
+        self.size = int(size)
+        self._raw = ctx.RawArray(ctypes.c_float, self.size)
+        self.state = state
+        self.array = np.frombuffer(self._raw, dtype=np.float32)
+
+    def __getstate__(self):
+        return {"size": self.size, "_raw": self._raw, "state": self.state}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.array = np.frombuffer(self._raw, dtype=np.float32)
+
+    @property
+    def version(self) -> int:
+        """Even: a complete vector; odd: a write is in progress. 0: nothing published yet."""
+        return int(self.state.flags[_VERSION])
+
+    def publish(self, flat) -> int:
+        """Write ``flat`` (tensor or array of ``size`` floats); returns the new version.
+        Only one process may publish. Cost: one copy of the vector."""
+        flags = self.state.flags
+        v = int(flags[_VERSION])
+        flags[_VERSION] = v + 1
+        self.array[:] = np.asarray(flat, dtype=np.float32)
+        flags[_VERSION] = v + 2
+        return v + 2
+
+    def read_if_newer(self, have: int):
+        """``(version, copy)`` when a complete version newer than ``have`` is there, else None."""
+        flags = self.state.flags
+        v1 = int(flags[_VERSION])
+        if v1 == have or v1 & 1 or v1 == 0:
+            return None
+        copy = self.array.copy()
+        return (v1, copy) if int(flags[_VERSION]) == v1 else None

@@ -1,0 +1,234 @@
+"""Smoke tests of the training loop (impl/rl, bench/train.py): short real runs, small networks.
+
+Every algorithm runs with 1 and 2 actors and 1 and 2 learners for a few hundred env steps;
+the checks are the loop's contracts, not learning: every actor's transitions reach the buffer
+and get sampled, learners stay bitwise identical after gradient averaging, priorities move
+away from their initial value, the update count is the ratio's, and every process exits and
+the shared memory is released, also when one worker raises. About a minute on 2 cores.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench import results
+from bench import train as bench_train
+from impl.concurrent import leaked_segments
+from impl.rl import InjectedFailure, TrainConfig, WorkerFailed, train
+from impl.rl.config import total_updates
+from impl.rl.envs import EpisodeLog, TransitionStager
+from impl.rl.shared import RateLimiter, SharedState, SharedWeights, Stopped
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Small networks and early learning so that a few hundred steps exercise every path.
+TINY = {
+    "dqn": dict(hidden=(16, 16), batch_size=16, learning_starts=100, buffer_capacity=1024, updates_per_step=0.5),
+    "td3": dict(hidden=(16, 16), batch_size=16, learning_starts=100, buffer_capacity=1024, updates_per_step=0.5),
+}
+ENVS = {"dqn": "CartPole-v1", "td3": "Pendulum-v1"}
+STEPS = 400
+
+
+def tiny(algo: str, **kw) -> TrainConfig:
+    base = dict(algo=algo, env=ENVS[algo], buffer="kary-aligned", policy="lazy-writing", steps=STEPS, seed=3,
+                overrides=dict(TINY[algo]), timeout_s=120)
+    return TrainConfig(**{**base, **kw})
+
+
+def own_segments() -> list[str]:
+    """Shared-memory segments created by this process (the owner's pid is in the name)."""
+    return [name for name in leaked_segments() if f"_{os.getpid()}_" in name]
+
+
+def assert_exited(pids) -> None:
+    """Every pid has exited and been reaped (no /proc entry; a zombie would still have one)."""
+    deadline = time.monotonic() + 5
+    alive = [p for p in pids if os.path.exists(f"/proc/{p}")]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [p for p in alive if os.path.exists(f"/proc/{p}")]
+    assert not alive, f"worker processes still there: {alive}"
+
+
+# ---------------------------------------------------------------------------------------- parallel
+@pytest.mark.parametrize("algo,actors,learners", [
+    ("dqn", 1, 1), ("dqn", 2, 1), ("dqn", 1, 2), ("dqn", 2, 2), ("td3", 1, 1), ("td3", 2, 2),
+])
+def test_parallel_smoke(algo, actors, learners):
+    cfg = tiny(algo, actors=actors, learners=learners)
+    acfg = cfg.algo_config()
+    result = train(cfg)
+    assert result.mode == "parallel"
+    # every env step of every actor was inserted, and the learners sampled every actor's rows
+    assert result.env_steps == STEPS and sum(result.actor_steps) == STEPS and result.inserted == STEPS
+    assert len(result.actor_steps) == actors and min(result.actor_steps) >= STEPS // actors
+    assert sorted(result.actor_ids_sampled) == list(range(actors))
+    assert all(count > 0 for count in result.actor_ids_sampled.values()), result.actor_ids_sampled
+    # the ratio: exactly as many updates as the sequential loop would do
+    assert result.updates == total_updates(STEPS, acfg.updates_per_step, acfg.learning_starts) > 0
+    # gradient averaging keeps the learners bitwise identical
+    assert len(result.learner_digests) == learners and len(set(result.learner_digests)) == 1
+    # priorities moved away from the initial max priority (all weights 1 before any update)
+    assert result.final_weight_min < 0.999
+    assert result.sample_latency_s > 0 and result.wall_s > 0
+    assert set(result.profiles) == {"actor", "learner"}
+    assert result.profiles["actor"]["env_step"] > 0 and result.profiles["learner"]["sgd"] > 0
+    assert_exited(result.worker_pids)
+    assert own_segments() == []
+
+
+@pytest.mark.parametrize("fail", ["actor:1:50", "learner:1:3"])
+def test_failing_worker_stops_the_run_and_releases_everything(fail):
+    cfg = tiny("dqn", actors=2, learners=2, fail=fail, join_timeout_s=5)
+    t0 = time.monotonic()
+    with pytest.raises(WorkerFailed) as info:
+        train(cfg)
+    err = info.value
+    assert err.worker == fail.rsplit(":", 1)[0].replace(":", "-")
+    assert "InjectedFailure" in err.detail and "Traceback" in err.detail  # the child's own traceback
+    assert len(err.pids) == 4
+    assert_exited(err.pids)
+    assert own_segments() == []
+    assert time.monotonic() - t0 < 60
+
+
+# ---------------------------------------------------------------------------------------- sequential
+@pytest.mark.parametrize("algo", ["dqn", "td3"])
+def test_sequential_smoke(algo):
+    cfg = tiny(algo)
+    acfg = cfg.algo_config()
+    result = train(cfg)
+    assert result.mode == "sequential" and result.env_steps == STEPS
+    assert result.updates == total_updates(STEPS, acfg.updates_per_step, acfg.learning_starts)
+    assert result.final_weight_min < 0.999
+    assert result.episodes and all(s <= STEPS for s, _, _ in result.episodes)
+    assert set(result.profiles) == {"sequential"}
+    prof = result.profiles["sequential"]
+    assert prof["env_step"] > 0 and prof["inference"] > 0 and prof["replay"] > 0 and prof["sgd"] > 0
+    assert sum(prof.values()) == pytest.approx(result.wall_s, rel=1e-6)
+
+
+def test_sequential_failure_hook_raises():
+    with pytest.raises(InjectedFailure):
+        train(tiny("dqn", fail="sequential:0:20"))
+
+
+@pytest.mark.parametrize("buffer", ["binary", "uniform"])
+def test_sequential_runs_other_variants(buffer):
+    result = train(tiny("dqn", buffer=buffer, steps=200))
+    assert result.env_steps == 200 and result.updates > 0
+
+
+# ---------------------------------------------------------------------------------------- pieces
+def test_rate_limiter_holds_the_ratio_and_stops():
+    import multiprocessing as mp
+
+    state = SharedState(mp.get_context("spawn"), actors=2, learners=1)
+    limiter = RateLimiter(state, ratio=0.5, starts=100, tolerance=4, insert_batch=8, poll_s=1e-4)
+    assert limiter.tolerance == 5.0  # raised to 1 + ratio * insert_batch: no deadlock
+    state.actor_steps[:] = [60, 60]  # 120 steps: 10 updates due
+    assert limiter._may_update(9) and not limiter._may_update(10)
+    assert not limiter._may_insert(8)  # backlog after the insert: 0.5 * 28 - 0 = 14 > 5
+    state.learner_updates[0] = 10
+    assert limiter._may_insert(8)  # 0.5 * 28 - 10 = 4 <= 5
+    state.stop()
+    with pytest.raises(Stopped):
+        limiter.wait_update(0, 10)
+    assert state.learner_wait[0] > 0
+
+
+def test_shared_weights_versions():
+    import multiprocessing as mp
+
+    state = SharedState(mp.get_context("spawn"), actors=1, learners=1)
+    weights = SharedWeights(mp.get_context("spawn"), state, 5)
+    assert weights.read_if_newer(0) is None  # nothing published
+    v = weights.publish(np.arange(5))
+    version, copy = weights.read_if_newer(0)
+    assert version == v == 2 and copy.tolist() == [0, 1, 2, 3, 4]
+    assert weights.read_if_newer(v) is None
+    state.flags[2] = 3  # a write in progress: readers keep what they have
+    assert weights.read_if_newer(v) is None
+
+
+def test_episode_log_threshold_and_stager():
+    log = EpisodeLog(threshold=10.0, window=3)
+    for i, ret in enumerate([5, 10, 12, 9, 11]):
+        log.record(10 * (i + 1), float(i), ret)
+    # mean(5, 10, 12) = 9 < 10, then mean(10, 12, 9) = 10.33: reached at the 4th episode
+    assert log.steps_to_threshold == 40 and log.time_to_threshold_s == 3.0
+    assert log.recent_mean() == pytest.approx((12 + 9 + 11) / 3)
+    stage = TransitionStager({"obs": ((2,), "float32"), "action": ((), "int64"), "reward": ((), "float32"),
+                              "next_obs": ((2,), "float32"), "done": ((), "bool"), "actor": ((), "int32")}, 2)
+    assert not stage.push([1, 2], 1, 0.5, [3, 4], False, 7)
+    assert stage.push([5, 6], 0, 1.5, [7, 8], True, 7)
+    batch = stage.batch()
+    assert batch["obs"].tolist() == [[1, 2], [5, 6]] and batch["actor"].tolist() == [7, 7] and stage.n == 0
+
+
+def test_learners_with_the_same_seed_start_identical():
+    import gymnasium as gym
+
+    from impl.rl.dqn import DQNConfig, DQNLearner
+
+    env = gym.make("CartPole-v1")
+    spaces = (env.observation_space, env.action_space)
+    a, b = (DQNLearner(spaces, DQNConfig(hidden=(8,)), seed=5) for _ in range(2))
+    assert a.digest() == b.digest()
+
+
+# ---------------------------------------------------------------------------------------- bench
+def test_training_quick_suite_rows(tmp_path):
+    """The runner hook writes the columns the analysis reads, speedup included."""
+    from bench import suites
+
+    run_dir = bench_train.run_suite(suites.load("training-quick"), out=tmp_path, progress=False, echo=lambda *_: None)
+    rows = results.read_rows(run_dir)
+    meta = results.read_meta(run_dir)
+    assert meta["complete"] and meta["scenario"] == "training"
+    assert {r["status"] for r in rows} <= {"ok", "skipped"}
+    assert {r["scenario"] for r in rows} == {"training"} and {r["mode"] for r in rows} == {"processes"}
+    layouts = {(r["actors"], r["learners"]) for r in rows}
+    assert layouts == {(0, 0), (2, 1)}
+    summary = {(r["actors"], r["metric"]): r for r in rows if r["op"] == "summary"}
+    for metric in ("env_steps_per_s", "updates_per_s", "sample_latency_s", "time_to_threshold_s", "actor_wait_s",
+                   "learner_wait_s", "speedup"):
+        assert (2, metric) in summary and (0, metric) in summary, metric
+    assert summary[(2, "time_to_threshold_s")]["status"] == "skipped"
+    assert "threshold not reached in 1500 steps" in summary[(2, "time_to_threshold_s")]["error"]
+    assert summary[(0, "speedup")]["value"] == 1.0 and summary[(2, "speedup")]["value"] > 0
+    assert '"baseline": true' in summary[(0, "speedup")]["params"]
+    assert summary[(2, "env_steps_per_s")]["policy"] == "lazy-writing" and summary[(0, "speedup")]["policy"] == "none"
+    assert summary[(2, "env_steps_per_s")]["K"] == 16 and summary[(2, "env_steps_per_s")]["algo"] == "dqn"
+    episodes = [r for r in rows if r["op"] == "episode"]
+    assert episodes and all(r["metric"] == "return" and r["env_steps"] > 0 and r["wall_s"] >= 0 for r in episodes)
+    profile = {(r["actors"], r["metric"]) for r in rows if r["op"] == "profile"}
+    assert {(2, s) for s in ("env_step", "inference", "replay", "sgd", "wait", "other")} <= profile
+
+
+def test_train_command_sequential(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "train", "--sequential", "--steps", "300", "--buffer", "binary",
+         "--set", "hidden=16,16", "--set", "batch_size=16", "--set", "learning_starts=100", "--out", str(tmp_path),
+         "--run-id", "t", "--no-progress"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = results.read_rows(tmp_path / "t")
+    summary = {r["metric"]: r for r in rows if r["op"] == "summary"}
+    assert summary["env_steps_per_s"]["value"] > 0 and summary["env_steps_per_s"]["variant"] == "binary"
+    assert summary["env_steps_per_s"]["actors"] == 0 and summary["env_steps_per_s"]["structure"] == "binary"
+    assert "speedup" not in summary or summary["speedup"]["value"] == 1.0
+    assert "steps/s" in proc.stdout  # the closing table
+
+
+def test_train_command_rejects_unknown_buffer():
+    proc = subprocess.run([sys.executable, "-m", "bench", "train", "--buffer", "nope", "--steps", "10"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "unknown variant 'nope'" in proc.stderr
