@@ -8,7 +8,8 @@ sample just returned); lock wait of a repeat = the mean of its ops' fractions. P
 median over repeats, min-max bars, against workers = actors + learners.
 
 One column of panels per transition size (cartpole ~45 B, mujoco, atari ~28 KB); top row
-throughput (log), bottom row lock wait. Colour = policy, line style = mode (threads solid,
+throughput (linear: within a panel it spans well under 10x), bottom row lock wait. Ticks name
+the split of the workers (``2W+1L``: 2 writers, 1 sampler/updater). Colour = policy, line style = mode (threads solid,
 processes dashed), marker = variant. Hollow markers: oversubscribed (more workers than cores;
 the rows' params say ``"oversubscribed": true``); the dotted line marks the machine's cores.
 When one configuration has several actor / learner splits with the same total, each number of
@@ -22,7 +23,7 @@ import pandas as pd
 
 from analysis import load, palette, stats
 from analysis.plots import NoRows, Plot
-from analysis.plots._common import handle, legend, log_y, new_figure
+from analysis.plots._common import handle, legend, new_figure
 
 NAME = "concurrency"
 ORDER = 40
@@ -53,6 +54,15 @@ def aggregate(table) -> pd.DataFrame:
     workers = agg["actors"].astype(float).fillna(0) + agg["learners"].astype(float).fillna(0)
     agg["workers"] = workers
     return agg
+
+
+def _composition(rows) -> str:
+    """Tick label for one number of workers: ``"2W+1L"`` when all its rows share that split."""
+    splits = {(int(a or 0), int(l or 0)) for a, l in zip(rows["actors"].fillna(0), rows["learners"].fillna(0))}
+    if len(splits) == 1:
+        (a, l_), = splits
+        return f"{a}W+{l_}L"
+    return str(int(rows["workers"].iloc[0]))
 
 
 def build(table, metas) -> Plot:
@@ -102,7 +112,8 @@ def build(table, metas) -> Plot:
                 label += f" ({what})"
                 handles.setdefault(label, handle(label, colour, mark, style))
             ws = sorted(set(cell["workers"]))
-            ax.set_xticks(ws, [str(int(w)) for w in ws]) if ws else None
+            if ws:
+                ax.set_xticks(ws, [_composition(cell[cell["workers"] == w]) for w in ws])
             for n in cores:
                 if ws and min(ws) <= n <= max(ws):
                     ax.axvline(n + 0.5, color="0.5", linestyle=":", linewidth=1)
@@ -110,14 +121,14 @@ def build(table, metas) -> Plot:
                             fontsize=7, color="0.35")
             ax.grid(alpha=0.3, which="both")
             ax.set_title(f"{size} transitions", fontsize=10)
-            if metric == "aggregate_items_per_s":
-                log_y(ax)
+            if metric == "aggregate_items_per_s":  # within a panel the values span < 10x: linear
+                ax.set_ylim(0, float(np.nanmax(cell["max"])) / 1e6 * 1.1 if not cell.empty else 1)
                 ax.set_ylabel("aggregate throughput\n(insert + sample, M items/s)")
             else:
                 ax.set_ylim(0, max(0.05, float(np.nanmax(cell["max"])) * 1.1) if not cell.empty else 1)
                 ax.set_ylabel("lock wait (fraction of time)")
             if r == len(metrics) - 1:
-                ax.set_xlabel("workers (actors + learners)")
+                ax.set_xlabel("workers: W writers + L samplers/updaters")
     fig.suptitle("Concurrency: median over repeats, bars = min-max; hollow markers: more workers than cores",
                  fontsize=10)
     legend(fig, list(handles.values()), title="policy (variant, K)")
