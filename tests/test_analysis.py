@@ -525,12 +525,26 @@ def test_palette_is_stable_and_distinct():
 # the stored runs
 
 
-@pytest.mark.skipif(not load.find_runs(REPO / "results"), reason="no runs under results/")
-def test_the_stored_runs_plot(tmp_path):
-    res = load.load_runs(load.find_runs(REPO / "results"))
-    assert res.metas, [str(p) for p in res.problems]
-    outcome = render.render(res, tmp_path, echo=lambda *_: None, only={"capacity", "cache_misses", "k_sweep"})
+REFERENCE = sorted((REPO / "results").glob("reference-*"))
+
+
+def test_the_committed_reference_runs_plot(tmp_path):
+    """Every figure draws from the committed reference runs (as `make plots` on a fresh clone),
+    and the capacity figure's medians are the medians of the stored rows."""
+    assert REFERENCE, "the committed reference runs results/reference-* are missing"
+    res = load.load_runs(REFERENCE)
+    assert not res.problems, [str(p) for p in res.problems]
+    outcome = render.render(res, tmp_path, echo=lambda *_: None)
     assert not outcome.failed, outcome.failed
-    assert outcome.written
+    assert set(outcome.written) == {m.NAME for m in modules()}
     for name, paths in outcome.written.items():
         assert all(p.stat().st_size > 0 for p in paths), name
+    figure = pd.read_csv(tmp_path / "capacity.csv")
+    rows = pd.DataFrame(results.read_rows(REPO / "results" / "reference-micro"))
+    rows = rows[(rows["status"] == "ok") & (rows["metric"] == "seconds_per_call")]
+    for _, point in figure.sample(10, random_state=0).iterrows():
+        cell = rows[(rows["variant"] == point["variant"]) & (rows["op"] == point["op"])
+                    & (rows["capacity"] == point["capacity"])]
+        ns_per_item = 1e9 * cell["value"] / cell["items_per_call"]
+        assert point["median"] == pytest.approx(float(np.median(ns_per_item)), rel=1e-9), point.to_dict()
+        assert point["n"] == len(cell)
