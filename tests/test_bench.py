@@ -198,10 +198,17 @@ def test_unknown_variant_is_an_error_before_anything_runs(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+def sigint_as_default():
+    """Popen preexec_fn: a shell that runs `make test` in the background starts it with SIGINT
+    ignored, and Python keeps an ignored SIGINT ignored; the child must see Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_interrupted_run_keeps_finished_items(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--suite", "quick", "--variants", "binary",
                              "--out", str(tmp_path), "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=sigint_as_default)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # wait until at least two items are on disk

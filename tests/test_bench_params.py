@@ -18,7 +18,7 @@ from bench import peers, results, runner, suites, summary
 from bench.__main__ import _param
 from impl import registry
 
-from test_bench import ROOT, bench_cmd, only_run_dir  # noqa: F401 - shared helpers
+from test_bench import ROOT, bench_cmd, only_run_dir, sigint_as_default  # noqa: F401 - shared helpers
 
 
 def quiet(*_):
@@ -199,7 +199,7 @@ def test_summary_best_peer_ratio(tmp_path):
 def test_sigint_after_first_item_leaves_readable_incomplete_run(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--suite", "quick", "--out", str(tmp_path),
                              "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, preexec_fn=sigint_as_default)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # the first item (timing-loop overhead) is on disk
