@@ -1,7 +1,8 @@
 """Concurrent use of one replay buffer by threads and processes.
 
 * :class:`SharedPrioritizedBuffer` -- a registered variant's tree and storage in shared memory.
-* :data:`POLICIES` -- how operations synchronise: global-lock, pal-locks, lazy-writing, deferred.
+* :data:`POLICIES` -- how operations synchronise: global-lock, pal-locks, lazy-writing, optimistic,
+  deferred.
 * :mod:`.locks`, :mod:`.shm`, :mod:`.atomics` -- the building blocks.
 """
 
