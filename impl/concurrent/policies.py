@@ -63,14 +63,33 @@ class Policy:
             except (NotImplementedError, AttributeError) as err:
                 raise NotImplementedError(f"policy {cls.name!r} cannot wrap {type(tree).__name__}: {err}") from None
 
+    def _apply(self, idx, vals, eps, alpha, n_valid=None) -> float:
+        """Under the tree lock: set leaves ``idx`` to ``(vals + eps) ** alpha`` by this policy's
+        protocol; returns the largest value set. Here: one whole tree update."""
+        pmax = self.buf.tree.update(idx, vals, n_valid=n_valid, eps=eps, alpha=alpha)
+        self.buf._count(idx.size)
+        return pmax
+
     def _set_new(self, t0: int, n: int, vals) -> None:
-        """Give slots ``t0 .. t0+n-1`` their priority: the max so far, or ``vals``."""
-        b, tree = self.buf, self.buf.tree
+        """Give slots ``t0 .. t0+n-1`` their priority: the max so far (one run-merged fill), or
+        ``vals``."""
+        b = self.buf
         if vals is None:
-            tree.fill(t0 % b.capacity, n, b.max_priority)
+            b.tree.fill(t0 % b.capacity, n, b.max_priority)
+            b._count(n)
         else:
-            b._note_max(tree.update(b._slots(t0, n), vals, eps=b.eps, alpha=b.alpha))
-        b._count(n)
+            b._note_max(self._apply(b._slots(t0, n), vals, b.eps, b.alpha))
+
+    def insert(self, arrays, n, vals) -> int:
+        """Copy the rows and set their priorities, all under the tree lock; returns the first
+        ticket."""
+        b = self.buf
+        with b.tree_lock:
+            t0, row = b._reserve(n, my_token())
+            b.storage.write(t0 % b.capacity, arrays, n)
+            self._set_new(t0, n, vals)
+            b._finish(row, t0, n)
+        return t0
 
     def flush(self) -> None:
         """Under the tree lock: bring the inner nodes up to date (only deferred has work)."""
@@ -87,8 +106,7 @@ class Policy:
             keep = b._fresh(idx, stamps)
             idx, vals = idx[keep], vals[keep]
             if idx.size:
-                b._note_max(b.tree.update(idx, vals, n_valid=len(b), eps=b.eps, alpha=b.alpha))
-                b._count(idx.size)
+                b._note_max(self._apply(idx, vals, b.eps, b.alpha, n_valid=len(b)))
         return int(idx.size)
 
     def read_priorities(self, idx) -> np.ndarray:
@@ -106,15 +124,6 @@ class GlobalLock(Policy):
 
     name = "global-lock"
 
-    def insert(self, arrays, n, vals) -> int:
-        b = self.buf
-        with b.tree_lock:
-            t0, row = b._reserve(n, my_token())
-            b.storage.write(t0 % b.capacity, arrays, n)
-            self._set_new(t0, n, vals)
-            b._finish(row, t0, n)
-        return t0
-
     def select(self, n: int, rng):
         b = self.buf
         with b.tree_lock:
@@ -122,7 +131,20 @@ class GlobalLock(Policy):
             return idx, prio, stamps, pmin, b.storage.gather(idx)
 
 
-class PalLocks(Policy):
+class _SplitUpdates(Policy):
+    """Base of the policies that split each tree change into leaf writes and a propagation of
+    their deltas (:meth:`_apply`), so new slots get the max priority through that split too."""
+
+    splits_updates = True
+
+    def _set_new(self, t0: int, n: int, vals) -> None:
+        if vals is not None:
+            return super()._set_new(t0, n, vals)
+        b = self.buf  # no fill: it would write leaves and inner nodes together
+        self._apply(b._slots(t0, n), np.full(n, b.max_priority), 0.0, 1.0)
+
+
+class PalLocks(_SplitUpdates):
     """PAL's tree protection: a global (tree) lock plus a last-level (leaf) lock.
 
     Tree changes hold the tree lock; their leaf writes also hold the leaf lock, which is
@@ -135,37 +157,14 @@ class PalLocks(Policy):
     """
 
     name = "pal-locks"
-    splits_updates = True
 
-    def _write_and_propagate(self, slots, vals, eps, alpha, n_valid=None) -> float:
+    def _apply(self, idx, vals, eps, alpha, n_valid=None) -> float:
         b = self.buf
         with b.leaf_lock:
-            idx, deltas, pmax = b.tree.write_leaves(slots, vals, n_valid=n_valid, eps=eps, alpha=alpha)
+            idx, deltas, pmax = b.tree.write_leaves(idx, vals, n_valid=n_valid, eps=eps, alpha=alpha)
         b.tree.propagate(idx, deltas)
         b._count(idx.size)
         return pmax
-
-    def insert(self, arrays, n, vals) -> int:
-        b = self.buf
-        with b.tree_lock:
-            t0, row = b._reserve(n, my_token())
-            b.storage.write(t0 % b.capacity, arrays, n)
-            slots = b._slots(t0, n)
-            if vals is None:
-                self._write_and_propagate(slots, np.full(n, b.max_priority), 0.0, 1.0)
-            else:
-                b._note_max(self._write_and_propagate(slots, vals, b.eps, b.alpha))
-            b._finish(row, t0, n)
-        return t0
-
-    def update(self, idx, vals, stamps) -> int:
-        b = self.buf
-        with b.tree_lock:
-            keep = b._fresh(idx, stamps)
-            idx, vals = idx[keep], vals[keep]
-            if idx.size:
-                b._note_max(self._write_and_propagate(idx, vals, b.eps, b.alpha, n_valid=len(b)))
-        return int(idx.size)
 
     def read_priorities(self, idx) -> np.ndarray:
         with self.buf.leaf_lock:
@@ -247,7 +246,7 @@ class Optimistic(LazyWriting):
         return super().select(n, rng)  # under the lock, with the tree's own redraw and rebuild
 
 
-class Deferred(Policy):
+class Deferred(_SplitUpdates):
     """Deferred propagation (cpprb's multi-process scheme): writers set leaves only.
 
     Inserts and updates write the leaves and append ``(leaf, delta)`` to a shared queue under
@@ -259,7 +258,11 @@ class Deferred(Policy):
     """
 
     name = "deferred"
-    splits_updates = True
+
+    def _apply(self, idx, vals, eps, alpha, n_valid=None) -> float:
+        idx, deltas, pmax = self.buf.tree.write_leaves(idx, vals, n_valid=n_valid, eps=eps, alpha=alpha)
+        self._queue(idx, deltas)
+        return pmax
 
     def _queue(self, idx, deltas) -> None:
         b = self.buf
@@ -285,32 +288,6 @@ class Deferred(Policy):
             b.tree.propagate(b._queue_idx[:q], b._queue_delta[:q])
             b._ctrl[QUEUE_LEN] = 0
             b._count(q)
-
-    def insert(self, arrays, n, vals) -> int:
-        b = self.buf
-        with b.tree_lock:
-            t0, row = b._reserve(n, my_token())
-            b.storage.write(t0 % b.capacity, arrays, n)
-            slots = b._slots(t0, n)
-            if vals is None:
-                idx, deltas, _ = b.tree.write_leaves(slots, np.full(n, b.max_priority))
-            else:
-                idx, deltas, pmax = b.tree.write_leaves(slots, vals, eps=b.eps, alpha=b.alpha)
-                b._note_max(pmax)
-            self._queue(idx, deltas)
-            b._finish(row, t0, n)
-        return t0
-
-    def update(self, idx, vals, stamps) -> int:
-        b = self.buf
-        with b.tree_lock:
-            keep = b._fresh(idx, stamps)
-            idx, vals = idx[keep], vals[keep]
-            if idx.size:
-                idx, deltas, pmax = b.tree.write_leaves(idx, vals, n_valid=len(b), eps=b.eps, alpha=b.alpha)
-                b._note_max(pmax)
-                self._queue(idx, deltas)
-        return int(idx.size)
 
     def select(self, n: int, rng):
         b = self.buf

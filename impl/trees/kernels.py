@@ -205,12 +205,9 @@ def update(sums, mins, lay, K, kshift, indices, values, n_valid, eps, alpha, vma
     Cost: O(n * D) for the sums plus O(n * K * D) for the minima in the worst case (one
     cache line per level for aligned layouts); duplicates are applied in batch order.
     """
-    status, pos = check_batch(indices, values, n_valid)
+    status, pos, ps, pmax = checked_values(indices, values, n_valid, eps, alpha, vmax)
     if status != STATUS_OK:
         return status, pos, 0.0
-    ps, pmax, pos = transform(values, eps, alpha, vmax)
-    if pos >= 0:
-        return STATUS_OVERFLOW, pos, 0.0
     _set_leaves(sums, mins, lay, K, kshift, indices, ps)
     return STATUS_OK, -1, pmax
 
@@ -224,12 +221,9 @@ def write_leaves(sums, mins, lay, indices, values, n_valid, eps, alpha, vmax, ou
     two-lock policies split an update this way). Returns ``(status, position, max)`` as
     :func:`update` does; nothing is written unless the whole batch is valid. Cost O(n).
     """
-    status, pos = check_batch(indices, values, n_valid)
+    status, pos, ps, pmax = checked_values(indices, values, n_valid, eps, alpha, vmax)
     if status != STATUS_OK:
         return status, pos, 0.0
-    ps, pmax, pos = transform(values, eps, alpha, vmax)
-    if pos >= 0:
-        return STATUS_OVERFLOW, pos, 0.0
     D = lay.shape[0] - 1
     for b in range(indices.shape[0]):
         leaf = addr(lay, D, indices[b])
@@ -257,6 +251,19 @@ def propagate_paths(sums, mins, lay, K, kshift, indices, delta):
             a = addr(lay, d, j[b])
             sums[a] += delta[b]
             mins[a] = min_of_children(mins, lay, K, d, j[b])
+
+
+@njit(nogil=True, cache=True, inline="always")
+def checked_values(indices, values, n_valid, eps, alpha, vmax):
+    """The input side of every update kernel: ``(status, position, p, max p)`` where ``p`` is
+    ``(values + eps) ** alpha``, valid only when ``status`` is ``STATUS_OK``. Writes nothing."""
+    status, pos = check_batch(indices, values, n_valid)
+    if status != STATUS_OK:
+        return status, pos, np.empty(0, dtype=np.float64), 0.0
+    ps, pmax, pos = transform(values, eps, alpha, vmax)
+    if pos >= 0:
+        return STATUS_OVERFLOW, pos, ps, 0.0
+    return STATUS_OK, -1, ps, pmax
 
 
 @njit(nogil=True, cache=True, inline="always")

@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .kernels import (STATUS_OK, STATUS_OVERFLOW, addr, check_batch, min_of_children, parent, propagate_mins,
-                      read_reached_leaves, transform)
+from .kernels import (STATUS_OK, addr, checked_values, min_of_children, parent, propagate_mins,
+                      read_reached_leaves)
 
 __all__ = ["update", "fill", "find", "get", "rebuild"]
 
@@ -71,12 +71,9 @@ def _set_leaves(pre, mins, lay, K, kshift, indices, values):
 @njit(nogil=True, cache=True)
 def update(pre, mins, lay, K, kshift, indices, values, n_valid, eps, alpha, vmax):
     """As :func:`impl.trees.kernels.update`: checked, then ``(values + eps) ** alpha``."""
-    status, pos = check_batch(indices, values, n_valid)
+    status, pos, ps, pmax = checked_values(indices, values, n_valid, eps, alpha, vmax)
     if status != STATUS_OK:
         return status, pos, 0.0
-    ps, pmax, pos = transform(values, eps, alpha, vmax)
-    if pos >= 0:
-        return STATUS_OVERFLOW, pos, 0.0
     _set_leaves(pre, mins, lay, K, kshift, indices, ps)
     return STATUS_OK, -1, pmax
 
