@@ -23,10 +23,10 @@ test-slow: $(STAMP)
 # `make bench` runs the composite suite bench/suites/default.json (today: micro, with the peers);
 # to add a suite to it (e.g. the cache-miss meters), add its name to that file's "suites" list.
 bench: $(STAMP)
-	$(PY) -m bench run --suite default
+	$(VENV)/bin/replaybench run --suite default
 
 bench-quick: $(STAMP)
-	$(PY) -m bench run --suite quick
+	$(VENV)/bin/replaybench run --suite quick
 
 # Quick per-op regression check of every registered variant with pytest-benchmark (not part of
 # `make test`): add ARGS=--benchmark-autosave to store a run, ARGS=--benchmark-compare to compare.
@@ -34,15 +34,15 @@ bench-pytest: $(STAMP)
 	$(PY) -m pytest -q bench/pytest_suite -m "" --benchmark-only --benchmark-max-time=0.2 --benchmark-columns=min,median,max,ops,rounds $(ARGS)
 
 list: $(STAMP)
-	$(PY) -m bench list
+	$(VENV)/bin/replaybench list
 
 # Figures (PNG, SVG and the CSV behind each) and analysis/REPORT.md from the stored runs, without
 # running anything: every run under results/, or RUNS="results/<id> ..." (folders or run ids).
 plots: $(STAMP)
-	$(PY) -m analysis plots $(if $(RUNS),--runs $(RUNS))
+	$(PY) -m replaybench.analysis plots $(if $(RUNS),--runs $(RUNS))
 
 report: $(STAMP)
-	$(PY) -m analysis report $(if $(RUNS),--runs $(RUNS))
+	$(PY) -m replaybench.analysis report $(if $(RUNS),--runs $(RUNS))
 
 clean:
 	rm -rf $(VENV) build *.egg-info

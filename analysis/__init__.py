@@ -8,5 +8,5 @@
 - :mod:`analysis.report`: analysis/REPORT.md; :mod:`analysis.compare`: two runs side by side;
 - :mod:`analysis.palette`: one colour per variant across every figure.
 
-Command line: ``python -m analysis plots | report | compare`` (``make plots``, ``make report``).
+Command line: ``replaybench plots | report | compare`` (``make plots``, ``make report``).
 """

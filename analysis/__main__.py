@@ -1,9 +1,9 @@
-"""Command line: ``python -m analysis plots | report | compare``.
+"""Command line: ``replaybench plots | report | compare``.
 
-    python -m analysis plots                         # every run under results/ -> analysis/figures/
-    python -m analysis plots --runs results/A results/B --out /tmp/figs
-    python -m analysis report                        # the figures, then analysis/REPORT.md
-    python -m analysis compare results/A results/B   # medians of two runs, with significance
+    replaybench plots                         # every run under results/ -> analysis/figures/
+    replaybench plots --runs results/A results/B --out /tmp/figs
+    replaybench report                        # the figures, then analysis/REPORT.md
+    replaybench compare results/A results/B   # medians of two runs, with significance
 
 Runs are folders (``results/<run-id>``) or bare run ids (looked up under ``results/``).
 
@@ -27,7 +27,7 @@ REPORT = Path("analysis/REPORT.md")
 
 
 def _run_dirs(names) -> list[Path]:
-    from analysis import load
+    from replaybench.analysis import load
 
     if not names:
         return load.find_runs(RESULTS)
@@ -39,7 +39,7 @@ def _run_dirs(names) -> list[Path]:
 
 
 def _load(args):
-    from analysis import load
+    from replaybench.analysis import load
 
     dirs = _run_dirs(args.runs)
     if not dirs:
@@ -61,7 +61,7 @@ def _status(res, outcome, strict: bool) -> int:
 
 
 def cmd_plots(args) -> int:
-    from analysis import render
+    from replaybench.analysis import render
 
     res = _load(args)
     if res is None:
@@ -71,7 +71,7 @@ def cmd_plots(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from analysis import render, report
+    from replaybench.analysis import render, report
 
     res = _load(args)
     if res is None:
@@ -85,7 +85,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from analysis import compare, load
+    from replaybench.analysis import compare, load
 
     try:
         text = compare.compare_runs(*_run_dirs([args.run_a, args.run_b]))
@@ -96,9 +96,8 @@ def cmd_compare(args) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis", description="figures and reports from results/")
-    sub = parser.add_subparsers(dest="command", required=True)
+def add_commands(sub) -> None:
+    """Add ``plots``, ``report`` and ``compare`` to an argparse subparsers object."""
 
     def common(p):
         p.add_argument("--runs", nargs="+", metavar="RUN",
@@ -122,8 +121,12 @@ def main(argv=None) -> int:
     p.add_argument("run_b")
     p.set_defaults(func=cmd_compare)
 
-    args = parser.parse_args(argv)
-    return args.func(args)
+
+def main(argv=None) -> int:
+    """``python -m replaybench.analysis``: the analysis commands alone (``replaybench`` has them all)."""
+    from replaybench.cli import main as cli_main
+
+    return cli_main(argv, groups=(add_commands,), prog="python -m replaybench.analysis")
 
 
 if __name__ == "__main__":

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import load, stats
-from bench.summary import format_table
+from replaybench.analysis import load, stats
+from replaybench.bench.summary import format_table
 
 __all__ = ["RULE", "cells", "compare_tables", "compare_runs"]
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench import results
+from replaybench.bench import results
 
 __all__ = ["REQUIRED", "RunError", "Results", "find_runs", "check_rows", "load_run", "load_runs",
            "cache_sizes", "latest_per_cell", "CELL_COLUMNS"]

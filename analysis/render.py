@@ -18,7 +18,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display: the figures are built without pyplot anyway
 
-from analysis import plots  # noqa: E402
+from replaybench.analysis import plots  # noqa: E402
 
 __all__ = ["Outcome", "render", "EXTENSIONS"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench import summary, workloads
+from replaybench.bench import summary, workloads
 
 __all__ = ["timings", "spread", "params_of", "grid_keys", "op_unit", "item_name", "ratio_columns",
            "PEER_PREFIX"]

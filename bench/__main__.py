@@ -1,13 +1,13 @@
-"""Command line: ``python -m bench list | run | summary | compare | train``.
+"""Command line: ``replaybench list | run | summary | compare | train``.
 
-    python -m bench list                              # registered variants and peers, with parameters
-    python -m bench run --suite default               # what `make bench` runs (micro, and later more)
-    python -m bench run --suite micro                 # the micro grid (about 10 minutes on 2 cores)
-    python -m bench run --suite sweep-k --param K=4,16 --capacities 2**16
-    python -m bench run --suite quick --variants binary,kary-aligned --out /tmp/r
-    python -m bench summary results/<run_id>          # reprint a stored run's summary
-    python -m bench compare results/<a> results/<b>   # run-to-run spread of the medians
-    python -m bench train --algo dqn --env CartPole-v1 --buffer kary-aligned --actors 2 --learners 1 --steps 50000
+    replaybench list                              # registered variants and peers, with parameters
+    replaybench run --suite default               # what `make bench` runs (micro, and later more)
+    replaybench run --suite micro                 # the micro grid (about 10 minutes on 2 cores)
+    replaybench run --suite sweep-k --param K=4,16 --capacities 2**16
+    replaybench run --suite quick --variants binary,kary-aligned --out /tmp/r
+    replaybench summary results/<run_id>          # reprint a stored run's summary
+    replaybench compare results/<a> results/<b>   # run-to-run spread of the medians
+    replaybench train --algo dqn --env CartPole-v1 --buffer kary-aligned --actors 2 --learners 1 --steps 50000
 """
 
 from __future__ import annotations
@@ -67,9 +67,9 @@ def _fmt_params(params: dict) -> str:
 
 
 def cmd_list(args) -> int:
-    from bench import peers
-    from bench.summary import format_table
-    from impl import registry
+    from replaybench.bench import peers
+    from replaybench.bench.summary import format_table
+    from replaybench.impl import registry
 
     body = []
     for name in registry.names():
@@ -91,7 +91,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from bench import runner, suites
+    from replaybench.bench import runner, suites
 
     try:
         suite = suites.load(args.suite)
@@ -99,7 +99,7 @@ def cmd_run(args) -> int:
         args.parser.error(str(err))
     overrides = {k: getattr(args, k) for k in ("processes", "values", "warmups", "loops", "min_time")
                  if getattr(args, k) is not None}
-    command = [sys.executable, "-m", "bench", *args.argv]
+    command = [sys.executable, "-m", "replaybench.bench", *args.argv]
     params = dict(args.param or [])
     try:
         runner.run_suites(suite, variants=args.variants, capacities=args.capacities, ops=args.ops, out=args.out,
@@ -113,24 +113,14 @@ def cmd_run(args) -> int:
 
 
 def cmd_summary(args) -> int:
-    from bench import summary
+    from replaybench.bench import summary
 
     print(summary.format_run(args.run_dir))
     return 0
 
 
-def cmd_compare(args) -> int:
-    from bench import summary
-
-    print(summary.compare_runs(args.run_a, args.run_b))
-    return 0
-
-
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="python -m bench", description="replaybench benchmarks")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def add_commands(sub) -> None:
+    """Add ``list``, ``run``, ``summary`` and ``train`` to an argparse subparsers object."""
     p = sub.add_parser("list", help="registered variants and peers with their parameters")
     p.set_defaults(func=cmd_list)
 
@@ -160,18 +150,16 @@ def main(argv=None) -> int:
     p.add_argument("run_dir")
     p.set_defaults(func=cmd_summary)
 
-    p = sub.add_parser("compare", help="run-to-run spread of the medians of two runs of the same grid")
-    p.add_argument("run_a")
-    p.add_argument("run_b")
-    p.set_defaults(func=cmd_compare)
-
-    from bench import train  # the training loop's command (bench/train.py); imports torch only when run
+    from replaybench.bench import train  # the training loop's command (bench/train.py); imports torch only when run
 
     train.add_parser(sub)
 
-    args = parser.parse_args(argv)
-    args.argv = argv
-    return args.func(args)
+
+def main(argv=None) -> int:
+    """``python -m replaybench.bench``: the benchmark commands alone (``replaybench`` has them all)."""
+    from replaybench.cli import main as cli_main
+
+    return cli_main(argv, groups=(add_commands,), prog="python -m replaybench.bench")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ Workers are threads or processes; each maps the buffer through its own
 :class:`~impl.concurrent.SharedPrioritizedBuffer` object. Writers insert batches of tagged
 transitions (an ``id``, a ``payload`` of the transition's size, and a ``check`` sum of both);
 learners sample, optionally verify every row, and write random priorities back with the
-sampled stamps. The same workers serve the benchmark (``python -m bench run --suite
+sampled stamps. The same workers serve the benchmark (``replaybench run --suite
 concurrency``: aggregate items/s and the fraction of time spent waiting for locks) and the
 stress tests (:func:`verify_final`: nothing lost, duplicated or torn, the tree's total
 agrees with its leaves).
@@ -111,7 +111,7 @@ def _learner(buf, lid: int, cfg: dict, window: float) -> dict:
 
 def _work(handle, role: str, index: int, cfg: dict, start_barrier, windows: int, report) -> None:
     """One worker: attach, then for each timed window wait for everyone and run it."""
-    from impl.concurrent import SharedPrioritizedBuffer
+    from replaybench.impl.concurrent import SharedPrioritizedBuffer
 
     try:
         buf = SharedPrioritizedBuffer.attach(handle, seed=index)
@@ -248,9 +248,9 @@ def run_suite(suite: dict, *, variants=None, out="results", run_id=None, machine
 
     from tqdm import tqdm
 
-    from bench import results
-    from impl import registry
-    from impl.concurrent import SharedPrioritizedBuffer
+    from replaybench.bench import results
+    from replaybench.impl import registry
+    from replaybench.impl.concurrent import SharedPrioritizedBuffer
 
     writer, emit, emitted = results.open_run(suite, out=out, run_id=run_id, machine=machine, command=command)
     cores = os.cpu_count() or 1
@@ -340,8 +340,8 @@ def die_mid_insert(handle, where: str, n: int = 32) -> None:
     after the slots were reserved at priority 0 and half the rows copied."""
     import signal
 
-    from impl.concurrent import SharedPrioritizedBuffer
-    from impl.concurrent.locks import my_token
+    from replaybench.impl.concurrent import SharedPrioritizedBuffer
+    from replaybench.impl.concurrent.locks import my_token
 
     buf = SharedPrioritizedBuffer.attach(handle)
     batch = make_batch(np.arange(n, dtype=np.int64) + 7 * ID_STRIDE, TRANSITIONS["cartpole"])

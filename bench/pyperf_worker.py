@@ -1,4 +1,4 @@
-"""One micro benchmark (target x capacity x op) timed by pyperf: ``python -m bench.pyperf_worker``.
+"""One micro benchmark (target x capacity x op) timed by pyperf: ``python -m replaybench.bench.pyperf_worker``.
 
 The runner (:mod:`bench.runner`) starts this module once per grid item as a pyperf *manager*;
 pyperf then re-runs it as fresh *worker* processes (``--worker``, one calibration worker
@@ -23,7 +23,7 @@ import traceback
 
 import pyperf
 
-from bench import workloads
+from replaybench.bench import workloads
 
 #: Our options, forwarded from the manager to every worker it spawns.
 _FORWARDED = ("target", "capacity", "op", "batch", "mixed_adds", "transitions", "seed", "error_file", "params")
@@ -46,7 +46,7 @@ def build_call(args):
     target = None
     if args.op != "empty":
         if args.target.startswith("peer:"):
-            from bench import peers
+            from replaybench.bench import peers
 
             target = peers.load(args.target).target(args.capacity, fields, sample_rng)
         else:
@@ -80,7 +80,7 @@ class TimedOp:
 
 
 def main(argv=None) -> None:
-    runner = pyperf.Runner(program_args=("-m", "bench.pyperf_worker"), add_cmdline_args=_forward)
+    runner = pyperf.Runner(program_args=("-m", "replaybench.bench.pyperf_worker"), add_cmdline_args=_forward)
     p = runner.argparser
     p.add_argument("--target", required=True, help="registered variant name, peer:<name> or 'harness'")
     p.add_argument("--capacity", type=int, default=0)

@@ -1,6 +1,6 @@
 """Run a suite's grid: one pyperf benchmark per (variant, capacity, op), results as they finish.
 
-For each grid item the runner starts ``python -m bench.pyperf_worker`` (a pyperf manager, in
+For each grid item the runner starts ``python -m replaybench.bench.pyperf_worker`` (a pyperf manager, in
 its own process group) and waits; pyperf spawns the fresh worker processes that set up and
 time the op. Items run one at a time, so the workers do not compete for the cores. When an
 item ends, its rows are appended to rows.csv (atomically); an item whose process fails or
@@ -33,7 +33,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import peers, results, workloads
+from replaybench.bench import peers, results, workloads
 
 __all__ = ["HARNESS", "WORKLOAD_PARAMS", "SelectionError", "VariantInfo", "GridItem", "resolve_variants", "grid",
            "param_grid", "skip_reason", "measure", "run", "run_suites"]
@@ -92,7 +92,7 @@ class GridItem:
 
 
 def _registry_info(name: str) -> VariantInfo:
-    from impl import registry
+    from replaybench.impl import registry
 
     v = registry.get(name)
     return VariantInfo(name, v.structure, v.accepted(), v.description)
@@ -114,7 +114,7 @@ def resolve_variants(suite: dict, selected: list[str] | None = None) -> list[Var
 
     Raises SelectionError for a name that is neither registered nor a known peer.
     """
-    from impl import registry
+    from replaybench.impl import registry
 
     if selected is None:
         names = registry.names() if suite["variants"] == "all" else list(suite["variants"])
@@ -154,7 +154,7 @@ def skip_reason(variant: VariantInfo, capacity: int | None, params: dict) -> str
         return peers.skip_reason(variant.name, capacity, vparams) if variant.available else ""
     if not vparams:
         return ""
-    from impl import registry
+    from replaybench.impl import registry
 
     v = registry.get(variant.name)
     unknown = [k for k in vparams if not v.accepts_any and k not in v.accepted()]
@@ -237,7 +237,7 @@ def measure(item: GridItem, suite: dict, settings: dict, raw_dir: Path, base: di
     out_json = raw_dir / f"{item.slug}.json"
     err_file = raw_dir / f"{item.slug}.error.txt"
     env, inherit = _worker_env()
-    cmd = [sys.executable, "-m", "bench.pyperf_worker", "--quiet", "-o", str(out_json),
+    cmd = [sys.executable, "-m", "replaybench.bench.pyperf_worker", "--quiet", "-o", str(out_json),
            "--target", item.variant.name, "--capacity", str(item.capacity or 0), "--op", item.op,
            "--batch", str(suite["batch"]), "--mixed-adds", str(suite["mixed_adds"]),
            "--transitions", suite["transitions"], "--seed", str(suite["seed"]), "--error-file", str(err_file),
@@ -272,7 +272,7 @@ def measure(item: GridItem, suite: dict, settings: dict, raw_dir: Path, base: di
 
 
 def _meta(suite, settings, variants, capacities, ops, machine, command, params=None) -> dict:
-    from impl import registry
+    from replaybench.impl import registry
 
     git = results.git_state()
     peer_versions = {}
@@ -310,7 +310,7 @@ def run(suite: dict, *, variants: list[str] | None = None, capacities: list[int]
     """
     from tqdm import tqdm
 
-    from bench import summary
+    from replaybench.bench import summary
 
     capacities = list(capacities or suite["capacities"])
     peer_ops = None if ops else suite.get("peer_ops")  # a suite may run fewer ops on the peers
@@ -369,7 +369,7 @@ def run_suites(suite: dict, **kwargs) -> list[Path]:
     """
     import importlib
 
-    from bench import suites
+    from replaybench.bench import suites
 
     if "suites" not in suite:
         target = suite.get("runner")
@@ -383,7 +383,7 @@ def run_suites(suite: dict, **kwargs) -> list[Path]:
         if sub.get("run_id"):
             sub["run_id"] = f"{sub['run_id']}-{name}"
         out += run_suites(suites.load(name), **sub)
-    from bench import summary
+    from replaybench.bench import summary
 
     headline = summary.format_headline(out)
     if headline:

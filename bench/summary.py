@@ -15,7 +15,7 @@ import json
 import statistics
 from pathlib import Path
 
-from bench import results, workloads
+from replaybench.bench import results, workloads
 
 __all__ = ["REFERENCES", "PEER_PREFIX", "summarize", "summarize_cells", "best_peers", "format_table",
            "format_rows", "format_run", "compare_runs", "format_headline"]

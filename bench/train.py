@@ -2,11 +2,11 @@
 
 Two entry points, both writing ``results/<run-id>/`` through :class:`bench.results.RunWriter`:
 
-- ``python -m bench train --algo dqn --env CartPole-v1 --buffer kary-aligned --policy lazy-writing
+- ``replaybench train --algo dqn --env CartPole-v1 --buffer kary-aligned --policy lazy-writing
   --actors 2 --learners 1 --steps 50000 --seed 0``: one run with a progress bar (env steps/s,
   updates/s, mean return of the last 20 episodes). ``--actors 0``, ``--learners 0`` or
   ``--sequential`` runs the sequential baseline.
-- ``python -m bench run --suite training``: bench/suites/training.json names :func:`run_suite`
+- ``replaybench run --suite training``: bench/suites/training.json names :func:`run_suite`
   as its runner; it sweeps buffers (variant + policy + parameters) x (actors, learners) x
   seeds, the sequential baseline included, one run after another.
 
@@ -37,7 +37,7 @@ import json
 import sys
 from pathlib import Path
 
-from bench import results
+from replaybench.bench import results
 
 __all__ = ["add_parser", "cmd_train", "run_suite", "result_rows", "format_table"]
 
@@ -49,7 +49,7 @@ SUMMARY_UNITS = {"env_steps_per_s": "steps/s", "updates_per_s": "updates/s", "sa
 
 # ------------------------------------------------------------------------------------------ rows
 def _structure_and_k(variant: str, buffer_params: dict):
-    from impl import registry
+    from replaybench.impl import registry
 
     try:
         v = registry.get(variant)
@@ -157,7 +157,7 @@ def _meta(kind: str, configs: list, machine: str, command, suite: dict | None = 
 
 def _run_one(cfg, writer, base: dict, progress_cb, baselines: dict) -> tuple[list[dict], object]:
     """Run ``cfg`` and append its rows; returns (rows, result or None)."""
-    from impl.rl import train
+    from replaybench.impl.rl import train
 
     acfg = cfg.algo_config()
     row = run_base(cfg, acfg, base)
@@ -182,7 +182,7 @@ def _run_one(cfg, writer, base: dict, progress_cb, baselines: dict) -> tuple[lis
 def format_table(rows: list[dict]) -> str:
     """One line per run: throughput, time to threshold, waits, speedup, and the replay share:
     replay seconds over all process seconds of the run (every section of every process)."""
-    from bench.summary import format_table as table
+    from replaybench.bench.summary import format_table as table
 
     runs: dict[tuple, dict] = {}
     for r in rows:
@@ -263,7 +263,7 @@ def suite_configs(suite: dict, variants: list[str] | None = None) -> list:
     algorithm's preset), overrides (algorithm config), insert_batch, weight_sync_every,
     ratio_tolerance, timeout_s, start_method.
     """
-    from impl.rl import TrainConfig
+    from replaybench.impl.rl import TrainConfig
 
     buffers = [b for b in suite["buffers"] if variants is None or b["variant"] in variants]
     if variants is not None and not buffers:
@@ -290,7 +290,7 @@ def suite_configs(suite: dict, variants: list[str] | None = None) -> list:
 
 def run_suite(suite: dict, *, variants=None, out="results", run_id=None, machine=None, progress=True, command=None,
               echo=print, **_micro_only) -> Path:
-    """Runner hook for ``"runner": "bench.train:run_suite"`` suites (see bench.runner.run_suites).
+    """Runner hook for ``"runner": "replaybench.bench.train:run_suite"`` suites (see bench.runner.run_suites).
 
     Keyword arguments that only mean something to the pyperf runner (capacities, ops, params,
     settings) are ignored; ``variants`` keeps the suite's buffers of those variants.
@@ -326,11 +326,11 @@ def _key_value(text: str) -> tuple[str, object]:
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    """Add the ``train`` subcommand to ``python -m bench``'s subparsers."""
+    """Add the ``train`` subcommand to ``replaybench``'s subparsers."""
     p = sub.add_parser("train", help="one training run (actor/learner loop) into results/<run_id>/")
     p.add_argument("--algo", default="dqn", help="dqn (discrete) or td3 (continuous)")
     p.add_argument("--env", help="gymnasium id (default: CartPole-v1 for dqn, Pendulum-v1 for td3)")
-    p.add_argument("--buffer", default="kary-aligned", help="registered variant (python -m bench list)")
+    p.add_argument("--buffer", default="kary-aligned", help="registered variant (replaybench list)")
     p.add_argument("--policy", default="lazy-writing",
                    help="concurrency policy of the shared buffer: global-lock, pal-locks, lazy-writing, deferred")
     p.add_argument("--param", type=_key_value, action="append", metavar="KEY=VALUE",
@@ -354,8 +354,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def cmd_train(args) -> int:
-    from impl import registry
-    from impl.rl import TrainConfig, algorithms
+    from replaybench.impl import registry
+    from replaybench.impl.rl import TrainConfig, algorithms
 
     try:
         algo = algorithms.get(args.algo)
@@ -373,7 +373,7 @@ def cmd_train(args) -> int:
         cfg.algo_config()
     except (TypeError, ValueError) as err:
         args.parser.error(str(err))
-    command = [sys.executable, "-m", "bench", *args.argv]
+    command = [sys.executable, "-m", "replaybench.bench", *args.argv]
     try:
         run_dir = run_configs([cfg], out=args.out, run_id=args.run_id, machine=args.machine,
                               progress=not args.no_progress, command=command)

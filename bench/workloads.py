@@ -111,7 +111,7 @@ def random_batch(fields: dict, n: int, rng: np.random.Generator) -> dict[str, np
 
 def variant_target(name: str, capacity: int, fields: dict, rng: np.random.Generator, **params) -> Target:
     """A registered variant, its defaults overridden by ``params``; ``sample`` draws from ``rng``."""
-    from impl import registry
+    from replaybench.impl import registry
 
     buf = registry.create(name, capacity, fields, **params)
     return Target(buf, buf.add, functools.partial(buf.sample, rng=rng), buf.update_priorities, "indices", buf.add)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from impl import registry, trees
-from impl.trees import AlignedKarySumTree, BinarySumTree, BlockedBinarySumTree, KarySumTree
+from replaybench.impl import registry, trees
+from replaybench.impl.trees import AlignedKarySumTree, BinarySumTree, BlockedBinarySumTree, KarySumTree
 
 ALL_VARIANTS = registry.names()
 #: Tree-based prioritized variants: every registered name except the uniform baseline.

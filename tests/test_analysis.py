@@ -21,10 +21,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import compare, load, palette, render, report
-from analysis.__main__ import main
-from analysis.plots import modules
-from bench import results
+from replaybench.analysis import compare, load, palette, render, report
+from replaybench.analysis.__main__ import main
+from replaybench.analysis.plots import modules
+from replaybench.bench import results
 
 REPO = Path(__file__).resolve().parent.parent
 MACHINE = {"cpu_model": "Synthetic CPU", "usable_cpus": 2, "logical_cpus": 2, "sockets": "1",

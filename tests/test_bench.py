@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import results, runner, suites, summary
-from impl import registry
+from replaybench.bench import results, runner, suites, summary
+from replaybench.impl import registry
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK_OPS = ["insert_one", "insert_batch", "sample", "update", "mixed"]
@@ -25,7 +25,7 @@ PEERS = ["peer:cpprb", "peer:tianshou", "peer:torchrl"]
 
 
 def bench_cmd(*args, env=None, timeout=180):
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "replaybench.bench", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -132,7 +132,7 @@ def test_run_prints_summary_and_summary_command_reprints_it(quick_run):
 
 
 FAILING_PLUGIN = '''
-from impl import registry
+from replaybench.impl import registry
 
 def failing_buffer(capacity, fields, **params):
     raise RuntimeError("injected failure for the bench tests")
@@ -173,7 +173,7 @@ def test_failing_variant_is_recorded_and_the_rest_goes_on(tmp_path):
 
 
 def test_unavailable_peer_is_recorded_not_dropped(tmp_path, monkeypatch):
-    from bench.peers import cpprb_peer
+    from replaybench.bench.peers import cpprb_peer
 
     def broken():
         raise ImportError("No module named 'cpprb' (simulated)")
@@ -205,7 +205,7 @@ def sigint_as_default():
 
 
 def test_interrupted_run_keeps_finished_items(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--suite", "quick", "--variants", "binary",
+    proc = subprocess.Popen([sys.executable, "-m", "replaybench.bench", "run", "--suite", "quick", "--variants", "binary",
                              "--out", str(tmp_path), "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True,
                             preexec_fn=sigint_as_default)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import peers, results, runner, suites, summary
-from bench.__main__ import _param
-from impl import registry
+from replaybench.bench import peers, results, runner, suites, summary
+from replaybench.bench.__main__ import _param
+from replaybench.impl import registry
 
 from test_bench import ROOT, bench_cmd, only_run_dir, sigint_as_default  # noqa: F401 - shared helpers
 
@@ -36,7 +36,7 @@ def test_param_parsing():
 
 
 ECHO_PLUGIN = '''
-from impl import registry
+from replaybench.impl import registry
 
 def echo_buffer(capacity, fields, **params):
     raise RuntimeError(f"echo got {sorted(params.items())}")
@@ -153,7 +153,7 @@ def test_composite_suite_runs_each_sub_suite_and_custom_runners(tmp_path, monkey
 
 
 def test_bogus_peer_is_recorded_unavailable(tmp_path, monkeypatch):
-    monkeypatch.setitem(peers.PEERS, "bogus", "bench.peers.no_such_adapter_module")
+    monkeypatch.setitem(peers.PEERS, "bogus", "replaybench.bench.peers.no_such_adapter_module")
     suite = {**suites.load("quick"), "peers": ["bogus"]}
     run_dir = runner.run(suite, variants=["peer:bogus", "binary"], ops=["sample"], out=tmp_path,
                          progress=False, echo=quiet)
@@ -167,7 +167,7 @@ def test_bogus_peer_is_recorded_unavailable(tmp_path, monkeypatch):
 
 
 def test_peer_capacity_limit_is_a_skip(tmp_path, monkeypatch):
-    from bench.peers import tianshou_peer
+    from replaybench.bench.peers import tianshou_peer
 
     monkeypatch.setattr(tianshou_peer, "version", lambda: "0.0 (simulated)")  # available without running it
     info = runner.resolve_variants(suites.load("quick"), ["peer:tianshou"])
@@ -197,7 +197,7 @@ def test_summary_best_peer_ratio(tmp_path):
 
 
 def test_sigint_after_first_item_leaves_readable_incomplete_run(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--suite", "quick", "--out", str(tmp_path),
+    proc = subprocess.Popen([sys.executable, "-m", "replaybench.bench", "run", "--suite", "quick", "--out", str(tmp_path),
                              "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True, preexec_fn=sigint_as_default)
     try:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from impl import registry
+from replaybench.impl import registry
 
 from conftest import CARTPOLE_FIELDS, make_batch
 from _support import ALL_VARIANTS, PRIORITIZED, TREE_VARIANTS, dtype_kw, prioritized_with_dtypes, takes_param

@@ -1,4 +1,4 @@
-"""bench.cache: the LRU model on hand-computed cases, traces against the real trees, the
+"""replaybench.bench.cache: the LRU model on hand-computed cases, traces against the real trees, the
 meters' "unsupported" paths, the entry point's rows, and one real cachegrind differential."""
 
 import shutil
@@ -6,11 +6,11 @@ import shutil
 import numpy as np
 import pytest
 
-from bench import cache
-from bench.cache import meters
-from bench.cache.model import CacheLevel, CacheModel, simulate
-from bench.cache.traces import TreeTracer, data_gather
-from impl.trees.array_trees import (AlignedKarySumTree, BinarySumTree, BlockedBinarySumTree, KarySumTree,
+from replaybench.bench import cache
+from replaybench.bench.cache import meters
+from replaybench.bench.cache.model import CacheLevel, CacheModel, simulate
+from replaybench.bench.cache.traces import TreeTracer, data_gather
+from replaybench.impl.trees.array_trees import (AlignedKarySumTree, BinarySumTree, BlockedBinarySumTree, KarySumTree,
                                     PrefixKarySumTree)
 
 L1 = CacheLevel(48 * 1024, 12, 64)
@@ -165,8 +165,8 @@ def test_prefix_sample_reads_group_slots_and_raw_leaf(rng):
 
 
 def test_data_gather_addresses(rng):
-    from bench.workloads import SCHEMAS
-    from impl.storage import ColumnarStorage
+    from replaybench.bench.workloads import SCHEMAS
+    from replaybench.impl.storage import ColumnarStorage
 
     st = ColumnarStorage(1000, SCHEMAS["cartpole"])
     idx = rng.integers(0, 1000, 64)
@@ -178,7 +178,7 @@ def test_data_gather_addresses(rng):
 
 
 def test_model_meter_orders_layouts_as_designed():
-    from bench.cache._driver import build
+    from replaybench.bench.cache._driver import build
 
     res = {v: meters.measure_model(build(v, 2**16), warm_calls=32, calls=64, l1=L1, l2=L2)
            for v in ("binary", "kary-aligned")}
@@ -274,12 +274,12 @@ def test_cachegrind_differential_runs(tmp_path):
 
 
 def test_cache_suite_runs_through_the_harness(tmp_path):
-    """`python -m bench run --suite <cache-shaped json>` writes a complete run with model rows."""
+    """`replaybench run --suite <cache-shaped json>` writes a complete run with model rows."""
     import json
     import subprocess
     import sys
 
-    from bench import results
+    from replaybench.bench import results
 
     suite = cache.load_suite("cache")
     suite = {**suite, "name": "cache-smoke", "variants": ["binary", "kary-aligned"],
@@ -287,7 +287,7 @@ def test_cache_suite_runs_through_the_harness(tmp_path):
                          "perf": {"capacities": [1024], "variants": ["binary"], "calls": 8, "warm_calls": 2}}}
     path = tmp_path / "cache-smoke.json"
     path.write_text(json.dumps(suite))
-    proc = subprocess.run([sys.executable, "-m", "bench", "run", "--suite", str(path), "--out", str(tmp_path / "r"),
+    proc = subprocess.run([sys.executable, "-m", "replaybench.bench", "run", "--suite", str(path), "--out", str(tmp_path / "r"),
                            "--no-progress"], cwd=results.REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     (run_dir,) = (tmp_path / "r").iterdir()

@@ -13,12 +13,12 @@ import time
 import numpy as np
 import pytest
 
-from bench import concurrency as C
-from impl import registry
-from impl.concurrent import POLICIES, SharedPrioritizedBuffer, leaked_segments
-from impl.concurrent.atomics import cas, fetch_add
-from impl.concurrent.locks import SharedLock
-from impl.concurrent.shm import SharedArena
+from replaybench.bench import concurrency as C
+from replaybench.impl import registry
+from replaybench.impl.concurrent import POLICIES, SharedPrioritizedBuffer, leaked_segments
+from replaybench.impl.concurrent.atomics import cas, fetch_add
+from replaybench.impl.concurrent.locks import SharedLock
+from replaybench.impl.concurrent.shm import SharedArena
 
 NB = C.TRANSITIONS["cartpole"]
 FIELDS = C.schema(NB)
@@ -43,7 +43,7 @@ def make(policy, capacity=4096, variant="kary-aligned", prefill=1000, **kw):
 def test_atomics_do_not_lose_increments_across_threads():
     from numba import njit
 
-    from impl.concurrent.atomics import atomic_add
+    from replaybench.impl.concurrent.atomics import atomic_add
 
     @njit(nogil=True)
     def hammer(a, n):
@@ -127,8 +127,8 @@ def test_owner_process_leaves_no_segment(ending):
     (after a kill, multiprocessing's resource tracker unlinks it)."""
     code = textwrap.dedent(f"""
         import os, signal, sys
-        from impl.concurrent import SharedPrioritizedBuffer
-        from bench.concurrency import schema
+        from replaybench.impl.concurrent import SharedPrioritizedBuffer
+        from replaybench.bench.concurrency import schema
         buf = SharedPrioritizedBuffer.create(1024, schema(40), variant="binary", policy="lazy-writing")
         print(buf.handle.arena.name, flush=True)
         if "{ending}" == "exception":
@@ -211,7 +211,7 @@ def test_stale_update_is_skipped():
 def test_lazy_writing_never_samples_reserved_slots(policy):
     """Slots reserved by an insert in progress (priority 0) are never drawn, even when they are
     almost all of the buffer; when nothing else is left, sample refuses instead."""
-    from impl.concurrent.locks import my_token
+    from replaybench.impl.concurrent.locks import my_token
 
     with make(policy, capacity=256, prefill=256) as buf:
         with buf.tree_lock:
@@ -308,10 +308,10 @@ def test_worker_killed_mid_insert_is_recovered(policy, where):
 
 # ----------------------------------------------------------------------------- the benchmark
 def test_concurrency_suite_writes_rows(tmp_path):
-    """`python -m bench run --suite concurrency-quick` measures every cell into rows.csv."""
-    from bench import results
+    """`replaybench run --suite concurrency-quick` measures every cell into rows.csv."""
+    from replaybench.bench import results
 
-    proc = subprocess.run([sys.executable, "-m", "bench", "run", "--suite", "concurrency-quick", "--out",
+    proc = subprocess.run([sys.executable, "-m", "replaybench.bench", "run", "--suite", "concurrency-quick", "--out",
                            str(tmp_path), "--no-progress"], capture_output=True, text=True, timeout=300,
                           cwd=os.path.dirname(os.path.dirname(__file__)))
     assert proc.returncode == 0, proc.stderr

@@ -9,8 +9,8 @@ import re
 import numpy as np
 import pytest
 
-from impl import registry
-from impl.trees import AlignedKarySumTree, BinarySumTree, BlockedBinarySumTree, KarySumTree, ReferenceSumTree
+from replaybench.impl import registry
+from replaybench.impl.trees import AlignedKarySumTree, BinarySumTree, BlockedBinarySumTree, KarySumTree, ReferenceSumTree
 
 from _support import ALL_VARIANTS, PRIORITIZED, assert_same_snapshot, snapshot, takes_param
 

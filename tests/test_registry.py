@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import impl
-import impl.variants
-from impl import registry
-from impl.buffers import PrioritizedReplayBuffer
-from impl.trees import ReferenceSumTree
+from replaybench import impl
+import replaybench.impl.variants  # noqa: F401  (loads impl.variants)
+from replaybench.impl import registry
+from replaybench.impl.buffers import PrioritizedReplayBuffer
+from replaybench.impl.trees import ReferenceSumTree
 
 BUILTINS = ["binary", "binary-blocked", "kary", "kary-aligned", "uniform"]
 FIELDS = {"id": ((), "int64")}
@@ -49,7 +49,7 @@ def test_every_file_in_variants_registers_something():
     """Adding a variant is one file in impl/variants/: each module there must have registered
     at least one variant under its own module name."""
     origins = {registry.get(n).origin for n in registry.names()}
-    modules = [f"impl.variants.{m.name}" for m in pkgutil.iter_modules(impl.variants.__path__)]
+    modules = [f"replaybench.impl.variants.{m.name}" for m in pkgutil.iter_modules(impl.variants.__path__)]
     assert modules
     for module in modules:
         assert module in origins, f"{module} registered no variant"
@@ -103,9 +103,9 @@ def test_register_tree_with_custom_sum_tree(scratch_registry):
 
 
 def test_register_refuses_a_name_taken_by_another_module(scratch_registry):
-    with pytest.raises(ValueError, match=r"variant name 'binary' is already registered by impl\.variants\.binary"):
+    with pytest.raises(ValueError, match=r"variant name 'binary' is already registered by replaybench\.impl\.variants\.binary"):
         scratch_registry.register_tree("binary", SpyTree, structure="spy")
-    assert registry.get("binary").origin == "impl.variants.binary"
+    assert registry.get("binary").origin == "replaybench.impl.variants.binary"
     # The same module registering again replaces its own entry (re-import).
     scratch_registry.register_tree("test-spy", SpyTree, structure="spy", description="one")
     scratch_registry.register_tree("test-spy", SpyTree, structure="spy", description="two")
@@ -143,8 +143,8 @@ def _fake_distribution(root: Path, dist: str, entry_points: dict[str, str], modu
 
 
 GOOD_PLUGIN = """
-    from impl import registry
-    from impl.trees import ReferenceSumTree
+    from replaybench.impl import registry
+    from replaybench.impl.trees import ReferenceSumTree
 
     class PlugTree(ReferenceSumTree):
         pass
@@ -157,7 +157,7 @@ PROBE = """
 import json, warnings
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    from impl import registry
+    from replaybench.impl import registry
     names = registry.names()
     failures = registry.failures()
 result = {"names": names, "failures": failures, "warnings": [str(w.message) for w in caught]}
@@ -206,8 +206,8 @@ def test_broken_plugins_are_reported_without_hiding_others(tmp_path):
         {
             "broken_raises": "raise RuntimeError('boom at import')\n",
             "broken_clash": """
-                from impl import registry
-                from impl.trees import ReferenceSumTree
+                from replaybench.impl import registry
+                from replaybench.impl.trees import ReferenceSumTree
                 registry.register_tree("binary", ReferenceSumTree, structure="binary")
             """,
         },
@@ -218,7 +218,7 @@ def test_broken_plugins_are_reported_without_hiding_others(tmp_path):
     assert failures.keys() == {"broken_raises", "no_such_module_xyz", "broken_clash"}
     assert failures["broken_raises"] == "RuntimeError: boom at import"
     assert "ModuleNotFoundError" in failures["no_such_module_xyz"]
-    assert "already registered by impl.variants.binary" in failures["broken_clash"]
+    assert "already registered by replaybench.impl.variants.binary" in failures["broken_clash"]
     assert any("raises = broken_raises failed to load" in w for w in result["warnings"])
     assert result["tree"] == "PlugTree"  # the good plug-in still works
 
@@ -252,9 +252,9 @@ def test_readme_one_file_variant_example_works(scratch_registry):
     readme = (REPO / "README.md").read_text()
     blocks = [b.split("```", 1)[0] for b in readme.split("```python\n")[1:]]
     example = next(b for b in blocks if "# impl/variants/" in b)
-    namespace = {"__name__": "impl.variants.readme_example"}
+    namespace = {"__name__": "replaybench.impl.variants.readme_example"}
     exec(compile(example, "README.md", "exec"), namespace)
-    (name,) = [n for n in scratch_registry.names() if registry.get(n).origin == "impl.variants.readme_example"]
+    (name,) = [n for n in scratch_registry.names() if registry.get(n).origin == "replaybench.impl.variants.readme_example"]
     buf = scratch_registry.create(name, capacity=1000, fields=FIELDS, alpha=1.0, eps=0.0)
     priorities = np.random.default_rng(1).random(1000)
     buf.add({"id": np.arange(1000)}, priorities=priorities)

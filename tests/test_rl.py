@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench import results
-from bench import train as bench_train
-from impl.concurrent import leaked_segments
-from impl.rl import InjectedFailure, TrainConfig, WorkerFailed, train
-from impl.rl.config import total_updates
-from impl.rl.envs import EpisodeLog, TransitionStager
-from impl.rl.shared import RateLimiter, SharedState, SharedWeights, Stopped
+from replaybench.bench import results
+from replaybench.bench import train as bench_train
+from replaybench.impl.concurrent import leaked_segments
+from replaybench.impl.rl import InjectedFailure, TrainConfig, WorkerFailed, train
+from replaybench.impl.rl.config import total_updates
+from replaybench.impl.rl.envs import EpisodeLog, TransitionStager
+from replaybench.impl.rl.shared import RateLimiter, SharedState, SharedWeights, Stopped
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -177,7 +177,7 @@ def test_episode_log_threshold_and_stager():
 def test_learners_with_the_same_seed_start_identical():
     import gymnasium as gym
 
-    from impl.rl.dqn import DQNConfig, DQNLearner
+    from replaybench.impl.rl.dqn import DQNConfig, DQNLearner
 
     env = gym.make("CartPole-v1")
     spaces = (env.observation_space, env.action_space)
@@ -188,7 +188,7 @@ def test_learners_with_the_same_seed_start_identical():
 # ---------------------------------------------------------------------------------------- bench
 def test_training_quick_suite_rows(tmp_path):
     """The runner hook writes the columns the analysis reads, speedup included."""
-    from bench import suites
+    from replaybench.bench import suites
 
     run_dir = bench_train.run_suite(suites.load("training-quick"), out=tmp_path, progress=False, echo=lambda *_: None)
     rows = results.read_rows(run_dir)
@@ -216,7 +216,7 @@ def test_training_quick_suite_rows(tmp_path):
 
 def test_train_command_sequential(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "train", "--sequential", "--steps", "300", "--buffer", "binary",
+        [sys.executable, "-m", "replaybench.bench", "train", "--sequential", "--steps", "300", "--buffer", "binary",
          "--set", "hidden=16,16", "--set", "batch_size=16", "--set", "learning_starts=100", "--out", str(tmp_path),
          "--run-id", "t", "--no-progress"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -229,6 +229,6 @@ def test_train_command_sequential(tmp_path):
 
 
 def test_train_command_rejects_unknown_buffer():
-    proc = subprocess.run([sys.executable, "-m", "bench", "train", "--buffer", "nope", "--steps", "10"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "replaybench.bench", "train", "--buffer", "nope", "--steps", "10"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "unknown variant 'nope'" in proc.stderr

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from impl.rl import TrainConfig, train
+from replaybench.impl.rl import TrainConfig, train
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from impl import registry
+from replaybench.impl import registry
 
 from _support import DTYPES, PRIORITIZED, TREE_FACTORIES, TREE_IDS, TREE_VARIANTS, dtype_kw, prioritized_with_dtypes
 

@@ -23,7 +23,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from impl.trees import (
+from replaybench.impl.trees import (
     AlignedKarySumTree,
     BinarySumTree,
     BlockedBinarySumTree,
@@ -31,7 +31,7 @@ from impl.trees import (
     ReferenceSumTree,
     SumTree,
 )
-from impl.trees.layouts import BLOCK_DEPTHS, BLOCK_SLOTS, CACHE_LINE
+from replaybench.impl.trees.layouts import BLOCK_DEPTHS, BLOCK_SLOTS, CACHE_LINE
 
 from _support import (
     ARRAY_FACTORIES,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis import load, stats
+from replaybench.analysis import load, stats
 
 __all__ = ["training_rows", "task_label", "several_buffers", "is_baseline", "buffer_label", "config_label", "CONFIG",
            "WORKER_COLOURS", "worker_colour"]

@@ -1,6 +1,6 @@
 """Cache misses per transition by layout and capacity, one row of panels per measuring method.
 
-Rows: scenario ``cache`` (``python -m bench run --suite cache``), newest run per cell (of any
+Rows: scenario ``cache`` (``replaybench run --suite cache``), newest run per cell (of any
 suite: a cell measured by two cache suites is drawn once). Each
 row is one (method, stream): ``model`` (the trace-driven LRU model), ``cachegrind`` (valgrind's
 simulated caches, differential runs) and ``perf`` (hardware counters), for the ``tree``
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis import load, palette
-from analysis.plots import NoRows, Plot
-from analysis.plots._common import handle, legend, new_figure, note, pow2
+from replaybench.analysis import load, palette
+from replaybench.analysis.plots import NoRows, Plot
+from replaybench.analysis.plots._common import handle, legend, new_figure, note, pow2
 
 NAME = "cache_misses"
 ORDER = 30
@@ -39,7 +39,7 @@ def _order(values, first):
 def build(table, metas) -> Plot:
     rows = load.latest_per_cell(table[table["scenario"] == "cache"], load.CELL_COLUMNS)  # newest run, any suite
     if rows.empty:
-        raise NoRows("no cache-miss rows (python -m bench run --suite cache, part of make bench)")
+        raise NoRows("no cache-miss rows (replaybench run --suite cache, part of make bench)")
     data = rows[["run_id", "method", "stream", "op", "level", "variant", "structure", "K", "capacity", "status",
                  "value", "items_per_call", "error"]].copy()
     data["misses_per_transition"] = np.where(data["status"] == "ok",

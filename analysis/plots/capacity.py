@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import math
 
-from analysis import load, palette, stats
-from analysis.plots import NoRows, Plot
-from analysis.plots._common import capacity_axis, draw_median, handle, legend, log_y, new_figure
+from replaybench.analysis import load, palette, stats
+from replaybench.analysis.plots import NoRows, Plot
+from replaybench.analysis.plots._common import capacity_axis, draw_median, handle, legend, log_y, new_figure
 
 NAME = "capacity"
 ORDER = 20

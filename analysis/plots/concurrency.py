@@ -21,9 +21,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis import load, palette, stats
-from analysis.plots import NoRows, Plot
-from analysis.plots._common import handle, legend, new_figure
+from replaybench.analysis import load, palette, stats
+from replaybench.analysis.plots import NoRows, Plot
+from replaybench.analysis.plots._common import handle, legend, new_figure
 
 NAME = "concurrency"
 ORDER = 40

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis import palette, stats
-from analysis.plots import NoRows, Plot
-from analysis.plots._common import handle, legend, log_y, new_figure, note, pow2
-from analysis.plots.capacity import default_timings
+from replaybench.analysis import palette, stats
+from replaybench.analysis.plots import NoRows, Plot
+from replaybench.analysis.plots._common import handle, legend, log_y, new_figure, note, pow2
+from replaybench.analysis.plots.capacity import default_timings
 
 NAME = "peers"
 ORDER = 60

@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.plots import NoRows, Plot
-from analysis.plots._common import handle, legend, new_figure
-from analysis.plots._training import CONFIG, WORKER_COLOURS, config_label, several_buffers, training_rows
+from replaybench.analysis.plots import NoRows, Plot
+from replaybench.analysis.plots._common import handle, legend, new_figure
+from replaybench.analysis.plots._training import CONFIG, WORKER_COLOURS, config_label, several_buffers, training_rows
 
 NAME = "training_curves"
 ORDER = 50

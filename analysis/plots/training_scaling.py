@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis import stats
-from analysis.plots import NoRows, Plot
-from analysis.plots._common import handle, legend, new_figure
-from analysis.plots._training import CONFIG, buffer_label, several_buffers, training_rows, worker_colour
+from replaybench.analysis import stats
+from replaybench.analysis.plots import NoRows, Plot
+from replaybench.analysis.plots._common import handle, legend, new_figure
+from replaybench.analysis.plots._training import CONFIG, buffer_label, several_buffers, training_rows, worker_colour
 
 NAME = "training_scaling"
 ORDER = 51

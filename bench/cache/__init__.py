@@ -16,7 +16,7 @@ plus columns ``level`` (L1d / LL), ``method``, ``stream`` (tree / tree+data), ``
 ``value`` is misses per *call* (one call = ``batch`` = 256 items: divide by
 ``items_per_call`` for misses per transition). Returns ``{"methods": {method: "ok" or the
 reason it is unsupported}, "caches": {...}}`` for meta.json. Development CLI:
-``python -m bench.cache --variants binary kary-aligned --capacities 2**20``.
+``python -m replaybench.bench.cache --variants binary kary-aligned --capacities 2**20``.
 
 Model vs cachegrind
 -------------------
@@ -105,7 +105,7 @@ def load_suite(name_or_path: str = "cache") -> dict:
 
 
 def _info(name: str) -> dict:
-    from impl import registry
+    from replaybench.impl import registry
 
     v = registry.get(name)
     params = v.accepted()
@@ -137,7 +137,7 @@ def run(suite: dict, variants: list[str] | None, emit_rows, progress: bool = Tru
     """Measure the suite's grid with every method it declares; see the module docstring."""
     from tqdm import tqdm
 
-    from impl import registry
+    from replaybench.impl import registry
 
     from ._driver import build
 

@@ -1,4 +1,4 @@
-"""``python -m bench.cache [--variants ...] [--capacities ...] [--methods ...]``: run the cache
+"""``python -m replaybench.bench.cache [--variants ...] [--capacities ...] [--methods ...]``: run the cache
 suite (or a part of it) and print a table of misses per call; nothing is written to results/."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def _capacity(text: str) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.cache", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m replaybench.bench.cache", description=__doc__.splitlines()[0])
     p.add_argument("--suite", default="cache", help="suite name in bench/suites or a JSON path")
     p.add_argument("--variants", nargs="+", help="registered variant names (default: the suite's)")
     p.add_argument("--capacities", nargs="+", type=_capacity, help="capacities for every method (2**20, 2^20 or 65536)")

@@ -1,6 +1,6 @@
 """The program that cachegrind (and perf) run: build, fill, warm up, then the counted ops.
 
-    python -m bench.cache._driver --variant NAME --capacity N --batch 256 --warm W \
+    python -m replaybench.bench.cache._driver --variant NAME --capacity N --batch 256 --warm W \
         --pool P --count sample=M --count update=M [--count sample_data=M]
 
 Everything before the counted ops (imports, numba cache loads, building and filling the
@@ -26,8 +26,8 @@ def build(variant: str, capacity: int, seed: int = 0):
     leaf gets its priority in one ``tree.update`` and the tree is rebuilt: the cheapest set-up
     the public API allows, which matters under cachegrind (about 50x slower than native).
     """
-    from bench.workloads import SCHEMAS
-    from impl import registry
+    from replaybench.bench.workloads import SCHEMAS
+    from replaybench.impl import registry
 
     fields = SCHEMAS["cartpole"]
     buf = registry.create(variant, capacity, fields, seed=seed)

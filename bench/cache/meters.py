@@ -234,7 +234,7 @@ def warm_numba_cache(variant: str, timeout: float = 600) -> None:
     if variant in _compiled:
         return
     numba_cache_dir().mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "bench.cache._driver", "--variant", variant, "--capacity", "1", "--compile-only"]
+    cmd = [sys.executable, "-m", "replaybench.bench.cache._driver", "--variant", variant, "--capacity", "1", "--compile-only"]
     res = subprocess.run(cmd, cwd=REPO_ROOT, env=_driver_env(), capture_output=True, text=True, timeout=timeout)
     if res.returncode != 0:
         raise RuntimeError(_last_line(res.stderr) or f"compile run exited {res.returncode}")
@@ -315,7 +315,7 @@ def measure_cachegrind(variant: str, capacity: int, ops=(("sample", "tree"), ("u
         out = workdir / f"cachegrind.{safe}.{capacity}.{label}.out"
         cmd = [exe, "--tool=cachegrind", "--cache-sim=yes", f"--I1={l1i.size},{l1i.ways},{l1i.line}",
                f"--D1={l1d.size},{l1d.ways},{l1d.line}", f"--LL={l2.size},{l2.ways},{l2.line}",
-               f"--cachegrind-out-file={out}", sys.executable, "-m", "bench.cache._driver",
+               f"--cachegrind-out-file={out}", sys.executable, "-m", "replaybench.bench.cache._driver",
                "--variant", variant, "--capacity", str(capacity), "--batch", str(batch),
                "--warm", str(warm_calls), "--pool", str(len(names) * (warm_calls + 2 * calls))]
         for n in names:
@@ -408,7 +408,7 @@ def measure_perf(variant: str, capacity: int, ops=(("sample", "tree"), ("update"
     try:
         for label, plan in plans.items():
             cmd = [exe, "stat", "-x", ",", "-e", ",".join(_PERF_EVENTS), "--", sys.executable, "-m",
-                   "bench.cache._driver", "--variant", variant, "--capacity", str(capacity), "--batch", str(batch),
+                   "replaybench.bench.cache._driver", "--variant", variant, "--capacity", str(capacity), "--batch", str(batch),
                    "--warm", str(warm_calls), "--pool", str(len(names) * (warm_calls + 2 * calls))]
             for n in names:
                 cmd += ["--count", f"{n}={plan[n]}"]

@@ -1,4 +1,4 @@
-"""Runs the cache suite like any other suite: ``python -m bench run --suite cache``.
+"""Runs the cache suite like any other suite: ``replaybench run --suite cache``.
 
 bench/suites/cache.json names ``bench.cache.suite_runner:run_suite`` as its runner, so
 :func:`bench.runner.run_suites` (and ``make bench`` through default.json) hands it here with
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench import results
+from replaybench.bench import results
 
 __all__ = ["run_suite"]
 
@@ -23,7 +23,7 @@ def run_suite(suite: dict, *, variants=None, out="results", run_id=None, machine
     Keyword arguments that only mean something to the pyperf runner (capacities, ops, params,
     settings) are ignored: the cache suite declares its own grid per method.
     """
-    from bench import cache
+    from replaybench.bench import cache
 
     writer, emit, emitted = results.open_run(suite, out=out, run_id=run_id, machine=machine, command=command)
     try:

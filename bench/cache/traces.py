@@ -188,7 +188,7 @@ def _trace_update(sums, mins, lay, K, kshift, D, prefix, sbase, mbase, item, ind
 
 
 def is_prefix_tree(tree) -> bool:
-    from impl.trees import prefix_kernels
+    from replaybench.impl.trees import prefix_kernels
 
     return getattr(tree, "_kernels", None) is prefix_kernels
 

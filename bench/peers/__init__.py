@@ -18,8 +18,8 @@ __all__ = ["PEERS", "PREFIX", "is_peer", "load", "availability", "skip_reason"]
 PREFIX = "peer:"
 
 #: Peer name -> module implementing it.
-PEERS = {"cpprb": "bench.peers.cpprb_peer", "tianshou": "bench.peers.tianshou_peer",
-         "torchrl": "bench.peers.torchrl_peer"}
+PEERS = {"cpprb": "replaybench.bench.peers.cpprb_peer", "tianshou": "replaybench.bench.peers.tianshou_peer",
+         "torchrl": "replaybench.bench.peers.torchrl_peer"}
 
 
 def is_peer(variant: str) -> bool:

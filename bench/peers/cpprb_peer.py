@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.workloads import Target
+from replaybench.bench.workloads import Target
 
 __all__ = ["NAME", "STRUCTURE", "PARAMS", "DESCRIPTION", "version", "target"]
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.workloads import Target
+from replaybench.bench.workloads import Target
 
 __all__ = ["NAME", "STRUCTURE", "PARAMS", "DESCRIPTION", "MAX_CAPACITY", "version", "target"]
 

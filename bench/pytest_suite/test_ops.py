@@ -21,8 +21,8 @@ import itertools
 import numpy as np
 import pytest
 
-from bench import workloads
-from impl import registry
+from replaybench.bench import workloads
+from replaybench.impl import registry
 
 CAPACITY = 2**16
 BATCH = 256

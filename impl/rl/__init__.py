@@ -1,6 +1,6 @@
 """The actor/learner training loop over any registered replay variant.
 
-    from impl.rl import TrainConfig, train
+    from replaybench.impl.rl import TrainConfig, train
     result = train(TrainConfig(algo="dqn", env="CartPole-v1", buffer="kary-aligned", actors=2, learners=1,
                                steps=50_000, seed=0))
     result.env_steps_per_s, result.time_to_threshold_s, result.profiles

@@ -199,7 +199,7 @@ def _worker(role: str, rank: int, cfg: TrainConfig, handle, state: SharedState, 
     name = f"{role}-{rank}"
     buf = None
     try:
-        from impl.concurrent import SharedPrioritizedBuffer
+        from replaybench.impl.concurrent import SharedPrioritizedBuffer
 
         buf = SharedPrioritizedBuffer.attach(handle, seed=(cfg.seed, 1 if role == "actor" else 2, rank))
         if role == "actor":
@@ -316,7 +316,7 @@ def run_parallel(cfg: TrainConfig, progress=None) -> TrainResult:
     """
     import multiprocessing as mp
 
-    from impl.concurrent import SharedPrioritizedBuffer
+    from replaybench.impl.concurrent import SharedPrioritizedBuffer
 
     if cfg.start_method not in ("forkserver", "spawn"):
         raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {cfg.start_method!r} (a forked worker "
@@ -333,7 +333,7 @@ def run_parallel(cfg: TrainConfig, progress=None) -> TrainResult:
 
     ctx = mp.get_context(cfg.start_method)
     if cfg.start_method == "forkserver":
-        ctx.set_forkserver_preload(["torch", "impl.concurrent", "impl.rl.parallel"])  # imported once
+        ctx.set_forkserver_preload(["torch", "replaybench.impl.concurrent", "replaybench.impl.rl.parallel"])  # imported once
     log = EpisodeLog(cfg.resolved_threshold(), cfg.window)
     buf = SharedPrioritizedBuffer.create(acfg.buffer_capacity, fields, variant=cfg.buffer, policy=cfg.policy,
                                          seed=cfg.seed, **buffer_kwargs(cfg, acfg))

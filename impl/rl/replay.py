@@ -11,7 +11,7 @@ import inspect
 
 import numpy as np
 
-from impl import registry
+from replaybench.impl import registry
 
 __all__ = ["buffer_kwargs", "make_local_buffer", "warm_up", "random_batch"]
 

@@ -1,7 +1,7 @@
 """The classic binary sum tree (1-indexed heap), as in most PER implementations."""
 
-from impl import registry
-from impl.trees import BinarySumTree
+from replaybench.impl import registry
+from replaybench.impl.trees import BinarySumTree
 
 registry.register_tree(
     "binary", BinarySumTree, structure="binary",

@@ -1,7 +1,7 @@
 """Cache-blocked binary sum tree: 4-level subtrees packed into one 64-byte line each."""
 
-from impl import registry
-from impl.trees import BlockedBinarySumTree
+from replaybench.impl import registry
+from replaybench.impl.trees import BlockedBinarySumTree
 
 registry.register_tree(
     "binary-blocked", BlockedBinarySumTree, structure="binary-blocked",

@@ -1,7 +1,7 @@
 """K-ary sum tree in plain level order: fewer levels than binary, no cache-line alignment."""
 
-from impl import registry
-from impl.trees import KarySumTree
+from replaybench.impl import registry
+from replaybench.impl.trees import KarySumTree
 
 registry.register_tree(
     "kary", KarySumTree, structure="kary",

@@ -1,7 +1,7 @@
 """PAL's cache-aligned K-ary sum tree: each sibling group starts on a cache line."""
 
-from impl import registry
-from impl.trees import AlignedKarySumTree
+from replaybench.impl import registry
+from replaybench.impl.trees import AlignedKarySumTree
 
 registry.register_tree(
     "kary-aligned", AlignedKarySumTree, structure="kary-aligned",

@@ -4,8 +4,8 @@ Our answer to the measured weakness of PAL's layout: with plain child sums a K=1
 spends K - 1 dependent additions per level; here each level is K - 1 independent compares.
 """
 
-from impl import registry
-from impl.trees import PrefixKarySumTree
+from replaybench.impl import registry
+from replaybench.impl.trees import PrefixKarySumTree
 
 registry.register_tree(
     "kary-prefix", PrefixKarySumTree, structure="kary-prefix",

@@ -1,7 +1,7 @@
 """Uniform replay: the baseline every prioritized variant is compared with."""
 
-from impl import registry
-from impl.buffers import UniformReplayBuffer
+from replaybench.impl import registry
+from replaybench.impl.buffers import UniformReplayBuffer
 
 
 def uniform_buffer(capacity, fields, *, seed=None):
