@@ -14,11 +14,13 @@ import numpy as np
 import pytest
 
 from replaybench.bench import concurrency as C
-from replaybench.impl import registry
-from replaybench.impl.concurrent import POLICIES, SharedPrioritizedBuffer, leaked_segments
+from replaybench.impl import concurrent, registry
+from replaybench.impl.concurrent import SharedPrioritizedBuffer, leaked_segments
 from replaybench.impl.concurrent.atomics import cas, fetch_add
 from replaybench.impl.concurrent.locks import SharedLock
 from replaybench.impl.concurrent.shm import SharedArena
+
+from _concurrency_oracle import DEAD_WRITER, die_mid_insert, stop_mid_insert, verify_final
 
 NB = C.TRANSITIONS["cartpole"]
 FIELDS = C.schema(NB)
@@ -175,7 +177,7 @@ def test_bad_arguments_are_refused_by_name():
         assert buf.tree_lock.holder() == 0  # errors released the lock
 
 
-@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("policy", concurrent.names())
 def test_single_thread_matches_the_plain_buffer(policy, rng):
     """Used from one thread, every policy stores exactly what PrioritizedReplayBuffer stores."""
     plain = registry.create("kary-aligned", 512, FIELDS, seed=0)
@@ -215,7 +217,7 @@ def test_lazy_writing_never_samples_reserved_slots(policy):
 
     with make(policy, capacity=256, prefill=256) as buf:
         with buf.tree_lock:
-            t0, row = buf._reserve(250, my_token())
+            t0 = buf.ring.reserve(250, my_token()).first
             buf.tree.fill(t0 % 256, 250, 0.0)
         reserved = set(((t0 + np.arange(250)) % 256).tolist())
         for _ in range(50):
@@ -223,7 +225,7 @@ def test_lazy_writing_never_samples_reserved_slots(policy):
             assert not reserved & set(out["indices"].tolist())
         assert set(buf.sample(2000)["indices"].tolist()) == set(range(256)) - reserved
         with buf.tree_lock:
-            t1, row2 = buf._reserve(6, my_token())
+            t1 = buf.ring.reserve(6, my_token()).first
             buf.tree.fill(t1 % 256, 6, 0.0)
         with pytest.raises(ValueError, match="total priority is 0"):
             buf.sample(4)
@@ -241,14 +243,14 @@ def _stress(policy, mode, variant="kary-aligned", nbytes=NB, capacity=2048, wind
         assert sum(r["torn"] for r in learners) == 0
         assert not [p for r in learners for p in r["problems"]]
         assert sum(r["sample"] for r in learners) > 0 and sum(counts.values()) > capacity  # the ring wrapped
-        assert C.verify_final(buf, counts) == []
+        assert verify_final(buf, counts) == []
         return buf.counters()
     finally:
         buf.close()
 
 
 @pytest.mark.parametrize("mode", ["threads", "processes"])
-@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("policy", concurrent.names())
 def test_stress_nothing_lost_torn_or_deadlocked(policy, mode):
     _stress(policy, mode)
 
@@ -265,28 +267,28 @@ def test_stress_prefix_tree_with_lazy_writing():
 def test_verify_final_catches_damage():
     """The checks the stress tests rely on fail when something is actually wrong."""
     with make("global-lock", capacity=256, prefill=300) as buf:
-        assert C.verify_final(buf, {0: 300}) == []
+        assert verify_final(buf, {0: 300}) == []
         buf.storage.columns["payload"][5, 3] ^= 1  # a torn byte
-        assert any("torn" in p for p in C.verify_final(buf, {0: 300}))
+        assert any("torn" in p for p in verify_final(buf, {0: 300}))
         buf.storage.columns["payload"][5, 3] ^= 1
         buf.storage.columns["id"][7], buf.storage.columns["check"][7] = buf.storage.columns["id"][8], \
             buf.storage.columns["check"][8]
-        problems = C.verify_final(buf, {0: 300})
+        problems = verify_final(buf, {0: 300})
         assert any("twice" in p for p in problems)
     with make("global-lock", capacity=256, prefill=300) as buf:
         buf.tree._sums[buf.tree._root] *= 1.5
-        assert any("root total" in p for p in C.verify_final(buf, {0: 300}))
-        assert any("writer 0" in p for p in C.verify_final(buf, {0: 310}))  # 10 ids went missing
+        assert any("root total" in p for p in verify_final(buf, {0: 300}))
+        assert any("writer 0" in p for p in verify_final(buf, {0: 310}))  # 10 ids went missing
 
 
 # ----------------------------------------------------------------------------- dead workers
-@pytest.mark.parametrize("policy,where", [(p, "holding-lock") for p in sorted(POLICIES)]
+@pytest.mark.parametrize("policy,where", [(p, "holding-lock") for p in concurrent.names()]
                          + [("lazy-writing", "copying"), ("optimistic", "copying")])
 def test_worker_killed_mid_insert_is_recovered(policy, where):
     """Recovery rule: the dead writer's reserved slots are voided (never sampled), the tree is
     rebuilt from its leaves, and the lock it held is taken over; others go on."""
     with make(policy, capacity=512, prefill=600) as buf:
-        proc = mp.get_context("spawn").Process(target=C.die_mid_insert, args=(buf.handle, where, 32))
+        proc = mp.get_context("spawn").Process(target=die_mid_insert, args=(buf.handle, where, 32))
         proc.start()
         proc.join(60)
         assert proc.exitcode == -9
@@ -296,14 +298,15 @@ def test_worker_killed_mid_insert_is_recovered(policy, where):
         out = buf.sample(512)
         assert time.monotonic() - start < 30
         assert np.all(C.intact_rows(out))
-        assert not np.any(out["id"] // C.ID_STRIDE == 7)  # nothing of the dead writer's is visible
+        assert not np.any(out["id"] // C.ID_STRIDE == DEAD_WRITER)  # nothing of the dead writer's is visible
         C.prefill(buf, 100, NB)  # a locked operation (optimistic samples take no lock)
         counters = buf.counters()
         assert counters["voided_slots"] == 32
         assert counters["recoveries"] == (1 if where == "holding-lock" else 0)
         assert buf.tree_lock.holder() == 0
         assert buf.total() == pytest.approx(float(buf.tree.leaves().sum()), rel=1e-4)
-        assert not np.any(buf.tree.leaves()[buf._stamps < 0] > 0)
+        assert not np.any(buf.tree.leaves()[buf.ring.stamps_snapshot() < 0] > 0)
+        assert buf.ring.in_flight() == []
 
 
 # ----------------------------------------------------------------------------- the benchmark
