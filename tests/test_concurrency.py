@@ -305,10 +305,10 @@ def test_attach_refuses_segment_names_that_create_cannot_make(tmp_path):
         assert victim.read_bytes() == b"\0" * buf.handle.arena.size
 
 
-@pytest.mark.parametrize("kw,match", [({"alpha": float("inf")}, "alpha must be a finite number"),
-                                      ({"eps": float("inf")}, "eps must be a finite number"),
-                                      ({"alpha": float("nan")}, "alpha must be a finite number"),
-                                      ({"stratified": "no"}, "stratified must be a bool, got 'no'"),
+@pytest.mark.parametrize("kw,match", [({"alpha": float("inf")}, "alpha must be a finite number >= 0.0, got inf"),
+                                      ({"eps": float("inf")}, "eps must be a finite number >= 0.0, got inf"),
+                                      ({"alpha": float("nan")}, "alpha must be a finite number >= 0.0, got nan"),
+                                      ({"stratified": "no"}, "stratified must be True or False, got 'no'"),
                                       ({"timeout": 0}, "timeout must be a positive finite number"),
                                       ({"policy": "nope"}, "policy must be one of .* got 'nope'")])
 def test_create_refuses_impossible_parameters(kw, match):

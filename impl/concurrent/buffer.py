@@ -79,14 +79,16 @@ def _local_buffer(variant: str, capacity: int, fields: dict, params: dict) -> Pr
 
 def _check_transform(params: dict) -> None:
     """alpha and eps finite (an infinite one leaves a buffer that can take no update);
-    ``stratified`` a boolean (``"no"`` would be true)."""
+    ``stratified`` a boolean (``"no"`` would be true). The same rule and messages as
+    ``impl.buffers.check_buffer_params`` on the tests branch; once that is merged, the
+    variant's own constructor refuses these and this function goes."""
     for name in ("alpha", "eps"):
         value = params.get(name, 0.0)
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < math.inf:
-            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+            raise ValueError(f"{name} must be a finite number >= 0.0, got {value!r}")
     stratified = params.get("stratified", False)
     if not isinstance(stratified, (bool, np.bool_)):
-        raise ValueError(f"stratified must be a bool, got {stratified!r}")
+        raise ValueError(f"stratified must be True or False, got {stratified!r}")
 
 
 def _check_timeout(timeout) -> float:
