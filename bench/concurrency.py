@@ -6,8 +6,8 @@ transitions (an ``id``, a ``payload`` of the transition's size, and a ``check`` 
 learners sample, optionally verify every row, and write random priorities back with the
 sampled stamps. The same workers serve the benchmark (``replaybench run --suite
 concurrency``: aggregate items/s and the fraction of time spent waiting for locks) and the
-stress tests (:func:`verify_final`: nothing lost, duplicated or torn, the tree's total
-agrees with its leaves).
+stress tests (tests/_concurrency_oracle.py: nothing lost, duplicated or torn, the tree's
+total agrees with its leaves).
 
 Transition sizes: ``cartpole`` 40 B, ``mujoco`` 200 B, ``atari`` 84x84x4 = 28 224 B of payload
 (plus 16 B of id and check).
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["TRANSITIONS", "ID_STRIDE", "schema", "make_batch", "intact_rows", "prefill", "run_workers",
-           "verify_final", "run_suite"]
+           "run_suite"]
 
 TRANSITIONS = {"cartpole": 40, "mujoco": 200, "atari": 84 * 84 * 4}
 ID_STRIDE = 10**12  # writer w's k-th transition has id w * ID_STRIDE + k
@@ -192,54 +192,6 @@ def run_workers(handle, writers: int, learners: int, mode: str, cfg: dict, windo
     return results
 
 
-def verify_final(buf, writer_counts: dict[int, int]) -> list[str]:
-    """Check a quiescent buffer after a run; returns the problems found (empty: all good).
-
-    ``writer_counts[w]`` is how many transitions writer ``w`` inserted (ids ``w * ID_STRIDE +
-    0 .. count-1``; the prefill is writer 0). Checks: every stored row is intact; ids are
-    unique; the stored slots hold exactly the newest ``capacity`` tickets, each in slot
-    ``ticket % capacity`` (FIFO eviction), minus slots voided by crash recovery; each writer's
-    stored ids are the newest of its own, contiguous (nothing lost in between); the root total
-    equals the sum of the leaves within the float32 drift bound.
-    """
-    problems = []
-    cap = buf.capacity
-    stamps = buf._stamps.copy()
-    live = np.flatnonzero(stamps >= 0)
-    rows = {k: col[live] for k, col in buf.storage.columns.items()}
-    voided = buf.counters()["voided_slots"]
-    if not np.all(intact_rows(rows)):
-        problems.append(f"{int((~intact_rows(rows)).sum())} stored rows are torn")
-    ids = rows["id"]
-    if np.unique(ids).size != ids.size:
-        problems.append("an id is stored twice")
-    if np.any(stamps[live] % cap != live):
-        problems.append("a slot holds a ticket that belongs to another slot")
-    total = buf.inserted
-    expected = np.arange(max(0, total - cap), total)
-    if not np.all(np.isin(stamps[live], expected)):
-        problems.append("a slot holds a transition older than the newest `capacity` (FIFO broken)")
-    if live.size + min(voided, cap) < expected.size:
-        problems.append(f"{expected.size - live.size} of the newest {expected.size} transitions are missing "
-                        f"({voided} voided by recovery)")
-    for w, count in writer_counts.items():
-        seqs = np.sort(ids[ids // ID_STRIDE == w] % ID_STRIDE)
-        if seqs.size and not voided and (seqs[-1] != count - 1 or np.any(np.diff(seqs) != 1)):
-            problems.append(f"writer {w}: stored ids are not its newest {seqs.size} in a row "
-                            f"(last {seqs[-1]}, inserted {count})")
-    leaves = buf.tree.leaves()
-    if np.any(leaves[stamps < 0] > 0):
-        problems.append("a slot being written or voided has a positive priority")
-    root = buf.total()
-    exact = float(leaves.sum())
-    bound = (buf.handle.resum_every + 4096) * 2.0**-24 * max(exact, root) + 1e-12
-    if buf.tree.dtype == np.float64:
-        bound = 1e-9 * max(exact, 1.0)
-    if abs(root - exact) > bound:
-        problems.append(f"root total {root!r} differs from the sum of leaves {exact!r} by more than {bound:.3g}")
-    return problems
-
-
 # --------------------------------------------------------------------------- the benchmark
 def run_suite(suite: dict, *, variants=None, out="results", run_id=None, machine=None, progress=True,
               command=None, echo=print, **_micro_only) -> Path:
@@ -330,28 +282,3 @@ def format_table(rows: list[dict]) -> str:
     wait = df[df.metric == "lock_wait_fraction"].groupby(keys).value.median().rename("lock wait")
     table = per_op.join(agg).join(wait)
     return table.to_string(float_format=lambda x: f"{x:,.3g}")
-
-
-# --------------------------------------------------------------------------- failure injection
-def die_mid_insert(handle, where: str, n: int = 32) -> None:
-    """Process target for the recovery tests: start an insert of ``n`` rows, then SIGKILL
-    ourselves. ``where="holding-lock"``: after reserving slots and copying half the rows,
-    with the tree lock held (any policy). ``where="copying"``: lazy writing's unlocked phase,
-    after the slots were reserved at priority 0 and half the rows copied."""
-    import signal
-
-    from replaybench.impl.concurrent import SharedPrioritizedBuffer
-    from replaybench.impl.concurrent.locks import my_token
-
-    buf = SharedPrioritizedBuffer.attach(handle)
-    batch = make_batch(np.arange(n, dtype=np.int64) + 7 * ID_STRIDE, TRANSITIONS["cartpole"])
-    half = {k: v[: n // 2] for k, v in batch.items()}
-    buf.tree_lock.acquire()
-    t0, _ = buf._reserve(n, my_token())
-    if where == "copying":
-        buf.tree.fill(t0 % buf.capacity, n, 0.0)
-        buf.tree_lock.release()
-    elif where != "holding-lock":
-        raise ValueError(f"where must be 'holding-lock' or 'copying', got {where!r}")
-    buf.storage.write(t0 % buf.capacity, half, n // 2)
-    os.kill(os.getpid(), signal.SIGKILL)

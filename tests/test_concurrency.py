@@ -4,6 +4,7 @@ writing's reserved slots, and recovery from a worker killed mid-insert."""
 
 import multiprocessing as mp
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -14,11 +15,13 @@ import numpy as np
 import pytest
 
 from replaybench.bench import concurrency as C
-from replaybench.impl import registry
-from replaybench.impl.concurrent import POLICIES, SharedPrioritizedBuffer, leaked_segments
+from replaybench.impl import concurrent, registry
+from replaybench.impl.concurrent import SharedPrioritizedBuffer, leaked_segments
 from replaybench.impl.concurrent.atomics import cas, fetch_add
 from replaybench.impl.concurrent.locks import SharedLock
 from replaybench.impl.concurrent.shm import SharedArena
+
+from _concurrency_oracle import DEAD_WRITER, die_mid_insert, stop_mid_insert, verify_final
 
 NB = C.TRANSITIONS["cartpole"]
 FIELDS = C.schema(NB)
@@ -175,7 +178,214 @@ def test_bad_arguments_are_refused_by_name():
         assert buf.tree_lock.holder() == 0  # errors released the lock
 
 
-@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_closed_buffer_refuses_every_method():
+    """After close, every method of the owner and of an attached object raises "buffer is
+    closed" and never touches the unmapped memory (it used to end the interpreter with a
+    segfault). Run in a child process, so a crash fails this test instead of killing pytest."""
+    code = textwrap.dedent("""
+        import numpy as np
+        from replaybench.impl.concurrent import SharedPrioritizedBuffer
+        from replaybench.bench.concurrency import make_batch, schema
+
+        owner = SharedPrioritizedBuffer.create(64, schema(40), policy="lazy-writing")
+        owner.add(make_batch(np.arange(8), 40))
+        other = SharedPrioritizedBuffer.attach(owner.handle)
+        calls = {
+            "len": len, "capacity": lambda b: b.capacity, "owner": lambda b: b.owner,
+            "inserted": lambda b: b.inserted, "max_priority": lambda b: b.max_priority,
+            "lock_wait_seconds": lambda b: b.lock_wait_seconds, "counters": lambda b: b.counters(),
+            "add": lambda b: b.add(make_batch(np.arange(2), 40)), "sample": lambda b: b.sample(4),
+            "update_priorities": lambda b: b.update_priorities([0, 1], [1.0, 2.0]),
+            "total": lambda b: b.total(), "priorities": lambda b: b.priorities([0]),
+            "warm_up": lambda b: b.warm_up(), "tree": lambda b: b.tree, "storage": lambda b: b.storage,
+            "ring": lambda b: b.ring, "tree_lock": lambda b: b.tree_lock, "leaf_lock": lambda b: b.leaf_lock,
+            "with": lambda b: b.__enter__(),
+        }
+        for buf in (other, owner):  # the attached object first: the owner's close unlinks
+            buf.close()
+            buf.close()  # idempotent
+            for name, call in calls.items():
+                try:
+                    call(buf)
+                except ValueError as err:
+                    assert "buffer is closed" in str(err), (name, err)
+                else:
+                    raise AssertionError(f"{name} worked on a closed buffer")
+            assert buf.closed
+        print("all refused")
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert proc.returncode == 0 and "all refused" in proc.stdout, (proc.returncode, proc.stderr[-3000:])
+
+
+def _state(buf) -> dict:
+    """Everything a refused call must leave as it was (deferred's total() drains its queue,
+    which changes no stored priority)."""
+    return {"len": len(buf), "inserted": buf.inserted, "stamps": buf.ring.stamps_snapshot(),
+            "leaves": buf.tree.leaves(), "total": buf.total(), "max_priority": buf.max_priority,
+            "in_flight": buf.ring.in_flight(), "counters": buf.counters()}
+
+
+def assert_same_state(before: dict, after: dict) -> None:
+    assert before.keys() == after.keys()
+    for key, value in before.items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_array_equal(after[key], value, err_msg=key)
+        else:
+            assert after[key] == value, key
+
+
+@pytest.mark.parametrize("policy", concurrent.names())
+def test_refused_add_changes_nothing(policy):
+    """A priority whose (p + eps) ** alpha the tree cannot hold is refused before any slot is
+    reserved: len, stamps, leaves and the in-flight table are as before, and later adds that
+    wrap the ring onto those slots work (they used to fail with OverflowError)."""
+    with make(policy, capacity=16, prefill=4, alpha=1.0, eps=0.0) as buf:
+        before = _state(buf)
+        with pytest.raises(ValueError, match=r"priorities\[1\] = 1e\+38 is too large"):
+            buf.add(C.make_batch(np.arange(100, 102), NB), priorities=[1.0, 1e38])
+        with pytest.raises(ValueError, match=r"priorities\[0\] = nan is not finite"):
+            buf.add(C.make_batch(np.arange(100, 102), NB), priorities=[float("nan"), 1.0])
+        with pytest.raises(KeyError, match="missing"):
+            buf.add({"id": np.arange(2)})
+        assert_same_state(before, _state(buf))
+        for k in range(10):
+            buf.add(C.make_batch(np.arange(4 + 4 * k, 8 + 4 * k), NB), priorities=np.full(4, 2.0))
+        assert len(buf) == 16 and buf.inserted == 44
+        assert verify_final(buf, {0: 44}) == []  # ids 0 .. 43, the newest 16 stored
+        assert np.all(buf.priorities(np.arange(16)) == 2.0)
+
+
+@pytest.mark.parametrize("policy", ["lazy-writing", "optimistic"])
+def test_lapping_writer_times_out_naming_a_stopped_writer(policy):
+    """A writer stopped (SIGSTOP) in lazy writing's unlocked copy keeps its slots; a writer
+    that comes round the ring to them waits, then raises TimeoutError naming the stopped
+    writer's pid (it used to raise OverflowError from its backoff). Once the stopped writer
+    is killed, its slots are voided and inserts go on."""
+    with make(policy, capacity=64, prefill=64) as buf:
+        proc = mp.get_context("spawn").Process(target=stop_mid_insert, args=(buf.handle, 32))
+        proc.start()
+        try:
+            for _ in range(600):  # until the child has stopped itself mid-insert
+                with open(f"/proc/{proc.pid}/stat", "rb") as fh:
+                    if fh.read().rsplit(b")", 1)[1].split()[0] == b"T":
+                        break
+                time.sleep(0.05)
+            else:
+                pytest.fail("the writer never reached its stop")
+            lapper = SharedPrioritizedBuffer.attach(buf.handle, timeout=1.5)
+            start = time.monotonic()
+            with pytest.raises(TimeoutError, match=f"written by pid {proc.pid} "):
+                lapper.add(C.make_batch(np.arange(1000, 1064), NB))
+            assert time.monotonic() - start >= 1.5
+            assert lapper.tree_lock.holder() == 0
+            assert buf.inserted == 96  # the stopped writer's 32; the lapper took nothing
+        finally:
+            proc.kill()
+            proc.join(30)
+        lapper.add(C.make_batch(np.arange(1000, 1064), NB))
+        assert buf.counters()["voided_slots"] == 32 and buf.ring.in_flight() == []
+        lapper.close()
+
+
+def test_attach_refuses_segment_names_that_create_cannot_make(tmp_path):
+    """A handle whose segment name leaves /dev/shm, or lacks the project's prefix, is refused
+    before anything is opened (it used to map an arbitrary file read-write)."""
+    import dataclasses
+
+    victim = tmp_path / "victim"
+    with make("lazy-writing", capacity=64, prefill=0) as buf:
+        victim.write_bytes(b"\0" * buf.handle.arena.size)
+        for name in ["../.." + str(victim), "replaybench_x/../../.." + str(victim), "/" + buf.handle.arena.name,
+                     "other_" + buf.handle.arena.name, "replaybench_", ""]:
+            handle = dataclasses.replace(buf.handle, arena=dataclasses.replace(buf.handle.arena, name=name))
+            with pytest.raises(ValueError, match="segment name must be one path component"):
+                SharedPrioritizedBuffer.attach(handle)
+        assert victim.read_bytes() == b"\0" * buf.handle.arena.size
+
+
+@pytest.mark.parametrize("kw,match", [({"alpha": float("inf")}, "alpha must be a finite number >= 0.0, got inf"),
+                                      ({"eps": float("inf")}, "eps must be a finite number >= 0.0, got inf"),
+                                      ({"alpha": float("nan")}, "alpha must be a finite number >= 0.0, got nan"),
+                                      ({"stratified": "no"}, "stratified must be True or False, got 'no'"),
+                                      ({"timeout": 0}, "timeout must be a positive finite number"),
+                                      ({"policy": "nope"}, "policy must be one of .* got 'nope'")])
+def test_create_refuses_impossible_parameters(kw, match):
+    with pytest.raises(ValueError, match=match):
+        SharedPrioritizedBuffer.create(64, FIELDS, **kw)
+    assert leaked_segments(os.getpid()) == []
+
+
+# ----------------------------------------------------------------------------- the policy interface
+def test_policies_are_discovered_from_their_folder():
+    from replaybench.impl.concurrent import policy
+
+    assert concurrent.names() == sorted(["deferred", "global-lock", "lazy-writing", "optimistic", "pal-locks"])
+    assert all(issubclass(concurrent.get(n), concurrent.Policy) and concurrent.get(n).name == n
+               for n in concurrent.names())
+    with pytest.raises(ValueError, match="policy must be one of .* got 'nope'"):
+        concurrent.get("nope")
+    with pytest.raises(ValueError, match="already registered"):
+        policy.register(type("Other", (concurrent.Policy,), {"name": "lazy-writing"}))
+    with pytest.raises(ValueError, match="policy name must be"):
+        policy.register(type("Unnamed", (concurrent.Policy,), {}))
+
+
+def test_no_import_cycle_under_impl_concurrent():
+    """buffer.py and the policies do not import each other: the graph of relative imports
+    between the modules of impl/concurrent (its __init__ included, as "") is acyclic."""
+    import ast
+
+    root = pathlib.Path(concurrent.__file__).parent
+    graph = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
+        is_package = parts[-1] == "__init__"
+        parts = parts[:-1] if is_package else parts
+        package = list(parts) if is_package else list(parts[:-1])
+        deps = graph.setdefault(".".join(parts), set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level and node.level - 1 <= len(package):
+                base = package[: len(package) - (node.level - 1)]
+                if node.module:
+                    deps.add(".".join([*base, *node.module.split(".")]))
+                else:  # from . import x: x is a submodule (or a name of the package itself)
+                    deps.update(".".join([*base, alias.name]) for alias in node.names)
+
+    def visit(node, stack):
+        assert node not in stack, f"import cycle: {' -> '.join([*stack, node])}"
+        for dep in graph.get(node, ()):  # names that are not modules end here
+            visit(dep, [*stack, node])
+
+    for module in graph:
+        visit(module, [])
+    assert {"", "buffer", "policy", "ring", "policies", "policies.lazy_writing"} <= graph.keys()
+
+
+@pytest.fixture
+def scratch_policies(monkeypatch):
+    """The policy registry as discovered, restored after the test."""
+    from replaybench.impl.concurrent import policy
+
+    concurrent.names()
+    monkeypatch.setattr(policy, "_policies", dict(policy._policies))
+    return policy
+
+
+def test_readme_one_file_policy_example_works(scratch_policies):
+    """The README's example policy, run as written: it registers, stores what the plain buffer
+    stores, and keeps every guarantee under a threaded stress run."""
+    readme = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in readme.split("```python\n")[1:]]
+    example = next(b for b in blocks if "# impl/concurrent/policies/" in b)
+    exec(compile(example, "README.md", "exec"), {"__name__": "replaybench.impl.concurrent.policies.readme_example"})
+    (name,) = set(concurrent.names()) - {"deferred", "global-lock", "lazy-writing", "optimistic", "pal-locks"}
+    test_single_thread_matches_the_plain_buffer(name, np.random.default_rng(0))
+    _stress(name, "threads")
+
+
+@pytest.mark.parametrize("policy", concurrent.names())
 def test_single_thread_matches_the_plain_buffer(policy, rng):
     """Used from one thread, every policy stores exactly what PrioritizedReplayBuffer stores."""
     plain = registry.create("kary-aligned", 512, FIELDS, seed=0)
@@ -215,7 +425,7 @@ def test_lazy_writing_never_samples_reserved_slots(policy):
 
     with make(policy, capacity=256, prefill=256) as buf:
         with buf.tree_lock:
-            t0, row = buf._reserve(250, my_token())
+            t0 = buf.ring.reserve(250, my_token()).first
             buf.tree.fill(t0 % 256, 250, 0.0)
         reserved = set(((t0 + np.arange(250)) % 256).tolist())
         for _ in range(50):
@@ -223,7 +433,7 @@ def test_lazy_writing_never_samples_reserved_slots(policy):
             assert not reserved & set(out["indices"].tolist())
         assert set(buf.sample(2000)["indices"].tolist()) == set(range(256)) - reserved
         with buf.tree_lock:
-            t1, row2 = buf._reserve(6, my_token())
+            t1 = buf.ring.reserve(6, my_token()).first
             buf.tree.fill(t1 % 256, 6, 0.0)
         with pytest.raises(ValueError, match="total priority is 0"):
             buf.sample(4)
@@ -241,14 +451,14 @@ def _stress(policy, mode, variant="kary-aligned", nbytes=NB, capacity=2048, wind
         assert sum(r["torn"] for r in learners) == 0
         assert not [p for r in learners for p in r["problems"]]
         assert sum(r["sample"] for r in learners) > 0 and sum(counts.values()) > capacity  # the ring wrapped
-        assert C.verify_final(buf, counts) == []
+        assert verify_final(buf, counts) == []
         return buf.counters()
     finally:
         buf.close()
 
 
 @pytest.mark.parametrize("mode", ["threads", "processes"])
-@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("policy", concurrent.names())
 def test_stress_nothing_lost_torn_or_deadlocked(policy, mode):
     _stress(policy, mode)
 
@@ -265,28 +475,28 @@ def test_stress_prefix_tree_with_lazy_writing():
 def test_verify_final_catches_damage():
     """The checks the stress tests rely on fail when something is actually wrong."""
     with make("global-lock", capacity=256, prefill=300) as buf:
-        assert C.verify_final(buf, {0: 300}) == []
+        assert verify_final(buf, {0: 300}) == []
         buf.storage.columns["payload"][5, 3] ^= 1  # a torn byte
-        assert any("torn" in p for p in C.verify_final(buf, {0: 300}))
+        assert any("torn" in p for p in verify_final(buf, {0: 300}))
         buf.storage.columns["payload"][5, 3] ^= 1
         buf.storage.columns["id"][7], buf.storage.columns["check"][7] = buf.storage.columns["id"][8], \
             buf.storage.columns["check"][8]
-        problems = C.verify_final(buf, {0: 300})
+        problems = verify_final(buf, {0: 300})
         assert any("twice" in p for p in problems)
     with make("global-lock", capacity=256, prefill=300) as buf:
         buf.tree._sums[buf.tree._root] *= 1.5
-        assert any("root total" in p for p in C.verify_final(buf, {0: 300}))
-        assert any("writer 0" in p for p in C.verify_final(buf, {0: 310}))  # 10 ids went missing
+        assert any("root total" in p for p in verify_final(buf, {0: 300}))
+        assert any("writer 0" in p for p in verify_final(buf, {0: 310}))  # 10 ids went missing
 
 
 # ----------------------------------------------------------------------------- dead workers
-@pytest.mark.parametrize("policy,where", [(p, "holding-lock") for p in sorted(POLICIES)]
+@pytest.mark.parametrize("policy,where", [(p, "holding-lock") for p in concurrent.names()]
                          + [("lazy-writing", "copying"), ("optimistic", "copying")])
 def test_worker_killed_mid_insert_is_recovered(policy, where):
     """Recovery rule: the dead writer's reserved slots are voided (never sampled), the tree is
     rebuilt from its leaves, and the lock it held is taken over; others go on."""
     with make(policy, capacity=512, prefill=600) as buf:
-        proc = mp.get_context("spawn").Process(target=C.die_mid_insert, args=(buf.handle, where, 32))
+        proc = mp.get_context("spawn").Process(target=die_mid_insert, args=(buf.handle, where, 32))
         proc.start()
         proc.join(60)
         assert proc.exitcode == -9
@@ -296,14 +506,15 @@ def test_worker_killed_mid_insert_is_recovered(policy, where):
         out = buf.sample(512)
         assert time.monotonic() - start < 30
         assert np.all(C.intact_rows(out))
-        assert not np.any(out["id"] // C.ID_STRIDE == 7)  # nothing of the dead writer's is visible
+        assert not np.any(out["id"] // C.ID_STRIDE == DEAD_WRITER)  # nothing of the dead writer's is visible
         C.prefill(buf, 100, NB)  # a locked operation (optimistic samples take no lock)
         counters = buf.counters()
         assert counters["voided_slots"] == 32
         assert counters["recoveries"] == (1 if where == "holding-lock" else 0)
         assert buf.tree_lock.holder() == 0
         assert buf.total() == pytest.approx(float(buf.tree.leaves().sum()), rel=1e-4)
-        assert not np.any(buf.tree.leaves()[buf._stamps < 0] > 0)
+        assert not np.any(buf.tree.leaves()[buf.ring.stamps_snapshot() < 0] > 0)
+        assert buf.ring.in_flight() == []
 
 
 # ----------------------------------------------------------------------------- the benchmark

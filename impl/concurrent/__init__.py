@@ -1,13 +1,15 @@
 """Concurrent use of one replay buffer by threads and processes.
 
 * :class:`SharedPrioritizedBuffer` -- a registered variant's tree and storage in shared memory.
-* :data:`POLICIES` -- how operations synchronise: global-lock, pal-locks, lazy-writing, optimistic,
-  deferred.
+* :func:`names` / :func:`get` -- the registered concurrency policies (how operations
+  synchronise: global-lock, pal-locks, lazy-writing, optimistic, deferred, and any module
+  added to ``impl/concurrent/policies/``); :mod:`.policy` defines the interface.
+* :mod:`.ring` -- the shared ring state every policy builds on (tickets, stamps, writers).
 * :mod:`.locks`, :mod:`.shm`, :mod:`.atomics` -- the building blocks.
 """
 
 from .buffer import BufferHandle, SharedPrioritizedBuffer
-from .policies import POLICIES
+from .policy import Policy, get, names
 from .shm import leaked_segments
 
-__all__ = ["BufferHandle", "SharedPrioritizedBuffer", "POLICIES", "leaked_segments"]
+__all__ = ["BufferHandle", "SharedPrioritizedBuffer", "Policy", "get", "names", "leaked_segments"]

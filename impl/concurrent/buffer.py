@@ -1,27 +1,19 @@
 """A prioritized replay buffer in shared memory, used concurrently by threads and processes.
 
 :class:`SharedPrioritizedBuffer` puts a registered variant's tree and its columnar storage in
-one :class:`~impl.concurrent.shm.SharedArena`, next to a control block (locks, ring ticket,
-counters, max priority), a per-slot *stamp* array and a per-writer *in-flight* table. How
-inserts, samples and updates synchronise is the policy's job (:mod:`impl.concurrent.policies`);
-this module holds what every policy shares:
+one :class:`~impl.concurrent.shm.SharedArena`, next to the ring state
+(:class:`~impl.concurrent.ring.SharedRing`: tickets, per-slot stamps, the in-flight writer
+table, counters, and the locks' words). How inserts, samples and updates synchronise is the
+policy's job (:mod:`impl.concurrent.policy`, one module per policy in
+``impl/concurrent/policies/``); this module validates every call, assembles the parts and
+hands them to the policy.
 
-* **Tickets and stamps.** Transition number ``t`` (a ticket, counted over all writers) goes to
-  ring slot ``t % capacity``. ``stamps[slot]`` is the ticket whose data the slot holds, or -1
-  while it is being written. A sample records the stamps of the slots it drew (under the lock)
-  and re-reads them after copying the data out; a changed stamp means a writer got to the
-  slot during the copy, so that row is drawn again (a seqlock). No row is ever returned torn.
-* **Stale updates.** ``update_priorities(indices, priorities, stamps)`` applies a priority only
-  if the slot still holds the sampled transition (same stamp); without ``stamps``, only if the
-  slot is not being written. Skipped updates are counted, never applied to a newer transition.
-* **Crash recovery.** Each insert records ``(writer token, first ticket, count)`` in the
-  in-flight table while it runs. When a lock's holder has died (see :mod:`.locks`), or a writer
-  waits on a dead writer's record, the survivor *voids* every dead writer's in-flight slots
-  (priority 0, stamp -1: never sampled, overwritten when the ring comes round) and rebuilds the
-  tree's inner nodes from its leaves. A dead writer's unfinished transitions are lost; nothing
-  it half-wrote is ever sampled, and the tree is exact again.
-* **Re-summing.** The count of updates since the last rebuild lives in the control block, so
-  the float32 drift bound of :mod:`impl.trees.array_trees` holds across all processes.
+What every call guarantees, whatever the policy: bad input raises an error naming the
+argument and the value before anything is reserved or written, so a refused call changes
+nothing; no sample returns a torn row or a slot being written (the copy is stamp-checked and
+redrawn, see :mod:`impl.concurrent.ring`); after :meth:`~SharedPrioritizedBuffer.close`,
+every method raises ``ValueError("buffer is closed ...")`` and never touches the unmapped
+memory.
 
 Usage::
 
@@ -38,65 +30,25 @@ lock statistics are not shared between threads.
 
 from __future__ import annotations
 
+import math
 import numbers
-import time
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from .. import registry
 from ..buffers import PrioritizedReplayBuffer, _check_priorities
-from ..trees.base import as_indices, as_priorities
-from .locks import SharedLock, pid_alive, token_pid
+from ..trees import kernels
+from ..trees.base import as_indices, as_priorities, raise_for_status
+from .locks import SharedLock
+from .policy import Parts, get as get_policy
+from .ring import LEAF_LOCK, TREE_LOCK, SharedRing, ring_arrays
 from .shm import ArenaSpec, SharedArena
 
-__all__ = ["BufferHandle", "SharedPrioritizedBuffer", "MAX_WRITERS"]
+__all__ = ["BufferHandle", "SharedPrioritizedBuffer", "MAX_REDRAWS"]
 
-MAX_WRITERS = 64  # inserts in flight at once (one per writer thread or process)
-QUEUE_SIZE = 8192  # deferred policy: leaf changes held before the inner nodes catch up
 MAX_REDRAWS = 64  # rounds of redrawing rows whose slot changed during a sample's copy
-
-# control block (int64) slots
-TREE_LOCK, LEAF_LOCK, TICKET, SINCE_REBUILD, QUEUE_LEN, REBUILDS, RECOVERIES, STALE, REDRAWN, VOIDED = range(10)
-COUNTERS = {"rebuilds": REBUILDS, "recoveries": RECOVERIES, "stale_updates": STALE, "redrawn_rows": REDRAWN,
-            "voided_slots": VOIDED}
-# float control block slots
-MAX_PRIORITY, T_MAX = range(2)
-
-
-@njit(nogil=True, cache=True)
-def _reserve_kernel(ctrl, writers, stamps, n, token, capacity, guard_lapping):
-    """Ticket reservation (caller holds the tree lock): ``(t0, row, -1)`` on success;
-    ``(t0, -1, r)`` when the range would overtake in-flight row ``r``; ``(t0, -1, -1)`` when
-    the in-flight table is full. One pass over the table, O(MAX_WRITERS + n)."""
-    t0 = ctrl[TICKET]
-    free = -1
-    oldest = -1
-    for r in range(writers.shape[0]):
-        if writers[r, 0] == 0:
-            if free < 0:
-                free = r
-        elif oldest < 0 or writers[r, 1] < writers[oldest, 1]:
-            oldest = r
-    if guard_lapping and oldest >= 0 and t0 + n - capacity > writers[oldest, 1]:
-        return t0, -1, oldest
-    if free < 0:
-        return t0, -1, -1
-    writers[free, 1] = t0
-    writers[free, 2] = n
-    writers[free, 0] = token
-    ctrl[TICKET] = t0 + n
-    for k in range(n):
-        stamps[(t0 + k) % capacity] = -1
-    return t0, free, -1
-
-
-@njit(nogil=True, cache=True)
-def _finish_kernel(stamps, writers, row, t0, n, capacity):
-    for k in range(n):
-        stamps[(t0 + k) % capacity] = t0 + k
-    writers[row, 0] = 0
+DEFAULT_TIMEOUT = 120.0  # seconds a call waits for a lock, or for a lapped writer, before TimeoutError
 
 
 @dataclass(frozen=True)
@@ -125,6 +77,26 @@ def _local_buffer(variant: str, capacity: int, fields: dict, params: dict) -> Pr
     return buf
 
 
+def _check_transform(params: dict) -> None:
+    """alpha and eps finite (an infinite one leaves a buffer that can take no update);
+    ``stratified`` a boolean (``"no"`` would be true). The same rule and messages as
+    ``impl.buffers.check_buffer_params`` on the tests branch; once that is merged, the
+    variant's own constructor refuses these and this function goes."""
+    for name in ("alpha", "eps"):
+        value = params.get(name, 0.0)
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < math.inf:
+            raise ValueError(f"{name} must be a finite number >= 0.0, got {value!r}")
+    stratified = params.get("stratified", False)
+    if not isinstance(stratified, (bool, np.bool_)):
+        raise ValueError(f"stratified must be True or False, got {stratified!r}")
+
+
+def _check_timeout(timeout) -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not 0.0 < timeout < math.inf:
+        raise ValueError(f"timeout must be a positive finite number of seconds, got {timeout!r}")
+    return float(timeout)
+
+
 class SharedPrioritizedBuffer:
     """Proportional prioritized replay (as :class:`~impl.buffers.PrioritizedReplayBuffer`)
     whose state lives in shared memory; ``policy`` decides the synchronisation.
@@ -134,45 +106,46 @@ class SharedPrioritizedBuffer:
     stamp per slot, in one shared segment.
     """
 
-    def __init__(self, handle: BufferHandle, arena: SharedArena, local: PrioritizedReplayBuffer, seed=None):
-        from .policies import POLICIES
-
+    def __init__(self, handle: BufferHandle, arena: SharedArena, local: PrioritizedReplayBuffer, seed=None,
+                 timeout: float = DEFAULT_TIMEOUT):
         self.handle = handle
         self._arena = arena
-        self.tree = local.tree
-        self.storage = local.storage
+        self._tree, self._storage = local.tree, local.storage
         self.alpha, self.beta, self.eps, self.stratified = local.alpha, local.beta, local.eps, local.stratified
         a = arena.arrays
-        self.tree.bind_arrays({"sums": a["tree.sums"], "mins": a["tree.mins"]})
-        self.tree.resum_every = 2**62  # re-summing is counted in the shared control block instead
-        self.storage.columns = {name: a["col." + name] for name in self.storage.columns}
-        self._ctrl, self._fctrl = a["ctrl"], a["fctrl"]
-        self._writers, self._stamps = a["writers"], a["stamps"]
-        self._queue_idx, self._queue_delta = a["queue_idx"], a["queue_delta"]
-        self.tree_lock = SharedLock(self._ctrl, TREE_LOCK, "tree", on_recover=self._recover)
-        self.leaf_lock = SharedLock(self._ctrl, LEAF_LOCK, "leaves")
+        self._tree.bind_arrays({"sums": a["tree.sums"], "mins": a["tree.mins"]})
+        self._tree.resum_every = 2**62  # re-summing is counted in the shared control block instead
+        self._storage.columns = {name: a["col." + name] for name in self._storage.columns}
+        self._ring = SharedRing({k: a[k] for k in ring_arrays(handle.capacity)}, self._tree, handle.capacity,
+                                handle.resum_every)
+        self._tree_lock = SharedLock(self._ring.control, TREE_LOCK, "tree", on_recover=self._ring.recover,
+                                     timeout=timeout)
+        self._leaf_lock = SharedLock(self._ring.control, LEAF_LOCK, "leaves", timeout=timeout)
         self._rng = np.random.default_rng(seed)
-        self.policy = POLICIES[handle.policy](self)
+        self._policy = get_policy(handle.policy)(Parts(self._tree, self._storage, self._ring, self._tree_lock,
+                                                       self._leaf_lock, self.alpha, self.eps, self.stratified))
 
     # ------------------------------------------------------------------ construction
     @classmethod
     def create(cls, capacity: int, fields, *, variant: str = "kary-aligned", policy: str = "lazy-writing",
-               seed=None, resum_every: int | None = None, **params) -> "SharedPrioritizedBuffer":
+               seed=None, resum_every: int | None = None, timeout: float = DEFAULT_TIMEOUT,
+               **params) -> "SharedPrioritizedBuffer":
         """Allocate a shared buffer of registered ``variant`` (owned by this process).
 
-        ``params`` go to the variant (K, dtype, alpha, beta, eps, stratified). Raises
-        ValueError for an unknown policy or a variant that cannot be shared, and
-        NotImplementedError when ``policy`` needs split leaf/inner updates the structure
-        lacks (pal-locks and deferred on kary-prefix).
+        ``params`` go to the variant (K, dtype, alpha, beta, eps, stratified). ``timeout``:
+        seconds this object's calls wait for a lock, or for a writer whose slots they would
+        overtake, before raising TimeoutError naming the holder's pid. Raises ValueError for
+        an unknown policy, a variant that cannot be shared, or a bad argument (named), and
+        NotImplementedError when ``policy`` needs a capability the structure lacks
+        (pal-locks and deferred need split updates, which kary-prefix lacks).
         """
-        from .policies import POLICIES
-
-        if policy not in POLICIES:
-            raise ValueError(f"policy must be one of {sorted(POLICIES)}, got {policy!r}")
+        policy_cls = get_policy(policy)
+        timeout = _check_timeout(timeout)
+        _check_transform(params)
         local = _local_buffer(variant, capacity, fields, params)
         if "stamps" in local.storage.specs:
             raise ValueError("field name 'stamps' is reserved for sample() output of shared buffers")
-        POLICIES[policy].check_structure(local.tree)
+        policy_cls.check_structure(local.tree)
         capacity = local.capacity
         if resum_every is None:
             resum_every = local.tree.resum_every
@@ -181,116 +154,170 @@ class SharedPrioritizedBuffer:
         tree_arrays = local.tree.shared_arrays()
         layout = {f"tree.{k}": (v.shape, v.dtype) for k, v in tree_arrays.items()}
         layout.update({f"col.{n}": ((capacity, *s.shape), s.dtype) for n, s in local.storage.specs.items()})
-        layout.update({"ctrl": ((16,), np.int64), "fctrl": ((4,), np.float64),
-                       "writers": ((MAX_WRITERS, 3), np.int64), "stamps": ((capacity,), np.int64),
-                       "queue_idx": ((QUEUE_SIZE,), np.int64), "queue_delta": ((QUEUE_SIZE,), np.float64)})
+        layout.update(ring_arrays(capacity))
         arena = SharedArena.create(layout, tag=policy.replace("-", ""))
         try:
             for k, v in tree_arrays.items():
                 arena.arrays[f"tree.{k}"][...] = v
-            arena.arrays["stamps"][:] = -1
-            arena.arrays["fctrl"][MAX_PRIORITY] = 1.0
+            SharedRing.initialise(arena.arrays)
             fields_t = tuple((s.name, s.shape, s.dtype.str) for s in local.storage.specs.values())
             handle = BufferHandle(arena.spec, variant, tuple(sorted(params.items())), capacity, fields_t, policy,
                                   int(resum_every))
-            return cls(handle, arena, local, seed)
+            return cls(handle, arena, local, seed, timeout)
         except BaseException:
             arena.close()
             raise
 
     @classmethod
-    def attach(cls, handle: BufferHandle, seed=None) -> "SharedPrioritizedBuffer":
-        """Map an existing shared buffer (in another process, or for another thread)."""
+    def attach(cls, handle: BufferHandle, seed=None, timeout: float = DEFAULT_TIMEOUT) -> "SharedPrioritizedBuffer":
+        """Map an existing shared buffer (in another process, or for another thread).
+        ``timeout`` as for :meth:`create`, for this object's calls."""
         if not isinstance(handle, BufferHandle):
             raise TypeError(f"handle must be a BufferHandle, got {type(handle).__name__}")
+        timeout = _check_timeout(timeout)
+        get_policy(handle.policy)
         arena = SharedArena.attach(handle.arena)
         try:
             local = _local_buffer(handle.variant, handle.capacity, _schema(handle.fields), dict(handle.params))
-            return cls(handle, arena, local, seed)
+            return cls(handle, arena, local, seed, timeout)
         except BaseException:
             arena.close()
             raise
 
     def close(self) -> None:
-        """Unmap; the owner also frees the segment (other processes then fail to attach)."""
-        self.tree = self.storage = None
-        self._arena.close()
+        """Unmap; the owner also frees the segment (other processes then fail to attach).
+        Idempotent. Afterwards every other method raises ValueError ("buffer is closed")."""
+        if self._arena is None:
+            return
+        arena = self._arena
+        self._arena = self._tree = self._storage = self._ring = self._policy = None
+        self._tree_lock = self._leaf_lock = None
+        arena.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._arena is None
+
+    def _open(self) -> None:
+        if self._arena is None:
+            raise ValueError(f"buffer is closed (shared segment {self.handle.arena.name!r}): it can no longer be "
+                             "used; attach(handle) again while the owner keeps it open")
 
     def __enter__(self):
+        self._open()
         return self
 
     def __exit__(self, *exc):
         self.close()
         return False
 
+    # ------------------------------------------------------------------ the parts
+    @property
+    def tree(self):
+        """The tree over the shared arrays (for inspection: use it under :attr:`tree_lock`)."""
+        self._open()
+        return self._tree
+
+    @property
+    def storage(self):
+        """The columnar storage over the shared columns (for inspection)."""
+        self._open()
+        return self._storage
+
+    @property
+    def ring(self) -> SharedRing:
+        """The shared ring state: tickets, stamps, in-flight writers, counters."""
+        self._open()
+        return self._ring
+
+    @property
+    def tree_lock(self) -> SharedLock:
+        self._open()
+        return self._tree_lock
+
+    @property
+    def leaf_lock(self) -> SharedLock:
+        self._open()
+        return self._leaf_lock
+
     # ------------------------------------------------------------------ public API
     @property
     def capacity(self) -> int:
+        self._open()
         return self.handle.capacity
 
     @property
     def owner(self) -> bool:
+        self._open()
         return self._arena.owner
 
     @property
     def inserted(self) -> int:
         """Transitions reserved so far by all writers (tickets handed out)."""
-        return int(self._ctrl[TICKET])
+        self._open()
+        return self._ring.inserted
 
     def __len__(self) -> int:
-        return min(self.inserted, self.capacity)
+        return min(self.inserted, self.handle.capacity)
 
     @property
     def max_priority(self) -> float:
-        return float(self._fctrl[MAX_PRIORITY])
+        self._open()
+        return self._ring.max_priority
 
     @property
     def lock_wait_seconds(self) -> float:
         """Seconds this object's callers spent waiting for the buffer's locks."""
-        return self.tree_lock.wait_seconds + self.leaf_lock.wait_seconds
+        self._open()
+        return self._tree_lock.wait_seconds + self._leaf_lock.wait_seconds
 
     def counters(self) -> dict:
         """Buffer-wide event counts (all processes): rebuilds, recoveries, stale updates
         skipped, rows redrawn because their slot changed during a copy, slots voided."""
-        return {name: int(self._ctrl[i]) for name, i in COUNTERS.items()}
+        self._open()
+        return self._ring.counters()
 
     def add(self, batch, priorities=None) -> np.ndarray:
         """Append a batch; returns its ring slots. New transitions get the max priority
-        unless ``priorities`` (raw, transformed like updates) are given. Validation happens
-        before anything is reserved, so a bad batch changes nothing."""
-        arrays, n = self.storage.check_batch(batch)
+        unless ``priorities`` (raw, transformed like updates) are given. Everything is
+        validated before anything is reserved (fields, and every ``(p + eps) ** alpha``
+        against what the tree can hold), so a refused batch changes nothing."""
+        self._open()
+        arrays, n = self._storage.check_batch(batch)
         vals = None
         if priorities is not None:
             vals = as_priorities(priorities, n)
-            _check_priorities(np.zeros(n, np.int64), vals, 1)
-        keep = min(n, self.capacity)
+            self._check_new_priorities(vals)
+        keep = min(n, self.handle.capacity)
         if keep < n:
             arrays = {k: v[n - keep:] for k, v in arrays.items()}
             vals = None if vals is None else vals[n - keep:]
         if keep == 0:
             return np.empty(0, dtype=np.int64)
-        first = self.policy.insert(arrays, keep, vals)
-        return (first + np.arange(keep, dtype=np.int64)) % self.capacity
+        first = self._policy.insert(arrays, keep, vals)
+        return self._ring.slots(first, keep)
 
     def sample(self, batch_size: int, beta: float | None = None, rng=None) -> dict[str, np.ndarray]:
         """Draw ``batch_size`` rows, ``P(i) = p_i / total``: the fields plus ``indices``,
         ``weights`` (float32, ``(p_i / p_min) ** -beta``) and ``stamps`` (pass them back to
         :meth:`update_priorities`). Raises ValueError when nothing is sampleable yet."""
+        self._open()
         beta = self.beta if beta is None else beta
         if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not 0.0 <= beta <= 1.0:
             raise ValueError(f"beta must be a number in [0, 1], got {beta!r}")
-        if len(self) == 0:
+        if self._ring.inserted == 0:
             raise ValueError("cannot sample from an empty buffer: add transitions first")
         rng = self._rng if rng is None else rng
-        idx, prio, stamps, pmin, out = self.policy.select(int(batch_size), rng)
+        sel = self._policy.select(int(batch_size), rng)
+        out = sel.rows
         if out is None:  # copied outside the lock: redraw rows whose slot changed meanwhile
-            out = self.storage.gather(idx)
-            self._redraw_changed(idx, prio, stamps, out, rng)
-        out["indices"] = idx
-        out["weights"] = np.power(prio / pmin, -float(beta)).astype(np.float32)
-        out["stamps"] = stamps
+            out = self._storage.gather(sel.indices)
+            self._redraw_changed(sel, out, rng)
+        out["indices"] = sel.indices
+        out["weights"] = np.power(sel.priorities / sel.p_min, -float(beta)).astype(np.float32)
+        out["stamps"] = sel.stamps
         return out
 
     def update_priorities(self, indices, priorities, stamps=None) -> int:
@@ -300,6 +327,7 @@ class SharedPrioritizedBuffer:
         is skipped; without, only slots being written are skipped. Invalid input raises an
         error naming the first bad entry and changes nothing.
         """
+        self._open()
         idx = as_indices(indices)
         vals = as_priorities(priorities, idx.shape[0])
         _check_priorities(idx, vals, len(self))
@@ -308,24 +336,24 @@ class SharedPrioritizedBuffer:
             if stamps.shape != idx.shape or stamps.dtype.kind not in "iu":
                 raise ValueError(f"stamps must be an integer array shaped like indices {idx.shape}, got "
                                  f"{stamps.dtype} {stamps.shape}")
-        return self.policy.update(idx, vals, stamps)
+        return self._policy.update(idx, vals, stamps)
 
     def total(self) -> float:
         """Root total once pending work has reached the inner nodes (deferred drains first)."""
-        with self.tree_lock:
-            self.policy.flush()
-            return self.tree.total()
+        self._open()
+        with self._tree_lock:
+            self._policy.flush()
+            return self._tree.total()
 
     def priorities(self, indices) -> np.ndarray:
         """Stored priorities ``(p + eps) ** alpha`` of ``indices`` (float64)."""
-        idx = as_indices(indices)
-        return self.policy.read_priorities(idx)
+        self._open()
+        return self._policy.read_priorities(as_indices(indices))
 
     def warm_up(self) -> None:
         """Load (or compile) every kernel this buffer's policy calls, on a small private
         buffer of the same variant, so the first timed operation does not pay for it."""
-        from .policies import POLICIES
-
+        self._open()
         h = self.handle
         local = _local_buffer(h.variant, 64, _schema(h.fields), dict(h.params))
         tree, rng = local.tree, np.random.default_rng(0)
@@ -335,111 +363,29 @@ class SharedPrioritizedBuffer:
         tree.sample(8, rng)
         tree.get(idx)
         tree.rebuild()
-        if POLICIES[h.policy].splits_updates:
+        if self._policy.requires_split_updates:
             tree.propagate(*tree.write_leaves(idx, np.ones(8))[:2])
-        self.tree_lock.holder()
+        self._check_new_priorities(np.ones(8))
+        self._tree_lock.holder()
 
-    # ------------------------------------------------------------------ shared helpers for policies
-    def _redraw_changed(self, idx, prio, stamps, out, rng) -> None:
+    # ------------------------------------------------------------------ helpers
+    def _check_new_priorities(self, vals: np.ndarray) -> None:
+        """Refuse raw priorities that are not finite, negative, or whose ``(p + eps) ** alpha``
+        the tree cannot hold, naming the first bad entry (the tree's own check, writing nothing)."""
+        slots = np.zeros(vals.shape[0], np.int64)
+        status, pos, _, _ = kernels.checked_values(slots, vals, 1, self.eps, self.alpha, self._tree.max_leaf)
+        raise_for_status(status, pos, slots, vals, 1, "priorities", eps=self.eps, alpha=self.alpha,
+                         vmax=self._tree.max_leaf)
+
+    def _redraw_changed(self, sel, out, rng) -> None:
         """Seqlock check: rows whose slot stamp changed while they were copied are redrawn."""
         for _ in range(MAX_REDRAWS):
-            changed = np.flatnonzero(self._stamps[idx] != stamps)
+            changed = self._ring.stamps_changed(sel.indices, sel.stamps)
             if changed.size == 0:
                 return
-            self._ctrl[REDRAWN] += changed.size  # statistics only: a lost increment is harmless
-            i2, p2, s2, _, sub = self.policy.select(changed.size, rng)
-            if sub is None:
-                sub = self.storage.gather(i2)
-            idx[changed], prio[changed], stamps[changed] = i2, p2, s2
-            for name, col in sub.items():
+            sub = self._policy.select(changed.size, rng)
+            rows = sub.rows if sub.rows is not None else self._storage.gather(sub.indices)
+            sel.indices[changed], sel.priorities[changed], sel.stamps[changed] = sub.indices, sub.priorities, sub.stamps
+            for name, col in rows.items():
                 out[name][changed] = col
         raise RuntimeError(f"sample: rows kept being overwritten during the copy after {MAX_REDRAWS} redraws")
-
-    def _select_locked(self, n: int, rng):
-        """Draw under the caller's lock: indices, priorities, their stamps, p_min."""
-        idx, prio = self.tree.sample(n, rng, self.stratified)
-        return idx, prio, self._stamps[idx], self.tree.min()
-
-    def _reserve(self, n: int, token: int, wait_for_lapped: bool = False):
-        """Under the tree lock: take tickets ``t0 .. t0+n-1`` and record them in flight.
-
-        Returns ``(t0, row)``, or None when ``wait_for_lapped`` and the range would overtake a
-        slot another live writer is still writing (the caller releases the lock and retries).
-        """
-        while True:
-            t0, row, blocker = _reserve_kernel(self._ctrl, self._writers, self._stamps, n, token, self.capacity,
-                                               wait_for_lapped)
-            if row >= 0:
-                return t0, row
-            if blocker >= 0 and pid_alive(token_pid(self._writers[blocker, 0])):
-                return None
-            if not self._void_dead_writers() and blocker < 0:
-                raise RuntimeError(f"more than {MAX_WRITERS} inserts in flight at once")
-
-    def _finish(self, row: int, t0: int, n: int) -> None:
-        """Under the tree lock, after the slots' priorities are set: publish the stamps."""
-        _finish_kernel(self._stamps, self._writers, row, t0, n, self.capacity)
-
-    def _slots(self, t0: int, n: int) -> np.ndarray:
-        s = np.arange(t0, t0 + n, dtype=np.int64)
-        s %= self.capacity
-        return s
-
-    def _fresh(self, idx, stamps):
-        """Under the tree lock: the mask of updates that still target the sampled transition."""
-        now = self._stamps[idx]
-        keep = now >= 0 if stamps is None else now == stamps
-        skipped = idx.shape[0] - int(np.count_nonzero(keep))
-        if skipped:
-            self._ctrl[STALE] += skipped
-        return keep
-
-    def _note_max(self, pmax: float) -> None:
-        if pmax > self._fctrl[MAX_PRIORITY]:
-            self._fctrl[MAX_PRIORITY] = pmax
-
-    def _count(self, n: int) -> None:
-        """Under the tree lock, after ``n`` leaf changes reached the inner nodes: re-sum when
-        the drift bound asks for it (same rule as the single-process trees)."""
-        since = int(self._ctrl[SINCE_REBUILD]) + n
-        self._ctrl[SINCE_REBUILD] = since
-        total = self.tree.total()
-        t_max = max(float(self._fctrl[T_MAX]), total)
-        self._fctrl[T_MAX] = t_max
-        r = self.handle.resum_every
-        if since >= r or since * t_max > r * total:
-            self._rebuild()
-
-    def _rebuild(self) -> None:
-        self.tree.rebuild()  # from the leaves, which are always current: queued deltas are void
-        self._ctrl[QUEUE_LEN] = 0
-        self._ctrl[SINCE_REBUILD] = 0
-        self._fctrl[T_MAX] = self.tree.total()
-        self._ctrl[REBUILDS] += 1
-
-    def _void_dead_writers(self) -> int:
-        """Under the tree lock: void the in-flight slots of writers whose process died."""
-        w = self._writers
-        voided = 0
-        for row in np.flatnonzero(w[:, 0] != 0):
-            if pid_alive(token_pid(w[row, 0])):
-                continue
-            t0, n = int(w[row, 1]), int(w[row, 2])
-            self._stamps[self._slots(t0, n)] = -1
-            self.tree.fill(t0 % self.capacity, n, 0.0)  # leaves and inner nodes (rebuilt after)
-            w[row] = 0
-            voided += n
-        if voided:
-            self._ctrl[VOIDED] += voided
-            self._rebuild()
-        return voided
-
-    def _recover(self, dead_token: int) -> None:
-        """The tree lock's holder died: make the buffer consistent again (we hold the lock)."""
-        self._ctrl[RECOVERIES] += 1
-        self._void_dead_writers()
-        self._rebuild()
-
-    @staticmethod
-    def _backoff(attempt: int) -> None:
-        time.sleep(min(1e-5 * 2**attempt, 1e-3))

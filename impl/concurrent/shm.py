@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import secrets
 import weakref
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ __all__ = ["ArenaSpec", "SharedArena", "PREFIX", "leaked_segments"]
 
 PREFIX = "replaybench_"  # every segment's name starts with this, so leaks can be found
 _ALIGN = 64
+_NAME = re.compile(re.escape(PREFIX) + r"[A-Za-z0-9_]+")  # what create() makes: one path component
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,7 @@ class SharedArena:
     @classmethod
     def create(cls, arrays: dict, tag: str = "buf") -> "SharedArena":
         entries, size = _layout(arrays)
+        tag = re.sub(r"[^A-Za-z0-9_]", "", tag)  # so that attach() accepts the name
         name = f"{PREFIX}{tag}_{os.getpid()}_{secrets.token_hex(4)}"
         shm = shared_memory.SharedMemory(name=name, create=True, size=size)
         arena = cls(ArenaSpec(shm.name, size, entries), shm.buf, True, None)
@@ -97,9 +100,16 @@ class SharedArena:
 
     @classmethod
     def attach(cls, spec: ArenaSpec) -> "SharedArena":
+        """Map the arena ``spec`` describes; ValueError for a name that create() cannot have
+        made, FileNotFoundError when the segment is gone."""
+        # Only names create() makes: anything else ("../x", "/etc/passwd", a nested path) would
+        # map an arbitrary file read-write.
+        if not isinstance(spec.name, str) or not _NAME.fullmatch(spec.name):
+            raise ValueError(f"shared segment name must be one path component of letters, digits and '_' "
+                             f"starting with {PREFIX!r}, got {spec.name!r}")
         # Map the file directly instead of SharedMemory(name): in Python 3.11 that registers the
         # segment with this process's resource tracker, which would unlink it when we exit.
-        path = "/dev/shm/" + spec.name.lstrip("/")
+        path = "/dev/shm/" + spec.name
         try:
             fd = os.open(path, os.O_RDWR)
         except FileNotFoundError:

@@ -203,6 +203,14 @@ class ArraySumTree(SumTree):
         self._since_rebuild = 0
         self._t_max = float(self._sums[self._root])
 
+    supports_split_updates = True  # inner nodes are plain child sums: write_leaves + propagate work
+
+    @property
+    def max_leaf(self) -> float:
+        """The largest leaf value ``(p + eps) ** alpha`` this tree stores; updates that would
+        exceed it are refused (the sums of ``capacity`` such leaves cannot overflow)."""
+        return self._vmax
+
 
 class BinarySumTree(ArraySumTree):
     """Binary sum tree, the classic 1-indexed heap (node i's children are 2i and 2i+1)."""
@@ -264,3 +272,5 @@ class PrefixKarySumTree(ArraySumTree):
         lay, size = layouts.with_leaf_row(lay, size, K)
         super().__init__(capacity, K, lay, size, dtype, resum_every)
         self.depth -= 1  # the last table row places the leaves, it is not a level
+
+    supports_split_updates = False  # inner nodes hold running sums: a leaf delta is not a path add

@@ -77,6 +77,9 @@ class SumTree(ABC):
 
     capacity: int
     dtype: np.dtype
+    #: Whether updates can be split into ``write_leaves`` and ``propagate`` (the pal-locks and
+    #: deferred concurrency policies need it); a capability, declared by each structure.
+    supports_split_updates: bool = False
 
     @abstractmethod
     def update(self, indices, priorities, *, n_valid=None, eps=0.0, alpha=1.0) -> float:

@@ -1,0 +1,49 @@
+"""optimistic: lazy writing, and samples that take no lock at all (seqlock-style readers)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..policy import Selection, register
+from .lazy_writing import LazyWriting
+
+__all__ = ["Optimistic"]
+
+
+@register
+class Optimistic(LazyWriting):
+    """Lazy writing, and samples that take no lock at all (seqlock-style readers).
+
+    Inserts and updates are exactly :class:`LazyWriting`'s, so the tree still has one writer
+    at a time. A sample descends while writers may be changing the tree: every node it reads
+    is a value that node really held (aligned float loads are atomic), so it always reaches a
+    real leaf; a leaf read as 0 (reserved, or mid-update) is drawn again, and so is a slot whose
+    stamp says it is being written or changed during the copy. What a sampler may observe:
+    the probabilities of one draw are off by the deltas in flight at that moment (at most the
+    priority changes of one batch), and ``p_min`` for the weights may be one update old. If
+    draws keep failing (heavy drift), it falls back to the locked draw, which may rebuild.
+    Samplers therefore never wait for writers or for each other; only updates do.
+    """
+
+    name = "optimistic"
+    ROUNDS = 8  # unlocked redraw rounds before falling back to the locked draw
+
+    def select(self, n: int, rng) -> Selection:
+        tree, ring = self.tree, self.ring
+        total = tree.total()
+        if total > 0.0:
+            us = (np.arange(n) + rng.random(n)) * (total / n) if self.stratified else rng.random(n) * total
+            idx, prio = tree.find(us)
+            for _ in range(self.ROUNDS):
+                stamps = ring.stamps_at(np.maximum(idx, 0))
+                bad = np.flatnonzero((idx < 0) | (stamps < 0))
+                if bad.size == 0:
+                    pmin = tree.min()
+                    if 0.0 < pmin < np.inf:
+                        return Selection(idx, prio, stamps, pmin)
+                    break
+                total = tree.total()
+                if not total > 0.0:
+                    break
+                idx[bad], prio[bad] = tree.find(rng.random(bad.size) * total)
+        return super().select(n, rng)  # under the lock, with the tree's own redraw and rebuild

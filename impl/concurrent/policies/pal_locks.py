@@ -1,0 +1,37 @@
+"""pal-locks: PAL's tree protection, a global (tree) lock plus a last-level (leaf) lock."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..policy import Policy, register
+
+__all__ = ["PalLocks"]
+
+
+@register
+class PalLocks(Policy):
+    """PAL's tree protection: a global (tree) lock plus a last-level (leaf) lock.
+
+    Tree changes hold the tree lock; their leaf writes also hold the leaf lock, which is
+    released before the deltas climb the inner levels. Priority reads (:meth:`read_priorities`)
+    take only the leaf lock, so they proceed while inner levels are being updated and observe
+    leaves that may be newer than the inner sums (each leaf value is one aligned word: never
+    torn). Samples descend under the tree lock, so they see a consistent tree, and copy their
+    rows outside it (stamp-checked). Inserts copy data under the tree lock, as PAL does
+    without lazy writing.
+    """
+
+    name = "pal-locks"
+    requires_split_updates = True
+
+    def apply(self, idx, vals, eps, alpha, n_valid=None) -> float:
+        with self.leaf_lock:
+            idx, deltas, pmax = self.tree.write_leaves(idx, vals, n_valid=n_valid, eps=eps, alpha=alpha)
+        self.tree.propagate(idx, deltas)
+        self.ring.count(idx.size)
+        return pmax
+
+    def read_priorities(self, idx) -> np.ndarray:
+        with self.leaf_lock:
+            return self.tree.get(idx)

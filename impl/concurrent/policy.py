@@ -1,0 +1,197 @@
+"""The concurrency policy interface, and the registry of policies.
+
+A policy decides how inserts, samples and updates of one shared buffer synchronise: what is
+done under which lock. It is given the buffer's parts (:class:`Parts`: tree, storage, ring,
+locks, and the priority transform), never the buffer, and it calls only their public
+operations (:class:`~impl.concurrent.ring.SharedRing`, the tree's ``update`` / ``fill`` /
+``sample``, and for split policies ``write_leaves`` / ``propagate``). So a variant is
+structure x parameters x policy, and the policy is a column in results.
+
+Adding a policy is one class in one module of ``impl/concurrent/policies/``, decorated with
+:func:`register`; :func:`names` imports that folder on first use, so the tests and the
+concurrency benchmark pick the policy up with no other edit (as ``impl/variants/`` works for
+the variant registry).
+
+Every policy must keep these guarantees (tested for every registered name in
+tests/test_concurrency.py):
+
+* no sample returns a row that was being written, or was overwritten while it was copied;
+* no sample returns a slot whose priority is 0 (reserved, voided or never written);
+* after writers stop, the root equals the sum of the leaves within the tree's drift bound;
+* a writer that dies anywhere in an insert loses that insert only (see the ring's recovery).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+
+import numpy as np
+
+from .locks import SharedLock, my_token
+from .ring import SharedRing
+
+__all__ = ["Parts", "Selection", "Policy", "register", "names", "get"]
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What a policy works on: one process's objects over the shared memory."""
+
+    tree: object  # an impl.trees.ArraySumTree bound to the shared arrays
+    storage: object  # an impl.storage.ColumnarStorage over the shared columns
+    ring: SharedRing
+    tree_lock: SharedLock  # guards the tree and the ring; its holder's death is recovered
+    leaf_lock: SharedLock  # taken after the tree lock, by policies that split updates
+    alpha: float  # stored priority = (p + eps) ** alpha
+    eps: float
+    stratified: bool
+
+
+@dataclass(slots=True)
+class Selection:
+    """Rows drawn by :meth:`Policy.select`.
+
+    ``rows`` holds their data when the policy copied it; None means the caller copies the rows
+    (outside any lock) and redraws those whose stamp changed meanwhile.
+    """
+
+    indices: np.ndarray  # int64 ring slots
+    priorities: np.ndarray  # float64 stored priorities of those slots
+    stamps: np.ndarray  # int64 tickets the slots held when drawn
+    p_min: float  # smallest positive stored priority, for the importance weights
+    rows: dict | None = None
+
+
+class Policy:
+    """Base policy: the tree lock around each whole tree operation and each insert's data
+    copy; samples copy their rows outside the lock (stamp-checked by the caller).
+
+    Subclasses set :attr:`name` and override what they do differently. The hooks:
+    :meth:`insert`, :meth:`select`, :meth:`update`, :meth:`read_priorities`, :meth:`flush`,
+    and :meth:`apply` (how one tree change is made, under the tree lock).
+    """
+
+    name = ""
+    #: True when :meth:`apply` splits tree changes into ``write_leaves`` and ``propagate``;
+    #: structures whose ``supports_split_updates`` is False are then refused.
+    requires_split_updates = False
+
+    def __init__(self, parts: Parts):
+        self.tree, self.storage, self.ring = parts.tree, parts.storage, parts.ring
+        self.tree_lock, self.leaf_lock = parts.tree_lock, parts.leaf_lock
+        self.alpha, self.eps, self.stratified = parts.alpha, parts.eps, parts.stratified
+
+    @classmethod
+    def check_structure(cls, tree) -> None:
+        """Raise NotImplementedError when ``tree`` lacks a capability this policy needs."""
+        if cls.requires_split_updates and not tree.supports_split_updates:
+            raise NotImplementedError(f"policy {cls.name!r} cannot wrap {type(tree).__name__}: it splits updates "
+                                      "into write_leaves and propagate, which this structure does not support")
+
+    # ------------------------------------------------------------------ hooks
+    def apply(self, idx, vals, eps: float, alpha: float, n_valid=None) -> float:
+        """Under the tree lock: set leaves ``idx`` to ``(vals + eps) ** alpha`` by this policy's
+        protocol; returns the largest value set. Here: one whole tree update, counted."""
+        pmax = self.tree.update(idx, vals, n_valid=n_valid, eps=eps, alpha=alpha)
+        self.ring.count(idx.size)
+        return pmax
+
+    def insert(self, arrays: dict, n: int, vals) -> int:
+        """Store ``n`` validated rows with priorities ``vals`` (raw; None: the max so far);
+        returns the first ticket. Here: everything under the tree lock."""
+        with self.tree_lock:
+            res = self.ring.reserve(n, my_token())
+            self.storage.write(res.first % self.ring.capacity, arrays, n)
+            self.set_new_priorities(res.first, n, vals)
+            self.ring.publish(res, n)
+        return res.first
+
+    def select(self, n: int, rng) -> Selection:
+        """Draw ``n`` rows. Here: the descent under the tree lock, rows left to the caller."""
+        with self.tree_lock:
+            return self.draw(n, rng)
+
+    def update(self, idx, vals, stamps) -> int:
+        """Apply validated priorities to the slots that still hold the sampled transitions;
+        returns how many were applied."""
+        with self.tree_lock:
+            keep = self.ring.fresh(idx, stamps)
+            idx, vals = idx[keep], vals[keep]
+            if idx.size:
+                self.ring.note_max(self.apply(idx, vals, self.eps, self.alpha, n_valid=self.ring.inserted))
+        return int(idx.size)
+
+    def read_priorities(self, idx) -> np.ndarray:
+        """Stored priorities of slots ``idx``."""
+        with self.tree_lock:
+            return self.tree.get(idx)
+
+    def flush(self) -> None:
+        """Under the tree lock: bring the inner nodes up to date (only lagging policies work)."""
+
+    # ------------------------------------------------------------------ helpers for subclasses
+    def draw(self, n: int, rng) -> Selection:
+        """Under the tree lock: one descent for ``n`` rows, with their stamps and ``p_min``."""
+        idx, prio = self.tree.sample(n, rng, self.stratified)
+        return Selection(idx, prio, self.ring.stamps_at(idx), self.tree.min())
+
+    def set_new_priorities(self, first: int, n: int, vals) -> None:
+        """Under the tree lock: give tickets ``first .. first+n-1`` their priority, ``vals``
+        (raw) or else the max so far (one run-merged fill, or :meth:`apply` when updates are
+        split: a fill writes leaves and inner nodes together)."""
+        ring = self.ring
+        if vals is not None:
+            ring.note_max(self.apply(ring.slots(first, n), vals, self.eps, self.alpha))
+        elif self.requires_split_updates:
+            self.apply(ring.slots(first, n), np.full(n, ring.max_priority), 0.0, 1.0)
+        else:
+            self.tree.fill(first % ring.capacity, n, ring.max_priority)
+            ring.count(n)
+
+
+# ---------------------------------------------------------------------------- the registry
+_policies: dict[str, type[Policy]] = {}
+_discovered = False
+
+
+def register(cls: type[Policy]) -> type[Policy]:
+    """Class decorator: make policy ``cls`` available as ``cls.name``. Registering a taken
+    name from another class is an error; re-importing the same module replaces its entry."""
+    if not (isinstance(cls, type) and issubclass(cls, Policy)):
+        raise TypeError(f"register expects a Policy subclass, got {cls!r}")
+    name = cls.name
+    if not isinstance(name, str) or not name or name != name.strip() or " " in name:
+        raise ValueError(f"policy name must be a non-empty string without spaces, got {name!r}")
+    old = _policies.get(name)
+    if old is not None and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise ValueError(f"policy name {name!r} is already registered by {old.__module__}.{old.__qualname__}")
+    _policies[name] = cls
+    return cls
+
+
+def _discover() -> None:
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    from . import policies
+
+    for module in pkgutil.iter_modules(policies.__path__):
+        importlib.import_module(f"{policies.__name__}.{module.name}")
+
+
+def names() -> list[str]:
+    """Sorted names of every registered policy (imports ``impl/concurrent/policies/`` once)."""
+    _discover()
+    return sorted(_policies)
+
+
+def get(name: str) -> type[Policy]:
+    """The policy class registered as ``name``; ValueError naming the choices otherwise."""
+    _discover()
+    try:
+        return _policies[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"policy must be one of {sorted(_policies)}, got {name!r}") from None

@@ -1,0 +1,268 @@
+"""The shared ring state of a :class:`~impl.concurrent.SharedPrioritizedBuffer`: tickets, stamps,
+the in-flight writer table, counters, and the deferred policy's queue, with named operations.
+
+Every policy builds on these operations; none of them locks. The caller holds the tree lock
+wherever a docstring says "under the tree lock" (the policies decide when that is).
+
+* **Tickets and stamps.** Transition number ``t`` (a ticket, counted over all writers) goes to
+  ring slot ``t % capacity``. ``stamps[slot]`` is the ticket whose data the slot holds, or -1
+  while it is being written (or was voided). A sample records the stamps of the slots it drew
+  and re-reads them after copying the data out (:meth:`SharedRing.stamps_changed`); a changed
+  stamp means a writer got to the slot during the copy, so that row is drawn again (a seqlock).
+* **Stale updates.** :meth:`SharedRing.fresh` keeps only the updates whose slot still holds the
+  sampled transition (same stamp); without stamps, only slots that are not being written.
+* **Crash recovery.** Each insert records ``(writer token, first ticket, count)`` in the
+  in-flight table from :meth:`~SharedRing.reserve` to :meth:`~SharedRing.publish`. When a
+  lock's holder died, or a writer waits on a dead writer's record, :meth:`~SharedRing.void_dead_writers`
+  sets every dead writer's in-flight slots to priority 0 and stamp -1 (never sampled,
+  overwritten when the ring comes round) and rebuilds the tree's inner nodes from its leaves.
+* **Re-summing.** The count of leaf changes since the last rebuild lives in the control block
+  (:meth:`~SharedRing.count`), so the float32 drift bound of :mod:`impl.trees.array_trees`
+  holds across all processes.
+
+Memory: 8 bytes of stamp per slot, a fixed control block, writer table and queue.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from .locks import pid_alive, token_pid
+
+__all__ = ["SharedRing", "Reservation", "ring_arrays", "MAX_WRITERS", "QUEUE_SIZE", "TREE_LOCK", "LEAF_LOCK"]
+
+MAX_WRITERS = 64  # inserts in flight at once (one per writer thread or process)
+QUEUE_SIZE = 8192  # deferred policy: leaf changes held before the inner nodes catch up
+
+# control block (int64) words; the two locks live here too (see impl.concurrent.locks)
+TREE_LOCK, LEAF_LOCK, _TICKET, _SINCE_REBUILD, _QUEUE_LEN, _REBUILDS, _RECOVERIES, _STALE, _REDRAWN, _VOIDED = range(10)
+_COUNTERS = {"rebuilds": _REBUILDS, "recoveries": _RECOVERIES, "stale_updates": _STALE, "redrawn_rows": _REDRAWN,
+             "voided_slots": _VOIDED}
+# float control block words
+_MAX_PRIORITY, _T_MAX = range(2)
+
+
+def ring_arrays(capacity: int) -> dict:
+    """The shared arrays of a ring of ``capacity`` slots: ``{name: (shape, dtype)}``."""
+    return {"ctrl": ((16,), np.int64), "fctrl": ((4,), np.float64), "writers": ((MAX_WRITERS, 3), np.int64),
+            "stamps": ((capacity,), np.int64), "queue_idx": ((QUEUE_SIZE,), np.int64),
+            "queue_delta": ((QUEUE_SIZE,), np.float64)}
+
+
+class Reservation(NamedTuple):
+    """What :meth:`SharedRing.reserve` got: tickets ``first .. first+n-1`` recorded in row
+    ``row`` of the in-flight table, or ``row == -1`` and the token of the live writer whose
+    slots the range would overtake (``blocker``)."""
+
+    first: int
+    row: int
+    blocker: int
+
+
+@njit(nogil=True, cache=True)
+def _reserve_kernel(ctrl, writers, stamps, n, token, capacity, guard_lapping):
+    """``(t0, row, -1)`` on success; ``(t0, -1, r)`` when the range would overtake in-flight
+    row ``r``; ``(t0, -1, -1)`` when the table is full. One pass, O(MAX_WRITERS + n)."""
+    t0 = ctrl[_TICKET]
+    free = -1
+    oldest = -1
+    for r in range(writers.shape[0]):
+        if writers[r, 0] == 0:
+            if free < 0:
+                free = r
+        elif oldest < 0 or writers[r, 1] < writers[oldest, 1]:
+            oldest = r
+    if guard_lapping and oldest >= 0 and t0 + n - capacity > writers[oldest, 1]:
+        return t0, -1, oldest
+    if free < 0:
+        return t0, -1, -1
+    writers[free, 1] = t0
+    writers[free, 2] = n
+    writers[free, 0] = token
+    ctrl[_TICKET] = t0 + n
+    for k in range(n):
+        stamps[(t0 + k) % capacity] = -1
+    return t0, free, -1
+
+
+@njit(nogil=True, cache=True)
+def _publish_kernel(stamps, writers, row, t0, n, capacity):
+    for k in range(n):
+        stamps[(t0 + k) % capacity] = t0 + k
+    writers[row, 0] = 0
+
+
+class SharedRing:
+    """Tickets, stamps, in-flight writers, counters and the deferred queue of one shared buffer.
+
+    ``arrays`` are the views named by :func:`ring_arrays` (in shared memory); ``tree`` is the
+    buffer's tree over the same memory, which the ring rebuilds and voids slots in.
+    Thread-safety: the methods that say "under the tree lock" need it held; the others are
+    snapshots safe to take at any time.
+    """
+
+    def __init__(self, arrays: dict, tree, capacity: int, resum_every: int):
+        self.control = arrays["ctrl"]  # the lock words live here too
+        self._fctrl = arrays["fctrl"]
+        self._writers, self._stamps = arrays["writers"], arrays["stamps"]
+        self._queue_idx, self._queue_delta = arrays["queue_idx"], arrays["queue_delta"]
+        self.tree = tree
+        self.capacity = int(capacity)
+        self.resum_every = int(resum_every)
+
+    @staticmethod
+    def initialise(arrays: dict) -> None:
+        """Set a fresh (zero-filled) ring's arrays to the empty state: every slot unwritten."""
+        arrays["stamps"][:] = -1
+        arrays["fctrl"][_MAX_PRIORITY] = 1.0
+
+    # ------------------------------------------------------------------ snapshots
+    @property
+    def inserted(self) -> int:
+        """Tickets handed out so far, by all writers."""
+        return int(self.control[_TICKET])
+
+    @property
+    def max_priority(self) -> float:
+        """Largest stored priority ``(p + eps) ** alpha`` so far (1 initially): new rows get it."""
+        return float(self._fctrl[_MAX_PRIORITY])
+
+    def counters(self) -> dict:
+        """Buffer-wide event counts: rebuilds, recoveries, stale updates skipped, rows redrawn
+        because their slot changed during a copy, slots voided."""
+        return {name: int(self.control[i]) for name, i in _COUNTERS.items()}
+
+    def stamps_at(self, idx: np.ndarray) -> np.ndarray:
+        """Stamps of slots ``idx`` (a copy)."""
+        return self._stamps[idx]
+
+    def stamps_snapshot(self) -> np.ndarray:
+        """All ``capacity`` stamps (a copy): the ticket each slot holds, -1 if none. O(capacity)."""
+        return self._stamps.copy()
+
+    def in_flight(self) -> list[tuple[int, int, int]]:
+        """``(writer token, first ticket, count)`` of every insert between reserve and publish."""
+        return [tuple(int(x) for x in row) for row in self._writers[self._writers[:, 0] != 0]]
+
+    def stamps_changed(self, idx: np.ndarray, stamps: np.ndarray) -> np.ndarray:
+        """Seqlock check after a copy: positions ``k`` where slot ``idx[k]`` no longer holds
+        ticket ``stamps[k]`` (counted as redrawn rows). No lock needed."""
+        changed = np.flatnonzero(self._stamps[idx] != stamps)
+        if changed.size:
+            self.control[_REDRAWN] += changed.size  # statistics only: a lost increment is harmless
+        return changed
+
+    def slots(self, first: int, n: int) -> np.ndarray:
+        """Ring slots of tickets ``first .. first+n-1``."""
+        s = np.arange(first, first + n, dtype=np.int64)
+        s %= self.capacity
+        return s
+
+    # ------------------------------------------------------------------ under the tree lock
+    def reserve(self, n: int, token: int, wait_for_lapped: bool = False) -> Reservation:
+        """Under the tree lock: take tickets ``first .. first+n-1``, set their stamps to -1
+        and record them in flight for writer ``token``.
+
+        With ``wait_for_lapped``, a range that would overtake a slot another live writer is
+        still writing is not taken: the result has ``row == -1`` and that writer's token (the
+        caller releases the lock and retries). Dead writers met on the way are voided. Raises
+        RuntimeError when :data:`MAX_WRITERS` inserts are in flight. O(MAX_WRITERS + n).
+        """
+        while True:
+            t0, row, blocker = _reserve_kernel(self.control, self._writers, self._stamps, n, token, self.capacity,
+                                               wait_for_lapped)
+            if row >= 0:
+                return Reservation(int(t0), int(row), 0)
+            if blocker >= 0:
+                holder = int(self._writers[blocker, 0])
+                if pid_alive(token_pid(holder)):
+                    return Reservation(int(t0), -1, holder)
+            if not self.void_dead_writers() and blocker < 0:
+                raise RuntimeError(f"more than {MAX_WRITERS} inserts in flight at once")
+
+    def publish(self, reservation: Reservation, n: int) -> None:
+        """Under the tree lock, after the slots' priorities are set: stamp them with their
+        tickets (sampleable from now on) and clear the in-flight record."""
+        _publish_kernel(self._stamps, self._writers, reservation.row, reservation.first, n, self.capacity)
+
+    def fresh(self, idx: np.ndarray, stamps) -> np.ndarray:
+        """Under the tree lock: the mask of updates that still target the sampled transition
+        (same stamp; without ``stamps``, any slot not being written). Skips are counted."""
+        now = self._stamps[idx]
+        keep = now >= 0 if stamps is None else now == stamps
+        skipped = idx.shape[0] - int(np.count_nonzero(keep))
+        if skipped:
+            self.control[_STALE] += skipped
+        return keep
+
+    def note_max(self, pmax: float) -> None:
+        """Under the tree lock: raise the max priority new rows get to ``pmax`` if larger."""
+        if pmax > self._fctrl[_MAX_PRIORITY]:
+            self._fctrl[_MAX_PRIORITY] = pmax
+
+    def count(self, n: int) -> None:
+        """Under the tree lock, after ``n`` leaf changes reached the inner nodes: re-sum when
+        the drift bound asks for it (the single-process trees' rule, counted for all processes)."""
+        since = int(self.control[_SINCE_REBUILD]) + n
+        self.control[_SINCE_REBUILD] = since
+        total = self.tree.total()
+        t_max = max(float(self._fctrl[_T_MAX]), total)
+        self._fctrl[_T_MAX] = t_max
+        r = self.resum_every
+        if since >= r or since * t_max > r * total:
+            self.rebuild()
+
+    def rebuild(self) -> None:
+        """Under the tree lock: recompute the inner nodes from the leaves (always current, so
+        queued deltas are void and dropped). O(capacity)."""
+        self.tree.rebuild()
+        self.control[_QUEUE_LEN] = 0
+        self.control[_SINCE_REBUILD] = 0
+        self._fctrl[_T_MAX] = self.tree.total()
+        self.control[_REBUILDS] += 1
+
+    def enqueue(self, idx: np.ndarray, deltas: np.ndarray) -> bool:
+        """Under the tree lock: append leaf deltas for a later :meth:`take_queue`; False (and
+        nothing appended) when they do not fit in the :data:`QUEUE_SIZE` entries left."""
+        q = int(self.control[_QUEUE_LEN])
+        if q + idx.size > QUEUE_SIZE:
+            return False
+        self._queue_idx[q:q + idx.size] = idx
+        self._queue_delta[q:q + idx.size] = deltas
+        self.control[_QUEUE_LEN] = q + idx.size
+        return True
+
+    def take_queue(self) -> tuple[np.ndarray, np.ndarray]:
+        """Under the tree lock: the queued ``(leaf indices, deltas)``, emptying the queue. The
+        arrays are views of shared memory, valid until the lock is released."""
+        q = int(self.control[_QUEUE_LEN])
+        self.control[_QUEUE_LEN] = 0
+        return self._queue_idx[:q], self._queue_delta[:q]
+
+    def void_dead_writers(self) -> int:
+        """Under the tree lock: void the in-flight slots of writers whose process died
+        (priority 0, stamp -1) and rebuild the tree if any; returns how many slots."""
+        w = self._writers
+        voided = 0
+        for row in np.flatnonzero(w[:, 0] != 0):
+            if pid_alive(token_pid(w[row, 0])):
+                continue
+            t0, n = int(w[row, 1]), int(w[row, 2])
+            self._stamps[self.slots(t0, n)] = -1
+            self.tree.fill(t0 % self.capacity, n, 0.0)  # leaves and inner nodes (rebuilt after)
+            w[row] = 0
+            voided += n
+        if voided:
+            self.control[_VOIDED] += voided
+            self.rebuild()
+        return voided
+
+    def recover(self, dead_token: int) -> None:
+        """The tree lock's holder ``dead_token`` died and we took the lock over: make the ring
+        and tree consistent again (the :class:`~impl.concurrent.locks.SharedLock` callback)."""
+        self.control[_RECOVERIES] += 1
+        self.void_dead_writers()
+        self.rebuild()
