@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from replaybench.analysis import load, stats
+from replaybench.bench import contract
 from replaybench.analysis.plots.capacity import default_timings
 
 __all__ = ["build"]
@@ -107,14 +108,14 @@ def _throughput(res) -> list[str]:
     if rows.empty:
         return []
     keys = ["run_id", "op", "capacity", "batch", "transitions", "variant", "structure", "K"]
-    cells = stats.ratio_columns(stats.spread(rows, keys, "items_per_s"), ["batch", "transitions"])
+    cells = stats.ratio_columns(stats.spread(rows, keys, "items_per_s"))
     out = ["## Throughput", "",
            "Median over values, spread = min-max over the same values; `x binary` and `x best peer` are ratios "
            "of medians in the same run, op, capacity and workload (> 1 = faster). Runs without a parameter "
            "grid, every variant at its default parameters.", ""]
     ops = [op for op in _OPS if op in set(cells["op"])] + sorted(set(cells["op"]) - set(_OPS))
     for op in ops:
-        scale, unit = stats.op_unit(op)
+        scale, unit = contract.op_unit(op)
         part = cells[cells["op"] == op].sort_values(["capacity", "variant"])
         has_peer = part["best_peer"].notna().any()
         body = []
@@ -123,7 +124,7 @@ def _throughput(res) -> list[str]:
                     f"{_g(c['min'] / scale)}-{_g(c['max'] / scale)}", int(c["n"]), _g(c.get("x_binary"))]
             if has_peer:
                 line += [_g(c["x_best_peer"]),
-                         (c["best_peer"] or "-").removeprefix(stats.PEER_PREFIX) if isinstance(c["best_peer"], str)
+                         (c["best_peer"] or "-").removeprefix(contract.PEER_PREFIX) if isinstance(c["best_peer"], str)
                          else "-"]
             body.append(line)
         out += [f"### {op} ({unit})", ""]
@@ -169,7 +170,7 @@ def _k_sweep(outcome) -> list[str]:
     body = []
     for (cap, op, variant), part in data.groupby(["capacity", "op", "variant"], sort=True):
         best = part.loc[part["median"].idxmax()]
-        scale, unit = stats.op_unit(op)
+        scale, unit = contract.op_unit(op)
         body.append([f"2^{int(cap).bit_length() - 1}", op, f"`{variant}`", int(best["K"]), _g(best["median"] / scale),
                      f"{_g(best['min'] / scale)}-{_g(best['max'] / scale)}", unit,
                      ", ".join(f"{int(k)}: {_g(m / scale)}" for k, m in zip(part["K"], part["median"]))])

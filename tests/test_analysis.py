@@ -354,7 +354,7 @@ def _edit_line(path, number, edit):
     (lambda p: _edit_line(p, 3, lambda s: s.replace("seconds_per_call,", "seconds_per_call,abc", 1)),
      "line 3: column 'value': cannot parse"),
     (lambda p: p.write_text("".join(p.read_text().splitlines(keepends=True)[1:])), "line 1: not a rows.csv header"),
-    (lambda p: _edit_line(p, 4, lambda s: "9" + s[1:]), "line 4: schema_version 9 is newer than this analysis"),
+    (lambda p: _edit_line(p, 4, lambda s: "9" + s[1:]), "line 4: schema_version 9 is newer than this reader"),
 ])
 def test_a_broken_rows_csv_names_file_and_line(synthetic, tmp_path, damage, message):
     root = _copy(synthetic, tmp_path, "20300101T000000Z-micro", "20300101T000200Z-cache")
@@ -426,7 +426,7 @@ def test_newer_meta_schema_is_refused(tmp_path):
     run.mkdir()
     (run / "meta.json").write_text(json.dumps({"schema_version": results.SCHEMA_VERSION + 1}))
     (run / "rows.csv").write_text(",".join(results.COLUMNS) + "\n")
-    with pytest.raises(load.RunError, match="newer than this analysis knows"):
+    with pytest.raises(load.RunError, match="newer than this reader knows"):
         load.load_run(run)
 
 
@@ -481,6 +481,23 @@ def test_compare_marks_spread_and_real_differences(synthetic, tmp_path):
     text = compare.compare_runs(a, slower)
     assert "[min, max] ranges" in text.splitlines()[1]
     assert "significant" in text and "0.500" in text
+
+
+def test_compare_command_gives_the_ratio_of_two_single_value_runs(tmp_path, capsys):
+    """Moved from bench's removed `compare`: b 5% slower per call is b/a = 1/1.05 of a's throughput,
+    and with one value per side there is no spread to judge the difference by."""
+    base = {"schema_version": 1, "scenario": "micro", "op": "sample", "capacity": 1024, "batch": 256,
+            "transitions": "cartpole", "metric": "seconds_per_call", "unit": "s", "items_per_call": 256,
+            "status": "ok", "variant": "binary", "repeat": 0}
+    for run_id, seconds in (("a", 1e-4), ("b", 1.05e-4)):
+        writer = results.RunWriter(tmp_path, run_id, {"scenario": "micro"})
+        writer.append([{**base, "run_id": run_id, "value": seconds}])
+        writer.finish(True)
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    text = capsys.readouterr().out
+    line = next(ln for ln in text.splitlines() if ln.startswith("sample"))
+    assert line.split()[-2:] == [f"{1 / 1.05:.3f}", "n=1"] and "2.56-2.56" in line  # M transitions/s
+    assert "cells: 0 significant, 0 not significant, 1 n=1" in text
 
 
 def test_compare_cli_names_a_broken_file(synthetic, tmp_path, capsys):
