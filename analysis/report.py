@@ -195,29 +195,38 @@ def _concurrency(outcome) -> list[str]:
 
 
 def _training(outcome) -> list[str]:
+    """One row per training configuration of every task the training_scaling figure draws (a task
+    is an algorithm, environment and updates-per-step ratio), its sequential baseline first."""
     data = outcome.data.get("training_scaling")
     if data is None:
         return []
-    body = []
-    keys = ["algo", "env", "variant", "policy", "actors", "learners", "baseline"]
-    for key, g in data.groupby(keys, dropna=False, sort=True):
+    keys = ["task", "run_id", "variant", "K", "policy", "actors", "learners", "baseline"]
+    rows = []
+    for key, g in data.groupby(keys, dropna=False, sort=False):
         k = dict(zip(keys, key))
         a, n = int(k["actors"]), int(k["learners"])
+        K = None if pd.isna(k["K"]) else int(k["K"])
         who = "sequential" if k["baseline"] else f"{a} actor{'s' * (a != 1)}, {n} learner{'s' * (n != 1)}"
-        line = [f"{k['algo']} {k['env']}", f"`{k['variant']}` {k['policy'] or ''}".strip(), who]
+        variant = f"`{k['variant']}`" + ("" if K is None else f" K={K}")
+        line = [k["task"], f"{variant} {k['policy'] or ''}".strip(), who]
         for metric in ("time_to_threshold_s", "speedup", "env_steps_per_s", "updates_per_s"):
             hit = g[g["metric"] == metric]
             if hit.empty:
                 line.append("-")
                 continue
-            h = hit.iloc[0]
+            h = hit.iloc[0]  # one row per configuration and metric (the figure's data)
             text = _g(h["median"])
             if metric == "time_to_threshold_s":
-                text = "not reached" if h["n_reached"] == 0 else text + (
-                    f" ({h['n_reached']}/{h['n_seeds']} seeds)" if h["n_reached"] < h["n_seeds"] else "")
+                reached = f"{int(h['n_reached'])}/{int(h['n_seeds'])} seeds"
+                text = f"not reached ({reached})" if h["n_reached"] == 0 else f"{text} ({reached})"
             line.append(text)
-        body.append(line)
-    return (["## Training", "", "Medians over seeds (time to threshold over the seeds that reached it).", ""]
+        order = (k["task"], str(k["run_id"]), not k["baseline"], str(k["variant"]), K or 0, str(k["policy"]), a, n)
+        rows.append((order, line))
+    body = [line for _, line in sorted(rows, key=lambda r: r[0])]
+    return (["## Training", "", "Per task (algorithm, environment, gradient updates per environment step), the "
+             "sequential baseline first, then each parallel configuration. Medians over seeds; time to threshold "
+             "over the seeds that reached it (k/n = k of n seeds reached it); speedup over the sequential baseline "
+             "of the same task and seed.", ""]
             + _table(["task", "variant / policy", "workers", "time to threshold (s)", "speedup", "env steps/s",
                       "updates/s"], body) + [""])
 
