@@ -196,7 +196,8 @@ def _concurrency(outcome) -> list[str]:
 
 def _training(outcome) -> list[str]:
     """One row per training configuration of every task the training_scaling figure draws (a task
-    is an algorithm, environment and updates-per-step ratio), its sequential baseline first."""
+    is an algorithm, environment and updates-per-step ratio); per task and buffer, its sequential
+    baseline first."""
     data = outcome.data.get("training_scaling")
     if data is None:
         return []
@@ -220,11 +221,11 @@ def _training(outcome) -> list[str]:
                 reached = f"{int(h['n_reached'])}/{int(h['n_seeds'])} seeds"
                 text = f"not reached ({reached})" if h["n_reached"] == 0 else f"{text} ({reached})"
             line.append(text)
-        order = (k["task"], str(k["run_id"]), not k["baseline"], str(k["variant"]), K or 0, str(k["policy"]), a, n)
+        order = (k["task"], str(k["run_id"]), str(k["variant"]), K or 0, not k["baseline"], str(k["policy"]), a, n)
         rows.append((order, line))
     body = [line for _, line in sorted(rows, key=lambda r: r[0])]
-    return (["## Training", "", "Per task (algorithm, environment, gradient updates per environment step), the "
-             "sequential baseline first, then each parallel configuration. Medians over seeds; time to threshold "
+    return (["## Training", "", "Per task (algorithm, environment, gradient updates per environment step) and buffer, "
+             "the sequential baseline first, then each parallel configuration. Medians over seeds; time to threshold "
              "over the seeds that reached it (k/n = k of n seeds reached it); speedup over the sequential baseline "
              "of the same task and seed.", ""]
             + _table(["task", "variant / policy", "workers", "time to threshold (s)", "speedup", "env steps/s",
