@@ -28,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from replaybench.bench import contract
-from replaybench.bench.contract import CELL_COLUMNS, RunError
+from replaybench.bench.contract import CELL_COLUMNS, RunError  # the contract's own objects, named for loaders' callers
 
 __all__ = ["RunError", "Results", "find_runs", "load_run", "load_runs", "cache_sizes", "latest_per_cell",
            "CELL_COLUMNS"]

@@ -16,7 +16,7 @@ import statistics
 from pathlib import Path
 
 from replaybench.bench import contract, workloads
-from replaybench.bench.contract import format_table
+from replaybench.bench.contract import format_table  # the one text-table formatter, named here for bench's tables
 
 __all__ = ["summarize", "summarize_cells", "format_table", "format_rows", "format_run", "format_headline"]
 

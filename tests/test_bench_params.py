@@ -192,7 +192,8 @@ def test_summary_best_peer_ratio(tmp_path):
     assert cells[-3:] == ["2.00", "4.00", "fast"]  # x binary, x best peer, which peer
     other = next(ln for ln in text.splitlines() if " mine " in ln and ln.strip().startswith("2048"))
     assert other.split()[-2:] == ["-", "-"]  # no peer measured at that capacity
-    cells = [{**c["row"], "median": c["median"]} for c in summary.summarize_cells(results.read_rows(tmp_path / "r1")).values()]
+    cells = [{**c["row"], "median": c["median"]}
+             for c in summary.summarize_cells(results.read_rows(tmp_path / "r1")).values()]
     assert {r["best_peer"] for r in contract.reference_ratios(cells)} == {"peer:fast", None}  # None: at 2048
 
 
