@@ -1,11 +1,12 @@
 """Compare two runs cell by cell and say which differences are larger than the run-to-run spread.
 
-A *cell* is what one configuration measured: rows equal in :data:`analysis.load.CELL_COLUMNS`
-(variant, op, capacity, parameters, level, method, policy, workers ...), ``ok`` rows only. Its
-values are throughputs (items per call / seconds per call, as in :mod:`bench.summary`, shown
-in the op's unit such as M transitions/s) for timing rows and the stored value for every other metric (misses,
-items/s of the concurrency scenario, training summaries). Training return curves (op
-``episode``) are not cells and are left out.
+A *cell* is what one configuration measured: rows equal in :data:`bench.contract.CELL_COLUMNS`
+(variant, op, capacity, parameters, level, method, policy, workers ...), ``ok`` rows only (a
+``below-resolution`` row holds a bound, not a measurement). Its values are throughputs
+(:func:`bench.contract.items_per_s`, as in :mod:`bench.summary`, shown in the op's unit such as
+M transitions/s) for timing rows and the stored value for every other metric (misses, items/s
+of the concurrency scenario, training summaries). Training return curves (op ``episode``) are
+not cells and are left out.
 
 Rule. Per cell present in both runs: the medians ``a`` and ``b``, ``b/a``, and a verdict:
 
@@ -27,7 +28,8 @@ from pathlib import Path
 import pandas as pd
 
 from replaybench.analysis import load, stats
-from replaybench.bench.summary import format_table
+from replaybench.bench import contract
+from replaybench.bench.contract import CELL_COLUMNS, format_table
 
 __all__ = ["RULE", "cells", "compare_tables", "compare_runs"]
 
@@ -41,23 +43,23 @@ _SHOWN = ["scenario", "metric", "K", "dtype", "batch", "transitions", "method", 
 
 def cells(table: pd.DataFrame) -> pd.DataFrame:
     """Per cell: ``median``, ``min``, ``max``, ``n`` of its values and the ``shown_unit``."""
-    ok = table[(table["status"] == "ok") & table["value"].notna() & (table["op"] != "episode")
+    ok = table[(table["status"] == contract.MEASURED) & table["value"].notna() & (table["op"] != "episode")
                & (table["op"] != "empty")]
     timed = stats.timings(ok)
-    other = ok[ok["metric"] != "seconds_per_call"].copy()
-    units = {op: stats.op_unit(op) for op in set(timed["op"])}  # e.g. (1e6, "M transitions/s")
+    other = ok[ok["metric"] != contract.TIMING_METRIC].copy()
+    units = {op: contract.op_unit(op) for op in set(timed["op"])}  # e.g. (1e6, "M transitions/s")
     timed = timed.assign(x=timed["items_per_s"] / timed["op"].map(lambda op: units[op][0]),
                          shown_unit=timed["op"].map(lambda op: units[op][1]))
     other = other.assign(x=other["value"], shown_unit=other["unit"].fillna(""))
     both = pd.concat([timed, other], ignore_index=True)
     if both.empty:
-        return pd.DataFrame(columns=[*load.CELL_COLUMNS, "shown_unit", "median", "min", "max", "n"])
-    return stats.spread(both, [*load.CELL_COLUMNS, "shown_unit"], "x")
+        return pd.DataFrame(columns=[*CELL_COLUMNS, "shown_unit", "median", "min", "max", "n"])
+    return stats.spread(both, [*CELL_COLUMNS, "shown_unit"], "x")
 
 
 def compare_tables(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     """Cells of both tables side by side: ``median_a``, ``median_b``, ``ratio`` (b/a), ``verdict``."""
-    key = [*load.CELL_COLUMNS, "shown_unit"]
+    key = [*CELL_COLUMNS, "shown_unit"]
     ca, cb = cells(a), cells(b)
     # merge on text keys: None and NA must match themselves
     ca["_key"] = ca[key].astype(str).agg("\x1f".join, axis=1)

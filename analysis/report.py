@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from replaybench.analysis import load, stats
+from replaybench.bench import contract
 from replaybench.analysis.plots.capacity import default_timings
 
 __all__ = ["build"]
@@ -107,14 +108,14 @@ def _throughput(res) -> list[str]:
     if rows.empty:
         return []
     keys = ["run_id", "op", "capacity", "batch", "transitions", "variant", "structure", "K"]
-    cells = stats.ratio_columns(stats.spread(rows, keys, "items_per_s"), ["batch", "transitions"])
+    cells = stats.ratio_columns(stats.spread(rows, keys, "items_per_s"))
     out = ["## Throughput", "",
            "Median over values, spread = min-max over the same values; `x binary` and `x best peer` are ratios "
            "of medians in the same run, op, capacity and workload (> 1 = faster). Runs without a parameter "
            "grid, every variant at its default parameters.", ""]
     ops = [op for op in _OPS if op in set(cells["op"])] + sorted(set(cells["op"]) - set(_OPS))
     for op in ops:
-        scale, unit = stats.op_unit(op)
+        scale, unit = contract.op_unit(op)
         part = cells[cells["op"] == op].sort_values(["capacity", "variant"])
         has_peer = part["best_peer"].notna().any()
         body = []
@@ -123,7 +124,7 @@ def _throughput(res) -> list[str]:
                     f"{_g(c['min'] / scale)}-{_g(c['max'] / scale)}", int(c["n"]), _g(c.get("x_binary"))]
             if has_peer:
                 line += [_g(c["x_best_peer"]),
-                         (c["best_peer"] or "-").removeprefix(stats.PEER_PREFIX) if isinstance(c["best_peer"], str)
+                         (c["best_peer"] or "-").removeprefix(contract.PEER_PREFIX) if isinstance(c["best_peer"], str)
                          else "-"]
             body.append(line)
         out += [f"### {op} ({unit})", ""]
@@ -169,7 +170,7 @@ def _k_sweep(outcome) -> list[str]:
     body = []
     for (cap, op, variant), part in data.groupby(["capacity", "op", "variant"], sort=True):
         best = part.loc[part["median"].idxmax()]
-        scale, unit = stats.op_unit(op)
+        scale, unit = contract.op_unit(op)
         body.append([f"2^{int(cap).bit_length() - 1}", op, f"`{variant}`", int(best["K"]), _g(best["median"] / scale),
                      f"{_g(best['min'] / scale)}-{_g(best['max'] / scale)}", unit,
                      ", ".join(f"{int(k)}: {_g(m / scale)}" for k, m in zip(part["K"], part["median"]))])
@@ -194,29 +195,39 @@ def _concurrency(outcome) -> list[str]:
 
 
 def _training(outcome) -> list[str]:
+    """One row per training configuration of every task the training_scaling figure draws (a task
+    is an algorithm, environment and updates-per-step ratio); per task and buffer, its sequential
+    baseline first."""
     data = outcome.data.get("training_scaling")
     if data is None:
         return []
-    body = []
-    keys = ["algo", "env", "variant", "policy", "actors", "learners", "baseline"]
-    for key, g in data.groupby(keys, dropna=False, sort=True):
+    keys = ["task", "run_id", "variant", "K", "policy", "actors", "learners", "baseline"]
+    rows = []
+    for key, g in data.groupby(keys, dropna=False, sort=False):
         k = dict(zip(keys, key))
         a, n = int(k["actors"]), int(k["learners"])
+        K = None if pd.isna(k["K"]) else int(k["K"])
         who = "sequential" if k["baseline"] else f"{a} actor{'s' * (a != 1)}, {n} learner{'s' * (n != 1)}"
-        line = [f"{k['algo']} {k['env']}", f"`{k['variant']}` {k['policy'] or ''}".strip(), who]
+        variant = f"`{k['variant']}`" + ("" if K is None else f" K={K}")
+        line = [k["task"], f"{variant} {k['policy'] or ''}".strip(), who]
         for metric in ("time_to_threshold_s", "speedup", "env_steps_per_s", "updates_per_s"):
             hit = g[g["metric"] == metric]
             if hit.empty:
                 line.append("-")
                 continue
-            h = hit.iloc[0]
+            h = hit.iloc[0]  # one row per configuration and metric (the figure's data)
             text = _g(h["median"])
             if metric == "time_to_threshold_s":
-                text = "not reached" if h["n_reached"] == 0 else text + (
-                    f" ({h['n_reached']}/{h['n_seeds']} seeds)" if h["n_reached"] < h["n_seeds"] else "")
+                reached = f"{int(h['n_reached'])}/{int(h['n_seeds'])} seeds"
+                text = f"not reached ({reached})" if h["n_reached"] == 0 else f"{text} ({reached})"
             line.append(text)
-        body.append(line)
-    return (["## Training", "", "Medians over seeds (time to threshold over the seeds that reached it).", ""]
+        order = (k["task"], str(k["run_id"]), str(k["variant"]), K or 0, not k["baseline"], str(k["policy"]), a, n)
+        rows.append((order, line))
+    body = [line for _, line in sorted(rows, key=lambda r: r[0])]
+    return (["## Training", "", "Per task (algorithm, environment, gradient updates per environment step) and buffer, "
+             "the sequential baseline first, then each parallel configuration. Medians over seeds; time to threshold "
+             "over the seeds that reached it (k/n = k of n seeds reached it); speedup over the sequential baseline "
+             "of the same task and seed.", ""]
             + _table(["task", "variant / policy", "workers", "time to threshold (s)", "speedup", "env steps/s",
                       "updates/s"], body) + [""])
 

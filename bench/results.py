@@ -2,9 +2,9 @@
 
 rows.csv is tidy: one row per measured value (a pyperf value: seconds per call, averaged over
 that value's loops), or one row per grid item that produced no value (status ``failed``,
-``skipped`` or ``unavailable``, with the error). Columns are :data:`COLUMNS`; readers ignore
-columns they do not know, and new columns are only ever added. Metrics such as throughput
-are computed when reading (:mod:`bench.summary`), never stored.
+``skipped`` or ``unavailable``, with the error). Its columns, types and statuses, and how it is
+read and checked, are the results contract (:mod:`bench.contract`); this module writes runs.
+Metrics such as throughput are computed when reading, never stored.
 
 pyperf/ holds each item's pyperf JSON (``<variant>__<capacity>__<op>.json``) and, for an item
 whose set-up raised, ``...error.txt`` with the traceback.
@@ -15,6 +15,8 @@ so an interrupted run says so).
 
 Every write replaces the whole file atomically (temp file in the same folder + os.replace),
 so a reader or a crash never sees half a file; rows.csv is rewritten after each grid item.
+Every row is checked by the contract's :func:`~bench.contract.parse_row` before it is written,
+so a run on disk always passes the readers' checks.
 """
 
 from __future__ import annotations
@@ -31,32 +33,12 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from replaybench.bench.contract import COLUMNS, SCHEMA_VERSION, STATUSES, format_cell, parse_row, read_meta, read_rows
+
+# The schema names and the readers are the contract's (bench.contract); they are named here too
+# because every scenario writes and reads its run through this module.
 __all__ = ["SCHEMA_VERSION", "COLUMNS", "STATUSES", "RunWriter", "atomic_write_text", "new_run_id", "git_state",
            "machine_info", "library_versions", "read_rows", "read_meta", "open_run"]
-
-SCHEMA_VERSION = 1
-
-COLUMNS = [
-    "schema_version", "run_id", "git_sha", "dirty", "machine", "scenario",
-    "variant", "structure", "policy", "K", "dtype", "params",
-    "capacity", "batch", "threads", "transitions",
-    "op", "metric", "value", "unit", "items_per_call", "repeat", "loops",
-    "status", "error",
-    # cache scenario: which cache level, measuring method, address stream and cache geometry
-    "level", "method", "stream", "cache_config",
-    # concurrency and training scenarios: actors (writers) and learners (samplers/updaters),
-    # "threads" or "processes"; training adds the algorithm, environment, seed and, for
-    # return-curve points, the environment steps and wall seconds at which the value was taken
-    "actors", "learners", "mode", "algo", "env", "seed", "env_steps", "wall_s",
-]
-
-STATUSES = ("ok", "failed", "skipped", "unavailable", "unsupported")  # unsupported: a meter this machine lacks
-
-#: Column types for :func:`read_rows`; everything else stays a string ("" becomes None).
-_INT_COLUMNS = {"schema_version", "K", "capacity", "batch", "threads", "items_per_call", "repeat", "loops",
-                "actors", "learners", "seed", "env_steps"}
-_FLOAT_COLUMNS = {"value", "wall_s"}
-_BOOL_COLUMNS = {"dirty"}
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -89,18 +71,6 @@ def new_run_id(suite: str) -> str:
     return f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-{suite}"
 
 
-def _cell(value) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, dict):
-        return json.dumps(value, sort_keys=True)
-    return str(value)
-
-
 class RunWriter:
     """Owns one run folder: meta.json at start and end, rows.csv after each grid item."""
 
@@ -122,16 +92,30 @@ class RunWriter:
         atomic_write_text(self.dir / "meta.json", json.dumps(self.meta, indent=2, sort_keys=True, default=str) + "\n")
 
     def append(self, rows: list[dict]) -> None:
-        """Add rows (dicts keyed by column; missing columns are empty) and rewrite rows.csv."""
+        """Add rows (dicts keyed by column; missing columns are empty) and rewrite rows.csv.
+
+        Raises
+        ------
+        KeyError
+            for a column not in :data:`COLUMNS`;
+        ValueError
+            for a row the results contract refuses (unknown status, a number column holding
+            text, an ``ok`` value that is NaN, infinite or negative ...), naming the row and the
+            value. Nothing of the batch is written then.
+        """
         batch = io.StringIO()
         writer = csv.writer(batch, lineterminator="\n")
         for row in rows:
             unknown = set(row) - set(COLUMNS)
             if unknown:
                 raise KeyError(f"unknown result columns {sorted(unknown)}")
-            if row.get("status") not in STATUSES:
-                raise ValueError(f"status must be one of {STATUSES}, got {row.get('status')!r}")
-            writer.writerow([_cell(row.get(c)) for c in COLUMNS])
+            fields = [format_cell(row.get(c)) for c in COLUMNS]
+            try:
+                parse_row(COLUMNS, fields)  # the readers' own check, so no reader refuses what is written
+            except ValueError as err:
+                raise ValueError(f"result row ({row.get('variant')} {row.get('op')} {row.get('metric')}) breaks "
+                                 f"the results contract: {err}") from None
+            writer.writerow(fields)
         self._lines.write(batch.getvalue())  # one step, so an interrupt never keeps half a batch
         self.n_rows += len(rows)
         atomic_write_text(self.dir / "rows.csv", self._lines.getvalue())
@@ -256,25 +240,3 @@ def library_versions() -> dict:
         except PackageNotFoundError:
             out[dist] = None
     return out
-
-
-def _convert(column: str, text: str):
-    if text == "":
-        return None
-    if column in _INT_COLUMNS:
-        return int(text)
-    if column in _FLOAT_COLUMNS:
-        return float(text)
-    if column in _BOOL_COLUMNS:
-        return text.lower() == "true"
-    return text
-
-
-def read_rows(run_dir) -> list[dict]:
-    """rows.csv of a run as dicts with typed values (unknown columns kept as strings)."""
-    with open(Path(run_dir) / "rows.csv", newline="") as fh:
-        return [{k: _convert(k, v) for k, v in row.items()} for row in csv.DictReader(fh)]
-
-
-def read_meta(run_dir) -> dict:
-    return json.loads((Path(run_dir) / "meta.json").read_text())

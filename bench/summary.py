@@ -1,57 +1,47 @@
 """The summary table of a run, computed from rows.csv (throughput is derived here, never stored).
 
-Per op, capacity, variant and grid parameters: the median throughput over all values (items
-per call / seconds per call), its spread as min-max over the same values, and ratios of
-medians (> 1 = faster) computed within the run, for the same op, capacity and workload
-(batch, transitions, mixed_adds): ``x binary`` (to the binary tree) and ``x best peer`` (to the
-fastest available peer library for that cell, named in the ``best peer`` column). Rows of a
-parameter sweep are told apart by a ``params`` column listing the grid parameters that vary
-in the run (K, dtype, batch, ...).
+Per cell (rows equal in :data:`bench.contract.CELL_COLUMNS`: op, capacity, variant, grid
+parameters ...): the median throughput over the ``ok`` timings (items per call / seconds per
+call), its spread as min-max over the same values, and the contract's ratios of medians
+(:func:`bench.contract.reference_ratios`, > 1 = faster): ``x binary`` (to the binary tree) and
+``x best peer`` (to the fastest available peer library for that run, op, capacity and workload,
+named in the ``best peer`` column). Rows of a parameter sweep are told apart by a ``params``
+column listing the grid parameters the run swept (K, dtype, batch, ...). Rows that hold no
+measurement are listed after the tables, a ``below-resolution`` row with its bound.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 
-from replaybench.bench import results, workloads
+from replaybench.bench import contract, workloads
+from replaybench.bench.contract import format_table  # the one text-table formatter, named here for bench's tables
 
-__all__ = ["REFERENCES", "PEER_PREFIX", "summarize", "summarize_cells", "best_peers", "format_table",
-           "format_rows", "format_run", "compare_runs", "format_headline"]
+__all__ = ["summarize", "summarize_cells", "format_table", "format_rows", "format_run", "format_headline"]
 
-#: Variants the ratio columns compare with: (column title, variant name).
-REFERENCES = (("x binary", "binary"),)
-PEER_PREFIX = "peer:"
-
-
-def _params(row: dict) -> dict:
-    p = row.get("params")
-    if isinstance(p, str):
-        try:
-            p = json.loads(p)
-        except ValueError:
-            p = {}
-    return p if isinstance(p, dict) else {}
+#: Grid parameters that are columns of their own (the others are in ``params``).
+_WORKLOAD_COLUMNS = ("batch", "transitions")
 
 
-def _cell_key(r: dict) -> tuple:
-    """(op, capacity, variant, workload, variant params) of one row; the last two as sorted tuples."""
-    p = _params(r)
-    workload = (("batch", r.get("batch")), ("transitions", r.get("transitions")),
-                ("mixed_adds", p.get("mixed_adds")))
-    vparams = tuple(sorted((k, repr(v)) for k, v in p.items() if k != "mixed_adds"))
-    return r["op"], r["capacity"], r["variant"], workload, vparams
+def _timings(rows: list[dict]):
+    """``(row, items/s)`` of each ``ok`` timing row."""
+    for r in rows:
+        if r.get("status") == contract.MEASURED and r.get("metric") == contract.TIMING_METRIC:
+            yield r, contract.items_per_s(r["items_per_call"], r["value"])
+
+
+def _spread(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
 def summarize_cells(rows: list[dict]) -> dict[tuple, dict]:
-    """Like :func:`summarize`, keyed by (op, capacity, variant, workload, variant params)."""
-    groups: dict[tuple, list[float]] = {}
-    for r in rows:
-        if r.get("status") == "ok" and r.get("metric") == "seconds_per_call" and r.get("value"):
-            groups.setdefault(_cell_key(r), []).append(r["items_per_call"] / r["value"])
-    return {k: {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)}
-            for k, v in groups.items()}
+    """Throughput per cell: ``{contract.cell_key(row): {"median", "min", "max", "n", "row"}}`` in
+    items/s, ``row`` being the cell's first row (what the cell is: variant, op, params ...)."""
+    groups: dict[tuple, tuple[dict, list[float]]] = {}
+    for r, x in _timings(rows):
+        groups.setdefault(contract.cell_key(r), (r, []))[1].append(x)
+    return {k: {**_spread(v), "row": r} for k, (r, v) in groups.items()}
 
 
 def summarize(rows: list[dict]) -> dict[tuple, dict]:
@@ -60,23 +50,9 @@ def summarize(rows: list[dict]) -> dict[tuple, dict]:
     For runs with a parameter grid use :func:`summarize_cells` (this merges the grid's cells).
     """
     groups: dict[tuple, list[float]] = {}
-    for r in rows:
-        if r.get("status") == "ok" and r.get("metric") == "seconds_per_call" and r.get("value"):
-            key = (r["op"], r["capacity"], r["variant"])
-            groups.setdefault(key, []).append(r["items_per_call"] / r["value"])
-    return {k: {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)}
-            for k, v in groups.items()}
-
-
-def best_peers(stats: dict[tuple, dict]) -> dict[tuple, tuple[str, float]]:
-    """``{(op, capacity, workload): (peer, median)}``: the fastest peer library for each cell."""
-    best: dict[tuple, tuple[str, float]] = {}
-    for (op, cap, variant, workload, _), s in stats.items():
-        if variant.startswith(PEER_PREFIX):
-            key = (op, cap, workload)
-            if key not in best or s["median"] > best[key][1]:
-                best[key] = (variant, s["median"])
-    return best
+    for r, x in _timings(rows):
+        groups.setdefault((r["op"], r["capacity"], r["variant"]), []).append(x)
+    return {k: _spread(v) for k, v in groups.items()}
 
 
 def _sortable(value) -> tuple:
@@ -94,13 +70,6 @@ def _num(x: float) -> str:
     if x >= 10:
         return f"{x:.1f}"
     return f"{x:.2f}"
-
-
-def format_table(header: list[str], body: list[list[str]], right: set[int]) -> list[str]:
-    widths = [max(len(str(row[i])) for row in [header, *body]) for i in range(len(header))]
-    fmt = lambda row: "  ".join(str(c).rjust(w) if i in right else str(c).ljust(w)  # noqa: E731
-                                for i, (c, w) in enumerate(zip(row, widths))).rstrip()
-    return [fmt(header), fmt(["-" * w for w in widths]), *map(fmt, body)]
 
 
 def format_rows(rows: list[dict], meta: dict | None = None) -> str:
@@ -125,106 +94,86 @@ def format_rows(rows: list[dict], meta: dict | None = None) -> str:
         out.append(f"Timing-loop overhead (empty op): {1e9 / overhead['median']:.0f} ns per call "
                    f"(min {1e9 / overhead['max']:.0f}, max {1e9 / overhead['min']:.0f}); "
                    f"included in every per-call time below.")
-    refs = [(title, name) for title, name in REFERENCES if any(k[2] == name for k in cells)]
-    best = best_peers(cells)
+    cell_rows = [{**c["row"], "median": c["median"]} for c in cells.values()]
+    ratios = dict(zip(cells, contract.reference_ratios(cell_rows)))
+    refs = [(title, name) for title, name in contract.REFERENCES
+            if any(c["row"]["variant"] == name for c in cells.values())]
     # the run's grid parameters (meta.json's selection) get a column
-    grid_keys = list(((meta.get("selection") or {}).get("params") or {}))
-    varying = [(3 if name in ("batch", "transitions", "mixed_adds") else 4, name) for name in grid_keys]
+    varying = list(((meta.get("selection") or {}).get("params") or {}))
 
-    def label(key):
-        parts = []
-        for idx, name in varying:
-            value = dict(key[idx]).get(name)
-            if value is not None:
-                parts.append(f"{name}={value if idx == 3 else value.strip(chr(39))}")
-        return " ".join(parts)
+    def grid_value(r, name):
+        return r.get(name) if name in _WORKLOAD_COLUMNS else contract.params_of(r.get("params")).get(name)
 
-    def row_label(r):
-        parts = []
-        for idx, name in varying:
-            value = r.get(name) if name in ("batch", "transitions") else _params(r).get(name)
-            if value is not None:
-                parts.append(f"{name}={value}")
-        return " ".join(parts)
+    def label(r):
+        return " ".join(f"{name}={grid_value(r, name)}" for name in varying if grid_value(r, name) is not None)
 
-    def ref_median(key, name):
-        op, cap, _, workload, vparams = key
-        cands = [(k, s) for k, s in cells.items() if k[:4] == (op, cap, name, workload)]
-        if not cands:
-            return None
-        same = [s for k, s in cands if dict(k[4]).get("dtype") == dict(vparams).get("dtype")]
-        return (same or [cands[0][1]])[0]["median"]
+    def order(key):
+        r = cells[key]["row"]
+        p = contract.params_of(r.get("params"))
+        workload = [r.get("batch"), r.get("transitions"), p.get("mixed_adds")]
+        vparams = sorted((k, repr(v)) for k, v in p.items() if k != "mixed_adds")
+        return (r["capacity"], variants.index(r["variant"]), [_sortable(v) for v in workload],
+                [_sortable(v) for _, v in vparams])
 
     for op, spec in workloads.OPS.items():
         if op == "empty":
             continue
-        keys = sorted((k for k in cells if k[0] == op),
-                      key=lambda k: (k[1], variants.index(k[2]), [_sortable(v) for _, v in k[3]],
-                                     [_sortable(v) for _, v in k[4]]))
+        keys = sorted((k for k, c in cells.items() if c["row"]["op"] == op), key=order)
         if not keys:
             continue
         body = []
-        has_peer = any((op, k[1], k[3]) in best for k in keys)
+        has_peer = any(ratios[k]["best_peer"] for k in keys)
         for key in keys:
-            s = cells[key]
-            row = [str(key[1]), key[2]]
+            s, r, ratio = cells[key], cells[key]["row"], ratios[key]
+            line = [str(r["capacity"]), r["variant"]]
             if varying:
-                row.append(label(key) or "-")
-            row += [_num(s["median"] / spec.scale), f"{_num(s['min'] / spec.scale)}-{_num(s['max'] / spec.scale)}"]
+                line.append(label(r) or "-")
+            line += [_num(s["median"] / spec.scale), f"{_num(s['min'] / spec.scale)}-{_num(s['max'] / spec.scale)}"]
             for _, name in refs:
-                ref = ref_median(key, name)
-                row.append(f"{s['median'] / ref:.2f}" if ref else "-")
+                x = ratio[f"x_{name}"]
+                line.append(f"{x:.2f}" if x is not None else "-")
             if has_peer:
-                peer = best.get((op, key[1], key[3]))
-                row.append(f"{s['median'] / peer[1]:.2f}" if peer else "-")
-                row.append(peer[0][len(PEER_PREFIX):] if peer else "-")
-            body.append(row)
+                peer = ratio["best_peer"]
+                line.append(f"{ratio['x_best_peer']:.2f}" if peer else "-")
+                line.append(peer.removeprefix(contract.PEER_PREFIX) if peer else "-")
+            body.append(line)
         out.append("")
         out.append(f"{op}: {spec.shown_unit} ({spec.item}), median over values")
         header = ["capacity", "variant", *(["params"] if varying else []), "median", "min-max",
                   *(t for t, _ in refs), *(["x best peer", "best peer"] if has_peer else [])]
         first = 3 if varying else 2
         out.extend(format_table(header, body, right={0, *range(first, first + 2 + len(refs) + (1 if has_peer else 0))}))
-    missing = [r for r in rows if r.get("status") not in (None, "ok")]
+    missing = [r for r in rows if r.get("status") not in (None, contract.MEASURED)]
     if missing:
         out.append("")
         out.append("Not measured:")
         body = [[r.get("variant") or "", str(r.get("capacity") or ""), r.get("op") or "",
-                 *([row_label(r) or "-"] if varying else []),
-                 r["status"], (r.get("error") or "")[:100]] for r in missing]
+                 *([label(r) or "-"] if varying else []), r["status"], _why(r)[:100]] for r in missing]
         header = ["variant", "capacity", "op", *(["params"] if varying else []), "status", "error"]
         out.extend(format_table(header, body, right={1}))
     return "\n".join(out)
 
 
+def _why(row: dict) -> str:
+    """The error of a row without a measurement; a below-resolution row's bound first."""
+    error = row.get("error") or ""
+    if row.get("status") != contract.BELOW_RESOLUTION:
+        return error
+    bound = f"< {row['value']:.3g} {row.get('unit') or ''} (resolution)".replace("  ", " ")
+    return f"{bound}; {error}" if error else bound
+
+
 def format_run(run_dir) -> str:
-    """The summary of a stored run folder (rows.csv + meta.json)."""
-    run_dir = Path(run_dir)
-    meta = results.read_meta(run_dir) if (run_dir / "meta.json").exists() else {}
-    return format_rows(results.read_rows(run_dir), meta)
+    """The summary of a stored run folder (rows.csv, and meta.json when there is one).
 
-
-def compare_runs(run_a, run_b) -> str:
-    """Run-to-run spread of the medians of two stored runs of the same grid.
-
-    Per cell measured in both: the medians' ratio b / a, and per op the largest
-    ``|b / a - 1|``; the harness's empty op is left out.
+    Raises
+    ------
+    bench.contract.RunError
+        naming the file and line, when rows.csv or meta.json breaks the results contract.
     """
-    a = summarize_cells(results.read_rows(run_a))
-    b = summarize_cells(results.read_rows(run_b))
-    common = sorted((k for k in a if k in b and k[0] != "empty"), key=lambda k: (k[0], k[1], k[2], k[4]))
-    body, worst = [], {}
-    for key in common:
-        ratio = b[key]["median"] / a[key]["median"]
-        spec = workloads.OPS[key[0]]
-        body.append([key[0], str(key[1]), key[2], _num(a[key]["median"] / spec.scale),
-                     _num(b[key]["median"] / spec.scale), f"{100 * (ratio - 1):+.1f}%"])
-        worst[key[0]] = max(worst.get(key[0], 0.0), abs(ratio - 1))
-    out = [f"Medians of {Path(run_a).name} (a) and {Path(run_b).name} (b), items/s in each op's unit", ""]
-    out += format_table(["op", "capacity", "variant", "a", "b", "b/a - 1"], body, right={1, 3, 4, 5})
-    out.append("")
-    out.append("Largest |b/a - 1| per op: " + ", ".join(f"{op} {100 * w:.1f}%" for op, w in worst.items()))
-    return "\n".join(out)
+    run_dir = Path(run_dir)
+    meta = contract.read_meta(run_dir) if (run_dir / "meta.json").exists() else {}
+    return format_rows(contract.read_rows(run_dir), meta)
 
 
 def format_headline(run_dirs, capacity: int = 2**20) -> str:
@@ -234,22 +183,22 @@ def format_headline(run_dirs, capacity: int = 2**20) -> str:
     and to the best peer. Runs without micro or cache rows simply leave those columns empty;
     folders without a rows.csv are skipped.
     """
-    rows = [r for d in run_dirs if (Path(d) / "rows.csv").exists() for r in results.read_rows(d)]
+    rows = [r for d in run_dirs if (Path(d) / "rows.csv").exists() for r in contract.read_rows(d)]
     stats = summarize(rows)
     misses = {}
     for r in rows:
         if (r.get("scenario") == "cache" and r.get("method") == "model" and r.get("stream") == "tree"
-                and r.get("status") == "ok" and r.get("capacity") == capacity):
+                and r.get("status") == contract.MEASURED and r.get("capacity") == capacity):
             misses[r["variant"], r["op"], r["level"]] = r["value"] / r["items_per_call"]
     variants = sorted({k[2] for k in stats if k[1] == capacity} | {k[0] for k in misses},
-                      key=lambda v: (v.startswith(PEER_PREFIX), v))
+                      key=lambda v: (v.startswith(contract.PEER_PREFIX), v))
     if not variants:
         return ""
     ops = [("sample", 1e6, "sample M/s"), ("update", 1e6, "update M/s"), ("insert_batch", 1e6, "insert M/s"),
            ("mixed", 1e3, "mixed K it/s")]
-    peers = [s for (op, cap, v), s in stats.items() if op == "sample" and cap == capacity and v.startswith(PEER_PREFIX)]
-    best_peer = max((s["median"] for s in peers), default=None)
-    binary = stats.get(("sample", capacity, "binary"))
+    sample = [{"variant": v, "op": op, "capacity": cap, "median": s["median"]}
+              for (op, cap, v), s in stats.items() if op == "sample" and cap == capacity]
+    ratios = {c["variant"]: x for c, x in zip(sample, contract.reference_ratios(sample))}
     header = ["variant"] + [title for _, _, title in ops] + [
         "sample miss/tr L1d", "LL", "update miss/tr L1d", "LL", "sample x binary", "sample x best peer"]
     body = []
@@ -262,9 +211,8 @@ def format_headline(run_dirs, capacity: int = 2**20) -> str:
             for level in ("L1d", "LL"):
                 m = misses.get((v, op, level))
                 line.append(f"{m:.2f}" if m is not None else "-")
-        s = stats.get(("sample", capacity, v))
-        line.append(f"{s['median'] / binary['median']:.2f}" if s and binary else "-")
-        line.append(f"{s['median'] / best_peer:.2f}" if s and best_peer else "-")
+        x = ratios.get(v, {})
+        line += [f"{x[key]:.2f}" if x.get(key) is not None else "-" for key in ("x_binary", "x_best_peer")]
         body.append(line)
     title = (f"Headline at capacity 2^{capacity.bit_length() - 1}: medians from the micro run, misses per "
              f"transition from the cache model (tree only), ratios within the same run")

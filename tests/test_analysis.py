@@ -150,9 +150,11 @@ ROLE_SHARES = {"sequential": {"env_step": 0.4, "inference": 0.1, "replay": 0.15,
                "learner": {"replay": 0.15, "sgd": 0.25, "wait": 0.1, "other": 0.03}}
 
 
-def training_rows(rng):
+def training_rows(rng, updates_per_step=None):
     """As bench/train.py writes them: the baseline has policy "none" and actors = learners = 0;
-    profiles come one row per role and component."""
+    profiles come one row per role and component. ``updates_per_step`` goes to params (it makes
+    a task of its own)."""
+    ratio = {} if updates_per_step is None else {"updates_per_step": updates_per_step}
     rows = []
     configs = [(0, 0), (1, 1), (2, 1), (4, 1), (2, 2)]
     for actors, learners in configs:
@@ -161,7 +163,8 @@ def training_rows(rng):
         for seed in range(3):
             common = dict(variant="kary-aligned", structure="kary-aligned", K=16,
                           policy="none" if base else "pal-locks", algo="dqn", env="CartPole-v1", actors=actors,
-                          learners=learners, mode="processes", seed=seed, params={"baseline": True} if base else {})
+                          learners=learners, mode="processes", seed=seed,
+                          params={**ratio, "baseline": True} if base else ratio)
             steps = 0
             for episode in range(40):
                 steps += int(50 + 10 * episode)
@@ -354,7 +357,7 @@ def _edit_line(path, number, edit):
     (lambda p: _edit_line(p, 3, lambda s: s.replace("seconds_per_call,", "seconds_per_call,abc", 1)),
      "line 3: column 'value': cannot parse"),
     (lambda p: p.write_text("".join(p.read_text().splitlines(keepends=True)[1:])), "line 1: not a rows.csv header"),
-    (lambda p: _edit_line(p, 4, lambda s: "9" + s[1:]), "line 4: schema_version 9 is newer than this analysis"),
+    (lambda p: _edit_line(p, 4, lambda s: "9" + s[1:]), "line 4: schema_version 9 is newer than this reader"),
 ])
 def test_a_broken_rows_csv_names_file_and_line(synthetic, tmp_path, damage, message):
     root = _copy(synthetic, tmp_path, "20300101T000000Z-micro", "20300101T000200Z-cache")
@@ -426,7 +429,7 @@ def test_newer_meta_schema_is_refused(tmp_path):
     run.mkdir()
     (run / "meta.json").write_text(json.dumps({"schema_version": results.SCHEMA_VERSION + 1}))
     (run / "rows.csv").write_text(",".join(results.COLUMNS) + "\n")
-    with pytest.raises(load.RunError, match="newer than this analysis knows"):
+    with pytest.raises(load.RunError, match="newer than this reader knows"):
         load.load_run(run)
 
 
@@ -483,6 +486,23 @@ def test_compare_marks_spread_and_real_differences(synthetic, tmp_path):
     assert "significant" in text and "0.500" in text
 
 
+def test_compare_command_gives_the_ratio_of_two_single_value_runs(tmp_path, capsys):
+    """Moved from bench's removed `compare`: b 5% slower per call is b/a = 1/1.05 of a's throughput,
+    and with one value per side there is no spread to judge the difference by."""
+    base = {"schema_version": 1, "scenario": "micro", "op": "sample", "capacity": 1024, "batch": 256,
+            "transitions": "cartpole", "metric": "seconds_per_call", "unit": "s", "items_per_call": 256,
+            "status": "ok", "variant": "binary", "repeat": 0}
+    for run_id, seconds in (("a", 1e-4), ("b", 1.05e-4)):
+        writer = results.RunWriter(tmp_path, run_id, {"scenario": "micro"})
+        writer.append([{**base, "run_id": run_id, "value": seconds}])
+        writer.finish(True)
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    text = capsys.readouterr().out
+    line = next(ln for ln in text.splitlines() if ln.startswith("sample"))
+    assert line.split()[-2:] == [f"{1 / 1.05:.3f}", "n=1"] and "2.56-2.56" in line  # M transitions/s
+    assert "cells: 0 significant, 0 not significant, 1 n=1" in text
+
+
 def test_compare_cli_names_a_broken_file(synthetic, tmp_path, capsys):
     root = _copy(synthetic, tmp_path, "20300101T000000Z-micro")
     path = root / "20300101T000000Z-micro" / "rows.csv"
@@ -503,6 +523,39 @@ def test_report_lists_machine_runs_tables_and_figures(drawn, tmp_path):
     assert sorted(Path(link).stem for link in links) == sorted(outcome.written)
     for link in links:
         assert not Path(link).is_absolute() and (target.parent / link).resolve().exists(), link
+
+
+def test_report_training_table_shows_every_task_with_its_own_baseline(tmp_path):
+    """Two tasks (DQN CartPole at 0.5 and at 1/16 updates per env step, as the reference runs
+    hold): the table has both, each with its sequential baseline first, times with k/n seeds."""
+    rows = (training_rows(np.random.default_rng(1), updates_per_step=0.5)
+            + training_rows(np.random.default_rng(2), updates_per_step=0.0625))
+    for r in rows:  # the 1/16 task steps twice as fast and never reaches the threshold in any seed
+        if r["params"].get("updates_per_step") == 0.0625 and r["metric"] == "env_steps_per_s":
+            r["value"] *= 2
+        if r["params"].get("updates_per_step") == 0.0625 and r["metric"] == "time_to_threshold_s":
+            r.update(status="skipped", value=None, error="threshold not reached")
+    run = write_run(tmp_path, "20300101T000000Z-training", "training", "training", rows)
+    res = load.load_runs([run])
+    outcome = render.render(res, tmp_path / "f", echo=lambda *_: None, only={"training_scaling"})
+    text = report.build(res, outcome, tmp_path / "R.md")
+    section = text.split("## Training", 1)[1].split("\n## ", 1)[0]
+    table = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines()
+             if line.startswith("| ") and not line.startswith("| task")]
+    tasks = ["dqn on CartPole-v1, 0.0625 updates/step", "dqn on CartPole-v1, 0.5 updates/step"]
+    assert sorted({line[0] for line in table}) == tasks
+    for task in tasks:
+        lines = [line for line in table if line[0] == task]
+        assert [line[2] for line in lines] == ["sequential", "1 actor, 1 learner", "2 actors, 1 learner",
+                                               "2 actors, 2 learners", "4 actors, 1 learner"]
+        assert lines[0][4] == "1"  # the baseline's own speedup
+    half = {line[2]: line for line in table if line[0] == tasks[1]}
+    assert half["4 actors, 1 learner"][3].endswith("(2/3 seeds)")  # seed 2 did not reach it
+    assert half["sequential"][3].endswith("(3/3 seeds)")
+    sixteenth = [line for line in table if line[0] == tasks[0]]
+    assert all(line[3] == "not reached (0/3 seeds)" for line in sixteenth)
+    rate = 1000.0 * 2 ** 0.8  # env steps/s of 2 actors: each task's own rows
+    assert half["2 actors, 1 learner"][5] == f"{rate:,.0f}" and sixteenth[2][5] == f"{2 * rate:,.0f}"
 
 
 def test_report_command_writes_the_report(synthetic, tmp_path):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from replaybench.bench import peers, results, runner, suites, summary
+from replaybench.bench import contract, peers, results, runner, suites, summary
 from replaybench.bench.__main__ import _param
 from replaybench.impl import registry
 
@@ -192,8 +192,9 @@ def test_summary_best_peer_ratio(tmp_path):
     assert cells[-3:] == ["2.00", "4.00", "fast"]  # x binary, x best peer, which peer
     other = next(ln for ln in text.splitlines() if " mine " in ln and ln.strip().startswith("2048"))
     assert other.split()[-2:] == ["-", "-"]  # no peer measured at that capacity
-    best = summary.best_peers(summary.summarize_cells(results.read_rows(tmp_path / "r1")))
-    assert [v[0] for v in best.values()] == ["peer:fast"]
+    cells = [{**c["row"], "median": c["median"]}
+             for c in summary.summarize_cells(results.read_rows(tmp_path / "r1")).values()]
+    assert {r["best_peer"] for r in contract.reference_ratios(cells)} == {"peer:fast", None}  # None: at 2048
 
 
 def test_sigint_after_first_item_leaves_readable_incomplete_run(tmp_path):
@@ -223,18 +224,6 @@ def test_sigint_after_first_item_leaves_readable_incomplete_run(tmp_path):
     assert meta["complete"] is False and meta["interrupted"] is True
     assert 1 <= meta["items_done"] < meta["items_total"]
     assert not list(run_dir.glob(".*tmp"))
-
-
-def test_compare_reports_run_to_run_spread(tmp_path):
-    base = {"schema_version": 1, "scenario": "micro", "op": "sample", "capacity": 1024, "batch": 256,
-            "transitions": "cartpole", "metric": "seconds_per_call", "unit": "s", "items_per_call": 256,
-            "status": "ok", "variant": "binary", "repeat": 0}
-    for run_id, seconds in (("a", 1e-4), ("b", 1.05e-4)):
-        writer = results.RunWriter(tmp_path, run_id, {"scenario": "micro"})
-        writer.append([{**base, "run_id": run_id, "value": seconds}])
-        writer.finish(True)
-    text = summary.compare_runs(tmp_path / "a", tmp_path / "b")
-    assert "-4.8%" in text and "sample 4.8%" in text
 
 
 def test_headline_joins_micro_and_cache_rows(tmp_path):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from replaybench.analysis import load, stats
+from replaybench.analysis import load
+from replaybench.bench import contract
 
 __all__ = ["training_rows", "task_label", "several_buffers", "is_baseline", "buffer_label", "config_label", "CONFIG",
            "WORKER_COLOURS", "worker_colour"]
@@ -37,7 +38,7 @@ def training_rows(table: pd.DataFrame, op: str) -> pd.DataFrame:
     rows = table[(table["scenario"] == "training") & (table["op"] == op)]
     # the ratio of gradient updates to env steps is a grid parameter (params.updates_per_step):
     # runs at different ratios are different configurations, never one another's repeats
-    rows = rows.assign(updates_per_step=[stats.params_of(p).get("updates_per_step") for p in rows["params"]])
+    rows = rows.assign(updates_per_step=[contract.params_of(p).get("updates_per_step") for p in rows["params"]])
     rows = load.latest_per_cell(rows, CELL)
     rows = rows.assign(task=[task_label(a, e, r) for a, e, r in zip(rows["algo"], rows["env"], rows["updates_per_step"])])
     return rows.assign(baseline=[is_baseline(r) for _, r in rows.iterrows()])
@@ -52,7 +53,7 @@ def task_label(algo, env, ratio) -> str:
 
 def is_baseline(row) -> bool:
     """The sequential baseline: params say ``"baseline": true``, or actors = learners = 0."""
-    if stats.params_of(row.get("params")).get("baseline"):
+    if contract.params_of(row.get("params")).get("baseline"):
         return True
     return (pd.isna(row.get("actors")) or row.get("actors") == 0) and (pd.isna(row.get("learners"))
                                                                        or row.get("learners") == 0)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 from replaybench.analysis import load, palette, stats
+from replaybench.bench import contract
 from replaybench.analysis.plots import NoRows, Plot
 from replaybench.analysis.plots._common import capacity_axis, draw_median, handle, legend, log_y, new_figure
 
@@ -62,7 +63,7 @@ def build(table, metas) -> Plot:
         raise NoRows("no micro timings from a run without a parameter grid (make bench / make bench-quick)")
     data = stats.spread(rows, _KEYS, "ns_per_item")
     data["unit"] = "ns per item"
-    data["item"] = data["op"].map(stats.item_name)
+    data["item"] = data["op"].map(contract.item_name)
     ops = [op for op in _OPS if op in set(data["op"])] + sorted(set(data["op"]) - set(_OPS))
     ncols = min(3, len(ops))
     nrows = math.ceil(len(ops) / ncols)
@@ -92,7 +93,7 @@ def build(table, metas) -> Plot:
                         va="top", ha="right", fontsize=7, color="0.35")
         ax.grid(alpha=0.3, which="both")
         ax.set_title(op, fontsize=10)
-        ax.set_ylabel(f"ns per {stats.item_name(op)}")
+        ax.set_ylabel(f"ns per {contract.item_name(op)}")
     for ax in axes.flat[len(ops):]:
         ax.set_visible(False)
     outside = [f"{n} {_human(s)} at capacity 2^{math.log2(s / LEAF_BYTES):.3g}"

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from replaybench.analysis import load, palette, stats
+from replaybench.bench import contract
 from replaybench.analysis.plots import NoRows, Plot
 from replaybench.analysis.plots._common import handle, legend, new_figure
 
@@ -35,7 +36,7 @@ _CONFIG = ["run_id", "variant", "structure", "K", "policy", "capacity", "batch",
 
 
 def _oversubscribed(params) -> bool:
-    return bool(stats.params_of(params).get("oversubscribed"))
+    return bool(contract.params_of(params).get("oversubscribed"))
 
 
 def aggregate(table) -> pd.DataFrame:

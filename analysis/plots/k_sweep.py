@@ -10,6 +10,7 @@ were recorded as skipped and are simply absent from that line.
 from __future__ import annotations
 
 from replaybench.analysis import load, palette, stats
+from replaybench.bench import contract
 from replaybench.analysis.plots import NoRows, Plot
 from replaybench.analysis.plots._common import draw_median, handle, legend, new_figure, pow2
 
@@ -42,7 +43,7 @@ def build(table, metas) -> Plot:
     for r, cap in enumerate(caps):
         for c, op in enumerate(ops):
             ax = axes[r, c]
-            scale, unit = stats.op_unit(op)
+            scale, unit = contract.op_unit(op)
             cell = data[(data["capacity"] == cap) & (data["op"] == op)]
             for (variant, dtype), line in cell.groupby(["variant", "dtype"], dropna=False, sort=True):
                 line = line.sort_values("K")

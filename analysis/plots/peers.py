@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from replaybench.analysis import palette, stats
+from replaybench.bench import contract
 from replaybench.analysis.plots import NoRows, Plot
 from replaybench.analysis.plots._common import handle, legend, log_y, new_figure, note, pow2
 from replaybench.analysis.plots.capacity import default_timings
@@ -28,10 +29,10 @@ _WORKLOAD = ["batch", "transitions"]
 def ratios(table, metas):
     """One row per (run, op, capacity, workload, variant, peer): medians, ranges and the ratio."""
     rows = default_timings(table, metas)
-    rows = rows.assign(mixed_adds=rows["params"].map(lambda p: stats.params_of(p).get("mixed_adds")))
+    rows = rows.assign(mixed_adds=rows["params"].map(lambda p: contract.params_of(p).get("mixed_adds")))
     keys = ["run_id", "op", "capacity", *_WORKLOAD, "mixed_adds"]
     cells = stats.spread(rows, [*keys, "variant", "structure", "K"], "items_per_s")
-    is_peer = cells["variant"].str.startswith(stats.PEER_PREFIX)
+    is_peer = cells["variant"].str.startswith(contract.PEER_PREFIX)
     ours = cells[~is_peer & (cells["structure"] != "uniform")]
     peers = cells[is_peer]
     if ours.empty or peers.empty:
@@ -62,7 +63,7 @@ def build(table, metas) -> Plot:
         for r, op in enumerate(ops):
             ax = axes[r, c]
             cell = data[(data["peer"] == peer) & (data["op"] == op)]
-            ax.set_title(f"{op} vs {peer.removeprefix(stats.PEER_PREFIX)}", fontsize=9)
+            ax.set_title(f"{op} vs {peer.removeprefix(contract.PEER_PREFIX)}", fontsize=9)
             log_y(ax)
             ax.set_axisbelow(True)
             ax.axhline(1.0, color="0.3", linewidth=0.9)

@@ -1,0 +1,362 @@
+"""The results contract: what a run's rows.csv holds, how it is read and checked, and the metrics
+every reader derives from it. The harness (:mod:`bench.results`, :mod:`bench.summary`) and the
+analysis (:mod:`analysis`) both import this module and nothing else of each other, so a fact
+about the results is stated once.
+
+Schema. rows.csv is tidy: a header naming the columns, then one row per measured value or per
+grid item that produced none. :data:`COLUMNS` are the columns this version writes; readers keep
+columns they do not know as strings and fill columns a file lacks with None, and new columns
+are only ever added, so runs written before a column existed still load. Values are typed by
+:data:`INT_COLUMNS`, :data:`FLOAT_COLUMNS` and :data:`BOOL_COLUMNS` (everything else is text;
+an empty field is None); :func:`format_cell` writes them and :func:`parse_cell` reads them back.
+:data:`SCHEMA_VERSION` rises only when a column changes meaning; a reader refuses a newer
+version rather than misread it.
+
+Statuses (:data:`STATUSES`):
+
+- ``ok``: ``value`` is a measurement: finite, and not negative (except for the
+  :data:`SIGNED_METRICS`, such as an episode's return), and a timing (:data:`TIMING_METRIC`)
+  is above zero;
+- ``below-resolution``: the measured value lies within the measurement's resolution (e.g. a
+  cachegrind differential at its noise floor); ``value`` holds that bound, non-negative and in
+  the row's unit. It is not a measurement: medians, ratios and comparisons use ``ok`` rows only;
+- ``failed``, ``skipped``, ``unavailable``, ``unsupported`` (a meter this machine lacks): no
+  value; ``error`` says why.
+
+Every check is made by :func:`parse_row`, for the writer before a row is written and for the
+reader (:func:`read_rows`) on every line, so the harness cannot write a run its readers refuse.
+
+Cells. Rows equal in :data:`CELL_COLUMNS` measured the same thing (one *cell*); its repeats
+differ only in the run and measurement columns (``repeat``, ``value``, ``env_steps``, ...).
+
+Derived metrics (never stored): throughput ``items_per_s = items_per_call / seconds_per_call``
+and cost ``ns_per_item``; ratios of medians to a reference variant (``x binary``) and to the
+fastest peer library (``x best peer``), within one run, op, capacity and workload
+(:func:`reference_ratios`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from replaybench.bench.workloads import OPS
+
+__all__ = ["SCHEMA_VERSION", "COLUMNS", "RUN_COLUMNS", "MEASUREMENT_COLUMNS", "CELL_COLUMNS", "INT_COLUMNS",
+           "FLOAT_COLUMNS", "BOOL_COLUMNS", "REQUIRED", "STATUSES", "MEASURED", "BELOW_RESOLUTION", "SIGNED_METRICS",
+           "TIMING_METRIC", "PEER_PREFIX", "REFERENCES", "RunError", "format_cell", "parse_cell", "parse_row",
+           "read_rows", "read_meta", "params_of", "cell_key", "items_per_s", "ns_per_item", "op_unit", "item_name",
+           "comparison_group", "reference_ratios", "format_table"]
+
+SCHEMA_VERSION = 1
+
+#: Who made the row: the same for every row of a run.
+RUN_COLUMNS = ("schema_version", "run_id", "git_sha", "dirty", "machine")
+
+#: What one measurement of a cell gave (and its place in a series: repeat, env steps, wall time).
+MEASUREMENT_COLUMNS = ("value", "repeat", "loops", "status", "error", "env_steps", "wall_s")
+
+COLUMNS = [
+    *RUN_COLUMNS, "scenario",
+    "variant", "structure", "policy", "K", "dtype", "params",
+    "capacity", "batch", "threads", "transitions",
+    "op", "metric", "value", "unit", "items_per_call", "repeat", "loops",
+    "status", "error",
+    # cache scenario: which cache level, measuring method, address stream and cache geometry
+    "level", "method", "stream", "cache_config",
+    # concurrency and training scenarios: actors (writers) and learners (samplers/updaters),
+    # "threads" or "processes"; training adds the algorithm, environment, seed and, for
+    # return-curve points, the environment steps and wall seconds at which the value was taken
+    "actors", "learners", "mode", "algo", "env", "seed", "env_steps", "wall_s",
+]
+
+#: Columns naming what was measured (not who measured it, nor the measurement): rows equal in
+#: all of them belong to one cell.
+CELL_COLUMNS = [c for c in COLUMNS if c not in RUN_COLUMNS and c not in MEASUREMENT_COLUMNS]
+
+INT_COLUMNS = frozenset({"schema_version", "K", "capacity", "batch", "threads", "items_per_call", "repeat", "loops",
+                         "actors", "learners", "seed", "env_steps"})
+FLOAT_COLUMNS = frozenset({"value", "wall_s"})
+BOOL_COLUMNS = frozenset({"dirty"})
+
+#: Columns without which a rows.csv cannot be used.
+REQUIRED = ("scenario", "variant", "op", "metric", "value", "status")
+
+MEASURED = "ok"
+BELOW_RESOLUTION = "below-resolution"
+STATUSES = (MEASURED, "failed", "skipped", "unavailable", "unsupported", BELOW_RESOLUTION)
+
+#: Metrics whose values may be negative: an episode's return is a sum of rewards, negative in
+#: many environments. Every other metric is a count, a duration, a rate or a fraction.
+SIGNED_METRICS = frozenset({"return"})
+
+#: The micro scenario's metric: seconds per call, averaged over a value's loops.
+TIMING_METRIC = "seconds_per_call"
+
+PEER_PREFIX = "peer:"
+
+#: Variants the ratio columns compare with: (column title, variant name).
+REFERENCES = (("x binary", "binary"),)
+
+
+class RunError(ValueError):
+    """A run folder that cannot be used; ``str()`` names the file (and line) and the reason."""
+
+    def __init__(self, path, message: str, line: int | None = None):
+        self.path = Path(path)
+        self.line = line
+        where = f"{self.path}, line {line}" if line is not None else str(self.path)
+        super().__init__(f"{where}: {message}")
+
+
+# ---------------------------------------------------------------------------------------------
+# values and rows
+
+
+def format_cell(value) -> str:
+    """A value as rows.csv holds it: None as empty, booleans as true/false, floats by ``repr``
+    (exact round trip), dicts as sorted JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def parse_cell(column: str, text: str):
+    """The typed value of one field of ``column`` (None for an empty field).
+
+    Raises
+    ------
+    ValueError
+        naming the column and the text, when a number column holds no number.
+    """
+    if text == "":
+        return None
+    try:
+        if column in INT_COLUMNS:
+            return int(text)
+        if column in FLOAT_COLUMNS:
+            return float(text)
+    except ValueError:
+        raise ValueError(f"column {column!r}: cannot parse {text!r} as a number") from None
+    if column in BOOL_COLUMNS:
+        return text.lower() == "true"
+    return text
+
+
+def _check_value(row: dict) -> None:
+    """The ``value`` of an ``ok`` or ``below-resolution`` row (see the module docstring)."""
+    status, metric, value = row["status"], row.get("metric"), row.get("value")
+    if value is None:
+        raise ValueError(f"status {status} but no value")
+    if not math.isfinite(value):
+        raise ValueError(f"value {value!r} of metric {metric!r} is not finite, so it cannot be a measurement "
+                         f"(status {status})")
+    if value < 0 and (status == BELOW_RESOLUTION or metric not in SIGNED_METRICS):
+        what = "a resolution bound" if status == BELOW_RESOLUTION else f"metric {metric!r}"
+        raise ValueError(f"value {value!r} is negative, which {what} cannot be (status {status})")
+    if status == MEASURED and metric == TIMING_METRIC and value == 0:
+        raise ValueError(f"value 0 of metric {metric!r}: a call cannot take no time")
+
+
+def parse_row(header: Sequence[str], fields: Sequence[str]) -> dict:
+    """One rows.csv line as a typed dict, checked against the contract.
+
+    Checks: as many fields as the header; numbers parse; ``schema_version`` is not newer than
+    :data:`SCHEMA_VERSION`; ``status`` is known; an ``ok`` or ``below-resolution`` row has a
+    finite value in its metric's range. Cost: O(number of columns).
+
+    Raises
+    ------
+    ValueError
+        with a message naming the column and value (no file or line; callers add those).
+    """
+    if len(fields) != len(header):
+        raise ValueError(f"{len(fields)} fields where the header has {len(header)} (truncated or broken row)")
+    row = {column: parse_cell(column, text) for column, text in zip(header, fields)}
+    version = row.get("schema_version")
+    if version is not None and version > SCHEMA_VERSION:
+        raise ValueError(f"schema_version {version} is newer than this reader knows ({SCHEMA_VERSION}); "
+                         f"update replaybench to read it")
+    if row.get("status") not in STATUSES:
+        raise ValueError(f"unknown status {row.get('status')!r} (known: {', '.join(STATUSES)})")
+    if row["status"] in (MEASURED, BELOW_RESOLUTION):
+        _check_value(row)
+    return row
+
+
+def read_rows(run_dir) -> list[dict]:
+    """rows.csv of a run as typed dicts, every line checked by :func:`parse_row`.
+
+    Columns this version does not know are kept as strings; columns the file lacks are absent
+    from its dicts. Cost: one pass over the file.
+
+    Raises
+    ------
+    RunError
+        naming the file and, for a bad line, its number: a missing file, a header without
+        :data:`REQUIRED`, a broken line (see :func:`parse_row`) or a CSV error.
+    """
+    path = Path(run_dir) / "rows.csv"
+    if not path.exists():
+        raise RunError(path, "missing (a run folder holds rows.csv and meta.json)")
+    rows = []
+    with open(path, newline="") as fh:
+        reader = csv.reader(fh)
+        try:
+            header = next(reader, None)
+            if not header:
+                raise RunError(path, "empty file, no header", 1)
+            missing = [c for c in REQUIRED if c not in header]
+            if missing:
+                raise RunError(path, f"not a rows.csv header: missing column(s) {missing} "
+                                     f"(the first line must name the columns)", 1)
+            for fields in reader:
+                if not fields:
+                    continue  # a blank line carries no row
+                try:
+                    rows.append(parse_row(header, fields))
+                except ValueError as err:
+                    raise RunError(path, str(err), reader.line_num) from None
+        except csv.Error as err:  # e.g. a quoted field cut off by a truncated write
+            raise RunError(path, f"CSV error: {err}", reader.line_num) from None
+    return rows
+
+
+def read_meta(run_dir) -> dict:
+    """meta.json of a run, checked: it exists, is a JSON object and its ``schema_version`` is not
+    newer than :data:`SCHEMA_VERSION`.
+
+    Raises
+    ------
+    RunError
+        naming the file (and, for broken JSON, the line).
+    """
+    path = Path(run_dir) / "meta.json"
+    if not path.exists():
+        raise RunError(path, "missing (a run folder holds rows.csv and meta.json)")
+    try:
+        meta = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise RunError(path, f"not valid JSON: {err.msg}", err.lineno) from None
+    if not isinstance(meta, dict):
+        raise RunError(path, "not a JSON object")
+    version = meta.get("schema_version")
+    if isinstance(version, int) and version > SCHEMA_VERSION:
+        raise RunError(path, f"schema_version {version} is newer than this reader knows ({SCHEMA_VERSION}); "
+                             f"update replaybench to read it")
+    return meta
+
+
+def params_of(params) -> dict:
+    """A row's ``params`` (its JSON text, or the dict itself) as a dict; {} when empty or unreadable."""
+    if isinstance(params, str):
+        try:
+            params = json.loads(params)
+        except ValueError:
+            return {}
+    return params if isinstance(params, dict) else {}
+
+
+def cell_key(row: Mapping) -> tuple:
+    """The values of :data:`CELL_COLUMNS` of a row (``params`` as sorted JSON): equal keys, one cell."""
+    return tuple(json.dumps(params_of(row.get(c)), sort_keys=True) if c == "params" else row.get(c)
+                 for c in CELL_COLUMNS)
+
+
+# ---------------------------------------------------------------------------------------------
+# derived metrics
+
+
+def items_per_s(items_per_call, seconds_per_call):
+    """Throughput of a timing: items per call over seconds per call (numbers or arrays alike)."""
+    return items_per_call / seconds_per_call
+
+
+def ns_per_item(items_per_call, seconds_per_call):
+    """Cost of a timing: nanoseconds per item (numbers or arrays alike)."""
+    return 1e9 * seconds_per_call / items_per_call
+
+
+def op_unit(op: str) -> tuple[float, str]:
+    """``(scale, unit)`` a micro op's throughput is shown in, e.g. ``(1e6, "M transitions/s")``
+    (the scale and item of :data:`bench.workloads.OPS`; ``(1, "items/s")`` for other ops)."""
+    spec = OPS.get(op)
+    if spec is None:
+        return 1.0, "items/s"
+    prefix = {1e6: "M ", 1e3: "K ", 1.0: ""}.get(spec.scale, f"{spec.scale:g} ")
+    return spec.scale, f"{prefix}{spec.item}/s"
+
+
+def item_name(op: str) -> str:
+    """What one item of ``op`` is ("transition", "iteration", "call")."""
+    spec = OPS.get(op)
+    return spec.item.rstrip("s") if spec else "item"
+
+
+def comparison_group(cell: Mapping) -> tuple:
+    """What a cell's ratios compare within: run, op, capacity and workload (batch, transitions and
+    the ``mixed_adds`` parameter). Missing entries count as None."""
+    return (cell.get("run_id"), cell.get("op"), cell.get("capacity"), cell.get("batch"), cell.get("transitions"),
+            params_of(cell.get("params")).get("mixed_adds"))
+
+
+def reference_ratios(cells: Sequence[Mapping]) -> list[dict]:
+    """Ratios of medians for each cell, in the order given.
+
+    ``cells``: mappings holding ``variant``, ``median`` (a throughput: higher is better) and the
+    :func:`comparison_group` entries, plus ``dtype`` where it varies. Returns, per cell,
+    ``{"x_<reference>": ..., "best_peer": ..., "x_best_peer": ...}``, None where there is
+    nothing to compare with:
+
+    - ``x_<reference>`` for each of :data:`REFERENCES`: the cell's median over the reference
+      variant's in the same group, at the same ``dtype`` when the reference was measured at it
+      (else the first reference cell of the group);
+    - ``best_peer``: the peer library (``peer:`` variant) with the highest median in the group;
+      ``x_best_peer``: the cell's median over that peer's.
+
+    Cost: O(cells x reference cells per group).
+    """
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for i, cell in enumerate(cells):
+        groups[comparison_group(cell)].append(i)
+    out: list[dict] = [{} for _ in cells]
+    for members in groups.values():
+        peers = [i for i in members if str(cells[i]["variant"]).startswith(PEER_PREFIX)]
+        best = max(peers, key=lambda i: cells[i]["median"], default=None)  # first of equal medians
+        for i in members:
+            median = cells[i]["median"]
+            for _, name in REFERENCES:
+                refs = [j for j in members if cells[j]["variant"] == name]
+                same = [j for j in refs if cells[j].get("dtype") == cells[i].get("dtype")]
+                ref = (same or refs or [None])[0]
+                out[i][f"x_{name}"] = median / cells[ref]["median"] if ref is not None else None
+            out[i]["best_peer"] = cells[best]["variant"] if best is not None else None
+            out[i]["x_best_peer"] = median / cells[best]["median"] if best is not None else None
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# text
+
+
+def format_table(header: list[str], body: Iterable[list], right: set[int]) -> list[str]:
+    """A plain-text table as lines: columns padded to their widest cell, those in ``right``
+    right-aligned, a dashed rule under the header."""
+    body = [[str(c) for c in row] for row in body]
+    widths = [max(len(str(row[i])) for row in [header, *body]) for i in range(len(header))]
+
+    def fmt(row):
+        return "  ".join(str(c).rjust(w) if i in right else str(c).ljust(w)
+                         for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+
+    return [fmt(header), fmt(["-" * w for w in widths]), *map(fmt, body)]
