@@ -126,8 +126,6 @@ def execute(p: Plan, *, out="results", run_id: str | None = None, machine: str |
 
 def run(suite: dict, selection: Selection = Selection(), **kwargs) -> Path:
     """:func:`plan` then :func:`execute` a non-composite suite; keyword arguments go to execute."""
-    if kwargs.get("run_id") is not None:
-        arguments.check_run_id(kwargs["run_id"])
     return execute(plan(suite, selection), **kwargs)
 
 
@@ -145,7 +143,10 @@ def run_suites(suite: dict, selection: Selection = Selection(), *, run_id: str |
         arguments.check_run_id(run_id)
     if "suites" not in suite:
         return [execute(plan(suite, selection), run_id=run_id, echo=echo, **kwargs)]
-    subs = [suites.load(name) for name in suite["suites"]]
+    try:
+        subs = [suites.load(name) for name in suite["suites"]]
+    except ValueError as err:  # an unknown or malformed sub-suite
+        raise SelectionError(f"suite {suite['name']!r}: {err}") from None
     scenarios = [load(s.get("scenario")) for s in subs]
     given = selection.given()
     nobody = [OPTIONS[o] for o in given if not any(o in sc.takes for sc in scenarios)]

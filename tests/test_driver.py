@@ -74,6 +74,22 @@ def test_toy_scenario_runs_end_to_end(tmp_path):
     assert len(frame) == len(rows)
 
 
+def test_readme_scenario_example_runs_as_written(tmp_path):
+    section = (ROOT / "README.md").read_text().split("## Adding your own scenario")[1]
+    (tmp_path / "sleep_scenario.py").write_text(section.split("```python\n")[1].split("```")[0])
+    (tmp_path / "sleep.json").write_text(section.split("```json\n")[1].split("```")[0])
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    proc = subprocess.run([REPLAYBENCH, "run", "--suite", str(tmp_path / "sleep.json"), "--out", str(tmp_path / "r"),
+                           "--run-id", "s", "--no-progress"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = results.read_rows(tmp_path / "r" / "s")
+    assert len(rows) == 6 and {r["status"] for r in rows} == {"ok"} and {r["scenario"] for r in rows} == {"sleep"}
+    for r in rows:
+        assert r["value"] >= json.loads(r["params"])["asked_s"]
+    assert results.read_meta(tmp_path / "r" / "s")["complete"] is True
+
+
 def sigint_as_default():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
@@ -128,7 +144,8 @@ def test_run_id_is_one_safe_path_component(tmp_path, bad):
     assert "--run-id" in proc.stderr and repr(bad) in proc.stderr
     assert not any(out.iterdir()) and not any(tmp_path.parent.glob("escaped"))
     with pytest.raises(ValueError, match="--run-id"):  # the driver refuses it too, before creating anything
-        driver.run(suites.load(str(TOY / "toy_sort.json")), out=out, run_id=bad, progress=False, echo=quiet)
+        driver.run(suites.load("quick"), Selection(variants=["binary"], ops=["sample"]), out=out, run_id=bad,
+                   progress=False, echo=quiet)
     assert not any(out.iterdir())
 
 

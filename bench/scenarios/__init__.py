@@ -12,25 +12,8 @@ path of a module elsewhere (``"my_pkg.my_scenario"``, importable from ``sys.path
 module defines ``SCENARIO``, an instance of a :class:`Scenario` subclass, whose ``name`` fills
 the rows' ``scenario`` column.
 
-A minimal scenario (the test suite runs one like it end to end)::
-
-    from replaybench.bench.scenarios import Cell, Scenario
-
-    class Sleep(Scenario):
-        name = "sleep"
-
-        def cells(self, suite, selection):
-            return [Cell(f"{s} s", {"variant": "time.sleep", "structure": "none", "op": "sleep",
-                                    "metric": "seconds", "unit": "s"}, spec=s)
-                    for s in suite["seconds"]]
-
-        def measure(self, cell, run):
-            import time
-            t0 = time.perf_counter()
-            time.sleep(cell.spec)
-            return [cell.row("ok", value=time.perf_counter() - t0, repeat=0)]
-
-    SCENARIO = Sleep()
+README.md ("Adding your own scenario") shows a complete one, which the tests run as written;
+tests/toy/toy_sort.py is a fuller one (failed and skipped cells, an interrupted run).
 """
 
 from __future__ import annotations
