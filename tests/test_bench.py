@@ -39,7 +39,8 @@ def only_run_dir(out: Path) -> Path:
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("results")
-    proc = bench_cmd("run", "--suite", "quick", "--out", str(out), "--no-progress")
+    # a hang guard, not a speed check: the whole grid takes a minute on 2 idle cores, many on busy ones
+    proc = bench_cmd("run", "--suite", "quick", "--out", str(out), "--no-progress", timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc, only_run_dir(out)
 

@@ -10,12 +10,11 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from replaybench.bench import driver, peers, results, suites, summary
-from replaybench.bench.arguments import grid_param as _param
+from replaybench.bench.arguments import grid_param
 from replaybench.bench.scenarios import Selection, SelectionError, micro
 from replaybench.impl import registry
 
@@ -27,11 +26,11 @@ def quiet(*_):
 
 
 def test_param_parsing():
-    assert _param("K=2,4,8") == ("K", [2, 4, 8])
-    assert _param("dtype=float32,float64") == ("dtype", ["float32", "float64"])
-    assert _param("batch=2**5, 64") == ("batch", [32, 64])
-    assert _param("stratified=true") == ("stratified", [True])
-    assert _param("eps=1e-6") == ("eps", [1e-6])
+    assert grid_param("K=2,4,8") == ("K", [2, 4, 8])
+    assert grid_param("dtype=float32,float64") == ("dtype", ["float32", "float64"])
+    assert grid_param("batch=2**5, 64") == ("batch", [32, 64])
+    assert grid_param("stratified=true") == ("stratified", [True])
+    assert grid_param("eps=1e-6") == ("eps", [1e-6])
     assert micro.param_grid({"K": [2, 4], "batch": [32]}) == [{"K": 2, "batch": 32}, {"K": 4, "batch": 32}]
     assert micro.param_grid({}) == [{}]
 

@@ -150,28 +150,33 @@ def _rows(cell: Cell, res: list[dict], windows: int) -> list[dict]:
 
 
 def format_table(rows: list[dict]) -> str:
-    """Median aggregate items/s (insert + sample) and lock-wait share per cell, then the cells
-    that did not run."""
-    import pandas as pd
+    """Per cell: median items/s of each op and of insert + sample (aggregate), and the median
+    lock-wait share, over the cell's windows; then the cells that did not run."""
+    import statistics
 
     from replaybench.bench.summary import format_table as table
 
-    df = pd.DataFrame([r for r in rows if r.get("status") == "ok"])
+    keys = ("variant", "policy", "transitions", "mode", "actors", "learners")
+    cells: dict[tuple, dict] = {}
+    for r in rows:
+        if r.get("status") == "ok":
+            per_window = cells.setdefault(tuple(r[k] for k in keys), {}).setdefault(r["repeat"], {})
+            per_window[r["op"] if r["metric"] == "items_per_s" else "lock wait"] = r["value"]
+    ops = ("insert", "sample", "update")
+
+    def median(windows, name):
+        values = [w[name] for w in windows if name in w]
+        return f"{statistics.median(values):,.3g}" if values else "-"
+
+    body = []
+    for key, by_window in cells.items():
+        windows = [{**w, "aggregate/s": w.get("insert", 0.0) + w.get("sample", 0.0)} for w in by_window.values()]
+        body.append([str(k) for k in key] + [median(windows, name) for name in (*ops, "aggregate/s", "lock wait")])
+    header = ["variant", "policy", "transitions", "mode", "P", "L", *ops, "aggregate/s", "lock wait"]
+    out = table(header, body, set(range(4, len(header)))) if body else ["(no concurrency rows)"]
     missing = [r for r in rows if r.get("status") != "ok"]
-    out = []
-    if df.empty:
-        out.append("(no concurrency rows)")
-    else:
-        keys = ["variant", "policy", "transitions", "mode", "actors", "learners"]
-        thr = df[df.metric == "items_per_s"]
-        agg = (thr[thr.op.isin(["insert", "sample"])].groupby(keys + ["repeat"]).value.sum()
-               .groupby(keys).median().rename("aggregate/s"))
-        per_op = thr.groupby(keys + ["op"]).value.median().unstack("op")
-        wait = df[df.metric == "lock_wait_fraction"].groupby(keys).value.median().rename("lock wait")
-        out.append(per_op.join(agg).join(wait).to_string(float_format=lambda x: f"{x:,.3g}"))
     if missing:
         body = [[r["variant"], r["policy"], r["transitions"], r["mode"], str(r["actors"]), str(r["learners"]),
                  r["status"], (r.get("error") or "")[:100]] for r in missing]
-        out += ["", "Not measured:",
-                *table(["variant", "policy", "transitions", "mode", "P", "L", "status", "error"], body, set())]
+        out += ["", "Not measured:", *table(header[:6] + ["status", "error"], body, set())]
     return "\n".join(out)

@@ -284,7 +284,8 @@ class Micro(Scenario):
         capacities = list(selection.capacities or suite["capacities"])
         bad = [c for c in capacities if isinstance(c, bool) or not isinstance(c, int) or c < 1]
         if bad:
-            raise SelectionError(f"suite {suite['name']!r}: capacities must be positive integers, got {bad}")
+            where = "--capacities" if selection.capacities else f"suite {suite['name']!r}"
+            raise SelectionError(f"{where}: capacities must be positive integers, got {bad}")
         peer_ops = None if selection.ops else suite.get("peer_ops")  # a suite may run fewer ops on the peers
         ops = list(selection.ops or suite["ops"])
         known = [o for o in workloads.OPS if o != "empty"]  # empty is the overhead item, always run once
