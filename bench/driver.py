@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from replaybench.bench import arguments, results, suites
@@ -35,15 +36,15 @@ from replaybench.bench.scenarios import OPTIONS, Cell, RunState, Scenario, Selec
 
 __all__ = ["Plan", "plan", "execute", "run", "run_suites"]
 
-#: The columns the driver stamps on every row, whatever the scenario wrote.
-_RUN_COLUMNS = ("schema_version", "run_id", "git_sha", "dirty", "machine", "scenario")
-
-
+@dataclass(frozen=True)
 class Plan:
-    """A suite expanded and checked: its scenario and cells, ready to :func:`execute`."""
+    """A suite expanded and checked: its scenario and cells, ready to :func:`execute`.
+    ``selection`` holds only the options the scenario honours."""
 
-    def __init__(self, suite: dict, scenario: Scenario, cells: list[Cell], selection: Selection):
-        self.suite, self.scenario, self.cells, self.selection = suite, scenario, cells, selection
+    suite: dict
+    scenario: Scenario
+    cells: list[Cell]
+    selection: Selection
 
 
 def plan(suite: dict, selection: Selection = Selection(), *, ignore: tuple = ()) -> Plan:
@@ -87,6 +88,7 @@ def execute(p: Plan, *, out="results", run_id: str | None = None, machine: str |
     run_id = arguments.check_run_id(run_id) if run_id is not None else results.new_run_id(p.suite["name"])
     machine = machine or results.machine_info()["hostname"]
     writer = results.RunWriter(out, run_id, _meta(p, machine, command))
+    # the run's own columns, on every row whatever the scenario wrote
     stamp = {"schema_version": results.SCHEMA_VERSION, "run_id": run_id, "git_sha": writer.meta["git_sha"],
              "dirty": writer.meta["dirty"], "machine": machine, "scenario": p.scenario.name}
     counts = {s: 0 for s in results.STATUSES}
