@@ -15,7 +15,6 @@ was written, and 1 otherwise. ``--strict`` makes any broken run an error (status
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 

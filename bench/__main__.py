@@ -12,54 +12,9 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-
-def _capacity(text: str) -> int:
-    """``65536`` or ``2**16``."""
-    try:
-        if "**" in text:
-            base, exp = text.split("**")
-            value = int(base) ** int(exp)
-        else:
-            value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"capacity must be an integer or 2**N, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"capacity must be positive, got {text!r}")
-    return value
-
-
-def _value(text: str):
-    """A grid value from the command line: int (also 2**N), float, true/false, else the string."""
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    try:
-        return _capacity(text) if "**" in text else int(text)
-    except (ValueError, argparse.ArgumentTypeError):
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        return text
-
-
-def _param(text: str) -> tuple[str, list]:
-    """``K=2,4,8`` -> ``("K", [2, 4, 8])``."""
-    key, sep, values = text.partition("=")
-    key = key.strip()
-    parsed = [_value(v.strip()) for v in values.split(",") if v.strip()]
-    if not sep or not key or not parsed:
-        raise argparse.ArgumentTypeError(f"--param takes key=v1,v2,..., got {text!r}")
-    return key, parsed
-
-
-def _csv(convert=str):
-    def parse(text: str) -> list:
-        return [convert(part.strip()) for part in text.split(",") if part.strip()]
-    return parse
+from replaybench.bench import arguments
 
 
 def _fmt_params(params: dict) -> str:
@@ -91,21 +46,22 @@ def cmd_list(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from replaybench.bench import runner, suites
+    from replaybench.bench import driver, suites
+    from replaybench.bench.scenarios import Selection, SelectionError
 
     try:
         suite = suites.load(args.suite)
     except ValueError as err:
         args.parser.error(str(err))
-    overrides = {k: getattr(args, k) for k in ("processes", "values", "warmups", "loops", "min_time")
-                 if getattr(args, k) is not None}
+    settings = {k: getattr(args, k) for k in ("processes", "values", "warmups", "loops", "min_time")
+                if getattr(args, k) is not None}
+    selection = Selection(variants=args.variants, capacities=args.capacities, ops=args.ops,
+                          params=dict(args.param or []), settings=settings)
     command = [sys.executable, "-m", "replaybench.bench", *args.argv]
-    params = dict(args.param or [])
     try:
-        runner.run_suites(suite, variants=args.variants, capacities=args.capacities, ops=args.ops, out=args.out,
-                          run_id=args.run_id, machine=args.machine, settings=overrides,
-                          progress=not args.no_progress, command=command, params=params)
-    except runner.SelectionError as err:  # unknown variant, peer or op: nothing was timed
+        driver.run_suites(suite, selection, out=args.out, run_id=args.run_id, machine=args.machine,
+                          progress=not args.no_progress, command=command)
+    except SelectionError as err:  # a value or name the suite cannot take: nothing was created or measured
         args.parser.error(str(err))
     except KeyboardInterrupt:
         return 130
@@ -131,23 +87,26 @@ def add_commands(sub) -> None:
 
     p = sub.add_parser("run", help="run a suite and write results/<run_id>/")
     p.add_argument("--suite", default="default",
-                   help="suite name in bench/suites/ (default, micro, quick, sweep-capacity, sweep-k, sweep-batch) "
-                        "or a .json path")
-    p.add_argument("--variants", type=_csv(), help="comma-separated variant names (peer:cpprb for the peer); "
+                   help="suite name in bench/suites/ (default, micro, quick, sweep-*, cache, concurrency, "
+                        "training, ...) or a .json path")
+    p.add_argument("--variants", type=arguments.csv(), help="comma-separated variant names (peer:cpprb for the peer); "
                                                    "default: the suite's")
-    p.add_argument("--capacities", type=_csv(_capacity), help="comma-separated, e.g. 2**16,2**20")
-    p.add_argument("--ops", type=_csv(), help="comma-separated subset of the suite's ops")
-    p.add_argument("--param", type=_param, action="append", metavar="KEY=V1,V2",
+    p.add_argument("--capacities", type=arguments.csv(arguments.capacity), help="comma-separated, e.g. 2**16,2**20")
+    p.add_argument("--ops", type=arguments.csv(), help="comma-separated subset of the suite's ops")
+    p.add_argument("--param", type=arguments.grid_param, action="append", metavar="KEY=V1,V2",
                    help="a parameter grid, repeatable: variant parameters (K=2,4,8 dtype=float32,float64) go to "
                         "registry.create, workload ones (batch, mixed_adds, transitions) change the calls; "
-                        "replaces the suite's grid for that key; combinations a variant cannot take are "
-                        "recorded as skipped")
+                        "replaces the suite's grid for that key; values are checked against the type of "
+                        "the variants' defaults before anything runs; combinations a variant cannot take "
+                        "are recorded as skipped")
     p.add_argument("--out", default="results", help="folder that receives <run_id>/ (default: results)")
-    p.add_argument("--run-id", help="default: <UTC time>-<suite>")
+    p.add_argument("--run-id", type=arguments.run_id,
+                   help="the run folder's name: letters, digits, '.', '_', '-' (default: <UTC time>-<suite>)")
     p.add_argument("--machine", help="machine label for the rows (default: host name)")
-    for flag, kind in (("--processes", int), ("--values", int), ("--warmups", int), ("--loops", int),
-                       ("--min-time", float)):
-        p.add_argument(flag, type=kind, help="override the suite's pyperf setting")
+    for flag, kind in (("--processes", arguments.positive_int), ("--values", arguments.positive_int),
+                       ("--warmups", arguments.non_negative_int), ("--loops", arguments.non_negative_int),
+                       ("--min-time", arguments.positive_float)):
+        p.add_argument(flag, type=kind, help="override the suite's pyperf setting (micro suites only)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run, parser=p)
 

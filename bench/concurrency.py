@@ -1,4 +1,4 @@
-"""The concurrency scenario: P writers and L sampler/updaters on one shared buffer.
+"""The workers of the concurrency scenario: P writers and L sampler/updaters on one shared buffer.
 
 Workers are threads or processes; each maps the buffer through its own
 :class:`~impl.concurrent.SharedPrioritizedBuffer` object. Writers insert batches of tagged
@@ -16,17 +16,14 @@ Transition sizes: ``cartpole`` 40 B, ``mujoco`` 200 B, ``atari`` 84x84x4 = 28 22
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import queue
 import threading
 import time
 import traceback
-from pathlib import Path
 
 import numpy as np
 
-__all__ = ["TRANSITIONS", "ID_STRIDE", "schema", "make_batch", "intact_rows", "prefill", "run_workers",
-           "run_suite"]
+__all__ = ["TRANSITIONS", "ID_STRIDE", "schema", "make_batch", "intact_rows", "prefill", "run_workers"]
 
 TRANSITIONS = {"cartpole": 40, "mujoco": 200, "atari": 84 * 84 * 4}
 ID_STRIDE = 10**12  # writer w's k-th transition has id w * ID_STRIDE + k
@@ -190,95 +187,3 @@ def run_workers(handle, writers: int, learners: int, mode: str, cfg: dict, windo
                     w.kill()
                 w.join(5)
     return results
-
-
-# --------------------------------------------------------------------------- the benchmark
-def run_suite(suite: dict, *, variants=None, out="results", run_id=None, machine=None, progress=True,
-              command=None, echo=print, **_micro_only) -> Path:
-    """Measure bench/suites/concurrency.json's grid into ``<out>/<run_id>/``."""
-    import json
-
-    from tqdm import tqdm
-
-    from replaybench.bench import results
-    from replaybench.impl import registry
-    from replaybench.impl.concurrent import SharedPrioritizedBuffer
-
-    writer, emit, emitted = results.open_run(suite, out=out, run_id=run_id, machine=machine, command=command)
-    cores = os.cpu_count() or 1
-    variants = variants or suite["variants"]
-    grid = [(v, pol, kind, mode, tuple(pl)) for v in variants for pol in suite["policies"]
-            for kind in suite["transitions"] for mode in suite["modes"] for pl in suite["workers"]]
-    bar = tqdm(grid, desc="concurrency", unit="cell", disable=not progress, dynamic_ncols=True)
-    try:
-        for variant, policy, kind, mode, (P, L) in bar:
-            bar.set_postfix_str(f"{variant} {policy} {kind} {mode} P={P} L={L}")
-            t = suite["transitions"][kind]
-            nbytes = TRANSITIONS[kind]
-            cfg = {"nbytes": nbytes, "write_batch": t["write_batch"], "sample_batch": t["sample_batch"],
-                   "window_s": suite["window_s"]}
-            v = registry.get(variant)
-            params = {**v.params, "oversubscribed": P + L > cores, "write_batch": t["write_batch"],
-                      "transition_bytes": nbytes + 16}
-            base = {"scenario": "concurrency", "variant": variant, "structure": v.structure, "policy": policy,
-                    "K": v.params.get("K", 2), "dtype": v.params.get("dtype", "float32"),
-                    "params": json.dumps(params, sort_keys=True), "capacity": t["capacity"],
-                    "batch": t["sample_batch"], "threads": P + L, "transitions": kind, "actors": P,
-                    "learners": L, "mode": mode}
-            try:
-                buf = SharedPrioritizedBuffer.create(t["capacity"], schema(nbytes), variant=variant, policy=policy,
-                                                     seed=0)
-            except NotImplementedError as err:
-                emit([{**base, "op": "all", "metric": "items_per_s", "status": "skipped", "error": str(err)}])
-                continue
-            try:
-                prefill(buf, t["capacity"], nbytes)
-                res = run_workers(buf.handle, P, L, mode, cfg, windows=suite["repeats"],
-                                  timeout=60 + 10 * suite["window_s"] * suite["repeats"])
-            except Exception as err:  # one failing cell is recorded; the run goes on
-                emit([{**base, "op": "all", "metric": "items_per_s", "status": "failed",
-                       "error": f"{type(err).__name__}: {err}"[:2000]}])
-                continue
-            finally:
-                buf.close()
-            emit(_rows(base, res, suite["repeats"]))
-    except KeyboardInterrupt:
-        writer.finish(False, interrupted=True)
-        raise
-    writer.finish(True, interrupted=False)
-    echo(format_table(emitted))
-    echo(f"\nResults: {writer.dir}")
-    return writer.dir
-
-
-def _rows(base: dict, res: list[dict], windows: int) -> list[dict]:
-    rows = []
-    for w in range(windows):
-        mine = [r for r in res if r["window"] == w]
-        seconds = max(r["seconds"] for r in mine)
-        for op in ("insert", "sample", "update"):
-            items = sum(r.get(op, 0) for r in mine)
-            if any(op in r for r in mine):
-                rows.append({**base, "op": op, "metric": "items_per_s", "value": items / seconds, "unit": "items/s",
-                             "repeat": w, "status": "ok"})
-        wait = sum(r["lock_wait"] for r in mine) / sum(r["seconds"] for r in mine)
-        rows.append({**base, "op": "all", "metric": "lock_wait_fraction", "value": wait, "unit": "1", "repeat": w,
-                     "status": "ok"})
-    return rows
-
-
-def format_table(rows: list[dict]) -> str:
-    """Median aggregate items/s (insert + sample) and lock-wait share per cell."""
-    import pandas as pd
-
-    df = pd.DataFrame([r for r in rows if r.get("status") == "ok"])
-    if df.empty:
-        return "(no concurrency rows)"
-    keys = ["variant", "policy", "transitions", "mode", "actors", "learners"]
-    thr = df[df.metric == "items_per_s"]
-    agg = (thr[thr.op.isin(["insert", "sample"])].groupby(keys + ["repeat"]).value.sum()
-           .groupby(keys).median().rename("aggregate/s"))
-    per_op = thr.groupby(keys + ["op"]).value.median().unstack("op")
-    wait = df[df.metric == "lock_wait_fraction"].groupby(keys).value.median().rename("lock wait")
-    table = per_op.join(agg).join(wait)
-    return table.to_string(float_format=lambda x: f"{x:,.3g}")

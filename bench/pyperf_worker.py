@@ -1,6 +1,6 @@
 """One micro benchmark (target x capacity x op) timed by pyperf: ``python -m replaybench.bench.pyperf_worker``.
 
-The runner (:mod:`bench.runner`) starts this module once per grid item as a pyperf *manager*;
+The micro scenario (:mod:`bench.scenarios.micro`) starts this module once per grid item as a pyperf *manager*;
 pyperf then re-runs it as fresh *worker* processes (``--worker``, one calibration worker
 unless ``--loops`` is given, then ``--processes`` value workers), each of which builds the
 buffer, fills it and times the op. So a filled buffer is reused for all warm-ups, values and
@@ -9,10 +9,10 @@ loops of one worker, but not across ops: pyperf runs exactly one benchmark per w
 Set-up happens on the first call of the time function, before its clock starts: import, look
 up the variant, build and fill the buffer, make the input pools, call the op once (numba
 kernels are loaded from the on-disk cache or compiled here). The manager process never builds
-anything. A set-up error is written to ``--error-file`` so the runner can record it.
+anything. A set-up error is written to ``--error-file`` so the scenario can record it.
 
 Worker processes get pyperf's reduced environment (PATH, HOME, PYTHONPATH, locale) plus
-whatever ``--inherit-environ`` names; the runner passes NUMBA_* and thread-count variables on.
+whatever ``--inherit-environ`` names; the scenario passes NUMBA_* and thread-count variables on.
 """
 
 from __future__ import annotations
@@ -38,25 +38,10 @@ def _forward(cmd: list[str], args) -> None:
 
 def build_call(args):
     """Build the target and the op's call function (the untimed set-up) and run it once."""
-    import numpy as np
-
-    fields = workloads.SCHEMAS[args.transitions]
-    seeds = np.random.SeedSequence(args.seed).spawn(3)
-    fill_rng, input_rng, sample_rng = (np.random.default_rng(s) for s in seeds)
-    target = None
-    if args.op != "empty":
-        if args.target.startswith("peer:"):
-            from replaybench.bench import peers
-
-            target = peers.load(args.target).target(args.capacity, fields, sample_rng)
-        else:
-            params = json.loads(args.params) if args.params else {}
-            target = workloads.variant_target(args.target, args.capacity, fields, sample_rng, **params)
-        workloads.fill(target, args.capacity, fields, fill_rng)
-    call = workloads.make_call(args.op, target, capacity=args.capacity, fields=fields, batch=args.batch,
-                               mixed_adds=args.mixed_adds, rng=input_rng)
-    call(0)  # warm-up: first-touch and numba dispatch outside every timed value
-    return call
+    return workloads.warmed_call(args.op, args.target, capacity=args.capacity,
+                                 fields=workloads.SCHEMAS[args.transitions], batch=args.batch,
+                                 mixed_adds=args.mixed_adds, seed=args.seed,
+                                 params=json.loads(args.params) if args.params else None)
 
 
 class TimedOp:

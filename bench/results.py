@@ -38,7 +38,7 @@ from replaybench.bench.contract import COLUMNS, SCHEMA_VERSION, STATUSES, format
 # The schema names and the readers are the contract's (bench.contract); they are named here too
 # because every scenario writes and reads its run through this module.
 __all__ = ["SCHEMA_VERSION", "COLUMNS", "STATUSES", "RunWriter", "atomic_write_text", "new_run_id", "git_state",
-           "machine_info", "library_versions", "read_rows", "read_meta", "open_run"]
+           "machine_info", "library_versions", "read_rows", "read_meta"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -127,30 +127,6 @@ class RunWriter:
         self.meta.update(extra, end_time=_now(), complete=bool(complete))
         self.write_meta()
 
-
-def open_run(suite: dict, *, out="results", run_id=None, machine=None, command=None):
-    """Start a run for a suite with its own runner (a ``"runner"`` hook such as cache or
-    concurrency): returns ``(writer, emit, emitted)`` where ``emit(rows)`` stamps each row with
-    the run's common columns (schema version, run id, git state, machine), appends it to
-    rows.csv and to the list ``emitted``."""
-    run_id = run_id or new_run_id(suite["name"])
-    git = git_state()
-    info = machine_info()
-    machine = machine or info["hostname"]
-    meta = {"scenario": suite["scenario"], "suite": suite, "command": command or sys.argv,
-            "git_sha": git["sha"], "dirty": git["dirty"], "machine_label": machine,
-            "machine": info, "libraries": library_versions()}
-    writer = RunWriter(out, run_id, meta)
-    base = {"schema_version": SCHEMA_VERSION, "run_id": run_id, "git_sha": git["sha"], "dirty": git["dirty"],
-            "machine": machine}
-    emitted: list[dict] = []
-
-    def emit(rows: list[dict]) -> None:
-        rows = [{**base, **row} for row in rows]
-        writer.append(rows)
-        emitted.extend(rows)
-
-    return writer, emit, emitted
 
 
 def _run(cmd: list[str], cwd=None) -> str | None:

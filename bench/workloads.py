@@ -34,8 +34,8 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["SCHEMAS", "OPS", "OpSpec", "Target", "random_batch", "variant_target", "fill", "make_call",
-           "time_calls"]
+__all__ = ["SCHEMAS", "OPS", "OpSpec", "Target", "row_bytes", "random_batch", "variant_target", "fill", "make_call",
+           "warmed_call", "time_calls"]
 
 #: Transition schemas by name: ``{field: (shape, dtype)}`` as impl.storage takes them.
 SCHEMAS = {
@@ -94,16 +94,27 @@ class Target:
     fill_add: Callable
 
 
-def random_batch(fields: dict, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """``n`` random transitions matching ``fields``."""
+def _shape(shape) -> tuple:
+    return (shape,) if isinstance(shape, int) else tuple(shape)
+
+
+def row_bytes(fields: dict) -> int:
+    """Bytes of one transition of schema ``fields``."""
+    return sum(int(np.prod(_shape(shape), dtype=np.int64)) * np.dtype(dtype).itemsize
+               for shape, dtype in fields.values())
+
+
+def random_batch(fields: dict, n: int, rng: np.random.Generator, int_high: int = 2) -> dict[str, np.ndarray]:
+    """``n`` random transitions matching ``fields``: booleans fair coins, integers uniform in
+    ``[0, int_high)``, floats uniform in [0, 1)."""
     out = {}
     for name, (shape, dtype) in fields.items():
-        shape = (n, *((shape,) if isinstance(shape, int) else shape))
+        shape = (n, *_shape(shape))
         dtype = np.dtype(dtype)
         if dtype.kind == "b":
             out[name] = rng.random(shape) < 0.5
         elif dtype.kind in "iu":
-            out[name] = rng.integers(0, 2, shape).astype(dtype)
+            out[name] = rng.integers(0, int_high, shape).astype(dtype)
         else:
             out[name] = rng.random(shape).astype(dtype)
     return out
@@ -183,6 +194,31 @@ def make_call(op: str, target: Target | None, *, capacity: int, fields: dict, ba
 
     else:
         raise ValueError(f"unknown op {op!r}; known: {', '.join(OPS)}")
+    return call
+
+
+def warmed_call(op: str, target_name: str | None, *, capacity: int, fields: dict, batch: int, mixed_adds: int = 4,
+                seed: int = 0, params: dict | None = None) -> Callable[[int], object]:
+    """The whole untimed set-up of one op, ending in a warm-up: ``call(i)`` ready to be timed.
+
+    Builds ``target_name`` (a registered variant, or ``peer:<name>``; None for the ``empty``
+    op) with ``params``, fills it (:func:`fill`), makes the input pools (:func:`make_call`) and
+    calls the op once, so that first-touch page faults and numba's dispatch (or compilation,
+    when its on-disk cache is cold) happen before any timing. Three generators spawned from
+    ``seed`` feed the fill, the inputs and ``sample``, so a cell's inputs do not depend on the op.
+    """
+    fill_rng, input_rng, sample_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3))
+    target = None
+    if op != "empty":
+        if target_name.startswith("peer:"):
+            from replaybench.bench import peers
+
+            target = peers.load(target_name).target(capacity, fields, sample_rng)
+        else:
+            target = variant_target(target_name, capacity, fields, sample_rng, **(params or {}))
+        fill(target, capacity, fields, fill_rng)
+    call = make_call(op, target, capacity=capacity, fields=fields, batch=batch, mixed_adds=mixed_adds, rng=input_rng)
+    call(0)
     return call
 
 

@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 
+from replaybench.bench.workloads import random_batch
+
 CARTPOLE_FIELDS = {
     "obs": ((4,), "float32"),
     "action": ((), "int64"),
@@ -13,18 +15,9 @@ CARTPOLE_FIELDS = {
 
 
 def make_batch(n, rng, fields=CARTPOLE_FIELDS):
-    """A random batch of ``n`` transitions matching ``fields``."""
-    out = {}
-    for name, (shape, dtype) in fields.items():
-        shape = (n, *((shape,) if isinstance(shape, int) else shape))
-        dtype = np.dtype(dtype)
-        if dtype.kind == "b":
-            out[name] = rng.random(shape) < 0.5
-        elif dtype.kind in "iu":
-            out[name] = rng.integers(0, 100, shape).astype(dtype)
-        else:
-            out[name] = rng.random(shape).astype(dtype)
-    return out
+    """A random batch of ``n`` transitions matching ``fields`` (bench's one generator;
+    integers in [0, 100) so that rows are told apart)."""
+    return random_batch(fields, n, rng, int_high=100)
 
 
 @pytest.fixture

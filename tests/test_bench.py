@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from replaybench.bench import results, runner, suites, summary
+from replaybench.bench import driver, results, suites, summary
+from replaybench.bench.scenarios import Selection
 from replaybench.impl import registry
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,7 +39,8 @@ def only_run_dir(out: Path) -> Path:
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("results")
-    proc = bench_cmd("run", "--suite", "quick", "--out", str(out), "--no-progress")
+    # a hang guard, not a speed check: the whole grid takes a minute on 2 idle cores, many on busy ones
+    proc = bench_cmd("run", "--suite", "quick", "--out", str(out), "--no-progress", timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc, only_run_dir(out)
 
@@ -180,7 +182,7 @@ def test_unavailable_peer_is_recorded_not_dropped(tmp_path, monkeypatch):
 
     monkeypatch.setattr(cpprb_peer, "version", broken)
     suite = suites.load("quick")
-    run_dir = runner.run(suite, variants=["peer:cpprb"], out=tmp_path, progress=False, echo=lambda *a: None)
+    run_dir = driver.run(suite, Selection(variants=["peer:cpprb"]), out=tmp_path, progress=False, echo=lambda *a: None)
     rows = results.read_rows(run_dir)
     peer_rows = [r for r in rows if r["variant"] == "peer:cpprb"]
     assert len(peer_rows) == len(suite.get("peer_ops", suite["ops"]))

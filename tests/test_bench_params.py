@@ -1,4 +1,4 @@
-"""Parameter grids, skipped combinations, peers and Ctrl-C in the benchmark runner.
+"""Parameter grids, skipped combinations, peers and Ctrl-C in the micro scenario.
 
 Runs use the quick suite narrowed to one or two ops, so each takes a few seconds.
 """
@@ -10,12 +10,12 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from replaybench.bench import contract, peers, results, runner, suites, summary
-from replaybench.bench.__main__ import _param
+from replaybench.bench import contract, driver, peers, results, suites, summary
+from replaybench.bench.arguments import grid_param
+from replaybench.bench.scenarios import Selection, SelectionError, micro
 from replaybench.impl import registry
 
 from test_bench import ROOT, bench_cmd, only_run_dir, sigint_as_default  # noqa: F401 - shared helpers
@@ -26,13 +26,13 @@ def quiet(*_):
 
 
 def test_param_parsing():
-    assert _param("K=2,4,8") == ("K", [2, 4, 8])
-    assert _param("dtype=float32,float64") == ("dtype", ["float32", "float64"])
-    assert _param("batch=2**5, 64") == ("batch", [32, 64])
-    assert _param("stratified=true") == ("stratified", [True])
-    assert _param("eps=1e-6") == ("eps", [1e-6])
-    assert runner.param_grid({"K": [2, 4], "batch": [32]}) == [{"K": 2, "batch": 32}, {"K": 4, "batch": 32}]
-    assert runner.param_grid({}) == [{}]
+    assert grid_param("K=2,4,8") == ("K", [2, 4, 8])
+    assert grid_param("dtype=float32,float64") == ("dtype", ["float32", "float64"])
+    assert grid_param("batch=2**5, 64") == ("batch", [32, 64])
+    assert grid_param("stratified=true") == ("stratified", [True])
+    assert grid_param("eps=1e-6") == ("eps", [1e-6])
+    assert micro.param_grid({"K": [2, 4], "batch": [32]}) == [{"K": 2, "batch": 32}, {"K": 4, "batch": 32}]
+    assert micro.param_grid({}) == [{}]
 
 
 ECHO_PLUGIN = '''
@@ -80,8 +80,8 @@ def test_param_reaches_the_worker_and_the_rows(tmp_path):
 
 def test_combinations_a_variant_cannot_take_are_skipped_with_the_reason(tmp_path):
     suite = suites.load("quick")
-    run_dir = runner.run(suite, variants=["binary", "kary-aligned", "kary", "peer:cpprb"], ops=["update"],
-                         params={"K": [2, 3]}, out=tmp_path, progress=False, echo=quiet)
+    run_dir = driver.run(suite, Selection(variants=["binary", "kary-aligned", "kary", "peer:cpprb"], ops=["update"],
+                                          params={"K": [2, 3]}), out=tmp_path, progress=False, echo=quiet)
     rows = results.read_rows(run_dir)
     by = {(r["variant"], r["K"]): r for r in rows if r["variant"] != "harness"}
     assert len(by) == 8
@@ -108,7 +108,7 @@ def test_suite_params_grid_as_data_and_workload_params(tmp_path):
     path = tmp_path / "grid.json"
     path.write_text(json.dumps(suite))
     loaded = suites.load(str(path))
-    run_dir = runner.run(loaded, variants=["binary"], ops=["sample", "insert_one"], out=tmp_path / "r",
+    run_dir = driver.run(loaded, Selection(variants=["binary"], ops=["sample", "insert_one"]), out=tmp_path / "r",
                          progress=False, echo=quiet)
     rows = [r for r in results.read_rows(run_dir) if r["variant"] == "binary"]
     sample = {r["batch"]: r for r in rows if r["op"] == "sample"}
@@ -118,8 +118,8 @@ def test_suite_params_grid_as_data_and_workload_params(tmp_path):
     assert "batch=32" in text and "batch=64" in text
     bad = {**suite, "params": {"K": []}}
     path.write_text(json.dumps(bad))
-    with pytest.raises(ValueError, match="params"):
-        suites.load(str(path))
+    with pytest.raises(SelectionError, match="params"):  # refused when the suite is expanded
+        driver.plan(suites.load(str(path)))
 
 
 def test_sweep_suites_and_default_are_declared():
@@ -133,29 +133,37 @@ def test_sweep_suites_and_default_are_declared():
     assert "micro" in default["suites"]  # what `make bench` runs
 
 
-def test_composite_suite_runs_each_sub_suite_and_custom_runners(tmp_path, monkeypatch):
+def test_composite_suite_runs_each_sub_suite_and_outside_scenarios(tmp_path, monkeypatch):
+    """Sub-suites run in order, each under <run_id>-<name>, the scenario named by each suite
+    (a module of bench/scenarios or any importable module)."""
     calls = []
 
-    def fake_run(suite, **kwargs):
-        calls.append((suite["name"], kwargs.get("run_id")))
-        return tmp_path / suite["name"]
+    def fake_execute(plan, **kwargs):
+        calls.append((plan.suite["name"], plan.scenario.name, kwargs.get("run_id")))
+        return tmp_path / plan.suite["name"]
 
-    monkeypatch.setattr(runner, "run", fake_run)
-    hook = tmp_path / "hooked.json"
-    hook.write_text(json.dumps({"name": "hooked", "runner": "rb_custom_runner:run"}))
-    (tmp_path / "rb_custom_runner.py").write_text(
-        "from pathlib import Path\n\ndef run(suite, **kwargs):\n    return Path('custom') / kwargs['run_id']\n")
+    monkeypatch.setattr(driver, "execute", fake_execute)
+    (tmp_path / "rb_custom_scenario.py").write_text(
+        "from replaybench.bench.scenarios import Cell, Scenario\n\n"
+        "class Custom(Scenario):\n    name = 'custom'\n\n"
+        "    def cells(self, suite, selection):\n        return [Cell('one', {'op': 'x'})]\n\n"
+        "SCENARIO = Custom()\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    hook = tmp_path / "hooked.json"
+    hook.write_text(json.dumps({"name": "hooked", "scenario": "rb_custom_scenario"}))
     composite = {"name": "both", "suites": ["quick", str(hook)]}
-    out = runner.run_suites(composite, run_id="r")
-    assert calls == [("quick", "r-quick")]
-    assert out == [tmp_path / "quick", Path("custom") / f"r-{hook}"]
+    out = driver.run_suites(composite, run_id="r", echo=quiet)
+    assert calls == [("quick", "micro", "r-quick"), ("hooked", "custom", "r-hooked")]
+    assert out == [tmp_path / "quick", tmp_path / "hooked"]
+    hook.write_text(json.dumps({"name": "old", "runner": "rb_custom_scenario:run"}))
+    with pytest.raises(ValueError, match="runner"):  # the pre-driver hook is refused, not silently ignored
+        suites.load(str(hook))
 
 
 def test_bogus_peer_is_recorded_unavailable(tmp_path, monkeypatch):
     monkeypatch.setitem(peers.PEERS, "bogus", "replaybench.bench.peers.no_such_adapter_module")
     suite = {**suites.load("quick"), "peers": ["bogus"]}
-    run_dir = runner.run(suite, variants=["peer:bogus", "binary"], ops=["sample"], out=tmp_path,
+    run_dir = driver.run(suite, Selection(variants=["peer:bogus", "binary"], ops=["sample"]), out=tmp_path,
                          progress=False, echo=quiet)
     rows = {r["variant"]: r for r in results.read_rows(run_dir)}
     assert rows["peer:bogus"]["status"] == "unavailable"
@@ -170,10 +178,10 @@ def test_peer_capacity_limit_is_a_skip(tmp_path, monkeypatch):
     from replaybench.bench.peers import tianshou_peer
 
     monkeypatch.setattr(tianshou_peer, "version", lambda: "0.0 (simulated)")  # available without running it
-    info = runner.resolve_variants(suites.load("quick"), ["peer:tianshou"])
-    items = runner.grid(info, [2**16, 2**20], ["sample"])
-    assert [bool(i.skip) for i in items[1:]] == [False, True]
-    assert "one transition per call" in items[2].skip
+    cells = micro.SCENARIO.cells(suites.load("quick"), Selection(variants=["peer:tianshou"],
+                                                                  capacities=[2**16, 2**20], ops=["sample"]))
+    assert [bool(c.skip) for c in cells[1:]] == [False, True]
+    assert "one transition per call" in cells[2].skip
 
 
 def test_summary_best_peer_ratio(tmp_path):

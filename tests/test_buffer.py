@@ -10,7 +10,7 @@ from scipy.stats import chisquare
 from replaybench.impl import registry
 
 from conftest import CARTPOLE_FIELDS, make_batch
-from _support import ALL_VARIANTS, PRIORITIZED, TREE_VARIANTS, dtype_kw, prioritized_with_dtypes, takes_param
+from _support import ALL_VARIANTS, TREE_VARIANTS, dtype_kw, prioritized_with_dtypes, takes_param
 
 ID_FIELDS = {"id": ((), "int64"), "obs": ((3,), "float32")}
 
@@ -124,7 +124,7 @@ def test_k_parameter(name, K):
     try:
         buf = registry.create(name, capacity=70, fields=ID_FIELDS, K=K)
     except ValueError as err:  # a layout may refuse some K, saying which and why
-        assert f"K must be" in str(err) and repr(K) in str(err)
+        assert "K must be" in str(err) and repr(K) in str(err)
         return
     assert buf.tree.K == K
     buf2 = registry.create(name, capacity=70, fields=ID_FIELDS, K=K, eps=0.0, alpha=1.0)

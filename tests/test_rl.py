@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 from replaybench.bench import results
-from replaybench.bench import train as bench_train
 from replaybench.impl.concurrent import leaked_segments
 from replaybench.impl.rl import InjectedFailure, TrainConfig, WorkerFailed, train
 from replaybench.impl.rl.config import total_updates
@@ -187,10 +186,10 @@ def test_learners_with_the_same_seed_start_identical():
 
 # ---------------------------------------------------------------------------------------- bench
 def test_training_quick_suite_rows(tmp_path):
-    """The runner hook writes the columns the analysis reads, speedup included."""
-    from replaybench.bench import suites
+    """The training scenario writes the columns the analysis reads, speedup included."""
+    from replaybench.bench import driver, suites
 
-    run_dir = bench_train.run_suite(suites.load("training-quick"), out=tmp_path, progress=False, echo=lambda *_: None)
+    run_dir = driver.run(suites.load("training-quick"), out=tmp_path, progress=False, echo=lambda *_: None)
     rows = results.read_rows(run_dir)
     meta = results.read_meta(run_dir)
     assert meta["complete"] and meta["scenario"] == "training"

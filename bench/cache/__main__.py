@@ -1,5 +1,8 @@
 """``python -m replaybench.bench.cache [--variants ...] [--capacities ...] [--methods ...]``: run the cache
-suite (or a part of it) and print a table of misses per call; nothing is written to results/."""
+suite (or a part of it) and print a table of misses per call; nothing is written to results/.
+
+A development tool: ``replaybench run --suite cache`` measures the same through the driver and
+writes a run (:mod:`bench.scenarios.cache`)."""
 
 from __future__ import annotations
 
@@ -7,22 +10,16 @@ import argparse
 import json
 import sys
 
+from replaybench.bench import arguments
+
 from . import format_table, load_suite, run
-
-
-def _capacity(text: str) -> int:
-    for op in ("**", "^"):
-        if op in text:
-            base, exp = text.split(op)
-            return int(base) ** int(exp)
-    return int(text)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m replaybench.bench.cache", description=__doc__.splitlines()[0])
     p.add_argument("--suite", default="cache", help="suite name in bench/suites or a JSON path")
     p.add_argument("--variants", nargs="+", help="registered variant names (default: the suite's)")
-    p.add_argument("--capacities", nargs="+", type=_capacity, help="capacities for every method (2**20, 2^20 or 65536)")
+    p.add_argument("--capacities", nargs="+", type=arguments.capacity, help="capacities for every method (2**20, 2^20 or 65536)")
     p.add_argument("--methods", nargs="+", choices=["model", "cachegrind", "perf"])
     p.add_argument("--streams", nargs="+", choices=["tree", "tree+data"], help="cachegrind streams")
     p.add_argument("--cg-variants", nargs="+", help="variants cachegrind runs (default: the suite's)")

@@ -18,7 +18,6 @@ from ``make bench`` (pyperf, fresh processes, several repetitions).
 
 import itertools
 
-import numpy as np
 import pytest
 
 from replaybench.bench import workloads
@@ -33,13 +32,7 @@ FIELDS = workloads.SCHEMAS["cartpole"]
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("variant", registry.names())
 def test_op(benchmark, variant, op):
-    seeds = np.random.SeedSequence(0).spawn(3)
-    fill_rng, input_rng, sample_rng = (np.random.default_rng(s) for s in seeds)
-    target = workloads.variant_target(variant, CAPACITY, FIELDS, sample_rng)
-    workloads.fill(target, CAPACITY, FIELDS, fill_rng)
-    call = workloads.make_call(op, target, capacity=CAPACITY, fields=FIELDS, batch=BATCH, mixed_adds=4,
-                               rng=input_rng)
-    call(0)  # warm-up: numba dispatch and first touch outside the timing
+    call = workloads.warmed_call(op, variant, capacity=CAPACITY, fields=FIELDS, batch=BATCH, seed=0)
     counter = itertools.count(1)
     benchmark.group = f"{op} (capacity {CAPACITY}, batch {BATCH if op != 'insert_one' else 1})"
     benchmark.extra_info.update(variant=variant, op=op, capacity=CAPACITY,

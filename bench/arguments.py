@@ -1,0 +1,138 @@
+"""Command-line values of the benchmark commands, parsed and checked in one place.
+
+Each parser takes the text of one argument and returns its value, or raises
+``argparse.ArgumentTypeError`` (argparse then exits with status 2 and a message naming the
+option and the text), so a bad value is refused before any work starts:
+
+* :func:`capacity` -- ``65536``, ``2**16`` or ``2^16``; 1 .. :data:`MAX_CAPACITY`.
+* :func:`csv` -- ``a,b,c`` as a list, each part converted.
+* :func:`grid_value` / :func:`grid_param` -- a parameter grid ``K=2,4,8`` as ``("K", [2, 4, 8])``.
+* :func:`positive_int`, :func:`non_negative_int`, :func:`positive_float` -- counts and durations.
+* :func:`run_id` -- one safe path component (:func:`check_run_id`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+
+__all__ = ["MAX_CAPACITY", "capacity", "csv", "grid_value", "grid_param", "positive_int", "non_negative_int",
+           "positive_float", "check_run_id", "run_id"]
+
+#: Largest capacity a command line may ask for: slot indices and ring tickets are int64.
+MAX_CAPACITY = 2**62
+
+_RUN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+
+
+def capacity(text: str) -> int:
+    """``65536``, ``2**16`` or ``2^16`` -> 65536, within 1 .. MAX_CAPACITY."""
+    try:
+        for op in ("**", "^"):
+            if op in text:
+                base, exp = (int(part) for part in text.split(op))
+                # a huge exponent would take long to compute before being refused
+                value = base**exp if 0 <= exp <= 64 and 0 <= base <= MAX_CAPACITY else 0
+                break
+        else:
+            value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"capacity must be an integer or 2**N, got {text!r}") from None
+    if value < 1 or value > MAX_CAPACITY:
+        raise argparse.ArgumentTypeError(f"capacity must be between 1 and 2**62, got {text!r}")
+    return value
+
+
+def csv(convert=str):
+    """A parser of comma-separated lists whose parts go through ``convert``."""
+    def parse(text: str) -> list:
+        return [convert(part.strip()) for part in text.split(",") if part.strip()]
+    return parse
+
+
+def grid_value(text: str):
+    """A grid value: int (also 2**N), float, true/false, else the string.
+
+    Typing against what the variants declare happens when the suite is expanded
+    (``bench.scenarios.micro``), so ``K=abc`` is refused there with the variant's reason.
+    """
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if "**" in text:
+        return capacity(text)
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"a grid value must be finite, got {text!r}")
+    return value
+
+
+def grid_param(text: str) -> tuple[str, list]:
+    """``K=2,4,8`` -> ``("K", [2, 4, 8])``."""
+    key, sep, values = text.partition("=")
+    key = key.strip()
+    parsed = [grid_value(v.strip()) for v in values.split(",") if v.strip()]
+    if not sep or not key or not parsed:
+        raise argparse.ArgumentTypeError(f"--param takes key=v1,v2,..., got {text!r}")
+    return key, parsed
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def check_run_id(value: str) -> str:
+    """``value`` if it is one path component of ``[A-Za-z0-9._-]`` not starting with '.'.
+
+    Raises ValueError naming ``--run-id`` otherwise: a run folder is always a direct child of
+    the output folder (no ``..``, no absolute or nested paths, no hidden folders).
+    """
+    if not isinstance(value, str) or not _RUN_ID.fullmatch(value):
+        raise ValueError(f"--run-id must be one path component of letters, digits, '.', '_' and '-' "
+                         f"that does not start with '.', got {value!r}")
+    return value
+
+
+def run_id(text: str) -> str:
+    """argparse type for ``--run-id`` (see :func:`check_run_id`)."""
+    try:
+        return check_run_id(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None

@@ -1,0 +1,167 @@
+"""The one run lifecycle: expand a suite into cells, measure them, write the run, print the table.
+
+Every scenario (:mod:`bench.scenarios`) runs through :func:`run`:
+
+1. The suite is expanded into cells (:meth:`Scenario.cells`) and the command line's run id
+   and options are checked. Any error is raised here, as :class:`SelectionError`, before the
+   run folder exists.
+2. ``<out>/<run_id>/`` is created by :class:`bench.results.RunWriter`; meta.json holds the
+   suite, the selection, git state, machine and library facts and the scenario's own entries,
+   with ``complete: false``.
+3. Cells are measured one at a time under a tqdm bar (shown when there is more than one
+   cell). A cell with a ``skip`` reason becomes one row of its ``skip_status`` without being
+   run; a cell whose :meth:`Scenario.measure` raises becomes one ``failed`` row with the error,
+   and the run goes on. Each cell's rows are appended to rows.csv (rewritten atomically) as
+   soon as it ends, and meta.json is rewritten, so a crash or Ctrl-C keeps every finished cell.
+4. At the end meta.json gets ``complete``, ``interrupted``, ``end_time`` and the counts
+   ``items_total``, ``items_done`` and ``items_by_status`` (one item = one cell); on Ctrl-C
+   ``complete`` is false and KeyboardInterrupt is raised again after the counts are written.
+5. The scenario's table (:meth:`Scenario.summarize`) of the rows read back from rows.csv is
+   printed, then the folder.
+
+Composite suites (``{"name": ..., "suites": [...]}``) run their sub-suites in order
+(:func:`run_suites`), each into its own folder ``<run_id>-<sub-suite name>``, after every
+sub-suite has been expanded.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from replaybench.bench import arguments, results, suites
+from replaybench.bench.scenarios import OPTIONS, Cell, RunState, Scenario, Selection, SelectionError, load
+
+__all__ = ["Plan", "plan", "execute", "run", "run_suites"]
+
+@dataclass(frozen=True)
+class Plan:
+    """A suite expanded and checked: its scenario and cells, ready to :func:`execute`.
+    ``selection`` holds only the options the scenario honours."""
+
+    suite: dict
+    scenario: Scenario
+    cells: list[Cell]
+    selection: Selection
+
+
+def plan(suite: dict, selection: Selection = Selection(), *, ignore: tuple = ()) -> Plan:
+    """Expand a (non-composite) suite into cells; SelectionError if it cannot run.
+
+    An option the scenario does not honour is refused, unless named in ``ignore`` (a
+    composite suite runs it in the sub-suites that take it).
+    """
+    scenario = load(suite.get("scenario"))
+    refused = [OPTIONS[o] for o in selection.given() if o not in scenario.takes and o not in ignore]
+    if refused:
+        takes = ", ".join(OPTIONS[o] for o in OPTIONS if o in scenario.takes) or "no selection options"
+        raise SelectionError(f"suite {suite['name']!r} (scenario {scenario.name}) does not take "
+                             f"{', '.join(refused)}; it takes {takes}")
+    narrowed = Selection(**{o: getattr(selection, o) for o in OPTIONS if o in scenario.takes})
+    return Plan(suite, scenario, scenario.cells(suite, narrowed), narrowed)
+
+
+def _meta(p: Plan, machine: str, command) -> dict:
+    git = results.git_state()
+    s = p.selection
+    return {"scenario": p.scenario.name, "suite": p.suite,
+            "selection": {"variants": s.variants, "capacities": s.capacities, "ops": s.ops, "params": s.params,
+                          "settings": s.settings},
+            "command": list(command or sys.argv), "cwd": os.getcwd(),
+            "git_sha": git["sha"], "dirty": git["dirty"], "machine_label": machine,
+            "machine": results.machine_info(), "libraries": results.library_versions(),
+            "cache_miss_method": None,  # the cache scenario says which method measured
+            **p.scenario.meta(p.suite, p.selection, p.cells)}
+
+
+def execute(p: Plan, *, out="results", run_id: str | None = None, machine: str | None = None,
+            progress: bool = True, command=None, echo=print) -> Path:
+    """Measure a plan's cells into ``<out>/<run_id>/`` (the lifecycle in the module docstring).
+
+    Returns the run folder. Raises SelectionError for a bad ``run_id`` before creating
+    anything, and KeyboardInterrupt after recording what finished when interrupted.
+    """
+    from tqdm import tqdm
+
+    run_id = arguments.check_run_id(run_id) if run_id is not None else results.new_run_id(p.suite["name"])
+    machine = machine or results.machine_info()["hostname"]
+    writer = results.RunWriter(out, run_id, _meta(p, machine, command))
+    # the run's own columns, on every row whatever the scenario wrote
+    stamp = {"schema_version": results.SCHEMA_VERSION, "run_id": run_id, "git_sha": writer.meta["git_sha"],
+             "dirty": writer.meta["dirty"], "machine": machine, "scenario": p.scenario.name}
+    counts = {s: 0 for s in results.STATUSES}
+    bar = tqdm(p.cells, desc=p.suite["name"], unit=p.scenario.unit, disable=not progress or len(p.cells) < 2,
+               dynamic_ncols=True)
+    run = RunState(writer.raw_dir, writer.meta, progress, bar, len(p.cells))
+
+    def finish(complete: bool) -> None:
+        writer.finish(complete, interrupted=not complete, items_total=len(p.cells), items_done=sum(counts.values()),
+                      items_by_status=counts)
+
+    try:
+        for cell in bar:
+            bar.set_postfix_str(cell.label)
+            if cell.skip:
+                rows = [cell.row(cell.skip_status, cell.skip)]
+            else:
+                try:
+                    rows = p.scenario.measure(cell, run)
+                except Exception as err:  # one failing cell is recorded and the run goes on
+                    rows = [cell.row("failed", f"{type(err).__name__}: {err}"[-4000:])]
+            rows = [{**row, **stamp} for row in rows]
+            counts[rows[0]["status"]] = counts.get(rows[0]["status"], 0) + 1  # counted first: finish() rewrites rows.csv, so counted = on disk
+            writer.append(rows)
+            writer.write_meta()
+    except KeyboardInterrupt:
+        bar.close()
+        finish(False)
+        echo(f"interrupted: kept {sum(counts.values())} of {len(p.cells)} cells in {writer.dir}")
+        raise
+    bar.close()
+    finish(True)
+    echo(p.scenario.summarize(results.read_rows(writer.dir), writer.meta))
+    echo(f"\nResults: {writer.dir}")
+    return writer.dir
+
+
+def run(suite: dict, selection: Selection = Selection(), **kwargs) -> Path:
+    """:func:`plan` then :func:`execute` a non-composite suite; keyword arguments go to execute."""
+    return execute(plan(suite, selection), **kwargs)
+
+
+def run_suites(suite: dict, selection: Selection = Selection(), *, run_id: str | None = None,
+               echo=print, **kwargs) -> list[Path]:
+    """Run a suite, or each sub-suite of a composite one, in order; returns the run folders.
+
+    Every sub-suite is expanded before the first runs, so a bad selection is refused before
+    any work. An option that no sub-suite takes is refused; one that only some take is used
+    by those, and a note names the others. Keyword arguments go to :func:`execute`.
+    """
+    from replaybench.bench import summary
+
+    if run_id is not None:
+        arguments.check_run_id(run_id)
+    if "suites" not in suite:
+        return [execute(plan(suite, selection), run_id=run_id, echo=echo, **kwargs)]
+    try:
+        subs = [suites.load(name) for name in suite["suites"]]
+    except ValueError as err:  # an unknown or malformed sub-suite
+        raise SelectionError(f"suite {suite['name']!r}: {err}") from None
+    scenarios = [load(s.get("scenario")) for s in subs]
+    given = selection.given()
+    nobody = [OPTIONS[o] for o in given if not any(o in sc.takes for sc in scenarios)]
+    if nobody:
+        raise SelectionError(f"no suite of {suite['name']!r} takes {', '.join(nobody)}")
+    plans = [plan(s, selection, ignore=tuple(given)) for s in subs]
+    for p in plans:
+        ignored = [OPTIONS[o] for o in given if o not in p.scenario.takes]
+        if ignored:
+            echo(f"note: suite {p.suite['name']!r} (scenario {p.scenario.name}) does not take "
+                 f"{', '.join(ignored)}: it runs as its suite declares, the others as asked")
+    out = [execute(p, run_id=f"{run_id}-{p.suite['name']}" if run_id else None, echo=echo, **kwargs) for p in plans]
+    headline = summary.format_headline(out)
+    if headline:
+        echo("\n" + headline)
+    return out

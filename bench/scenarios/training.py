@@ -1,0 +1,292 @@
+"""The training scenario: the actor/learner loop end to end, one cell per training run.
+
+Two entry points, both run by the driver (:mod:`bench.driver`) into ``results/<run-id>/``:
+
+- ``replaybench train --algo dqn --env CartPole-v1 --buffer kary-aligned --policy lazy-writing
+  --actors 2 --learners 1 --steps 50000 --seed 0``: one run with a progress bar (env steps/s,
+  updates/s, mean return of the last 20 episodes). ``--actors 0``, ``--learners 0`` or
+  ``--sequential`` runs the sequential baseline.
+- ``replaybench run --suite training``: bench/suites/training.json's grid (:func:`suite_configs`):
+  buffers (variant + policy + parameters) x (actors, learners) x seeds, the sequential
+  baseline included, one run after another. Selection: ``--variants`` keeps the suite's
+  buffers of those variants.
+
+Rows (scenario "training", mode "processes"; the sequential baseline has actors = learners = 0,
+policy "none" and ``"baseline": true`` in params), per run:
+
+- op "summary", one row per metric: env_steps_per_s (steps/s), updates_per_s (updates/s),
+  sample_latency_s (s, mean per buffer.sample call), time_to_threshold_s (s; status "skipped"
+  with error "threshold not reached in N steps" when not reached), steps_to_threshold (steps;
+  same), actor_wait_s and learner_wait_s (s, summed over the processes of the role: blocked on
+  the rate limiter), buffer_lock_wait_s (s, summed; absent for the lock-free baseline),
+  speedup (x: env_steps_per_s over the baseline's with the same buffer and seed, when the
+  baseline is in the same run; 1.0 for the baseline itself);
+- op "episode", metric "return": one row per finished episode, with env_steps and wall_s
+  (seconds since the first env step) and ``repeat`` = the episode's index;
+- op "profile", metric env_step / inference / replay / sgd / wait / other: seconds, summed over
+  the processes of one role, named in params (``"role"``: "sequential", "actor" or "learner",
+  and ``"processes"``). Sum over roles for a run's total process time.
+
+A run that fails (a worker raised, a timeout) is one row (op "summary", metric
+env_steps_per_s) with status "failed" and the error; the suite goes on with the next run.
+Every configuration is built and checked (``TrainConfig.algo_config``) when the suite is
+expanded, before the first run starts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError
+
+__all__ = ["SUMMARY_UNITS", "run_base", "result_rows", "ProgressBar", "format_table", "suite_configs", "Training",
+           "SCENARIO", "run_configs"]
+
+#: Summary metrics and their units, in the order they are written.
+SUMMARY_UNITS = {"env_steps_per_s": "steps/s", "updates_per_s": "updates/s", "sample_latency_s": "s",
+                 "time_to_threshold_s": "s", "steps_to_threshold": "steps", "actor_wait_s": "s",
+                 "learner_wait_s": "s", "buffer_lock_wait_s": "s", "speedup": "x"}
+
+
+# ------------------------------------------------------------------------------------------ rows
+def _structure_and_k(variant: str, buffer_params: dict):
+    from replaybench.impl import registry
+
+    try:
+        v = registry.get(variant)
+    except KeyError:
+        return "unknown", buffer_params.get("K")
+    return v.structure, buffer_params.get("K", v.params.get("K"))
+
+
+def run_base(cfg, acfg, base: dict) -> dict:
+    """The columns every row of one run shares."""
+    structure, k = _structure_and_k(cfg.buffer, cfg.buffer_params)
+    params = {**cfg.buffer_params, "steps": cfg.steps, "updates_per_step": acfg.updates_per_step,
+              "batch_size": acfg.batch_size, "insert_batch": cfg.insert_batch}
+    if cfg.sequential:
+        params["baseline"] = True
+    else:
+        params.update(weight_sync_every=cfg.weight_sync_every, ratio_tolerance=cfg.ratio_tolerance)
+    if cfg.overrides:
+        params["overrides"] = {key: list(v) if isinstance(v, tuple) else v for key, v in cfg.overrides.items()}
+    return {**base, "scenario": "training", "variant": cfg.buffer, "structure": structure, "K": k,
+            "policy": "none" if cfg.sequential else cfg.policy, "algo": cfg.algo, "env": cfg.env,
+            "actors": 0 if cfg.sequential else cfg.actors, "learners": 0 if cfg.sequential else cfg.learners,
+            "seed": cfg.seed, "mode": "processes", "capacity": acfg.buffer_capacity, "batch": acfg.batch_size,
+            "params": params}
+
+
+def result_rows(result, row: dict, speedup: float | None = None) -> list[dict]:
+    """Summary, episode and profile rows of one finished run (``row``: its shared columns)."""
+    values = {"env_steps_per_s": result.env_steps_per_s, "updates_per_s": result.updates_per_s,
+              "sample_latency_s": result.sample_latency_s, "time_to_threshold_s": result.time_to_threshold_s,
+              "steps_to_threshold": result.steps_to_threshold, "actor_wait_s": result.actor_wait_s,
+              "learner_wait_s": result.learner_wait_s, "buffer_lock_wait_s": result.buffer_lock_wait_s,
+              "speedup": speedup}
+    out = []
+    for metric, value in values.items():
+        if value is None and metric in ("buffer_lock_wait_s", "speedup", "sample_latency_s"):
+            continue  # not applicable to this run
+        r = {**row, "op": "summary", "metric": metric, "unit": SUMMARY_UNITS[metric], "repeat": 0}
+        if value is None:  # the threshold was not reached
+            r.update(status="skipped", error=f"threshold not reached in {result.env_steps} steps")
+        else:
+            r.update(status="ok", value=float(value))
+        out.append(r)
+    for i, (steps, wall, ret) in enumerate(result.episodes):
+        out.append({**row, "op": "episode", "metric": "return", "value": ret, "unit": "return", "repeat": i,
+                    "env_steps": steps, "wall_s": wall, "status": "ok"})
+    for role, sections in result.profiles.items():
+        params = {**row["params"], "role": role, "processes": result.processes[role]}
+        for section, seconds in sections.items():
+            out.append({**row, "params": params, "op": "profile", "metric": section, "value": seconds, "unit": "s",
+                        "repeat": 0, "status": "ok"})
+    return out
+
+
+# ------------------------------------------------------------------------------------------ progress
+class ProgressBar:
+    """A tqdm bar over env steps fed by the loops' ``progress`` callback."""
+
+    def __init__(self, total: int, desc: str, enabled: bool = True, bar=None):
+        from tqdm import tqdm
+
+        self.bar = bar or tqdm(total=total, desc=desc, unit="step", disable=not enabled, dynamic_ncols=True)
+        self.own = bar is None
+        self._first = None  # (time, env_steps, updates) at the first report: rates are taken from there
+        self._n = 0
+
+    def __call__(self, env_steps: int, updates: int, recent) -> None:
+        import time
+
+        now = time.monotonic()
+        if self._first is None:
+            self._first = (now, env_steps, updates)
+        t0, s0, u0 = self._first
+        ret = "-" if recent is None else f"{recent:.1f}"
+        if now - t0 > 0.1:
+            rates = f"{(env_steps - s0) / (now - t0):.0f} steps/s {(updates - u0) / (now - t0):.0f} upd/s "
+        else:
+            rates = ""
+        self.bar.set_postfix_str(f"{rates}return {ret}")
+        if self.own:
+            self.bar.update(env_steps - self._n)
+            self._n = env_steps
+
+    def close(self) -> None:
+        if self.own:
+            self.bar.close()
+
+
+# ------------------------------------------------------------------------------------------ table
+def format_table(rows: list[dict]) -> str:
+    """One line per run: throughput, time to threshold, waits, speedup, and the replay share:
+    replay seconds over all process seconds of the run (every section of every process)."""
+    from replaybench.bench.summary import format_table as table
+
+    runs: dict[tuple, dict] = {}
+    for r in rows:
+        params = json.loads(r["params"]) if isinstance(r["params"], str) else r["params"]  # read back or in memory
+        ratio = params.get("updates_per_step")
+        key = (r["variant"], r["policy"], ratio, r["actors"], r["learners"], r["seed"])
+        entry = runs.setdefault(key, {"profile": {}})
+        if r["op"] == "summary":
+            entry[r["metric"]] = r.get("value") if r["status"] == "ok" else r["status"]
+        elif r["op"] == "profile":
+            entry["profile"][r["metric"]] = entry["profile"].get(r["metric"], 0.0) + float(r["value"])
+
+    def num(x, fmt):
+        return fmt.format(x) if isinstance(x, (int, float)) else (x or "-")
+
+    body = []
+    for (variant, policy, ratio, a, l, seed), e in runs.items():
+        total = sum(e["profile"].values())
+        share = e["profile"].get("replay", 0.0) / total if total else None
+        body.append([variant, policy, str(ratio), str(a), str(l), str(seed),
+                     num(e.get("env_steps_per_s"), "{:.0f}"), num(e.get("updates_per_s"), "{:.0f}"), num(e.get("time_to_threshold_s"), "{:.1f}"),
+                     num(e.get("speedup"), "{:.2f}"), num(e.get("actor_wait_s"), "{:.1f}"),
+                     num(e.get("learner_wait_s"), "{:.1f}"), num(share, "{:.1%}")])
+    header = ["variant", "policy", "upd/step", "A", "L", "seed", "steps/s", "upd/s", "t_thresh s", "speedup",
+              "actor wait s", "learner wait s", "replay share"]
+    return "\n".join(table(header, body, set(range(2, len(header)))))
+
+
+# ------------------------------------------------------------------------------------------ suite
+def suite_configs(suite: dict, variants: list[str] | None = None) -> list:
+    """The suite's grid as TrainConfigs: seeds x buffers x layouts, each buffer's baseline first.
+
+    ``suite`` keys: algo, env, steps, seeds, buffers (list of {"variant", "policy", "params"}),
+    layouts (list of [actors, learners]; [0, 0] = the sequential baseline), and optionally
+    ratios (updates_per_step values, each a grid point with its own baseline; default: the
+    algorithm's preset), overrides (algorithm config), insert_batch, weight_sync_every,
+    ratio_tolerance, timeout_s, start_method.
+    """
+    from replaybench.impl.rl import TrainConfig
+
+    buffers = [b for b in suite["buffers"] if variants is None or b["variant"] in variants]
+    if variants is not None and not buffers:
+        known = sorted({b["variant"] for b in suite["buffers"]})
+        raise ValueError(f"no buffer of suite {suite['name']!r} is among {variants}; the suite has {known}")
+    layouts = sorted((tuple(x) for x in suite["layouts"]), key=lambda al: (al[0] * al[1] != 0, al))
+    overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in (suite.get("overrides") or {}).items()}
+    extra = {k: suite[k] for k in ("insert_batch", "weight_sync_every", "ratio_tolerance", "timeout_s",
+                                    "start_method") if k in suite}
+    ratios = suite.get("ratios") or [None]
+    configs = []
+    for ratio in ratios:
+        ratio_override = {} if ratio is None else {"updates_per_step": ratio}
+        for seed in suite["seeds"]:
+            for b in buffers:
+                for actors, learners in layouts:
+                    configs.append(TrainConfig(algo=suite["algo"], env=suite["env"], buffer=b["variant"],
+                                               policy=b.get("policy", "lazy-writing"),
+                                               buffer_params=dict(b.get("params") or {}), actors=actors,
+                                               learners=learners, steps=suite["steps"], seed=seed,
+                                               overrides={**overrides, **ratio_override}, **extra))
+    return configs
+
+
+# ------------------------------------------------------------------------------------------ scenario
+def _baseline_key(cfg) -> tuple:
+    """Runs with the same key compare with the same sequential baseline (same buffer, seed,
+    length, ratio and algorithm settings)."""
+    return (cfg.algo, cfg.env, cfg.buffer, json.dumps(cfg.buffer_params, sort_keys=True), cfg.seed, cfg.steps,
+            json.dumps(cfg.overrides, sort_keys=True, default=str))
+
+
+def cells_for(configs: list) -> list[Cell]:
+    """One cell per TrainConfig, each checked (SelectionError naming the run)."""
+    from replaybench.impl import registry
+
+    cells = []
+    for cfg in configs:
+        label = (f"{cfg.buffer}/{cfg.policy} A={cfg.actors} L={cfg.learners} seed={cfg.seed}"
+                 if not cfg.sequential else f"{cfg.buffer} sequential seed={cfg.seed}")
+        try:
+            registry.get(cfg.buffer)
+            acfg = cfg.algo_config()
+        except (KeyError, TypeError, ValueError) as err:
+            raise SelectionError(f"training run {label}: {err.args[0] if isinstance(err, KeyError) else err}") from None
+        columns = {**run_base(cfg, acfg, {}), "op": "summary", "metric": "env_steps_per_s", "unit": "steps/s"}
+        cells.append(Cell(label, columns, cfg))
+    return cells
+
+
+class Training(Scenario):
+    """Training runs end to end (see the module docstring)."""
+
+    name = "training"
+    unit = "run"
+
+    def cells(self, suite: dict, selection: Selection) -> list[Cell]:
+        try:
+            configs = suite_configs(suite, selection.variants)
+        except KeyError as err:
+            raise SelectionError(f"suite {suite['name']!r} lacks {err.args[0]!r}") from None
+        except (TypeError, ValueError) as err:
+            raise SelectionError(f"suite {suite['name']!r}: {err}") from None
+        return cells_for(configs)
+
+    def meta(self, suite: dict, selection: Selection, cells: list[Cell]) -> dict:
+        return {"runs": [c.spec.to_dict() for c in cells],
+                "timing": "wall-clock from the first env step (after start-up and kernel warm-up) until every "
+                          "worker finished; per-section time via perf_counter accumulators"}
+
+    def measure(self, cell: Cell, run: RunState) -> list[dict]:
+        from replaybench.impl.rl import train
+
+        cfg = cell.spec
+        bar = ProgressBar(cfg.steps, cell.label, run.progress, bar=run.bar if run.cells > 1 else None)
+        try:
+            result = train(cfg, bar)
+        finally:
+            bar.close()
+        baselines = run.state.setdefault("baselines", {})
+        key = _baseline_key(cfg)
+        if cfg.sequential:
+            baselines[key] = result.env_steps_per_s
+        speedup = result.env_steps_per_s / baselines[key] if key in baselines else None
+        return result_rows(result, cell.columns, speedup)
+
+    def summarize(self, rows: list[dict], meta: dict) -> str:
+        return format_table(rows)
+
+
+SCENARIO = Training()
+
+
+def run_configs(configs: list, *, run_id: str | None = None, **kwargs) -> Path:
+    """Run ``configs`` in order into one run folder through the driver; returns it.
+
+    Baselines (sequential configs) should come before the parallel runs they are compared
+    with. The run's suite is named "training" (as ``--suite training`` runs are) and its id
+    defaults to ``<UTC time>-train``. Keyword arguments go to :func:`bench.driver.execute`.
+    """
+    from replaybench.bench import driver, results
+
+    suite = {"name": "training", "scenario": "training",
+             "description": "the train command: the runs listed in meta.json's 'runs'"}
+    plan = driver.Plan(suite, SCENARIO, cells_for(configs), Selection())
+    return driver.execute(plan, run_id=run_id or results.new_run_id("train"), **kwargs)

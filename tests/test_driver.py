@@ -1,0 +1,288 @@
+"""The scenario driver: a toy scenario end to end, Ctrl-C, and bad input refused before any work.
+
+The toy scenario is tests/toy/toy_sort.py with its suite tests/toy/toy_sort.json: one module
+and one JSON, found through the suite's ``"scenario"`` with no list edited. Refusals are
+checked through ``replaybench run`` (exit status 2, a message naming the option and the value,
+no run folder created).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from replaybench.bench import arguments, driver, results, suites
+from replaybench.bench.scenarios import Selection, SelectionError, micro
+
+ROOT = Path(__file__).resolve().parent.parent
+TOY = Path(__file__).resolve().parent / "toy"
+REPLAYBENCH = str(Path(sys.executable).with_name("replaybench"))
+
+
+def replaybench(*args, timeout=120):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(TOY), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([REPLAYBENCH, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def toy_suite(tmp_path, **changes) -> Path:
+    suite = {**json.loads((TOY / "toy_sort.json").read_text()), **changes}
+    path = tmp_path / "toy.json"
+    path.write_text(json.dumps(suite))
+    return path
+
+
+def quiet(*_):
+    pass
+
+
+# ------------------------------------------------------------------------------------------ the toy
+def test_toy_scenario_runs_end_to_end(tmp_path):
+    """`replaybench run --suite toy_sort.json`: ok, failed and skipped rows, meta, table, and a
+    run the analysis loader accepts."""
+    from replaybench.analysis.load import load_run
+
+    out = tmp_path / "results"
+    proc = replaybench("run", "--suite", str(TOY / "toy_sort.json"), "--out", str(out), "--run-id", "toy",
+                       "--no-progress")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = out / "toy"
+    rows = results.read_rows(run_dir)
+    assert {r["scenario"] for r in rows} == {"toy_sort"} and {r["run_id"] for r in rows} == {"toy"}
+    by = {}
+    for r in rows:
+        by.setdefault((r["variant"], r["capacity"]), []).append(r)
+    assert [r["status"] for r in by[("sorted", 1000)]] == ["ok"] * 3
+    assert all(r["value"] > 0 and r["items_per_call"] == 1000 for r in by[("sorted", 1000)])
+    assert [r["status"] for r in by[("sorted", 100000)]] == ["skipped"]
+    assert "above max_size 10000" in by[("sorted", 100000)][0]["error"]
+    assert [r["status"] for r in by[("broken", 1000)]] == ["failed"]
+    assert "RuntimeError: injected failure" in by[("broken", 1000)][0]["error"]
+    assert by[("broken", 1000)][0]["value"] is None and by[("broken", 1000)][0]["op"] == "sort"
+    meta = results.read_meta(run_dir)
+    assert meta["complete"] is True and meta["interrupted"] is False and meta["scenario"] == "toy_sort"
+    assert meta["items_total"] == meta["items_done"] == 6
+    assert meta["items_by_status"]["ok"] == 2 and meta["items_by_status"]["failed"] == 2
+    assert meta["items_by_status"]["skipped"] == 2
+    assert meta["suite"]["name"] == "toy-sort" and "--run-id" in meta["command"]
+    assert "injected failure" in proc.stdout and str(run_dir) in proc.stdout  # the table, then the folder
+    frame, _ = load_run(run_dir)
+    assert len(frame) == len(rows)
+
+
+def test_readme_scenario_example_runs_as_written(tmp_path):
+    section = (ROOT / "README.md").read_text().split("## Adding your own scenario")[1]
+    (tmp_path / "sleep_scenario.py").write_text(section.split("```python\n")[1].split("```")[0])
+    (tmp_path / "sleep.json").write_text(section.split("```json\n")[1].split("```")[0])
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    proc = subprocess.run([REPLAYBENCH, "run", "--suite", str(tmp_path / "sleep.json"), "--out", str(tmp_path / "r"),
+                           "--run-id", "s", "--no-progress"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = results.read_rows(tmp_path / "r" / "s")
+    assert len(rows) == 6 and {r["status"] for r in rows} == {"ok"} and {r["scenario"] for r in rows} == {"sleep"}
+    for r in rows:
+        assert r["value"] >= json.loads(r["params"])["asked_s"]
+    assert results.read_meta(tmp_path / "r" / "s")["complete"] is True
+
+
+def sigint_as_default():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_toy_run_interrupted_keeps_finished_cells(tmp_path):
+    suite = toy_suite(tmp_path, pause_s=0.3, variants=["sorted"], sizes=[10, 20, 30, 40, 50, 60, 70, 80],
+                      max_size=100)
+    env = {**os.environ, "PYTHONPATH": str(TOY)}
+    proc = subprocess.Popen([REPLAYBENCH, "run", "--suite", str(suite), "--out", str(tmp_path / "r"), "--no-progress"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, preexec_fn=sigint_as_default)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # two cells on disk
+            csvs = list((tmp_path / "r").glob("*/rows.csv"))
+            if csvs and len({r["capacity"] for r in results.read_rows(csvs[0].parent)}) >= 2:
+                break
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, output
+    (run_dir,) = (tmp_path / "r").iterdir()
+    meta = results.read_meta(run_dir)
+    assert meta["complete"] is False and meta["interrupted"] is True
+    rows = results.read_rows(run_dir)
+    done = {r["capacity"] for r in rows}
+    assert 2 <= len(done) == meta["items_done"] < meta["items_total"] == 8
+    assert all(len([r for r in rows if r["capacity"] == c]) == 3 for c in done)  # no cell kept half
+    assert {r["status"] for r in rows} == {"ok"}
+
+
+def test_scenario_that_does_not_take_an_option_refuses_it(tmp_path):
+    proc = replaybench("run", "--suite", str(TOY / "toy_sort.json"), "--ops", "sort", "--out", str(tmp_path))
+    assert proc.returncode == 2 and "does not take --ops" in proc.stderr
+    proc = replaybench("run", "--suite", str(toy_suite(tmp_path, scenario="no_such_scenario")), "--out",
+                       str(tmp_path / "r"))
+    assert proc.returncode == 2 and "unknown scenario 'no_such_scenario'" in proc.stderr
+    assert not (tmp_path / "r").exists()
+
+
+# ------------------------------------------------------------------------------------------ issue 11.4
+@pytest.mark.parametrize("bad", ["../escaped", "/tmp/absolute", "nested/id", ".hidden", "..", "a b", ""])
+def test_run_id_is_one_safe_path_component(tmp_path, bad):
+    out = tmp_path / "results"
+    out.mkdir()
+    proc = replaybench("run", "--suite", "quick", "--variants", "binary", "--ops", "sample", "--out", str(out),
+                       "--run-id", bad, "--no-progress")
+    assert proc.returncode == 2, proc.stdout
+    assert "--run-id" in proc.stderr and repr(bad) in proc.stderr
+    assert not any(out.iterdir()) and not any(tmp_path.parent.glob("escaped"))
+    with pytest.raises(ValueError, match="--run-id"):  # the driver refuses it too, before creating anything
+        driver.run(suites.load("quick"), Selection(variants=["binary"], ops=["sample"]), out=out, run_id=bad,
+                   progress=False, echo=quiet)
+    assert not any(out.iterdir())
+
+
+def test_safe_run_ids_are_accepted():
+    for good in ("20261122T010203Z-quick", "r1", "a.b_c-9", "-x"):
+        assert arguments.check_run_id(good) == good
+
+
+# ------------------------------------------------------------------------------------------ issue 11.5
+def test_grid_value_of_the_wrong_type_is_refused_before_any_cell(tmp_path):
+    proc = replaybench("run", "--suite", "quick", "--variants", "kary", "--ops", "sample", "--capacities", "2**10",
+                       "--param", "K=abc", "--out", str(tmp_path), "--no-progress")
+    assert proc.returncode == 2, proc.stdout
+    assert "--param" in proc.stderr and "K='abc'" in proc.stderr and "kary" in proc.stderr
+    assert not any(tmp_path.iterdir())
+    suite = {**suites.load("quick"), "name": "bad-grid", "params": {"K": [4, "abc"]}}
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(suite))
+    proc = replaybench("run", "--suite", str(path), "--variants", "kary", "--out", str(tmp_path / "r"))
+    assert proc.returncode == 2 and "suite 'bad-grid' params" in proc.stderr and "K='abc'" in proc.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_grid_values_are_typed_as_the_variants_declare():
+    infos = micro.resolve_variants(suites.load("quick"), ["binary", "kary"])
+    grid = micro.typed_grid({"eps": [1, 0.5], "K": [4], "batch": [32]}, {}, infos)
+    assert grid == {"eps": [1.0, 0.5], "K": [4], "batch": [32]} and isinstance(grid["eps"][0], float)
+    for bad, words in (({"stratified": ["yes"]}, "bool"), ({"K": [4.5]}, "int"), ({"K": [True]}, "int"),
+                       ({"dtype": [32]}, "str"), ({"batch": [0]}, "batch"), ({"transitions": ["atari"]}, "atari"),
+                       ({"no_such": [1]}, "no variant of this run takes"), ({"eps": [float("nan")]}, "finite")):
+        with pytest.raises(SelectionError, match=words):
+            micro.typed_grid(bad, {}, infos)
+
+
+# ------------------------------------------------------------------------------------------ issue 11.9
+@pytest.mark.parametrize("flag,value", [("--capacities", "2**100"), ("--capacities", "0"),
+                                        ("--capacities", "2**999999999"), ("--processes", "-1"),
+                                        ("--processes", "0"), ("--values", "0"), ("--loops", "-1"),
+                                        ("--warmups", "-2"), ("--min-time", "0"), ("--min-time", "nan")])
+def test_impossible_settings_are_refused_naming_the_argument(tmp_path, flag, value):
+    proc = replaybench("run", "--suite", "quick", "--variants", "binary", "--ops", "sample", flag, value,
+                       "--out", str(tmp_path), "--no-progress", timeout=60)
+    assert proc.returncode == 2, proc.stdout
+    assert flag in proc.stderr and repr(value) in proc.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_capacity_beyond_this_machines_memory_is_refused():
+    with pytest.raises(SelectionError, match="--capacities"):
+        driver.plan(suites.load("quick"), Selection(variants=["binary"], capacities=[2**60]))
+
+
+def test_impossible_suite_settings_are_refused(tmp_path):
+    suite = {**suites.load("quick"), "name": "bad-settings"}
+    suite["pyperf"] = {**suite["pyperf"], "processes": -1}
+    with pytest.raises(SelectionError, match="pyperf.processes"):
+        driver.plan(suite)
+
+
+def test_cache_suite_honours_capacities_variants_and_ops():
+    cells = driver.plan(suites.load("cache"), Selection(variants=["binary", "kary-aligned"], capacities=[4096],
+                                                         ops=["sample"])).cells
+    assert {c.columns["capacity"] for c in cells} == {4096}
+    assert {c.columns["variant"] for c in cells} == {"binary", "kary-aligned"}
+    assert {c.spec["ops"] == ["sample"] for c in cells} == {True}
+    methods = {c.columns["method"] for c in cells}
+    assert methods == set(suites.load("cache")["methods"])
+    for c in cells:  # each cell's suite is narrowed to its own method, variant and capacity
+        (cfg,) = c.spec["methods"].values()
+        assert cfg["capacities"] == [4096] and cfg["variants"] == [c.columns["variant"]]
+
+
+@pytest.mark.parametrize("suite,flag", [("concurrency-quick", "--capacities"), ("concurrency-quick", "--ops"),
+                                        ("training-quick", "--capacities"), ("cache", "--param"),
+                                        ("cache", "--processes")])
+def test_sub_suites_that_do_not_honour_an_option_say_so(tmp_path, suite, flag):
+    value = {"--capacities": "2**10", "--ops": "sample", "--param": "K=4", "--processes": "1"}[flag]
+    proc = replaybench("run", "--suite", suite, flag, value, "--out", str(tmp_path), timeout=60)
+    assert proc.returncode == 2 and f"does not take {flag}" in proc.stderr, proc.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_composite_suite_notes_which_sub_suites_ignore_an_option(monkeypatch):
+    said, ran = [], []
+    monkeypatch.setattr(driver, "execute", lambda plan, **kw: ran.append(plan) or Path("nowhere"))
+    driver.run_suites(suites.load("default"), Selection(capacities=[1024], settings={"processes": 1}),
+                      echo=said.append)
+    assert [p.suite["name"] for p in ran] == suites.load("default")["suites"]
+    assert any("'cache'" in line and "--processes" in line for line in said), said
+    assert all(c.columns["capacity"] in (None, 1024) for p in ran for c in p.cells)  # every sub-suite honours it
+    with pytest.raises(SelectionError, match="no suite of 'default' takes --param"):
+        driver.run_suites({"name": "default", "suites": ["cache"]}, Selection(params={"K": [4]}))
+
+
+# ------------------------------------------------------------------------------------------ policies
+def test_concurrency_suite_measures_every_registered_policy(monkeypatch):
+    from replaybench.bench.scenarios.concurrency import policy_names
+    from replaybench.impl import concurrent
+
+    assert suites.load("concurrency")["policies"] == "all"
+
+    def policies(suite):
+        return list(dict.fromkeys(c.columns["policy"] for c in driver.plan(suites.load(suite)).cells))
+
+    assert policies("concurrency") == policy_names() and len(policy_names()) >= 5
+    # a policy registered in impl.concurrent is measured with no edit in bench/
+    registered = concurrent.names()
+    monkeypatch.setattr(concurrent, "names", lambda: [*registered, "toy-policy"])
+    assert policies("concurrency")[-1] == "toy-policy"
+    assert "toy-policy" not in policies("concurrency-quick")  # a suite may still list its own
+
+
+# ------------------------------------------------------------------------------------------ arguments
+def test_argument_parsers():
+    import argparse
+
+    assert arguments.capacity("65536") == arguments.capacity("2**16") == arguments.capacity("2^16") == 65536
+    assert arguments.capacity("2**62") == arguments.MAX_CAPACITY
+    for bad in ("0", "-4", "2**63", "abc", "2**-1", "1.5"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            arguments.capacity(bad)
+    assert arguments.csv(arguments.capacity)("2**10, 4096,") == [1024, 4096]
+    assert arguments.grid_param("K=2,4") == ("K", [2, 4])
+    assert arguments.grid_param("dtype=float32") == ("dtype", ["float32"])
+    for parse, bad in ((arguments.positive_int, "0"), (arguments.non_negative_int, "-1"),
+                       (arguments.positive_float, "inf"), (arguments.grid_param, "K="), (arguments.grid_value, "nan")):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse(bad)
+
+
+def test_one_random_batch():
+    import numpy as np
+
+    from conftest import CARTPOLE_FIELDS, make_batch
+    from replaybench.bench import workloads
+
+    a = make_batch(8, np.random.default_rng(1))
+    b = workloads.random_batch(CARTPOLE_FIELDS, 8, np.random.default_rng(1), int_high=100)
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    assert workloads.row_bytes(CARTPOLE_FIELDS) == 16 + 8 + 4 + 16 + 1
