@@ -33,10 +33,12 @@ import traceback
 import numpy as np
 
 from . import algorithms
+from .base import ConfigError
 from .config import InjectedFailure, TrainConfig, TrainResult, WorkerFailed, total_updates
-from .envs import EpisodeLog, TransitionStager, make_env, transition_fields
+from .envs import EnvRunner, EpisodeLog, TransitionStager, make_env, transition_fields
 from .profiler import SECTIONS, SectionProfiler
 from .replay import buffer_kwargs
+from .seeding import RunSeeds
 from .shared import RateLimiter, SharedState, SharedWeights, Stopped
 
 __all__ = ["run_parallel"]
@@ -60,26 +62,28 @@ def _share(total: int, parts: int, rank: int) -> int:
 def _actor_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: SharedWeights, out) -> dict:
     algo = algorithms.get(cfg.algo)
     acfg = cfg.algo_config()
-    env = make_env(cfg.env, cfg.seed + 1000 * (rank + 1))
+    seeds = RunSeeds(cfg.seed).actor(rank)
+    env = make_env(cfg.env, algo)
     try:
         spaces = (env.observation_space, env.action_space)
         fields = transition_fields(env)
-        actor = algo.actor_cls(spaces, acfg, cfg.seed + 1 + 7919 * rank)
-        stage = TransitionStager(fields, cfg.insert_batch)
+        actor = algo.actor_cls(spaces, acfg, seeds.explore)
+        prof = SectionProfiler()
+        runner = EnvRunner(env, actor, TransitionStager(fields, cfg.insert_batch), rank, prof,
+                           lambda steps, ret: out.put(("episode", steps, time.monotonic() - t0, ret)))
+        stage = runner.stage
         limiter = RateLimiter(state, acfg.updates_per_step, acfg.learning_starts, cfg.ratio_tolerance,
                               cfg.insert_batch)
         fail_at = cfg.failure_point("actor", rank)
         my_steps = _share(cfg.steps, state.actors, rank)
-        prof = SectionProfiler()
-        inference, env_step, replay = prof.section("inference"), prof.section("env_step"), prof.section("replay")
+        replay = prof.section("replay")
         buf.warm_up()
         out.put(("ready", f"actor-{rank}"))
         t0 = state.wait_for_go()
         prof.restart()
 
-        have_version, weight_loads, done, episode_return, base = 0, 0, 0, 0.0, 0
-        with env_step:
-            obs, _ = env.reset()
+        have_version, weight_loads, done, base = 0, 0, 0, 0
+        runner.reset(seeds.env)
         while done < my_steps:
             if stage.n == 0:  # start of a batch: hold the ratio, refresh the policy
                 n = min(cfg.insert_batch, my_steps - done)
@@ -92,20 +96,8 @@ def _actor_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: S
                 base = state.env_steps()
                 if state.stopped:
                     raise Stopped()
-            with inference:
-                action = actor.act(obs, base + stage.n)
-            with env_step:
-                next_obs, reward, terminated, truncated, _ = env.step(actor.env_action(action))
-            full = stage.push(obs, action, reward, next_obs, terminated, rank)
+            full = runner.step(base + stage.n)
             done += 1
-            episode_return += float(reward)
-            if terminated or truncated:
-                out.put(("episode", base + stage.n, time.monotonic() - t0, episode_return))
-                episode_return = 0.0
-                with env_step:
-                    obs, _ = env.reset()
-            else:
-                obs = next_obs
             if full or done == my_steps:
                 with replay:
                     batch = stage.batch()
@@ -129,7 +121,7 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
 
     algo = algorithms.get(cfg.algo)
     acfg = cfg.algo_config()
-    env = make_env(cfg.env, cfg.seed)
+    env = make_env(cfg.env, algo)
     spaces = (env.observation_space, env.action_space)
     env.close()
     world = state.learners
@@ -139,7 +131,7 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                                 timeout=timedelta(seconds=max(60.0, cfg.join_timeout_s)))
     try:
-        learner = algo.learner_cls(spaces, acfg, cfg.seed)  # same seed on every rank: same initial weights
+        learner = algo.learner_cls(spaces, acfg, RunSeeds(cfg.seed).networks)  # every rank: same initial weights
         if world > 1:
             for module in learner.modules():  # and make sure of it
                 for p in module.parameters():
@@ -201,7 +193,9 @@ def _worker(role: str, rank: int, cfg: TrainConfig, handle, state: SharedState, 
     try:
         from replaybench.impl.concurrent import SharedPrioritizedBuffer
 
-        buf = SharedPrioritizedBuffer.attach(handle, seed=(cfg.seed, 1 if role == "actor" else 2, rank))
+        seeds = RunSeeds(cfg.seed)
+        buf = SharedPrioritizedBuffer.attach(handle, seed=seeds.actor(rank).buffer if role == "actor"
+                                             else seeds.learner(rank))
         if role == "actor":
             stats = _actor_loop(cfg, rank, buf, state, weights, out)
         else:
@@ -310,7 +304,7 @@ def run_parallel(cfg: TrainConfig, progress=None) -> TrainResult:
     """Run ``cfg`` with ``cfg.actors`` actor and ``cfg.learners`` learner processes.
 
     ``progress(env_steps, updates, recent_mean_return)`` is called about every 0.25 s. Raises
-    WorkerFailed when a worker raised or died (its traceback is in the message), or with worker
+    ConfigError for a bad ``cfg`` before any process starts, WorkerFailed when a worker raised or died (its traceback is in the message), or with worker
     "parent" when the workers were not ready within STARTUP_TIMEOUT_S or the run passed
     ``cfg.timeout_s``; every process has exited and the shared buffer is unlinked by then.
     """
@@ -318,25 +312,24 @@ def run_parallel(cfg: TrainConfig, progress=None) -> TrainResult:
 
     from replaybench.impl.concurrent import SharedPrioritizedBuffer
 
-    if cfg.start_method not in ("forkserver", "spawn"):
-        raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {cfg.start_method!r} (a forked worker "
-                         "would inherit the parent's end of the liveness pipe, and torch does not survive fork well)")
-    if cfg.actors < 1 or cfg.learners < 1:
-        raise ValueError(f"the parallel loop needs actors >= 1 and learners >= 1, got {cfg.actors}, {cfg.learners}")
-    acfg = cfg.algo_config()
-    cfg.failure_point("actor", 0)  # a malformed fail hook raises here, not in a worker
-    env = make_env(cfg.env, cfg.seed)
+    acfg = cfg.validate()
+    if cfg.sequential:
+        raise ConfigError("actors" if cfg.actors < 1 else "learners", min(cfg.actors, cfg.learners),
+                          f"the parallel loop needs actors >= 1 and learners >= 1, got {cfg.actors}, {cfg.learners}")
+    algo = algorithms.get(cfg.algo)
+    seeds = RunSeeds(cfg.seed)
+    env = make_env(cfg.env, algo)
     fields = transition_fields(env)
     env.close()
-    policy_size = algorithms.get(cfg.algo).learner_cls((env.observation_space, env.action_space), acfg,
-                                                       cfg.seed).get_flat_weights().numel()
+    policy_size = algo.learner_cls((env.observation_space, env.action_space), acfg,
+                                   seeds.networks).get_flat_weights().numel()
 
     ctx = mp.get_context(cfg.start_method)
     if cfg.start_method == "forkserver":
         ctx.set_forkserver_preload(["torch", "replaybench.impl.concurrent", "replaybench.impl.rl.parallel"])  # imported once
     log = EpisodeLog(cfg.resolved_threshold(), cfg.window)
     buf = SharedPrioritizedBuffer.create(acfg.buffer_capacity, fields, variant=cfg.buffer, policy=cfg.policy,
-                                         seed=cfg.seed, **buffer_kwargs(cfg, acfg))
+                                         seed=seeds.buffer, **buffer_kwargs(cfg, acfg))
     procs, state = [], None
     try:
         state = SharedState(ctx, cfg.actors, cfg.learners)
