@@ -280,6 +280,32 @@ def no_workers(monkeypatch):
     return tried
 
 
+BAD_TRAIN_ARGS = [
+    (["--steps", "0"], "--steps", "0"),
+    (["--insert-batch", "0"], "--insert-batch", "0"),
+    (["--actors", "-1"], "--actors", "-1"),
+    (["--timeout", "-1"], "--timeout", "-1"),
+    (["--set", "lr=abc"], "--set", "'abc'"),
+    (["--set", "hiden=64"], "--set", "'hiden'"),
+    (["--env", "NoSuchEnv-v0"], "--env", "'NoSuchEnv-v0'"),
+    (["--algo", "td3", "--env", "CartPole-v1"], "--env", "'CartPole-v1'"),
+    (["--algo", "dqn", "--env", "Pendulum-v1"], "--env", "'Pendulum-v1'"),
+    (["--algo", "ppo"], "--algo", "'ppo'"),
+]
+
+
+@pytest.mark.parametrize("args,option,value", BAD_TRAIN_ARGS, ids=[" ".join(a) for a, _, _ in BAD_TRAIN_ARGS])
+def test_train_command_refuses_bad_arguments_up_front(args, option, value, no_workers, tmp_path, capsys):
+    from replaybench.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["train", *args, "--out", str(tmp_path), "--no-progress"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2, err
+    assert f"argument {option}: " in err and value in err, err
+    assert no_workers == [] and list(tmp_path.iterdir()) == []  # nothing started, nothing written
+
+
 @pytest.mark.parametrize("cell,field", [(dict(algo="td3", env="CartPole-v1"), "env"), (dict(steps=0), "steps"),
                                         (dict(overrides={"lr": "abc"}), "lr"), (dict(timeout_s=-1.0), "timeout_s"),
                                         (dict(policy="nope"), "policy"), (dict(fail="actor:x:3"), "fail")])
