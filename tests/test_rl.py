@@ -308,7 +308,7 @@ def test_train_command_refuses_bad_arguments_up_front(args, option, value, no_wo
 
 @pytest.mark.parametrize("cell,field", [(dict(algo="td3", env="CartPole-v1"), "env"), (dict(steps=0), "steps"),
                                         (dict(overrides={"lr": "abc"}), "lr"), (dict(timeout_s=-1.0), "timeout_s"),
-                                        (dict(policy="nope"), "policy"), (dict(fail="actor:x:3"), "fail")])
+                                        (dict(buffer="nope"), "buffer"), (dict(fail="actor:x:3"), "fail")])
 def test_bad_config_is_refused_before_any_worker_starts(cell, field, no_workers):
     """The suite's cells go through TrainConfig.validate too (both loops call it first)."""
     cfg = tiny("dqn", actors=2, learners=1)

@@ -139,14 +139,16 @@ class AlgoConfig:
 
 
 def check_range(cfg, name: str, low, high=math.inf, *, low_open: bool = False) -> None:
-    """Raise ConfigError unless field ``name`` (every item, for a tuple) lies in
-    ``[low, high]`` (``(low, high]`` with ``low_open``)."""
+    """Raise ConfigError unless field ``name`` of ``cfg`` (every item, for a tuple; None
+    passes) lies in ``[low, high]``, or ``(low, high]`` with ``low_open``."""
     value = getattr(cfg, name)
     for v in value if isinstance(value, tuple) else (value,):
-        if v > high or v < low or (low_open and v == low):
-            bounds = f"{'(' if low_open else '['}{low}, {high}]" if high != math.inf else \
-                f"{'>' if low_open else '>='} {low}"
-            raise ConfigError(name, value, f"{name} must be {'in ' if high != math.inf else ''}{bounds}, got {value!r}")
+        if v is not None and not (low < v <= high if low_open else low <= v <= high):
+            if high == math.inf:
+                bound = f"> {low}" if low_open else f">= {low}"
+            else:
+                bound = f"in {'(' if low_open else '['}{low}, {high}]"
+            raise ConfigError(name, value, f"{name} must be {bound}, got {value!r}")
 
 
 class Actor(Protocol):

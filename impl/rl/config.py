@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from replaybench.impl import registry
+
 from . import algorithms
 from .base import AlgoConfig, ConfigError
 from .envs import THRESHOLDS, WINDOW, make_env
@@ -126,26 +128,15 @@ class TrainConfig:
                               f"start_method must be one of {START_METHODS}, got {self.start_method!r} (a forked "
                               "worker would inherit the parent's end of the liveness pipe, and torch does not "
                               "survive fork well)")
-        self._check_buffer()
+        try:
+            registry.get(self.buffer)
+        except KeyError as err:
+            raise ConfigError("buffer", self.buffer, err.args[0]) from None
         if self.fail is not None:
             self._parse_fail()
         acfg = self.algo_config()
         make_env(self.env, algo).close()
         return acfg
-
-    def _check_buffer(self) -> None:
-        from replaybench.impl import registry
-
-        try:
-            registry.get(self.buffer)
-        except KeyError as err:
-            raise ConfigError("buffer", self.buffer, err.args[0]) from None
-        if not self.sequential:
-            from replaybench.impl.concurrent import POLICIES
-
-            if self.policy not in POLICIES:
-                raise ConfigError("policy", self.policy,
-                                  f"policy must be one of {sorted(POLICIES)}, got {self.policy!r}")
 
     def _parse_fail(self) -> tuple[str, str, int]:
         try:

@@ -2,8 +2,8 @@
 
     parent ── creates SharedPrioritizedBuffer (owner), SharedState, SharedWeights, a queue;
        │      starts the workers, waits for "ready" from all, then says "go" (the clock starts)
-       ├── actor i (A of them)      env.step with a CPU copy of the policy (1 torch thread);
-       │     stages insert_batch transitions, waits on the rate limiter, buffer.add;
+       ├── actor i (A of them)      EnvRunner.step with a CPU copy of the policy (1 torch
+       │     thread); stages insert_batch transitions, waits on the rate limiter, buffer.add;
        │     refreshes its weights from SharedWeights when the version changed
        └── learner r (L of them)    waits on the rate limiter, samples batch_size // L,
              learn() with gradients all-reduced over gloo (L > 1), update_priorities;
@@ -13,6 +13,10 @@ Ratio control (:class:`~impl.rl.shared.RateLimiter`): learners never run ahead o
 ``updates_per_step * (env_steps - learning_starts)`` and actors wait when the learners' backlog
 passes ``ratio_tolerance``; both record the time they waited. Learners do exactly
 :func:`~impl.rl.config.total_updates` updates, the same number as the sequential loop.
+
+Seeds: :class:`~impl.rl.seeding.RunSeeds` gives each actor its env, exploration and
+buffer-handle streams, each learner its buffer-handle stream, and every learner the same torch
+seed. Only ``TrainConfig`` travels to the workers; each derives its own seeds from it.
 
 Exit paths: each worker reports ``done`` (or ``error`` with its traceback) on a queue and
 closes its attachment to the buffer. The parent watches the queue and the processes' exit
@@ -304,8 +308,9 @@ def run_parallel(cfg: TrainConfig, progress=None) -> TrainResult:
     """Run ``cfg`` with ``cfg.actors`` actor and ``cfg.learners`` learner processes.
 
     ``progress(env_steps, updates, recent_mean_return)`` is called about every 0.25 s. Raises
-    ConfigError for a bad ``cfg`` before any process starts, WorkerFailed when a worker raised or died (its traceback is in the message), or with worker
-    "parent" when the workers were not ready within STARTUP_TIMEOUT_S or the run passed
+    ConfigError for a bad ``cfg`` before any process starts (:meth:`TrainConfig.validate`);
+    WorkerFailed when a worker raised or died (its traceback is in the message), or with
+    worker "parent" when the workers were not ready within STARTUP_TIMEOUT_S or the run passed
     ``cfg.timeout_s``; every process has exited and the shared buffer is unlinked by then.
     """
     import multiprocessing as mp
