@@ -74,26 +74,33 @@ def add_parser(sub) -> argparse.ArgumentParser:
     return p
 
 
-def cmd_train(args) -> int:
-    from replaybench.impl import registry
-    from replaybench.impl.rl import TrainConfig, algorithms
+def _validated_config(args):
+    """The TrainConfig ``args`` ask for, checked by :meth:`TrainConfig.validate` in this
+    process before anything starts; a bad value exits 2 naming the option and the value."""
+    from replaybench.impl.rl import ConfigError, TrainConfig, algorithms
 
-    try:
-        algo = algorithms.get(args.algo)
-        registry.get(args.buffer)
-    except KeyError as err:
-        args.parser.error(str(err.args[0]))
     sequential = args.sequential or args.actors == 0 or args.learners == 0
     extra = {k: v for k, v in (("insert_batch", args.insert_batch), ("weight_sync_every", args.weight_sync_every),
                                ("timeout_s", args.timeout)) if v is not None}
-    cfg = TrainConfig(algo=args.algo, env=args.env or algo.default_env, buffer=args.buffer, policy=args.policy,
-                      buffer_params=dict(args.param or []), actors=0 if sequential else args.actors,
-                      learners=0 if sequential else args.learners, steps=args.steps, seed=args.seed,
-                      overrides=dict(args.overrides or []), **extra)
     try:
-        cfg.algo_config()
-    except (TypeError, ValueError) as err:
-        args.parser.error(str(err))
+        env = args.env or algorithms.get(args.algo).default_env
+        cfg = TrainConfig(algo=args.algo, env=env, buffer=args.buffer, policy=args.policy,
+                          buffer_params=dict(args.param or []), actors=0 if sequential else args.actors,
+                          learners=0 if sequential else args.learners, steps=args.steps, seed=args.seed,
+                          overrides=dict(args.overrides or []), **extra)
+        cfg.validate()
+    except ConfigError as err:
+        # TrainConfig field -> the option that sets it; any other field is the algorithm config's (--set)
+        options = {"algo": "--algo", "env": "--env", "buffer": "--buffer", "policy": "--policy",
+                   "buffer_params": "--param", "actors": "--actors", "learners": "--learners", "steps": "--steps",
+                   "seed": "--seed", "insert_batch": "--insert-batch", "weight_sync_every": "--weight-sync-every",
+                   "timeout_s": "--timeout"}
+        args.parser.error(f"argument {options.get(err.field, '--set')}: {err}")
+    return cfg
+
+
+def cmd_train(args) -> int:
+    cfg = _validated_config(args)
     command = [sys.executable, "-m", "replaybench.bench", *args.argv]
     try:
         run_dir = run_configs([cfg], out=args.out, run_id=args.run_id, machine=args.machine,

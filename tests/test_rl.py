@@ -20,9 +20,11 @@ import pytest
 
 from replaybench.bench import results
 from replaybench.impl.concurrent import leaked_segments
-from replaybench.impl.rl import InjectedFailure, TrainConfig, WorkerFailed, train
+from replaybench.impl.rl import ConfigError, InjectedFailure, TrainConfig, WorkerFailed, train
 from replaybench.impl.rl.config import total_updates
-from replaybench.impl.rl.envs import EpisodeLog, TransitionStager
+from replaybench.impl.rl.envs import EnvRunner, EpisodeLog, TransitionStager, make_env, transition_fields
+from replaybench.impl.rl.profiler import SectionProfiler
+from replaybench.impl.rl.seeding import RunSeeds
 from replaybench.impl.rl.shared import RateLimiter, SharedState, SharedWeights, Stopped
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,6 +128,13 @@ def test_sequential_runs_other_variants(buffer):
     assert result.env_steps == 200 and result.updates > 0
 
 
+def test_sequential_run_is_reproducible_from_its_seed():
+    """One integer seeds env, exploration, networks and buffer sampling (RunSeeds)."""
+    a, b, c = (train(tiny("dqn", steps=200, seed=seed)) for seed in (4, 4, 5))
+    assert a.learner_digests == b.learner_digests != c.learner_digests
+    assert [(s, r) for s, _, r in a.episodes] == [(s, r) for s, _, r in b.episodes]
+
+
 # ---------------------------------------------------------------------------------------- pieces
 def test_rate_limiter_holds_the_ratio_and_stops():
     import multiprocessing as mp
@@ -171,6 +180,142 @@ def test_episode_log_threshold_and_stager():
     assert stage.push([5, 6], 0, 1.5, [7, 8], True, 7)
     batch = stage.batch()
     assert batch["obs"].tolist() == [[1, 2], [5, 6]] and batch["actor"].tolist() == [7, 7] and stage.n == 0
+
+
+def test_env_runner_acts_stages_and_reports_episodes():
+    class Push:  # always action 1: CartPole falls over within a few dozen steps
+        def act(self, obs, env_steps):
+            seen.append(env_steps)
+            return 1
+
+        def env_action(self, action):
+            return action
+
+    seen, episodes = [], []
+    env = make_env("CartPole-v1")
+    stage = TransitionStager(transition_fields(env), 1000)
+    runner = EnvRunner(env, Push(), stage, 7, SectionProfiler(), lambda steps, ret: episodes.append((steps, ret)))
+    runner.reset(seed=0)
+    t = 0
+    while not episodes:
+        runner.step(100 + t)
+        t += 1
+    batch = stage.batch()
+    assert seen == list(range(100, 100 + t))  # act sees the caller's env step count
+    assert episodes == [(100 + t, float(t))]  # counted with the ending step; CartPole pays 1 per step
+    assert len(batch["reward"]) == t and batch["actor"].tolist() == [7] * t and batch["done"][-1]
+    assert (batch["obs"][1:] == batch["next_obs"][:-1]).all() and runner.episode_return == 0.0
+    env.close()
+
+
+def test_run_seeds_are_positional_and_distinct():
+    seeds, again = RunSeeds(3), RunSeeds(3)
+    assert seeds.networks == again.networks != RunSeeds(4).networks
+    assert seeds.actor(1).env == again.actor(1).env  # no dependence on how many siblings were asked for
+    streams = [seeds.buffer, seeds.actor(0).explore, seeds.actor(0).buffer, seeds.actor(1).explore, seeds.learner(0),
+               seeds.learner(1)]
+    draws = {int(np.random.default_rng(s).integers(2**62)) for s in streams}
+    assert len(draws) == len(streams)
+    assert seeds.actor(0).env != seeds.actor(1).env
+
+
+def test_update_target_hard_and_soft():
+    import torch
+
+    from replaybench.impl.rl.nets import mlp, params_digest, update_target
+
+    torch.manual_seed(0)
+    online, target = mlp([3, 4, 2]), mlp([3, 4, 2])
+    before = [p.detach().clone() for p in target.parameters()]
+    update_target(target, online, 0.25)
+    for t, b, o in zip(target.parameters(), before, online.parameters()):
+        assert torch.allclose(t, 0.75 * b + 0.25 * o)
+    update_target(target, online, 1.0)
+    assert params_digest(target) == params_digest(online)
+
+
+def test_uniform_takes_and_ignores_the_per_arguments():
+    from replaybench.impl import registry
+
+    buf = registry.create("uniform", capacity=8, fields={"x": ((), "int64")}, seed=0, alpha=0.6, beta=0.4, eps=1e-6)
+    buf.add({"x": np.arange(4)})
+    assert len(buf) == 4
+
+
+def test_algo_config_overrides_are_checked_and_typed():
+    from replaybench.impl.rl.dqn import DQNConfig
+    from replaybench.impl.rl.td3 import TD3Config
+
+    cfg = DQNConfig.for_env("CartPole-v1", hidden=64, lr=1, learning_starts=2e3, max_grad_norm=None)
+    assert cfg.hidden == (64,) and cfg.lr == 1.0 and isinstance(cfg.lr, float)
+    assert cfg.learning_starts == 2000 and isinstance(cfg.learning_starts, int) and cfg.max_grad_norm is None
+    assert cfg.target_update_every == 1  # the rest is CartPole's preset
+    assert TD3Config.for_env("Pendulum-v1", hidden=[32, 32]).hidden == (32, 32)
+    for bad, field in ((dict(lr="abc"), "lr"), (dict(nope=1), "nope"), (dict(batch_size=1.5), "batch_size"),
+                       (dict(double_q=1), "double_q"), (dict(tau=0.0), "tau"), (dict(lr=float("nan")), "lr"),
+                       (dict(hidden=(64, 0)), "hidden"), (dict(learning_starts=10), "learning_starts")):
+        with pytest.raises(ConfigError) as info:
+            DQNConfig.for_env("CartPole-v1", **bad)
+        assert info.value.field == field and field in str(info.value)
+
+
+@pytest.fixture
+def no_workers(monkeypatch):
+    """Process.start and the training loops refuse to run; returns what tried."""
+    import multiprocessing.process
+
+    from replaybench.impl import rl
+
+    tried = []
+
+    def refuse(what):
+        def call(*args, **kwargs):
+            tried.append(what)
+            raise AssertionError(f"{what} called")
+        return call
+
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse("Process.start"))
+    monkeypatch.setattr(rl, "train", refuse("train"))
+    return tried
+
+
+BAD_TRAIN_ARGS = [
+    (["--steps", "0"], "--steps", "0"),
+    (["--insert-batch", "0"], "--insert-batch", "0"),
+    (["--actors", "-1"], "--actors", "-1"),
+    (["--timeout", "-1"], "--timeout", "-1"),
+    (["--set", "lr=abc"], "--set", "'abc'"),
+    (["--set", "hiden=64"], "--set", "'hiden'"),
+    (["--env", "NoSuchEnv-v0"], "--env", "'NoSuchEnv-v0'"),
+    (["--algo", "td3", "--env", "CartPole-v1"], "--env", "'CartPole-v1'"),
+    (["--algo", "dqn", "--env", "Pendulum-v1"], "--env", "'Pendulum-v1'"),
+    (["--algo", "ppo"], "--algo", "'ppo'"),
+]
+
+
+@pytest.mark.parametrize("args,option,value", BAD_TRAIN_ARGS, ids=[" ".join(a) for a, _, _ in BAD_TRAIN_ARGS])
+def test_train_command_refuses_bad_arguments_up_front(args, option, value, no_workers, tmp_path, capsys):
+    from replaybench.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["train", *args, "--out", str(tmp_path), "--no-progress"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2, err
+    assert f"argument {option}: " in err and value in err, err
+    assert no_workers == [] and list(tmp_path.iterdir()) == []  # nothing started, nothing written
+
+
+@pytest.mark.parametrize("cell,field", [(dict(algo="td3", env="CartPole-v1"), "env"), (dict(steps=0), "steps"),
+                                        (dict(overrides={"lr": "abc"}), "lr"), (dict(timeout_s=-1.0), "timeout_s"),
+                                        (dict(buffer="nope"), "buffer"), (dict(fail="actor:x:3"), "fail")])
+def test_bad_config_is_refused_before_any_worker_starts(cell, field, no_workers):
+    """The suite's cells go through TrainConfig.validate too (both loops call it first)."""
+    cfg = tiny("dqn", actors=2, learners=1)
+    for key, value in cell.items():
+        setattr(cfg, key, value)
+    with pytest.raises(ConfigError) as info:
+        train(cfg)
+    assert info.value.field == field and no_workers == []
 
 
 def test_learners_with_the_same_seed_start_identical():

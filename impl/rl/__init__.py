@@ -8,10 +8,12 @@
 Modules, one job each:
 
 ==============  ===============================================================
+base            the algorithm contract: AlgoConfig, Actor and Learner protocols, ConfigError
 dqn, td3        the algorithms (config dataclass, network builders, actor, learner)
 algorithms      name -> algorithm
-envs            environments, transition schema, thresholds, episode log, staging
-config          TrainConfig (the run) and TrainResult (what it measured)
+envs            environments, transition schema, thresholds, episode log, staging, EnvRunner
+config          TrainConfig (the run, validated up front) and TrainResult (what it measured)
+seeding         RunSeeds: every process's, env's and network's seed from one SeedSequence
 replay          building and warming up the in-process buffer
 profiler        per-section perf_counter accumulators
 sequential      the one-process baseline loop
@@ -22,15 +24,17 @@ parallel        A actor + L learner processes over the shared buffer
 
 from __future__ import annotations
 
+from .base import ConfigError
 from .config import InjectedFailure, TrainConfig, TrainResult, WorkerFailed
 
-__all__ = ["TrainConfig", "TrainResult", "InjectedFailure", "WorkerFailed", "train"]
+__all__ = ["TrainConfig", "TrainResult", "ConfigError", "InjectedFailure", "WorkerFailed", "train"]
 
 
 def train(cfg: TrainConfig, progress=None) -> TrainResult:
     """Run ``cfg``: the sequential baseline when ``actors`` or ``learners`` is 0, else the
     parallel loop. ``progress(env_steps, updates, recent_mean_return)`` is called a few times
-    per second from this process."""
+    per second from this process. A bad ``cfg`` raises ConfigError before any work starts
+    (:meth:`TrainConfig.validate`)."""
     if cfg.sequential:
         from .sequential import run_sequential
 

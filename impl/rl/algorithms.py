@@ -1,19 +1,15 @@
-"""The algorithms the training loops can run, by name: config class, actor and learner.
+"""The algorithms the training loops can run, by name.
 
-Both loops only use this interface, so another algorithm is one module plus one entry here:
-
-- ``Config.for_env(env_id, **overrides)``; fields ``batch_size``, ``buffer_capacity``,
-  ``learning_starts``, ``updates_per_step``, ``per_alpha``, ``per_eps`` and ``beta(env_steps)``.
-- ``Actor(spaces, cfg, seed, net=None)`` with ``act(obs, env_steps)``, ``env_action(a)`` and
-  ``set_flat_weights(flat)``.
-- ``Learner(spaces, cfg, seed)`` with ``learn(batch) -> (loss, priorities)``, ``grad_hook``,
-  ``policy_net``, ``get_flat_weights()``, ``modules()`` and ``digest()``.
+The loops use only the contract of :mod:`impl.rl.base` (AlgoConfig, Actor, Learner), so
+another algorithm is one module plus one entry in :data:`ALGORITHMS`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
+from .base import Actor, AlgoConfig, ConfigError, Learner
 from .dqn import DQNActor, DQNConfig, DQNLearner
 from .td3 import TD3Actor, TD3Config, TD3Learner
 
@@ -22,12 +18,17 @@ __all__ = ["Algorithm", "ALGORITHMS", "get"]
 
 @dataclass(frozen=True)
 class Algorithm:
+    """One algorithm: ``actor_cls(spaces, cfg, seed, net=None)`` and ``learner_cls(spaces,
+    cfg, seed)`` build its halves from a ``config_cls`` (an AlgoConfig); ``action_kind``
+    ("discrete" or "continuous", see :data:`impl.rl.envs.ACTION_KINDS`) is the action space
+    it handles."""
+
     name: str
-    config_cls: type
-    actor_cls: type
-    learner_cls: type
+    config_cls: type[AlgoConfig]
+    actor_cls: Callable[..., Actor]
+    learner_cls: Callable[..., Learner]
     default_env: str
-    action_kind: str  # "discrete" or "continuous"
+    action_kind: str
 
 
 ALGORITHMS = {
@@ -37,7 +38,8 @@ ALGORITHMS = {
 
 
 def get(name: str) -> Algorithm:
+    """The algorithm called ``name``; raises ConfigError (field "algo") for an unknown name."""
     try:
         return ALGORITHMS[name]
     except KeyError:
-        raise KeyError(f"unknown algorithm {name!r}; known: {', '.join(sorted(ALGORITHMS))}") from None
+        raise ConfigError("algo", name, f"unknown algorithm {name!r}; known: {', '.join(sorted(ALGORITHMS))}") from None

@@ -16,32 +16,30 @@ The replay loop around them lives in :mod:`impl.rl.sequential` and :mod:`impl.rl
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .nets import flat_params, load_flat_params, mlp, params_digest
+from .base import Actor, AlgoConfig, Learner, check_range
+from .nets import load_flat_params, mlp, update_target
 
 __all__ = ["DQNConfig", "build_q_network", "DQNActor", "DQNLearner"]
 
 
 @dataclass
-class DQNConfig:
-    """Arguments of DQN with prioritized replay. Step counts are *environment* steps over all
-    actors; update counts are *learner* updates (one optimizer step on ``batch_size`` rows)."""
+class DQNConfig(AlgoConfig):
+    """Arguments of DQN with prioritized replay. The replay-loop fields (``batch_size``,
+    ``buffer_capacity``, ``learning_starts``, ``updates_per_step``, ``per_*``) and their
+    documentation are :class:`~impl.rl.base.AlgoConfig`'s; DQN keeps its defaults."""
 
     lr: float = 1e-3
     """Adam learning rate."""
     gamma: float = 0.99
     """Discount factor."""
-    batch_size: int = 64
-    """Transitions per update; with L learners each samples ``batch_size // L``."""
-    buffer_capacity: int = 50_000
-    """Replay capacity (transitions); the oldest are overwritten first."""
-    hidden: tuple = (128, 128)
+    hidden: tuple[int, ...] = (128, 128)
     """Hidden layer widths of the Q network."""
     target_update_every: int = 500
     """Learner updates between target-network updates."""
@@ -53,41 +51,26 @@ class DQNConfig:
     """... falling linearly to this ..."""
     eps_decay_steps: int = 10_000
     """... over this many env steps, then constant."""
-    learning_starts: int = 1_000
-    """Env steps stored before the first update (must be >= batch_size)."""
-    updates_per_step: float = 0.25
-    """The replay ratio: learner updates per env step (0.25 = one update every 4 steps).
-    Samples per insert = ``updates_per_step * batch_size``; the parallel loop holds it with a
-    rate limiter."""
     double_q: bool = True
     """Select the next action with the online network, evaluate it with the target network."""
     max_grad_norm: float | None = 10.0
     """Clip the gradient's global norm (None: no clipping)."""
-    per_alpha: float = 0.6
-    """Priority exponent: P(i) proportional to (|td_i| + per_eps) ** per_alpha."""
-    per_beta_start: float = 0.4
-    """Importance-sampling exponent at step 0, annealed linearly to 1.0 ..."""
-    per_beta_steps: int = 50_000
-    """... over this many env steps."""
-    per_eps: float = 1e-6
-    """Added to every priority so no transition becomes unsampleable."""
 
     PRESETS = {}  # filled below the class: env id -> overrides
 
-    @classmethod
-    def for_env(cls, env_id: str, **overrides) -> "DQNConfig":
-        """The preset for ``env_id`` (defaults when there is none) with ``overrides`` applied."""
-        cfg = replace(cls(), **{**cls.PRESETS.get(env_id, {}), **overrides})
-        cfg.hidden = (cfg.hidden,) if isinstance(cfg.hidden, int) else tuple(cfg.hidden)  # "--set hidden=64"
-        return cfg
+    def validate(self) -> None:
+        super().validate()
+        check_range(self, "lr", 0.0, low_open=True)
+        check_range(self, "gamma", 0.0, 1.0)
+        check_range(self, "hidden", 1)
+        check_range(self, "target_update_every", 1)
+        check_range(self, "tau", 0.0, 1.0, low_open=True)
+        check_range(self, "eps_start", 0.0, 1.0)
+        check_range(self, "eps_end", 0.0, 1.0)
 
     def epsilon(self, env_steps: int) -> float:
         frac = min(1.0, env_steps / max(1, self.eps_decay_steps))
         return self.eps_start + frac * (self.eps_end - self.eps_start)
-
-    def beta(self, env_steps: int) -> float:
-        frac = min(1.0, env_steps / max(1, self.per_beta_steps))
-        return self.per_beta_start + frac * (1.0 - self.per_beta_start)
 
 
 # Presets. CartPole: tuned here so that a fixed seed reaches a mean return of 475 over 20
@@ -117,24 +100,23 @@ def _spaces(env_or_spaces):
     return int(np.prod(obs_space.shape)), int(act_space.n)
 
 
-class DQNActor:
-    """Epsilon-greedy policy over a Q network.
+class DQNActor(Actor):
+    """Epsilon-greedy policy over a Q network (an :class:`~impl.rl.base.Actor`).
 
     Parameters
     ----------
     spaces : (observation_space, action_space)
     cfg : DQNConfig
-    seed : int
+    seed : int or numpy.random.SeedSequence
         Seeds the exploration draws.
     net : nn.Module, optional
         Share this Q network (the sequential loop passes the learner's); otherwise a new CPU
         copy is built, to be filled with :meth:`set_flat_weights`.
 
-    Cost per ``act``: one forward pass of one observation (~20-60 us on a CPU for small MLPs).
-    Thread-safety: none.
+    Cost per ``act``: one forward pass of one observation. Thread-safety: none.
     """
 
-    def __init__(self, spaces, cfg: DQNConfig, seed: int, net: nn.Module | None = None):
+    def __init__(self, spaces, cfg: DQNConfig, seed, net: nn.Module | None = None):
         obs_dim, self.n_actions = _spaces(spaces)
         self.cfg = cfg
         self.q = net if net is not None else build_q_network(obs_dim, self.n_actions, cfg.hidden)
@@ -157,8 +139,9 @@ class DQNActor:
         load_flat_params(self.q, flat)
 
 
-class DQNLearner:
-    """Online and target Q networks, Adam, and one update per :meth:`learn` call.
+class DQNLearner(Learner):
+    """Online and target Q networks, Adam, and one update per :meth:`learn` call (a
+    :class:`~impl.rl.base.Learner`; ``seed`` seeds torch, so equal seeds give equal networks).
 
     ``grad_hook(params)``, when set, is called between backward and the optimizer step: the
     parallel loop sets it to a :class:`~impl.rl.nets.GradientAverager` so L learners apply the
@@ -216,25 +199,10 @@ class DQNLearner:
 
         self.updates += 1
         if self.updates % cfg.target_update_every == 0:
-            self._update_target()
+            update_target(self.target, self.q, cfg.tau)
         return float(loss.detach()), (td_target - q).detach().abs().numpy().astype(np.float64)
-
-    @torch.no_grad()
-    def _update_target(self) -> None:
-        tau = self.cfg.tau
-        if tau >= 1.0:
-            self.target.load_state_dict(self.q.state_dict())
-            return
-        torch._foreach_lerp_(list(self.target.parameters()), list(self.q.parameters()), tau)  # one call, all tensors
 
     @property
     def policy_net(self) -> nn.Module:
         """The network actors run (the online Q network)."""
         return self.q
-
-    def get_flat_weights(self) -> torch.Tensor:
-        """The policy's weights (the online Q network) as one float32 vector (a copy)."""
-        return flat_params(self.q)
-
-    def digest(self) -> str:
-        return params_digest(*self.modules())

@@ -1,4 +1,5 @@
-"""Environments, the transition schema they produce, and the reward thresholds we time.
+"""Environments, the transition schema they produce, the reward thresholds we time, and the
+one env-stepping routine both loops use (:class:`EnvRunner`: act, step, stage, log episodes).
 
 The replay buffers store one row per environment step with the fields of
 :func:`transition_fields`: ``obs``, ``action``, ``reward``, ``next_obs``, ``done`` (true only
@@ -27,17 +28,35 @@ from collections import deque
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["THRESHOLDS", "WINDOW", "make_env", "transition_fields", "EpisodeLog", "TransitionStager"]
+from .base import ConfigError
+
+__all__ = ["THRESHOLDS", "WINDOW", "ACTION_KINDS", "make_env", "transition_fields", "EpisodeLog",
+           "TransitionStager", "EnvRunner"]
 
 THRESHOLDS = {"CartPole-v1": 475.0, "LunarLander-v3": 200.0, "Acrobot-v1": -100.0, "Pendulum-v1": -200.0}
 WINDOW = 20
 
 
-def make_env(env_id: str, seed: int) -> gym.Env:
-    """A gymnasium environment whose first ``reset`` and action space are seeded with ``seed``."""
-    env = gym.make(env_id)
-    env.reset(seed=seed)
-    env.action_space.seed(seed)
+#: Action kind an algorithm declares -> the gymnasium action space it handles.
+ACTION_KINDS = {"discrete": gym.spaces.Discrete, "continuous": gym.spaces.Box}
+
+
+def make_env(env_id: str, algo=None) -> gym.Env:
+    """``gym.make(env_id)``, checked: the id exists and, given ``algo`` (an
+    :class:`~impl.rl.algorithms.Algorithm`), the action space is of its ``action_kind``.
+
+    Raises ConfigError (field "env") naming the id otherwise, with the environment closed.
+    Seed it with the first ``reset(seed=...)`` (:meth:`EnvRunner.reset`).
+    """
+    try:
+        env = gym.make(env_id)
+    except (gym.error.Error, ImportError) as err:  # NameNotFound, DependencyNotInstalled, "module:Id" ...
+        raise ConfigError("env", env_id, f"env {env_id!r} cannot be made: {err}") from None
+    if algo is not None and not isinstance(env.action_space, ACTION_KINDS[algo.action_kind]):
+        space = env.action_space
+        env.close()
+        raise ConfigError("env", env_id, f"{algo.name} needs {algo.action_kind} actions "
+                                         f"({ACTION_KINDS[algo.action_kind].__name__}); env {env_id!r} has {space}")
     return env
 
 
@@ -127,3 +146,48 @@ class TransitionStager:
         """The staged rows as a dict of views (``n`` rows); empties the stage."""
         n, self.n = self.n, 0
         return {name: arr[:n] for name, arr in self.arrays.items()}
+
+
+class EnvRunner:
+    """One actor's side of the loop, one env step per :meth:`step`: act, step the environment,
+    stage the transition, and report each finished episode.
+
+    The sequential loop and every actor process drive one each, so both act, stage and log
+    the same way. ``on_episode(env_steps, episode_return)`` is called when an episode ends
+    (terminated or truncated; ``env_steps`` counts the step that ended it), then the
+    environment is reset. Time is credited to ``prof``'s ``inference`` (the policy) and
+    ``env_step`` (step and reset) sections. Cost per step: one policy forward pass, one
+    ``env.step``, one staged row. Thread-safety: none.
+    """
+
+    def __init__(self, env: gym.Env, actor, stage: TransitionStager, actor_id: int, prof, on_episode):
+        self.env = env
+        self.actor = actor
+        self.stage = stage
+        self.actor_id = int(actor_id)
+        self.on_episode = on_episode
+        self._inference, self._env_step = prof.section("inference"), prof.section("env_step")
+        self.obs = None
+        self.episode_return = 0.0
+
+    def reset(self, seed: int | None = None) -> None:
+        """Start an episode (``seed``: seed the environment, on the first reset only)."""
+        with self._env_step:
+            self.obs, _ = self.env.reset(seed=seed)
+        self.episode_return = 0.0
+
+    def step(self, env_steps: int) -> bool:
+        """One env step with the policy at ``env_steps`` steps into the run (its exploration
+        schedule); returns True when the stage is full (add ``stage.batch()`` next)."""
+        with self._inference:
+            action = self.actor.act(self.obs, env_steps)
+        with self._env_step:
+            next_obs, reward, terminated, truncated, _ = self.env.step(self.actor.env_action(action))
+        full = self.stage.push(self.obs, action, reward, next_obs, terminated, self.actor_id)
+        self.episode_return += float(reward)
+        if terminated or truncated:
+            self.on_episode(env_steps + 1, self.episode_return)
+            self.reset()
+        else:
+            self.obs = next_obs
+        return full

@@ -1,4 +1,4 @@
-"""Torch helpers the agents share: MLP builder, flat weight vectors, gradient averaging.
+"""Torch helpers the agents share: MLP builder, target updates, flat weight vectors, gradient averaging.
 
 Flat vectors are how weights travel from learners to actors (one float32 array in shared
 memory, see :mod:`impl.rl.weights`) and how tests compare learners bit for bit.
@@ -12,7 +12,7 @@ from typing import Iterable
 import torch
 from torch import nn
 
-__all__ = ["mlp", "flat_params", "load_flat_params", "params_digest", "GradientAverager"]
+__all__ = ["mlp", "update_target", "flat_params", "load_flat_params", "params_digest", "GradientAverager"]
 
 
 def mlp(sizes: Iterable[int], out_activation: nn.Module | None = None) -> nn.Sequential:
@@ -26,6 +26,21 @@ def mlp(sizes: Iterable[int], out_activation: nn.Module | None = None) -> nn.Seq
     if out_activation is not None:
         layers.append(out_activation)
     return nn.Sequential(*layers)
+
+
+@torch.no_grad()
+def update_target(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """``target <- tau * online + (1 - tau) * target``, parameter by parameter.
+
+    ``tau = 1`` is the hard copy (DQN's periodic target update), ``0 < tau < 1`` Polyak
+    averaging (TD3, soft DQN). The two modules must have the same architecture. Cost: one
+    pass over the parameters (a single fused ``_foreach_lerp_`` call for the soft update).
+    """
+    targets, sources = list(target.parameters()), list(online.parameters())
+    if tau >= 1.0:
+        torch._foreach_copy_(targets, sources)
+    else:
+        torch._foreach_lerp_(targets, sources, tau)
 
 
 def flat_params(module: nn.Module) -> torch.Tensor:

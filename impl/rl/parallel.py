@@ -2,8 +2,8 @@
 
     parent ── creates SharedPrioritizedBuffer (owner), SharedState, SharedWeights, a queue;
        │      starts the workers, waits for "ready" from all, then says "go" (the clock starts)
-       ├── actor i (A of them)      env.step with a CPU copy of the policy (1 torch thread);
-       │     stages insert_batch transitions, waits on the rate limiter, buffer.add;
+       ├── actor i (A of them)      EnvRunner.step with a CPU copy of the policy (1 torch
+       │     thread); stages insert_batch transitions, waits on the rate limiter, buffer.add;
        │     refreshes its weights from SharedWeights when the version changed
        └── learner r (L of them)    waits on the rate limiter, samples batch_size // L,
              learn() with gradients all-reduced over gloo (L > 1), update_priorities;
@@ -13,6 +13,10 @@ Ratio control (:class:`~impl.rl.shared.RateLimiter`): learners never run ahead o
 ``updates_per_step * (env_steps - learning_starts)`` and actors wait when the learners' backlog
 passes ``ratio_tolerance``; both record the time they waited. Learners do exactly
 :func:`~impl.rl.config.total_updates` updates, the same number as the sequential loop.
+
+Seeds: :class:`~impl.rl.seeding.RunSeeds` gives each actor its env, exploration and
+buffer-handle streams, each learner its buffer-handle stream, and every learner the same torch
+seed. Only ``TrainConfig`` travels to the workers; each derives its own seeds from it.
 
 Exit paths: each worker reports ``done`` (or ``error`` with its traceback) on a queue and
 closes its attachment to the buffer. The parent watches the queue and the processes' exit
@@ -33,10 +37,12 @@ import traceback
 import numpy as np
 
 from . import algorithms
+from .base import ConfigError
 from .config import InjectedFailure, TrainConfig, TrainResult, WorkerFailed, total_updates
-from .envs import EpisodeLog, TransitionStager, make_env, transition_fields
+from .envs import EnvRunner, EpisodeLog, TransitionStager, make_env, transition_fields
 from .profiler import SECTIONS, SectionProfiler
 from .replay import buffer_kwargs
+from .seeding import RunSeeds
 from .shared import RateLimiter, SharedState, SharedWeights, Stopped
 
 __all__ = ["run_parallel"]
@@ -60,26 +66,28 @@ def _share(total: int, parts: int, rank: int) -> int:
 def _actor_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: SharedWeights, out) -> dict:
     algo = algorithms.get(cfg.algo)
     acfg = cfg.algo_config()
-    env = make_env(cfg.env, cfg.seed + 1000 * (rank + 1))
+    seeds = RunSeeds(cfg.seed).actor(rank)
+    env = make_env(cfg.env, algo)
     try:
         spaces = (env.observation_space, env.action_space)
         fields = transition_fields(env)
-        actor = algo.actor_cls(spaces, acfg, cfg.seed + 1 + 7919 * rank)
-        stage = TransitionStager(fields, cfg.insert_batch)
+        actor = algo.actor_cls(spaces, acfg, seeds.explore)
+        prof = SectionProfiler()
+        runner = EnvRunner(env, actor, TransitionStager(fields, cfg.insert_batch), rank, prof,
+                           lambda steps, ret: out.put(("episode", steps, time.monotonic() - t0, ret)))
+        stage = runner.stage
         limiter = RateLimiter(state, acfg.updates_per_step, acfg.learning_starts, cfg.ratio_tolerance,
                               cfg.insert_batch)
         fail_at = cfg.failure_point("actor", rank)
         my_steps = _share(cfg.steps, state.actors, rank)
-        prof = SectionProfiler()
-        inference, env_step, replay = prof.section("inference"), prof.section("env_step"), prof.section("replay")
+        replay = prof.section("replay")
         buf.warm_up()
         out.put(("ready", f"actor-{rank}"))
         t0 = state.wait_for_go()
         prof.restart()
 
-        have_version, weight_loads, done, episode_return, base = 0, 0, 0, 0.0, 0
-        with env_step:
-            obs, _ = env.reset()
+        have_version, weight_loads, done, base = 0, 0, 0, 0
+        runner.reset(seeds.env)
         while done < my_steps:
             if stage.n == 0:  # start of a batch: hold the ratio, refresh the policy
                 n = min(cfg.insert_batch, my_steps - done)
@@ -92,20 +100,8 @@ def _actor_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: S
                 base = state.env_steps()
                 if state.stopped:
                     raise Stopped()
-            with inference:
-                action = actor.act(obs, base + stage.n)
-            with env_step:
-                next_obs, reward, terminated, truncated, _ = env.step(actor.env_action(action))
-            full = stage.push(obs, action, reward, next_obs, terminated, rank)
+            full = runner.step(base + stage.n)
             done += 1
-            episode_return += float(reward)
-            if terminated or truncated:
-                out.put(("episode", base + stage.n, time.monotonic() - t0, episode_return))
-                episode_return = 0.0
-                with env_step:
-                    obs, _ = env.reset()
-            else:
-                obs = next_obs
             if full or done == my_steps:
                 with replay:
                     batch = stage.batch()
@@ -129,7 +125,7 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
 
     algo = algorithms.get(cfg.algo)
     acfg = cfg.algo_config()
-    env = make_env(cfg.env, cfg.seed)
+    env = make_env(cfg.env, algo)
     spaces = (env.observation_space, env.action_space)
     env.close()
     world = state.learners
@@ -139,7 +135,7 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                                 timeout=timedelta(seconds=max(60.0, cfg.join_timeout_s)))
     try:
-        learner = algo.learner_cls(spaces, acfg, cfg.seed)  # same seed on every rank: same initial weights
+        learner = algo.learner_cls(spaces, acfg, RunSeeds(cfg.seed).networks)  # every rank: same initial weights
         if world > 1:
             for module in learner.modules():  # and make sure of it
                 for p in module.parameters():
@@ -201,7 +197,9 @@ def _worker(role: str, rank: int, cfg: TrainConfig, handle, state: SharedState, 
     try:
         from replaybench.impl.concurrent import SharedPrioritizedBuffer
 
-        buf = SharedPrioritizedBuffer.attach(handle, seed=(cfg.seed, 1 if role == "actor" else 2, rank))
+        seeds = RunSeeds(cfg.seed)
+        buf = SharedPrioritizedBuffer.attach(handle, seed=seeds.actor(rank).buffer if role == "actor"
+                                             else seeds.learner(rank))
         if role == "actor":
             stats = _actor_loop(cfg, rank, buf, state, weights, out)
         else:
@@ -310,33 +308,33 @@ def run_parallel(cfg: TrainConfig, progress=None) -> TrainResult:
     """Run ``cfg`` with ``cfg.actors`` actor and ``cfg.learners`` learner processes.
 
     ``progress(env_steps, updates, recent_mean_return)`` is called about every 0.25 s. Raises
-    WorkerFailed when a worker raised or died (its traceback is in the message), or with worker
-    "parent" when the workers were not ready within STARTUP_TIMEOUT_S or the run passed
+    ConfigError for a bad ``cfg`` before any process starts (:meth:`TrainConfig.validate`);
+    WorkerFailed when a worker raised or died (its traceback is in the message), or with
+    worker "parent" when the workers were not ready within STARTUP_TIMEOUT_S or the run passed
     ``cfg.timeout_s``; every process has exited and the shared buffer is unlinked by then.
     """
     import multiprocessing as mp
 
     from replaybench.impl.concurrent import SharedPrioritizedBuffer
 
-    if cfg.start_method not in ("forkserver", "spawn"):
-        raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {cfg.start_method!r} (a forked worker "
-                         "would inherit the parent's end of the liveness pipe, and torch does not survive fork well)")
-    if cfg.actors < 1 or cfg.learners < 1:
-        raise ValueError(f"the parallel loop needs actors >= 1 and learners >= 1, got {cfg.actors}, {cfg.learners}")
-    acfg = cfg.algo_config()
-    cfg.failure_point("actor", 0)  # a malformed fail hook raises here, not in a worker
-    env = make_env(cfg.env, cfg.seed)
+    acfg = cfg.validate()
+    if cfg.sequential:
+        raise ConfigError("actors" if cfg.actors < 1 else "learners", min(cfg.actors, cfg.learners),
+                          f"the parallel loop needs actors >= 1 and learners >= 1, got {cfg.actors}, {cfg.learners}")
+    algo = algorithms.get(cfg.algo)
+    seeds = RunSeeds(cfg.seed)
+    env = make_env(cfg.env, algo)
     fields = transition_fields(env)
     env.close()
-    policy_size = algorithms.get(cfg.algo).learner_cls((env.observation_space, env.action_space), acfg,
-                                                       cfg.seed).get_flat_weights().numel()
+    policy_size = algo.learner_cls((env.observation_space, env.action_space), acfg,
+                                   seeds.networks).get_flat_weights().numel()
 
     ctx = mp.get_context(cfg.start_method)
     if cfg.start_method == "forkserver":
         ctx.set_forkserver_preload(["torch", "replaybench.impl.concurrent", "replaybench.impl.rl.parallel"])  # imported once
     log = EpisodeLog(cfg.resolved_threshold(), cfg.window)
     buf = SharedPrioritizedBuffer.create(acfg.buffer_capacity, fields, variant=cfg.buffer, policy=cfg.policy,
-                                         seed=cfg.seed, **buffer_kwargs(cfg, acfg))
+                                         seed=seeds.buffer, **buffer_kwargs(cfg, acfg))
     procs, state = [], None
     try:
         state = SharedState(ctx, cfg.actors, cfg.learners)

@@ -2,12 +2,11 @@
 
 The numba kernels behind every tree variant are compiled (or loaded from numba's on-disk
 cache) on first call; :func:`warm_up` makes those first calls on a tiny buffer of the same
-variant and schema so that neither loop times compilation.
+variant and schema so that neither loop times compilation. Every variant takes the PER
+constants (``uniform`` accepts and ignores them), so both loops pass the same arguments.
 """
 
 from __future__ import annotations
-
-import inspect
 
 import numpy as np
 
@@ -18,24 +17,15 @@ __all__ = ["buffer_kwargs", "make_local_buffer", "warm_up", "random_batch"]
 
 def buffer_kwargs(cfg, acfg) -> dict:
     """Keyword arguments for registry.create / SharedPrioritizedBuffer.create besides the
-    capacity and fields: the PER constants of the algorithm plus the variant's parameters."""
+    capacity, fields and seed: the PER constants of the algorithm plus the variant's parameters."""
     return {"alpha": acfg.per_alpha, "beta": acfg.per_beta_start, "eps": acfg.per_eps, **cfg.buffer_params}
 
 
-def _local_kwargs(cfg, acfg, seed) -> dict:
-    """buffer_kwargs plus the seed, less the PER constants a variant's factory does not take
-    (the ``uniform`` baseline has no alpha, beta or eps)."""
-    kwargs = {"seed": seed, **buffer_kwargs(cfg, acfg)}
-    params = inspect.signature(registry.get(cfg.buffer).factory).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return kwargs
-    return {k: v for k, v in kwargs.items() if k in params or k in cfg.buffer_params}
-
-
-def make_local_buffer(cfg, acfg, fields, seed: int | None = None):
-    """The in-process buffer of the sequential loop: ``registry.create(cfg.buffer, ...)``."""
-    return registry.create(cfg.buffer, capacity=acfg.buffer_capacity, fields=fields,
-                           **_local_kwargs(cfg, acfg, cfg.seed if seed is None else seed))
+def make_local_buffer(cfg, acfg, fields, seed):
+    """The in-process buffer of the sequential loop: ``registry.create(cfg.buffer, ...)``;
+    ``seed`` (anything numpy.random.default_rng takes) seeds its sampling."""
+    return registry.create(cfg.buffer, capacity=acfg.buffer_capacity, fields=fields, seed=seed,
+                           **buffer_kwargs(cfg, acfg))
 
 
 def random_batch(fields: dict, n: int, rng: np.random.Generator) -> dict:
@@ -55,10 +45,11 @@ def random_batch(fields: dict, n: int, rng: np.random.Generator) -> dict:
 def warm_up(cfg, acfg, fields) -> None:
     """Call add, sample and update_priorities once on a 64-slot buffer of ``cfg.buffer``.
 
-    Cost: milliseconds with numba's cache warm; seconds the first time a kernel compiles.
+    Its random streams are fixed (seed 0) and separate from the run's. Cost: milliseconds
+    with numba's cache warm; seconds the first time a kernel compiles.
     """
     rng = np.random.default_rng(0)
-    buf = registry.create(cfg.buffer, capacity=64, fields=fields, **_local_kwargs(cfg, acfg, 0))
+    buf = registry.create(cfg.buffer, capacity=64, fields=fields, seed=0, **buffer_kwargs(cfg, acfg))
     buf.add(random_batch(fields, 16, rng))
     out = buf.sample(8, beta=acfg.per_beta_start)
     buf.update_priorities(out["indices"], rng.random(8))

@@ -1,15 +1,15 @@
 """The sequential baseline: one process acts, stores, samples, learns and writes priorities back.
 
     for t in range(steps):
-        a = actor.act(obs, t)                        # inference
-        obs', r, done = env.step(a)                  # env_step
-        stage (obs, a, r, obs', done)                # every insert_batch steps: buffer.add (replay)
+        runner.step(t)      # EnvRunner: act (inference), env.step (env_step), stage, log episode
+        every insert_batch steps: buffer.add(staged rows)                            # replay
         while updates < ratio * (t - learning_starts):
             batch = buffer.sample(B)                 # replay
             loss, prio = learner.learn(batch)        # sgd
             buffer.update_priorities(idx, prio)      # replay
 
-The actor shares the learner's network, so it always acts with the newest weights. The
+The actor shares the learner's network, so it always acts with the newest weights. Seeds
+come from :class:`~impl.rl.seeding.RunSeeds` (this loop is actor 0 and learner 0). The
 buffer is any registered variant (``registry.create``), in process memory, without locks.
 The clock starts at the first env step, after the buffer's kernels are warmed up.
 """
@@ -23,9 +23,10 @@ import torch
 
 from . import algorithms
 from .config import InjectedFailure, TrainConfig, TrainResult, allowed_updates
-from .envs import EpisodeLog, TransitionStager, make_env, transition_fields
+from .envs import EnvRunner, EpisodeLog, TransitionStager, make_env, transition_fields
 from .profiler import SectionProfiler
 from .replay import make_local_buffer, warm_up
+from .seeding import RunSeeds
 
 __all__ = ["run_sequential"]
 
@@ -34,53 +35,42 @@ PROGRESS_EVERY_S = 0.25
 
 def run_sequential(cfg: TrainConfig, progress=None) -> TrainResult:
     """Run ``cfg`` in this process; ``progress(env_steps, updates, recent_mean_return)`` is
-    called about every 0.25 s. Raises InjectedFailure (test hook) or TimeoutError."""
+    called about every 0.25 s. Raises ConfigError (a bad ``cfg``, before any work),
+    InjectedFailure (test hook) or TimeoutError."""
+    acfg = cfg.validate()
     torch.set_num_threads(1)
     algo = algorithms.get(cfg.algo)
-    acfg = cfg.algo_config()
-    env = make_env(cfg.env, cfg.seed)
+    seeds = RunSeeds(cfg.seed)
+    actor_seeds = seeds.actor(0)
+    env = make_env(cfg.env, algo)
     spaces = (env.observation_space, env.action_space)
     fields = transition_fields(env)
-    buf = make_local_buffer(cfg, acfg, fields)
+    buf = make_local_buffer(cfg, acfg, fields, seeds.buffer)
     warm_up(cfg, acfg, fields)
-    learner = algo.learner_cls(spaces, acfg, cfg.seed)
-    actor = algo.actor_cls(spaces, acfg, cfg.seed + 1, net=learner.policy_net)
-    stage = TransitionStager(fields, cfg.insert_batch)
+    learner = algo.learner_cls(spaces, acfg, seeds.networks)
+    actor = algo.actor_cls(spaces, acfg, actor_seeds.explore, net=learner.policy_net)
     log = EpisodeLog(cfg.resolved_threshold(), cfg.window)
+    prof = SectionProfiler()
+    runner = EnvRunner(env, actor, TransitionStager(fields, cfg.insert_batch), 0, prof,
+                       lambda steps, ret: log.record(steps, time.perf_counter() - t0, ret))
     fail_at = cfg.failure_point("sequential", 0)
     ratio, starts, batch_size = acfg.updates_per_step, acfg.learning_starts, acfg.batch_size
 
-    prof = SectionProfiler()
-    inference, env_step, replay, sgd = (prof.section(s) for s in ("inference", "env_step", "replay", "sgd"))
+    replay, sgd = prof.section("replay"), prof.section("sgd")
     updates = 0
     sample_s = 0.0
-    episode_return = 0.0
-    with env_step:
-        obs, _ = env.reset(seed=cfg.seed)
+    runner.reset(actor_seeds.env)
     t0 = time.perf_counter()
     prof.restart()
     next_report = t0 + PROGRESS_EVERY_S
     steps = 0
     try:
         for t in range(cfg.steps):
-            with inference:
-                action = actor.act(obs, t)
-            with env_step:
-                next_obs, reward, terminated, truncated, _ = env.step(actor.env_action(action))
-            full = stage.push(obs, action, reward, next_obs, terminated, 0)
+            full = runner.step(t)
             steps = t + 1
-            episode_return += float(reward)
-            if terminated or truncated:
-                log.record(steps, time.perf_counter() - t0, episode_return)
-                episode_return = 0.0
-                with env_step:
-                    obs, _ = env.reset()
-            else:
-                obs = next_obs
-
             if full or steps == cfg.steps:
                 with replay:
-                    buf.add(stage.batch())
+                    buf.add(runner.stage.batch())
                 due = allowed_updates(steps, ratio, starts)
                 while updates < due:
                     with replay:

@@ -16,70 +16,63 @@ is the mean |TD error| of the two critics (Schaul et al., 2016). Read top to bot
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
-from .nets import flat_params, load_flat_params, mlp, params_digest
+from .base import Actor, AlgoConfig, Learner, check_range
+from .nets import load_flat_params, mlp, update_target
 
 __all__ = ["TD3Config", "build_actor", "build_critic", "TD3Actor", "TD3Learner"]
 
 
 @dataclass
-class TD3Config:
-    """Arguments of TD3 with prioritized replay (env steps over all actors; learner updates)."""
+class TD3Config(AlgoConfig):
+    """Arguments of TD3 with prioritized replay. The replay-loop fields (``batch_size``,
+    ``buffer_capacity``, ``learning_starts``, ``updates_per_step``, ``per_*``) are documented
+    in :class:`~impl.rl.base.AlgoConfig`; TD3 changes four defaults."""
 
+    batch_size: int = 256
+    buffer_capacity: int = 100_000
+    updates_per_step: float = 1.0
+    per_beta_steps: int = 30_000
     lr_actor: float = 1e-3
     """Adam learning rate of the policy."""
     lr_critic: float = 1e-3
     """Adam learning rate of both critics."""
     gamma: float = 0.99
     """Discount factor."""
-    batch_size: int = 256
-    """Transitions per update; with L learners each samples ``batch_size // L``."""
-    buffer_capacity: int = 100_000
-    """Replay capacity (transitions)."""
-    hidden: tuple = (256, 256)
+    hidden: tuple[int, ...] = (256, 256)
     """Hidden layer widths of the policy and of each critic."""
     tau: float = 0.005
     """Polyak factor of the target networks, applied at every policy update."""
     exploration_noise: float = 0.1
-    """Std of the Gaussian noise added to the policy's action (actions scaled to [-1, 1])."""
+    """Std of the Gaussian noise added to the policy's action (actions scaled to [-1, 1]).
+    Before ``learning_starts`` the actor draws uniformly random actions instead."""
     policy_noise: float = 0.2
     """Std of the target-policy smoothing noise ..."""
     noise_clip: float = 0.5
     """... clipped to +-noise_clip."""
     policy_delay: int = 2
     """Critic updates per policy (and target) update."""
-    learning_starts: int = 1_000
-    """Env steps of uniformly random actions stored before the first update (>= batch_size)."""
-    updates_per_step: float = 1.0
-    """The replay ratio: learner updates per env step (see DQNConfig.updates_per_step)."""
     max_grad_norm: float | None = None
     """Clip each network's gradient norm (None: no clipping)."""
-    per_alpha: float = 0.6
-    """Priority exponent."""
-    per_beta_start: float = 0.4
-    """Importance-sampling exponent at step 0, annealed linearly to 1.0 ..."""
-    per_beta_steps: int = 30_000
-    """... over this many env steps."""
-    per_eps: float = 1e-6
-    """Added to every priority."""
 
     PRESETS = {}  # env id -> overrides, filled below the class
 
-    @classmethod
-    def for_env(cls, env_id: str, **overrides) -> "TD3Config":
-        """The preset for ``env_id`` (defaults when there is none) with ``overrides`` applied."""
-        cfg = replace(cls(), **{**cls.PRESETS.get(env_id, {}), **overrides})
-        cfg.hidden = (cfg.hidden,) if isinstance(cfg.hidden, int) else tuple(cfg.hidden)  # "--set hidden=64"
-        return cfg
-
-    def beta(self, env_steps: int) -> float:
-        frac = min(1.0, env_steps / max(1, self.per_beta_steps))
-        return self.per_beta_start + frac * (1.0 - self.per_beta_start)
+    def validate(self) -> None:
+        super().validate()
+        check_range(self, "lr_actor", 0.0, low_open=True)
+        check_range(self, "lr_critic", 0.0, low_open=True)
+        check_range(self, "gamma", 0.0, 1.0)
+        check_range(self, "hidden", 1)
+        check_range(self, "tau", 0.0, 1.0, low_open=True)
+        check_range(self, "exploration_noise", 0.0)
+        check_range(self, "policy_noise", 0.0)
+        check_range(self, "noise_clip", 0.0)
+        check_range(self, "policy_delay", 1)
 
 
 # Pendulum: the usual TD3 settings with a smaller network and batch (CPU-bound here); the
@@ -105,15 +98,16 @@ def _spaces(spaces):
     return int(np.prod(obs_space.shape)), int(np.prod(act_space.shape))
 
 
-class TD3Actor:
-    """Deterministic policy plus Gaussian exploration noise, actions in [-1, 1].
+class TD3Actor(Actor):
+    """Deterministic policy plus Gaussian exploration noise, actions in [-1, 1] (an
+    :class:`~impl.rl.base.Actor`; ``seed``, an int or SeedSequence, seeds the noise).
 
     ``spaces`` is (observation_space, action_space); pass ``net`` to share a network (the
     sequential loop shares the learner's). Cost per ``act``: one forward pass of one
     observation. Thread-safety: none.
     """
 
-    def __init__(self, spaces, cfg: TD3Config, seed: int, net: nn.Module | None = None):
+    def __init__(self, spaces, cfg: TD3Config, seed, net: nn.Module | None = None):
         obs_dim, self.act_dim = _spaces(spaces)
         act_space = spaces[1]
         self.cfg = cfg
@@ -136,11 +130,13 @@ class TD3Actor:
         return self.low + (action + 1.0) * 0.5 * (self.high - self.low)
 
     def set_flat_weights(self, flat) -> None:
+        """Load the policy from a vector made by :meth:`TD3Learner.get_flat_weights`."""
         load_flat_params(self.pi, flat)
 
 
-class TD3Learner:
-    """Policy, twin critics, target copies of all three, one Adam per network.
+class TD3Learner(Learner):
+    """Policy, twin critics, target copies of all three, one Adam per network (a
+    :class:`~impl.rl.base.Learner`; ``seed`` seeds torch: initial weights and smoothing noise).
 
     ``grad_hook(params)`` (set by the parallel loop to average gradients across learners) is
     called after each backward, once for the critics and, on policy updates, once for the
@@ -204,10 +200,8 @@ class TD3Learner:
             pi_loss.backward()  # also leaves gradients on the critics; q_optimizer zeroes them next time
             self._sync_and_clip(list(self.pi.parameters()))
             self.pi_optimizer.step()
-            with torch.no_grad():
-                for target, net in ((self.pi_target, self.pi), (self.q1_target, self.q1), (self.q2_target, self.q2)):
-                    for t, p in zip(target.parameters(), net.parameters()):
-                        t.lerp_(p, cfg.tau)
+            for target, net in ((self.pi_target, self.pi), (self.q1_target, self.q1), (self.q2_target, self.q2)):
+                update_target(target, net, cfg.tau)
 
         td = 0.5 * ((td_target - q1).abs() + (td_target - q2).abs())
         return float(loss.detach()), td.detach().squeeze(1).numpy().astype(np.float64)
@@ -222,10 +216,3 @@ class TD3Learner:
     def policy_net(self) -> nn.Module:
         """The network actors run (the policy)."""
         return self.pi
-
-    def get_flat_weights(self) -> torch.Tensor:
-        """The policy network's weights as one float32 vector (a copy)."""
-        return flat_params(self.pi)
-
-    def digest(self) -> str:
-        return params_digest(*self.modules())

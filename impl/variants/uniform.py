@@ -4,7 +4,9 @@ from replaybench.impl import registry
 from replaybench.impl.buffers import UniformReplayBuffer
 
 
-def uniform_buffer(capacity, fields, *, seed=None):
+def uniform_buffer(capacity, fields, *, seed=None, alpha=None, beta=None, eps=None):
+    """A UniformReplayBuffer. ``alpha``, ``beta`` and ``eps`` are accepted and ignored (no
+    priorities), so callers pass every variant the same PER arguments."""
     return UniformReplayBuffer(capacity, fields, seed=seed)
 
 
