@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from replaybench.bench import results
+from replaybench.bench import arguments, results
 from replaybench.bench.scenarios.training import run_configs
 
 __all__ = ["add_parser", "cmd_train"]
@@ -67,7 +67,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--weight-sync-every", type=int, help="learner updates between weight broadcasts (default 10)")
     p.add_argument("--timeout", type=float, help="fail the run after this many seconds")
     p.add_argument("--out", default="results", help="folder that receives <run_id>/ (default: results)")
-    p.add_argument("--run-id", help="default: <UTC time>-train")
+    p.add_argument("--run-id", type=arguments.run_id, help="default: <UTC time>-train")
     p.add_argument("--machine", help="machine label for the rows (default: host name)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train, parser=p)

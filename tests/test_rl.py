@@ -290,6 +290,8 @@ BAD_TRAIN_ARGS = [
     (["--algo", "td3", "--env", "CartPole-v1"], "--env", "'CartPole-v1'"),
     (["--algo", "dqn", "--env", "Pendulum-v1"], "--env", "'Pendulum-v1'"),
     (["--algo", "ppo"], "--algo", "'ppo'"),
+    (["--policy", "no-such-policy"], "--policy", "'no-such-policy'"),
+    (["--run-id", "../escaped"], "--run-id", "'../escaped'"),
 ]
 
 
@@ -307,7 +309,8 @@ def test_train_command_refuses_bad_arguments_up_front(args, option, value, no_wo
 
 @pytest.mark.parametrize("cell,field", [(dict(algo="td3", env="CartPole-v1"), "env"), (dict(steps=0), "steps"),
                                         (dict(overrides={"lr": "abc"}), "lr"), (dict(timeout_s=-1.0), "timeout_s"),
-                                        (dict(buffer="nope"), "buffer"), (dict(fail="actor:x:3"), "fail")])
+                                        (dict(buffer="nope"), "buffer"), (dict(fail="actor:x:3"), "fail"),
+                                        (dict(policy="nope"), "policy")])
 def test_bad_config_is_refused_before_any_worker_starts(cell, field, no_workers):
     """The suite's cells go through TrainConfig.validate too (both loops call it first)."""
     cfg = tiny("dqn", actors=2, learners=1)

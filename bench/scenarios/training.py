@@ -29,7 +29,7 @@ policy "none" and ``"baseline": true`` in params), per run:
 
 A run that fails (a worker raised, a timeout) is one row (op "summary", metric
 env_steps_per_s) with status "failed" and the error; the suite goes on with the next run.
-Every configuration is built and checked (``TrainConfig.algo_config``) when the suite is
+Every configuration is built and checked (``TrainConfig.validate``) when the suite is
 expanded, before the first run starts.
 """
 
@@ -218,17 +218,14 @@ def _baseline_key(cfg) -> tuple:
 
 def cells_for(configs: list) -> list[Cell]:
     """One cell per TrainConfig, each checked (SelectionError naming the run)."""
-    from replaybench.impl import registry
-
     cells = []
     for cfg in configs:
         label = (f"{cfg.buffer}/{cfg.policy} A={cfg.actors} L={cfg.learners} seed={cfg.seed}"
                  if not cfg.sequential else f"{cfg.buffer} sequential seed={cfg.seed}")
         try:
-            registry.get(cfg.buffer)
-            acfg = cfg.algo_config()
-        except (KeyError, TypeError, ValueError) as err:
-            raise SelectionError(f"training run {label}: {err.args[0] if isinstance(err, KeyError) else err}") from None
+            acfg = cfg.validate()  # every field, the buffer, the policy and the env/algorithm fit
+        except ValueError as err:
+            raise SelectionError(f"training run {label}: {err}") from None
         columns = {**run_base(cfg, acfg, {}), "op": "summary", "metric": "env_steps_per_s", "unit": "steps/s"}
         cells.append(Cell(label, columns, cfg))
     return cells

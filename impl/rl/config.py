@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from replaybench.impl import registry
+from replaybench.impl import concurrent, registry
 
 from . import algorithms
 from .base import AlgoConfig, ConfigError
@@ -132,6 +132,9 @@ class TrainConfig:
             registry.get(self.buffer)
         except KeyError as err:
             raise ConfigError("buffer", self.buffer, err.args[0]) from None
+        if not self.sequential and self.policy not in concurrent.names():
+            raise ConfigError("policy", self.policy,
+                              f"policy must be one of {concurrent.names()}, got {self.policy!r}")
         if self.fail is not None:
             self._parse_fail()
         acfg = self.algo_config()
