@@ -10,6 +10,7 @@ wrap buffers and trees for shared use.
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -18,7 +19,7 @@ from .storage import ColumnarStorage
 from .trees import kernels
 from .trees.base import SumTree, as_indices, as_priorities, raise_for_status
 
-__all__ = ["ReplayBuffer", "UniformReplayBuffer", "PrioritizedReplayBuffer"]
+__all__ = ["ReplayBuffer", "UniformReplayBuffer", "PrioritizedReplayBuffer", "check_buffer_params"]
 
 
 def _check_priorities(idx: np.ndarray, priorities, n_valid: int) -> None:
@@ -34,10 +35,32 @@ def _check_priorities(idx: np.ndarray, priorities, n_valid: int) -> None:
         raise_for_status(status, b, idx, vals, n_valid, "priorities")
 
 
-def _check_number(name: str, value, low: float, high: float = np.inf) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not low <= value <= high:
-        raise ValueError(f"{name} must be a number in [{low}, {high}], got {value!r}")
+def _check_number(name: str, value, low: float, high: float = math.inf) -> float:
+    """``value`` as a float in ``[low, high]``; always finite, even where ``high`` is inf."""
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
+            or not low <= value <= high):
+        wanted = f"a finite number >= {low}" if high == math.inf else f"a number in [{low}, {high}]"
+        raise ValueError(f"{name} must be {wanted}, got {value!r}")
     return float(value)
+
+
+def check_buffer_params(*, alpha, beta, eps, stratified) -> dict:
+    """The sampler parameters of a prioritized buffer, checked; returns them normalised.
+
+    ``alpha`` and ``eps`` must be finite numbers >= 0 (an infinite one would make every
+    stored priority ``inf``, ``0`` or ``nan``, so the buffer could take no update), ``beta`` a
+    number in ``[0, 1]``, and ``stratified`` a bool (``numpy.bool_`` too): a string such as
+    ``"no"`` is refused, not read as True. Finite values too large for a tree are refused
+    later, per priority, by the tree (the error names ``eps`` and ``alpha``).
+
+    Returns ``{"alpha": float, "beta": float, "eps": float, "stratified": bool}``; raises
+    ValueError naming the first bad argument and its value. Shared by every buffer that
+    samples ``(priority + eps) ** alpha`` (the single-process one and the shared-memory one).
+    """
+    if not isinstance(stratified, (bool, np.bool_)):
+        raise ValueError(f"stratified must be True or False, got {stratified!r}")
+    return {"alpha": _check_number("alpha", alpha, 0.0), "beta": _check_number("beta", beta, 0.0, 1.0),
+            "eps": _check_number("eps", eps, 0.0), "stratified": bool(stratified)}
 
 
 class ReplayBuffer:
@@ -50,7 +73,11 @@ class ReplayBuffer:
         if isinstance(capacity, bool) or not isinstance(capacity, numbers.Integral) or capacity < 1:
             raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
         self.storage = ColumnarStorage(int(capacity), fields)
-        self._rng = np.random.default_rng(seed)
+        try:
+            self._rng = np.random.default_rng(seed)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"seed must be None, a non-negative integer or a numpy Generator, got {seed!r}: "
+                             f"{err}") from None
         self._next = 0  # ring slot the next transition goes to
         self._size = 0
 
@@ -103,6 +130,14 @@ class ReplayBuffer:
             raise ValueError("cannot sample from an empty buffer: add transitions first")
         return int(batch_size), beta
 
+    def _generator(self, rng) -> np.random.Generator:
+        """``rng``, or the buffer's own generator when it is None (checked: the name is given)."""
+        if rng is None:
+            return self._rng
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError(f"rng must be a numpy.random.Generator or None, got {rng!r}")
+        return rng
+
     def _set_new_priorities(self, start, keep, priorities, n):
         """Give the ``keep`` new slots from ``start`` their priorities (validated first)."""
         raise NotImplementedError
@@ -120,7 +155,7 @@ class UniformReplayBuffer(ReplayBuffer):
 
     def sample(self, batch_size: int, beta: float = 0.4, rng=None) -> dict[str, np.ndarray]:
         batch_size, _ = self._check_sample_args(batch_size, beta)
-        rng = self._rng if rng is None else rng
+        rng = self._generator(rng)
         idx = rng.integers(0, self._size, batch_size, dtype=np.int64)
         out = self.storage.gather(idx)
         out["indices"] = idx
@@ -143,13 +178,19 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     tree : SumTree
         Priority structure with at least ``capacity`` leaves (the layout being measured).
     alpha : float
-        Priority exponent; ``p = (priority + eps) ** alpha`` is what the tree stores.
+        Priority exponent, finite and >= 0; ``p = (priority + eps) ** alpha`` is what the tree
+        stores.
     beta : float
-        Default importance-sampling exponent for :meth:`sample`.
+        Default importance-sampling exponent for :meth:`sample`, in ``[0, 1]``.
     eps : float
-        Added to every priority so no transition becomes unsampleable by a zero TD error.
+        Added to every priority so no transition becomes unsampleable by a zero TD error;
+        finite and >= 0.
     stratified : bool
         Draw one sample per equal-mass segment (PER paper) instead of independently.
+    seed
+        Seed of the buffer's own generator (used when :meth:`sample` gets no ``rng``).
+
+    The four sampler parameters are checked by :func:`check_buffer_params`.
 
     New transitions get the largest stored priority ever set (initially 1), so each is likely
     to be replayed at least once. Importance weights are ``w_i = (N P(i)) ** -beta`` divided
@@ -162,14 +203,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def __init__(self, capacity: int, fields, tree: SumTree, *, alpha=0.6, beta=0.4, eps=1e-6,
                  stratified=False, seed=None):
+        params = check_buffer_params(alpha=alpha, beta=beta, eps=eps, stratified=stratified)
         super().__init__(capacity, fields, seed=seed)
         if not isinstance(tree, SumTree) or tree.capacity < self.capacity:
             raise ValueError(f"tree must be a SumTree with capacity >= {self.capacity}, got {tree!r}")
         self.tree = tree
-        self.alpha = _check_number("alpha", alpha, 0.0)
-        self.beta = _check_number("beta", beta, 0.0, 1.0)
-        self.eps = _check_number("eps", eps, 0.0)
-        self.stratified = bool(stratified)
+        self.alpha, self.beta, self.eps, self.stratified = (params["alpha"], params["beta"], params["eps"],
+                                                            params["stratified"])
         self.max_priority = 1.0  # largest stored p = (priority + eps) ** alpha so far
 
     def _set_new_priorities(self, start, keep, priorities, n):
@@ -190,7 +230,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         (float32 importance weights, max-normalised over the whole buffer).
         """
         batch_size, beta = self._check_sample_args(batch_size, self.beta if beta is None else beta)
-        rng = self._rng if rng is None else rng
+        rng = self._generator(rng)
         idx, prio = self.tree.sample(batch_size, rng, self.stratified)
         out = self.storage.gather(idx)
         out["indices"] = idx

@@ -19,13 +19,25 @@ PRIORITIZED = [name for name in ALL_VARIANTS if name != "uniform"]
 DTYPES = ["float32", "float64"]
 
 
-def _has_tree(name: str) -> bool:
-    buf = registry.create(name, capacity=4, fields={"x": ((), "float32")})
-    return isinstance(getattr(buf, "tree", None), trees.SumTree)
-
+_PROBES = {name: registry.create(name, capacity=4, fields={"x": ((), "float32")}) for name in ALL_VARIANTS}
 
 #: Prioritized variants whose buffer exposes its SumTree as ``.tree`` (white-box checks).
-TREE_VARIANTS = [name for name in PRIORITIZED if _has_tree(name)]
+TREE_VARIANTS = [name for name in PRIORITIZED if isinstance(getattr(_PROBES[name], "tree", None), trees.SumTree)]
+
+
+def _first_variant_per_buffer_class() -> list[str]:
+    first = {}
+    for name in ALL_VARIANTS:
+        first.setdefault(type(_PROBES[name]), name)
+    return list(first.values())
+
+
+#: One variant per buffer class (today ``binary`` for PrioritizedReplayBuffer and ``uniform``).
+#: What a buffer class does itself (ring writes; batch, schema, capacity, sample and sampler
+#: parameter checks) is the same code for every variant built on it, so it is tested once per
+#: class through these; what differs per variant (the tree) is tested per tree. A variant with
+#: a buffer class of its own (a plug-in factory) is its class's first variant and gets them too.
+BUFFER_CLASS_VARIANTS = _first_variant_per_buffer_class()
 
 
 def takes_param(name: str, param: str) -> bool:
@@ -37,9 +49,10 @@ TREE_CONFIGS = (
     [("binary", lambda cap, dtype, **kw: BinarySumTree(cap, dtype=dtype, **kw))]
     + [(f"kary-K{K}", (lambda K: lambda cap, dtype, **kw: KarySumTree(cap, K=K, dtype=dtype, **kw))(K))
        for K in (2, 3, 5, 16)]
+    # K=2 aligned is the binary layout exactly (tests/test_trees.py checks that): not repeated.
     + [(f"aligned-K{K}",
         (lambda K: lambda cap, dtype, **kw: AlignedKarySumTree(cap, K=K, dtype=dtype, **kw))(K))
-       for K in (2, 4, 16, 32)]
+       for K in (4, 16, 32)]
     + [("blocked", lambda cap, dtype, **kw: BlockedBinarySumTree(cap, dtype=dtype, **kw))]
 )
 # Trees added since (same constructor as AlignedKarySumTree) get the tree-level tests too.
@@ -75,7 +88,7 @@ def _variant_tree_configs():
         covered.add((type(tree), getattr(tree, "K", None)))
     out = []
     for name in PRIORITIZED:
-        tree = getattr(registry.create(name, capacity=4, fields={"x": ((), "float32")}), "tree", None)
+        tree = getattr(_PROBES[name], "tree", None)
         if isinstance(tree, trees.SumTree) and (type(tree), getattr(tree, "K", None)) not in covered:
             out.append((f"variant-{name}", _variant_tree_factory(name)))
     return out

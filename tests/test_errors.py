@@ -1,5 +1,16 @@
 """Bad input is rejected with an error that names the argument and the value, and leaves the
-buffer exactly as it was (length, stored rows, tree leaves, max priority, next ring slot)."""
+buffer exactly as it was (length, stored rows, tree leaves, max priority, next ring slot).
+
+Each check is tested once, where it lives:
+
+* the buffer classes' own checks (batches, schema, capacity, sample arguments, sampler
+  parameters, the priorities of written and of dropped rows) through one variant per buffer
+  class (``BUFFER_CLASS_VARIANTS``): every variant built on a class runs that same code;
+* the trees' input checks (indices, priorities, overflow, ``n_valid``), which differ per tree
+  (each kernel set validates its own batch), for every tree, state compared before and after;
+* what a variant declares itself (unknown parameters, K, dtype, capacity through its tree's
+  constructor), per variant.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +21,27 @@ import numpy as np
 import pytest
 
 from replaybench.impl import registry
-from replaybench.impl.trees import AlignedKarySumTree, BinarySumTree, BlockedBinarySumTree, KarySumTree, ReferenceSumTree
+from replaybench.impl.buffers import check_buffer_params
+from replaybench.impl.trees import (
+    AlignedKarySumTree,
+    BinarySumTree,
+    BlockedBinarySumTree,
+    KarySumTree,
+    PrefixKarySumTree,
+    ReferenceSumTree,
+)
 
-from _support import ALL_VARIANTS, PRIORITIZED, assert_same_snapshot, snapshot, takes_param
+from _support import (
+    ALL_VARIANTS,
+    BUFFER_CLASS_VARIANTS,
+    DTYPES,
+    PRIORITIZED,
+    TREE_FACTORIES,
+    TREE_IDS,
+    assert_same_snapshot,
+    snapshot,
+    takes_param,
+)
 
 FIELDS = {
     "id": ((), "int64"),
@@ -20,6 +49,9 @@ FIELDS = {
     "done": ((), "bool"),
 }
 CAPACITY = 8
+#: The buffer classes that sample by priority (they take alpha, beta, eps, stratified).
+PRIORITIZED_CLASS_VARIANTS = [n for n in BUFFER_CLASS_VARIANTS if n in PRIORITIZED]
+ARRAY_TREE_CLASSES = [BinarySumTree, BlockedBinarySumTree, KarySumTree, AlignedKarySumTree, PrefixKarySumTree]
 
 
 def rows(start, n):
@@ -28,30 +60,30 @@ def rows(start, n):
             "done": ids % 2 == 0}
 
 
-def fresh(name):
+def fresh(name, **params):
     """A buffer holding 5 of 8 rows with distinct priorities (prioritized variants)."""
-    buf = registry.create(name, capacity=CAPACITY, fields=FIELDS)
+    buf = registry.create(name, capacity=CAPACITY, fields=FIELDS, **params)
     buf.add(rows(0, 3), priorities=[0.5, 2.0, 1.0])
     buf.add(rows(3, 2))
     return buf
 
 
-def expect_unchanged(name, buf, before):
+def expect_unchanged(name, buf, before, **params):
     """The buffer equals its snapshot, and behaves like an untouched twin afterwards."""
     assert_same_snapshot(before, snapshot(buf))
-    twin = fresh(name)
+    twin = fresh(name, **params)
     assert_same_snapshot(snapshot(twin), snapshot(buf))
     np.testing.assert_array_equal(buf.add(rows(100, 4)), twin.add(rows(100, 4)))
     assert_same_snapshot(snapshot(twin), snapshot(buf))
 
 
-def rejects(name, exc, pattern, call):
+def rejects(name, exc, pattern, call, **params):
     """``call(buf)`` on a fresh buffer raises ``exc`` matching ``pattern``; nothing changes."""
-    buf = fresh(name)
+    buf = fresh(name, **params)
     before = snapshot(buf)
     with pytest.raises(exc, match=pattern):
         call(buf)
-    expect_unchanged(name, buf, before)
+    expect_unchanged(name, buf, before, **params)
 
 
 BAD_VALUES = [
@@ -64,28 +96,28 @@ BAD_VALUES = [
 
 
 # --------------------------------------------------------------------------------------------
-# Priorities
+# Priorities given to a buffer (the buffer class's checks; the trees' own are below)
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value,message", BAD_VALUES)
-@pytest.mark.parametrize("name", ALL_VARIANTS)
-def test_add_rejects_bad_priorities(name, value, message):
-    rejects(name, ValueError, r"priorities\[2\] " + message,
-            lambda buf: buf.add(rows(10, 3), priorities=[1.0, 2.0, value]))
+@pytest.mark.parametrize("name", BUFFER_CLASS_VARIANTS)
+def test_add_rejects_bad_priorities(name):
+    for value, message in BAD_VALUES:
+        rejects(name, ValueError, r"priorities\[2\] " + message,
+                lambda buf: buf.add(rows(10, 3), priorities=[1.0, 2.0, value]))
 
 
-@pytest.mark.parametrize("value,message", BAD_VALUES[:1] + BAD_VALUES[3:4])
-@pytest.mark.parametrize("name", ALL_VARIANTS)
-def test_add_rejects_bad_priorities_in_dropped_rows(name, value, message):
+@pytest.mark.parametrize("name", BUFFER_CLASS_VARIANTS)
+def test_add_rejects_bad_priorities_in_dropped_rows(name):
     """Rows beyond capacity are dropped, but their priorities are still validated."""
-    prios = np.ones(CAPACITY + 4)
-    prios[1] = value
-    rejects(name, ValueError, r"priorities\[1\] " + message,
-            lambda buf: buf.add(rows(10, CAPACITY + 4), priorities=prios))
+    for value, message in BAD_VALUES[:1] + BAD_VALUES[3:4]:
+        prios = np.ones(CAPACITY + 4)
+        prios[1] = value
+        rejects(name, ValueError, r"priorities\[1\] " + message,
+                lambda buf: buf.add(rows(10, CAPACITY + 4), priorities=prios))
 
 
-@pytest.mark.parametrize("name", ALL_VARIANTS)
+@pytest.mark.parametrize("name", BUFFER_CLASS_VARIANTS)
 def test_add_rejects_malformed_priorities(name):
     rejects(name, ValueError, r"priorities must have shape \(3,\).*got \(2,\)",
             lambda buf: buf.add(rows(10, 3), priorities=[1.0, 2.0]))
@@ -93,50 +125,48 @@ def test_add_rejects_malformed_priorities(name):
             lambda buf: buf.add(rows(10, 3), priorities=["1", "2", "3"]))
 
 
-@pytest.mark.parametrize("value,message", BAD_VALUES)
-@pytest.mark.parametrize("name", ALL_VARIANTS)
-def test_update_priorities_rejects_bad_priorities(name, value, message):
-    rejects(name, ValueError, r"priorities\[1\] " + message,
-            lambda buf: buf.update_priorities([0, 4, 2], [3.0, value, 3.0]))
+@pytest.mark.parametrize("name", BUFFER_CLASS_VARIANTS)
+def test_update_priorities_rejects_bad_priorities(name):
+    for value, message in BAD_VALUES:
+        rejects(name, ValueError, r"priorities\[1\] " + message,
+                lambda buf: buf.update_priorities([0, 4, 2], [3.0, value, 3.0]))
 
 
-@pytest.mark.parametrize("name", [n for n in PRIORITIZED if takes_param(n, "dtype")])
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", [n for n in PRIORITIZED_CLASS_VARIANTS if takes_param(n, "dtype")])
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_priorities_the_tree_cannot_hold_are_rejected(name, dtype):
-    """A finite priority whose (p + eps) ** alpha would overflow the sums is refused."""
-    def make():
-        buf = registry.create(name, capacity=CAPACITY, fields=FIELDS, alpha=1.0, dtype=dtype)
-        buf.add(rows(0, 5))
-        return buf
-
+    """A finite priority whose (p + eps) ** alpha would overflow the sums is refused, by add
+    (before a row is written) and by update_priorities; every tree's bound is tested below."""
     for call in (lambda buf: buf.update_priorities([0, 4, 2], [3.0, 1e308, 3.0]),
                  lambda buf: buf.add(rows(10, 3), priorities=[1.0, 1e308, 2.0])):
-        buf = make()
-        before = snapshot(buf)
-        with pytest.raises(ValueError, match=r"priorities\[1\] = 1e\+308 is too large"):
-            call(buf)
-        assert_same_snapshot(before, snapshot(buf))
-        assert np.isfinite(buf.tree.total())
+        rejects(name, ValueError, r"priorities\[1\] = 1e\+308 is too large", call, alpha=1.0, dtype=dtype)
 
 
-@pytest.mark.parametrize("name", ALL_VARIANTS)
+@pytest.mark.parametrize("name", BUFFER_CLASS_VARIANTS)
 def test_first_bad_entry_in_batch_order_is_reported(name):
-    """A bad value before a bad index is what the error names, for every variant alike."""
+    """A bad value before a bad index is what the error names, for every buffer alike."""
     rejects(name, ValueError, r"priorities\[1\] = nan is not finite",
             lambda buf: buf.update_priorities([0, 1, 1000], [1.0, math.nan, 1.0]))
     rejects(name, IndexError, r"indices\[1\] = 1000 is out of range",
             lambda buf: buf.update_priorities([0, 1000, 1], [1.0, 1.0, math.nan]))
 
 
-@pytest.mark.parametrize("index", [5, 7, 8, 1000, -1, -8])
-@pytest.mark.parametrize("name", ALL_VARIANTS)
-def test_update_priorities_rejects_indices_out_of_range(name, index):
+@pytest.mark.parametrize("name", BUFFER_CLASS_VARIANTS)
+def test_update_priorities_rejects_indices_out_of_range(name):
     """Valid indices are 0 .. len-1 (5 rows stored), not 0 .. capacity-1."""
-    rejects(name, IndexError, rf"indices\[2\] = {index} is out of range.*0 \.\. 4",
-            lambda buf: buf.update_priorities([0, 1, index], [3.0, 3.0, 3.0]))
+    for index in (5, 7, 8, 1000, -1, -8):
+        rejects(name, IndexError, rf"indices\[2\] = {index} is out of range.*0 \.\. 4",
+                lambda buf: buf.update_priorities([0, 1, index], [3.0, 3.0, 3.0]))
 
 
-@pytest.mark.parametrize("name", ALL_VARIANTS)
+@pytest.mark.parametrize("name", BUFFER_CLASS_VARIANTS)
+def test_huge_unsigned_index_is_reported_as_given(name):
+    """uint64 2**64-1 is named as such, not as the -1 an int64 cast makes of it."""
+    rejects(name, IndexError, rf"indices\[1\] = {2**64 - 1} is out of range",
+            lambda buf: buf.update_priorities(np.array([0, 2**64 - 1], dtype=np.uint64), [1.0, 1.0]))
+
+
+@pytest.mark.parametrize("name", BUFFER_CLASS_VARIANTS)
 def test_update_priorities_on_empty_buffer(name):
     buf = registry.create(name, capacity=CAPACITY, fields=FIELDS)
     with pytest.raises(IndexError, match=r"indices\[0\] = 0 is out of range: nothing is stored"):
@@ -144,7 +174,7 @@ def test_update_priorities_on_empty_buffer(name):
     assert len(buf) == 0
 
 
-@pytest.mark.parametrize("name", ALL_VARIANTS)
+@pytest.mark.parametrize("name", BUFFER_CLASS_VARIANTS)
 def test_update_priorities_rejects_malformed_input(name):
     rejects(name, TypeError, r"indices must be integers, got dtype float64",
             lambda buf: buf.update_priorities(np.array([0.0, 1.0]), [1.0, 1.0]))
@@ -158,7 +188,7 @@ def test_update_priorities_rejects_malformed_input(name):
             lambda buf: buf.update_priorities([0, 1], ["a", "b"]))
 
 
-@pytest.mark.parametrize("name", ALL_VARIANTS)
+@pytest.mark.parametrize("name", BUFFER_CLASS_VARIANTS)
 def test_valid_edge_inputs_are_accepted(name):
     """Not errors: the last stored index, zero priorities, a scalar priority, no indices."""
     buf = fresh(name)
@@ -166,6 +196,7 @@ def test_valid_edge_inputs_are_accepted(name):
     buf.update_priorities([0, 1, 2], 2.5)
     buf.update_priorities(np.array([], dtype=np.int64), np.array([]))
     buf.update_priorities(np.uint8(3), [1.0])
+    buf.update_priorities(np.array([4], dtype=np.uint64), [1.0])
 
 
 # --------------------------------------------------------------------------------------------
@@ -206,18 +237,14 @@ def _bad_batches():
     ]
 
 
-BAD_BATCHES = _bad_batches()
+@pytest.mark.parametrize("name", BUFFER_CLASS_VARIANTS)
+def test_add_rejects_bad_batches(name):
+    for _, batch, exc, pattern in _bad_batches():
+        rejects(name, exc, pattern, lambda buf: buf.add(batch))
+        rejects(name, exc, pattern, lambda buf: buf.add(batch, priorities=[1.0, 1.0, 1.0]))
 
 
-@pytest.mark.parametrize("case", BAD_BATCHES, ids=[c[0] for c in BAD_BATCHES])
-@pytest.mark.parametrize("name", ALL_VARIANTS)
-def test_add_rejects_bad_batches(name, case):
-    _, batch, exc, pattern = case
-    rejects(name, exc, pattern, lambda buf: buf.add(batch))
-    rejects(name, exc, pattern, lambda buf: buf.add(batch, priorities=[1.0, 1.0, 1.0]))
-
-
-@pytest.mark.parametrize("name", ALL_VARIANTS)
+@pytest.mark.parametrize("name", BUFFER_CLASS_VARIANTS)
 def test_add_rejects_non_dict(name):
     rejects(name, TypeError, r"batch must be a dict of field arrays, got list",
             lambda buf: buf.add([rows(10, 1)]))
@@ -228,7 +255,7 @@ def test_add_rejects_non_dict(name):
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ALL_VARIANTS)
+@pytest.mark.parametrize("name", BUFFER_CLASS_VARIANTS)
 def test_sampling_an_empty_buffer(name):
     buf = registry.create(name, capacity=CAPACITY, fields=FIELDS)
     with pytest.raises(ValueError, match=r"cannot sample from an empty buffer"):
@@ -236,24 +263,31 @@ def test_sampling_an_empty_buffer(name):
     assert len(buf) == 0
 
 
-@pytest.mark.parametrize("batch_size", [0, -3, 2.5, True, "4", None])
-@pytest.mark.parametrize("name", ALL_VARIANTS)
-def test_sample_rejects_bad_batch_size(name, batch_size):
-    rejects(name, ValueError, rf"batch_size must be a positive integer, got {re.escape(repr(batch_size))}",
-            lambda buf: buf.sample(batch_size))
+@pytest.mark.parametrize("name", BUFFER_CLASS_VARIANTS)
+def test_sample_rejects_bad_batch_size(name):
+    for batch_size in (0, -3, 2.5, True, "4", None):
+        rejects(name, ValueError, rf"batch_size must be a positive integer, got {re.escape(repr(batch_size))}",
+                lambda buf: buf.sample(batch_size))
 
 
-@pytest.mark.parametrize("beta", [-0.1, 1.5, math.nan, math.inf, "0.4", True])
-@pytest.mark.parametrize("name", ALL_VARIANTS)
-def test_sample_rejects_beta_out_of_range(name, beta):
-    rejects(name, ValueError, rf"beta must be a number in \[0\.0, 1\.0\], got {re.escape(repr(beta))}",
-            lambda buf: buf.sample(4, beta=beta))
+@pytest.mark.parametrize("name", BUFFER_CLASS_VARIANTS)
+def test_sample_rejects_beta_out_of_range(name):
+    for beta in (-0.1, 1.5, math.nan, math.inf, "0.4", True):
+        rejects(name, ValueError, rf"beta must be a number in \[0\.0, 1\.0\], got {re.escape(repr(beta))}",
+                lambda buf: buf.sample(4, beta=beta))
 
 
-@pytest.mark.parametrize("beta", [0, 0.0, 1, 1.0, np.float32(0.5)])
-@pytest.mark.parametrize("name", ALL_VARIANTS)
-def test_sample_accepts_beta_bounds(name, beta):
-    assert fresh(name).sample(4, beta=beta)["weights"].shape == (4,)
+@pytest.mark.parametrize("name", BUFFER_CLASS_VARIANTS)
+def test_sample_accepts_beta_bounds(name):
+    for beta in (0, 0.0, 1, 1.0, np.float32(0.5)):
+        assert fresh(name).sample(4, beta=beta)["weights"].shape == (4,)
+
+
+@pytest.mark.parametrize("name", BUFFER_CLASS_VARIANTS)
+def test_sample_rejects_an_rng_that_is_not_a_generator(name):
+    for rng in ("x", 3, np.random.RandomState(0)):
+        rejects(name, TypeError, rf"rng must be a numpy\.random\.Generator or None, got {re.escape(repr(rng))}",
+                lambda buf: buf.sample(4, rng=rng))
 
 
 # --------------------------------------------------------------------------------------------
@@ -261,15 +295,12 @@ def test_sample_accepts_beta_bounds(name, beta):
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("capacity", [0, -3, 2.5, "10", None, True, np.float64(4.0)])
 @pytest.mark.parametrize("name", ALL_VARIANTS)
-def test_create_rejects_bad_capacity(name, capacity):
-    with pytest.raises(ValueError, match=rf"capacity must be a positive integer, got {re.escape(repr(capacity))}"):
-        registry.create(name, capacity=capacity, fields=FIELDS)
-
-
-@pytest.mark.parametrize("name", ALL_VARIANTS)
-def test_create_accepts_numpy_integer_capacity(name):
+def test_create_checks_capacity(name):
+    """Per variant: a tree variant's capacity reaches its tree's constructor first."""
+    for capacity in (0, -3, 2.5, "10", None, True, np.float64(4.0)):
+        with pytest.raises(ValueError, match=rf"capacity must be a positive integer, got {re.escape(repr(capacity))}"):
+            registry.create(name, capacity=capacity, fields=FIELDS)
     assert registry.create(name, capacity=np.int64(5), fields=FIELDS).capacity == 5
 
 
@@ -290,78 +321,165 @@ def test_create_rejects_unknown_variant():
         registry.create("no-such-variant", capacity=CAPACITY, fields=FIELDS)
 
 
-@pytest.mark.parametrize("K", [1, 0, -2, 65, 128, 16.0, True, "16"])
 @pytest.mark.parametrize("name", [n for n in PRIORITIZED if takes_param(n, "K")])
-def test_create_rejects_k_out_of_range(name, K):
-    with pytest.raises(ValueError, match=rf"K must be an integer from 2 to \d+, got {re.escape(repr(K))}"):
-        registry.create(name, capacity=CAPACITY, fields=FIELDS, K=K)
+def test_create_rejects_k_out_of_range(name):
+    for K in (1, 0, -2, 65, 128, 16.0, True, "16"):
+        with pytest.raises(ValueError, match=rf"K must be an integer from 2 to \d+, got {re.escape(repr(K))}"):
+            registry.create(name, capacity=CAPACITY, fields=FIELDS, K=K)
 
 
-@pytest.mark.parametrize("K", [3, 6, 12, 24, 63])
-def test_create_rejects_k_not_power_of_two_for_aligned(K):
-    with pytest.raises(ValueError, match=rf"K must be a power of 2.*got {K}\b"):
-        registry.create("kary-aligned", capacity=CAPACITY, fields=FIELDS, K=K)
-    # The unaligned K-ary tree takes any K.
-    assert registry.create("kary", capacity=CAPACITY, fields=FIELDS, K=K).tree.K == K
+def test_create_checks_k_is_a_power_of_two_for_aligned():
+    for K in (3, 6, 12, 24, 63):
+        with pytest.raises(ValueError, match=rf"K must be a power of 2.*got {K}\b"):
+            registry.create("kary-aligned", capacity=CAPACITY, fields=FIELDS, K=K)
+        # The unaligned K-ary tree takes any K.
+        assert registry.create("kary", capacity=CAPACITY, fields=FIELDS, K=K).tree.K == K
+    for K in (2, 4, 32, 64):
+        assert registry.create("kary-aligned", capacity=CAPACITY, fields=FIELDS, K=K).tree.K == K
 
 
-@pytest.mark.parametrize("K", [2, 4, 32, 64])
-def test_create_accepts_power_of_two_k_for_aligned(K):
-    assert registry.create("kary-aligned", capacity=CAPACITY, fields=FIELDS, K=K).tree.K == K
-
-
-@pytest.mark.parametrize("dtype", ["float16", "int32", "double precision", np.int64])
 @pytest.mark.parametrize("name", [n for n in PRIORITIZED if takes_param(n, "dtype")])
-def test_create_rejects_bad_tree_dtype(name, dtype):
-    with pytest.raises(ValueError, match=rf"dtype must be 'float32' or 'float64', got {re.escape(repr(dtype))}"):
-        registry.create(name, capacity=CAPACITY, fields=FIELDS, dtype=dtype)
+def test_create_rejects_bad_tree_dtype(name):
+    for dtype in ("float16", "int32", "double precision", np.int64):
+        with pytest.raises(ValueError, match=rf"dtype must be 'float32' or 'float64', got {re.escape(repr(dtype))}"):
+            registry.create(name, capacity=CAPACITY, fields=FIELDS, dtype=dtype)
 
 
-@pytest.mark.parametrize("param,value,pattern", [
-    ("alpha", -0.5, r"alpha must be a number in \[0\.0, inf\], got -0\.5"),
-    ("alpha", math.nan, r"alpha must be a number .*got nan"),
-    ("eps", -1e-3, r"eps must be a number in \[0\.0, inf\], got -0\.001"),
+BAD_BUFFER_PARAMS = [
+    ("alpha", -0.5, r"alpha must be a finite number >= 0\.0, got -0\.5"),
+    ("alpha", math.nan, r"alpha must be a finite number .*got nan"),
+    ("alpha", math.inf, r"alpha must be a finite number >= 0\.0, got inf"),
+    ("alpha", True, r"alpha must be a finite number >= 0\.0, got True"),
+    ("eps", -1e-3, r"eps must be a finite number >= 0\.0, got -0\.001"),
+    ("eps", math.inf, r"eps must be a finite number >= 0\.0, got inf"),
     ("beta", 1.2, r"beta must be a number in \[0\.0, 1\.0\], got 1\.2"),
     ("beta", "0.4", r"beta must be a number .*got '0\.4'"),
-])
-@pytest.mark.parametrize("name", PRIORITIZED)
-def test_create_rejects_bad_buffer_parameters(name, param, value, pattern):
-    with pytest.raises(ValueError, match=pattern):
-        registry.create(name, capacity=CAPACITY, fields=FIELDS, **{param: value})
+    ("stratified", "no", r"stratified must be True or False, got 'no'"),
+    ("stratified", 1, r"stratified must be True or False, got 1"),
+    ("stratified", None, r"stratified must be True or False, got None"),
+]
 
 
-@pytest.mark.parametrize("fields,pattern", [
-    ({}, r"fields must be a non-empty dict"),
-    ([("obs", ((4,), "float32"))], r"fields must be a non-empty dict"),
-    ({"indices": ((), "int64")}, r"field name 'indices' is reserved"),
-    ({"weights": ((), "float32")}, r"field name 'weights' is reserved"),
-    ({"not an id": ((), "int64")}, r"field name must be an identifier string, got 'not an id'"),
-    ({"obs": "float32"}, r"fields\['obs'\] must be \(shape, dtype\)"),
-    ({"obs": ((4,), "no-such-dtype")}, r"fields\['obs'\] must be \(shape, dtype\)"),
-    ({"obs": ((4,), "U5")}, r"fields\['obs'\] = .*dtype numeric or bool"),
-    ({"obs": ((4,), object)}, r"fields\['obs'\] = .*dtype numeric or bool"),
-    ({"obs": ((-1,), "float32")}, r"fields\['obs'\] = .*shape must be non-negative"),
-])
-@pytest.mark.parametrize("name", ALL_VARIANTS)
-def test_create_rejects_bad_fields(name, fields, pattern):
-    with pytest.raises(ValueError, match=pattern):
-        registry.create(name, capacity=CAPACITY, fields=fields)
+@pytest.mark.parametrize("name", PRIORITIZED_CLASS_VARIANTS)
+def test_create_rejects_bad_buffer_parameters(name):
+    """alpha and eps are finite (an infinite one leaves a buffer that takes no update); a
+    boolean is a bool (``stratified="no"`` is not True)."""
+    for param, value, pattern in BAD_BUFFER_PARAMS:
+        with pytest.raises(ValueError, match=pattern):
+            registry.create(name, capacity=CAPACITY, fields=FIELDS, **{param: value})
+
+
+def test_check_buffer_params_normalises_what_it_accepts():
+    """The one check every prioritized buffer uses (the shared-memory one too)."""
+    good = {"alpha": np.float32(0.5), "beta": 1, "eps": 0, "stratified": np.bool_(True)}
+    params = check_buffer_params(**good)
+    assert params == {"alpha": 0.5, "beta": 1.0, "eps": 0.0, "stratified": True}
+    assert [type(v) for v in params.values()] == [float, float, float, bool]
+    for param, value, pattern in BAD_BUFFER_PARAMS:
+        with pytest.raises(ValueError, match=pattern):
+            check_buffer_params(**{**good, param: value})
+
+
+@pytest.mark.parametrize("name", BUFFER_CLASS_VARIANTS)
+def test_create_rejects_bad_seed(name):
+    for seed in ("x", -1, 1.5):
+        with pytest.raises(ValueError, match=rf"seed must be .*got {re.escape(repr(seed))}"):
+            registry.create(name, capacity=CAPACITY, fields=FIELDS, seed=seed)
+
+
+@pytest.mark.parametrize("name", BUFFER_CLASS_VARIANTS)
+def test_create_rejects_bad_fields(name):
+    for fields, pattern in [
+        ({}, r"fields must be a non-empty dict"),
+        ([("obs", ((4,), "float32"))], r"fields must be a non-empty dict"),
+        ({"indices": ((), "int64")}, r"field name 'indices' is reserved"),
+        ({"weights": ((), "float32")}, r"field name 'weights' is reserved"),
+        ({"not an id": ((), "int64")}, r"field name must be an identifier string, got 'not an id'"),
+        ({"obs": "float32"}, r"fields\['obs'\] must be \(shape, dtype\)"),
+        ({"obs": ((4,), "no-such-dtype")}, r"fields\['obs'\] must be \(shape, dtype\)"),
+        ({"obs": ((4,), "U5")}, r"fields\['obs'\] = .*dtype numeric or bool"),
+        ({"obs": ((4,), object)}, r"fields\['obs'\] = .*dtype numeric or bool"),
+        ({"obs": ((-1,), "float32")}, r"fields\['obs'\] = .*shape must be non-negative"),
+    ]:
+        with pytest.raises(ValueError, match=pattern):
+            registry.create(name, capacity=CAPACITY, fields=fields)
 
 
 # --------------------------------------------------------------------------------------------
-# Tree constructors (the trees are public too)
+# Trees: every tree's own input checks (the trees are public too)
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cls", [BinarySumTree, BlockedBinarySumTree, KarySumTree, AlignedKarySumTree,
-                                 ReferenceSumTree])
-@pytest.mark.parametrize("capacity", [0, -1, 1.5, "8", None, False])
-def test_tree_rejects_bad_capacity(cls, capacity):
-    with pytest.raises(ValueError, match=rf"capacity must be a positive integer, got {re.escape(repr(capacity))}"):
-        cls(capacity)
+def tree_rejects(tree, exc, pattern, call):
+    """``call()`` raises ``exc`` matching ``pattern`` and leaves the tree as it was."""
+    before = (tree.leaves(), tree.total(), tree.min())
+    with pytest.raises(exc, match=pattern):
+        call()
+    np.testing.assert_array_equal(tree.leaves(), before[0])
+    assert (tree.total(), tree.min()) == before[1:]
 
 
-@pytest.mark.parametrize("cls", [BinarySumTree, BlockedBinarySumTree, KarySumTree, AlignedKarySumTree])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("factory", TREE_FACTORIES + [lambda cap, dtype: ReferenceSumTree(cap)],
+                         ids=TREE_IDS + ["reference"])
+def test_tree_update_rejects_bad_input(factory, dtype):
+    """Every kind of bad batch, on every tree: the error names the first bad entry in batch
+    order, and no leaf or inner node changes."""
+    tree = factory(CAPACITY, dtype)
+    tree.update([0, 1, 2, 4], [0.5, 2.0, 1.0, 3.0])
+    for value, message in BAD_VALUES:
+        tree_rejects(tree, ValueError, r"priorities\[1\] " + message,
+                     lambda: tree.update([0, 4, 2], [3.0, value, 3.0]))
+    for index in (CAPACITY, CAPACITY + 1, 1000, -1, -CAPACITY):
+        tree_rejects(tree, IndexError, rf"indices\[2\] = {index} is out of range: valid indices are 0 \.\. 7",
+                     lambda: tree.update([0, 1, index], [3.0, 3.0, 3.0]))
+        # n_valid narrows the valid range, it never widens it past the leaves.
+        tree_rejects(tree, IndexError, rf"indices\[0\] = {index} is out of range: valid indices are 0 \.\. 7",
+                     lambda: tree.update([index], [1.0], n_valid=10**7))
+    tree_rejects(tree, IndexError, r"indices\[1\] = 5 is out of range: valid indices are 0 \.\. 4",
+                 lambda: tree.update([4, 5], [1.0, 1.0], n_valid=5))
+    tree_rejects(tree, IndexError, r"indices\[0\] = 0 is out of range: nothing is stored yet",
+                 lambda: tree.update([0], [1.0], n_valid=0))
+    tree_rejects(tree, IndexError, rf"indices\[1\] = {2**64 - 1} is out of range",
+                 lambda: tree.update(np.array([0, 2**64 - 1], dtype=np.uint64), [1.0, 1.0]))
+    tree_rejects(tree, ValueError, r"priorities\[1\] = nan is not finite",
+                 lambda: tree.update([0, 1, 1000], [1.0, math.nan, 1.0]))
+    tree_rejects(tree, IndexError, r"indices\[1\] = 1000 is out of range",
+                 lambda: tree.update([0, 1000, 1], [1.0, 1.0, math.nan]))
+    # A finite priority whose (p + eps) ** alpha the sums cannot hold.
+    tree_rejects(tree, ValueError, r"priorities\[1\] = 1e\+308 is too large: .*eps=0\.0, alpha=1\.0",
+                 lambda: tree.update([0, 4, 2], [3.0, 1e308, 3.0], eps=0.0, alpha=1.0))
+    tree_rejects(tree, TypeError, r"indices must be integers, got dtype float64",
+                 lambda: tree.update(np.array([0.0, 1.0]), [1.0, 1.0]))
+    tree_rejects(tree, TypeError, r"indices must be integers, got dtype bool",
+                 lambda: tree.update(np.array([True, False]), [1.0, 1.0]))
+    tree_rejects(tree, ValueError, r"indices must be 1-D, got shape \(1, 2\)",
+                 lambda: tree.update(np.array([[0, 1]]), [1.0, 1.0]))
+    tree_rejects(tree, ValueError, r"priorities must have shape \(2,\).*got \(3,\)",
+                 lambda: tree.update([0, 1], [1.0, 1.0, 1.0]))
+    tree_rejects(tree, TypeError, r"priorities must be numbers, got dtype <U",
+                 lambda: tree.update([0, 1], ["a", "b"]))
+    tree_rejects(tree, ValueError, r"nan", lambda: tree.fill(5, 2, math.nan))
+    tree_rejects(tree, IndexError, r"indices\[1\] = 8\b", lambda: tree.get([0, 8]))
+    tree_rejects(tree, IndexError, r"indices\[0\] = -1\b", lambda: tree.get([-1]))
+    assert np.isfinite(tree.total())
+    # Not errors: the last leaf, a zero, a scalar priority, an empty batch, unsigned indices.
+    tree.update([7], [0.0])
+    tree.update([0, 1, 2], 2.5)
+    assert tree.update(np.array([], dtype=np.int64), np.array([])) == 0.0
+    tree.update(np.uint8(3), [1.0])
+    tree.update(np.array([6], dtype=np.uint64), [1.0])
+    np.testing.assert_array_equal(tree.leaves(), [2.5, 2.5, 2.5, 1.0, 3.0, 0.0, 1.0, 0.0])
+
+
+@pytest.mark.parametrize("cls", ARRAY_TREE_CLASSES + [ReferenceSumTree])
+def test_tree_rejects_bad_capacity(cls):
+    for capacity in (0, -1, 1.5, "8", None, False):
+        with pytest.raises(ValueError, match=rf"capacity must be a positive integer, got {re.escape(repr(capacity))}"):
+            cls(capacity)
+
+
+@pytest.mark.parametrize("cls", ARRAY_TREE_CLASSES)
 def test_tree_rejects_bad_dtype_and_resum(cls):
     with pytest.raises(ValueError, match=r"dtype must be 'float32' or 'float64', got 'float16'"):
         cls(8, dtype="float16")
@@ -372,8 +490,9 @@ def test_tree_rejects_bad_dtype_and_resum(cls):
 def test_tree_k_checks():
     with pytest.raises(ValueError, match=r"K must be an integer from 2 to 64, got 1\b"):
         KarySumTree(8, K=1)
-    with pytest.raises(ValueError, match=r"K must be an integer from 2 to 64, got 65\b"):
-        AlignedKarySumTree(8, K=65)
-    with pytest.raises(ValueError, match=r"K must be a power of 2.*got 6\b"):
-        AlignedKarySumTree(8, K=6)
+    for cls in (AlignedKarySumTree, PrefixKarySumTree):
+        with pytest.raises(ValueError, match=r"K must be an integer from 2 to 64, got 65\b"):
+            cls(8, K=65)
+        with pytest.raises(ValueError, match=r"K must be a power of 2.*got 6\b"):
+            cls(8, K=6)
     assert KarySumTree(8, K=6).K == 6

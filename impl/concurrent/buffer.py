@@ -77,20 +77,6 @@ def _local_buffer(variant: str, capacity: int, fields: dict, params: dict) -> Pr
     return buf
 
 
-def _check_transform(params: dict) -> None:
-    """alpha and eps finite (an infinite one leaves a buffer that can take no update);
-    ``stratified`` a boolean (``"no"`` would be true). The same rule and messages as
-    ``impl.buffers.check_buffer_params`` on the tests branch; once that is merged, the
-    variant's own constructor refuses these and this function goes."""
-    for name in ("alpha", "eps"):
-        value = params.get(name, 0.0)
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < math.inf:
-            raise ValueError(f"{name} must be a finite number >= 0.0, got {value!r}")
-    stratified = params.get("stratified", False)
-    if not isinstance(stratified, (bool, np.bool_)):
-        raise ValueError(f"stratified must be True or False, got {stratified!r}")
-
-
 def _check_timeout(timeout) -> float:
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not 0.0 < timeout < math.inf:
         raise ValueError(f"timeout must be a positive finite number of seconds, got {timeout!r}")
@@ -141,7 +127,6 @@ class SharedPrioritizedBuffer:
         """
         policy_cls = get_policy(policy)
         timeout = _check_timeout(timeout)
-        _check_transform(params)
         local = _local_buffer(variant, capacity, fields, params)
         if "stamps" in local.storage.specs:
             raise ValueError("field name 'stamps' is reserved for sample() output of shared buffers")

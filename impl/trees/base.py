@@ -22,7 +22,11 @@ REBUILD_AFTER = 8
 
 
 def as_indices(indices, name: str = "indices") -> np.ndarray:
-    """``indices`` as a 1-D contiguous int64 array, or a TypeError/ValueError naming it."""
+    """``indices`` as a 1-D contiguous int64 array, or a TypeError/ValueError naming it.
+
+    An unsigned index above ``2**63 - 1`` (no int64 holds it) raises IndexError here, naming
+    the value as given, before the values of a batch are checked.
+    """
     arr = np.asarray(indices)
     if arr.ndim == 0:
         arr = arr.reshape(1)
@@ -32,6 +36,11 @@ def as_indices(indices, name: str = "indices") -> np.ndarray:
         if arr.size == 0:
             return np.empty(0, dtype=np.int64)
         raise TypeError(f"{name} must be integers, got dtype {arr.dtype}")
+    if arr.dtype == np.uint64 and arr.size:
+        huge = np.flatnonzero(arr > np.iinfo(np.int64).max)
+        if huge.size:  # the cast below would wrap it to a negative number
+            pos = int(huge[0])
+            raise IndexError(f"{name}[{pos}] = {int(arr[pos])} is out of range: no index exceeds 2**63 - 1")
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 
