@@ -5,15 +5,16 @@ policy, transitions, capacity, batch, mode, actors = writer workers, learners = 
 updater workers) gives ``items_per_s`` for its ops and a ``lock_wait_fraction``. Aggregate
 throughput of a repeat = insert + sample items/s (update is not added: it touches the items a
 sample just returned); lock wait of a repeat = the mean of its ops' fractions. Plotted: the
-median over repeats, min-max bars, against workers = actors + learners.
+median over repeats, min-max bars, against the worker split.
 
 One column of panels per transition size (cartpole ~45 B, mujoco, atari ~28 KB); top row
-throughput (linear: within a panel it spans well under 10x), bottom row lock wait. Ticks name
-the split of the workers (``2W+1L``: 2 writers, 1 sampler/updater). Colour = policy, line style = mode (threads solid,
-processes dashed), marker = variant. Hollow markers: oversubscribed (more workers than cores;
-the rows' params say ``"oversubscribed": true``); the dotted line marks the machine's cores.
-When one configuration has several actor / learner splits with the same total, each number of
-learners gets a line of its own.
+throughput (linear: within a panel it spans well under 10x), bottom row lock wait. The x axis
+is categorical: one evenly spaced tick per worker split (``2W+1L``: 2 writers, 1 sampler/updater),
+ordered by the number of workers and then of writers, so grids of any size (1-2 workers on the
+project machines, up to 16 on larger ones) stay readable. Colour = policy, line style = mode
+(threads solid, processes dashed), marker = variant. Hollow markers: oversubscribed (more workers
+than cores; the rows' params say ``"oversubscribed": true``); the dotted line falls where the
+number of workers passes the machine's cores.
 """
 
 from __future__ import annotations
@@ -57,13 +58,10 @@ def aggregate(table) -> pd.DataFrame:
     return agg
 
 
-def _composition(rows) -> str:
-    """Tick label for one number of workers: ``"2W+1L"`` when all its rows share that split."""
-    splits = {(int(a or 0), int(l or 0)) for a, l in zip(rows["actors"].fillna(0), rows["learners"].fillna(0))}
-    if len(splits) == 1:
-        (a, l_), = splits
-        return f"{a}W+{l_}L"
-    return str(int(rows["workers"].iloc[0]))
+def _splits(rows) -> pd.Series:
+    """``(writers, learners)`` of each row, as ints."""
+    return pd.Series([(int(a or 0), int(l_ or 0)) for a, l_ in zip(rows["actors"].fillna(0), rows["learners"].fillna(0))],
+                     index=rows.index)
 
 
 def build(table, metas) -> Plot:
@@ -78,9 +76,6 @@ def build(table, metas) -> Plot:
                       wait.assign(metric="lock_wait_fraction", unit="1")], ignore_index=True)
     data = data.merge(over, on=keys, how="left")
     line_key = ["variant", "K", "policy", "mode", "capacity", "batch"]
-    dup = data.groupby([*line_key, "transitions", "metric", "workers"], dropna=False)["learners"].transform("nunique")
-    if (dup > 1).any():
-        line_key.append("learners")
     present = set(data["transitions"].dropna())
     sizes = [s for s in _SIZES if s in present] + sorted(present - set(_SIZES))
     metrics = [m for m in ("aggregate_items_per_s", "lock_wait_fraction") if m in set(data["metric"])]
@@ -94,31 +89,34 @@ def build(table, metas) -> Plot:
         for r, metric in enumerate(metrics):
             ax = axes[r, c]
             cell = data[(data["transitions"] == size) & (data["metric"] == metric)]
+            splits = sorted(set(_splits(cell)), key=lambda wl: (sum(wl), wl[0]))
+            position = {wl: i for i, wl in enumerate(splits)}
             for key, line in cell.groupby(line_key, dropna=False, sort=True):
                 k = dict(zip(line_key, key))
-                line = line.sort_values("workers")
+                line = line.assign(x=_splits(line).map(position)).sort_values("x")
                 colour = palette.policy_colour(k["policy"])
                 style = "--" if len(modes) > 1 and k["mode"] == "processes" else "-"
                 mark = palette.marker(k["variant"]) if len(variants) > 1 else "o"
                 scale = 1e6 if metric == "aggregate_items_per_s" else 1.0  # drawn in M items/s
-                x, med = line["workers"].to_numpy(float), line["median"].to_numpy(float) / scale
+                x, med = line["x"].to_numpy(float), line["median"].to_numpy(float) / scale
                 err = [med - line["min"].to_numpy(float) / scale, line["max"].to_numpy(float) / scale - med]
                 ax.errorbar(x, med, yerr=err, color=colour, linestyle=style, marker="none", capsize=2, linewidth=1.3)
                 hollow = line["oversubscribed"].fillna(False).to_numpy(bool)
                 ax.plot(x[~hollow], med[~hollow], linestyle="none", marker=mark, color=colour, markersize=5)
                 ax.plot(x[hollow], med[hollow], linestyle="none", marker=mark, markerfacecolor="white",
                         markeredgecolor=colour, markersize=5)
-                label = k["policy"] + (f", {int(k['learners'])} learners" if "learners" in k else "")
+                label = k["policy"]
                 what = palette.variant_label(k["variant"], K=k["K"]) + (f", {k['mode']}" if len(modes) > 1 else "")
                 label += f" ({what})"
                 handles.setdefault(label, handle(label, colour, mark, style))
-            ws = sorted(set(cell["workers"]))
-            if ws:
-                ax.set_xticks(ws, [_composition(cell[cell["workers"] == w]) for w in ws])
+            if splits:
+                ax.set_xticks(range(len(splits)), [f"{w}W+{l_}L" for w, l_ in splits],
+                              rotation=30 if len(splits) > 4 else 0, fontsize=8)
             for n in cores:
-                if ws and min(ws) <= n <= max(ws):
-                    ax.axvline(n + 0.5, color="0.5", linestyle=":", linewidth=1)
-                    ax.text(n + 0.5, 0.98, f" {n} cores", transform=ax.get_xaxis_transform(), va="top",
+                within = [i for i, wl in enumerate(splits) if sum(wl) <= n]
+                if within and within[-1] < len(splits) - 1:  # some split has more workers than cores
+                    ax.axvline(within[-1] + 0.5, color="0.5", linestyle=":", linewidth=1)
+                    ax.text(within[-1] + 0.5, 0.98, f" {n} cores", transform=ax.get_xaxis_transform(), va="top",
                             fontsize=7, color="0.35")
             ax.grid(alpha=0.3, which="both")
             ax.set_title(f"{size} transitions", fontsize=10)
@@ -130,8 +128,8 @@ def build(table, metas) -> Plot:
                 ax.set_ylabel("lock wait (fraction of time)")
             if r == len(metrics) - 1:
                 ax.set_xlabel("workers: W writers + L samplers/updaters")
-    fig.suptitle("Concurrency: median over repeats, bars = min-max; hollow markers: more workers than cores",
-                 fontsize=10)
+    fig.suptitle("Concurrency: median over repeats, bars = min-max;" + ("\n" if len(sizes) == 1 else " ")
+                 + "hollow markers: more workers than cores", fontsize=10)
     legend(fig, list(handles.values()), title="policy (variant, K)")
     data = data.sort_values(["metric", "transitions", "policy", "variant", "workers"]).reset_index(drop=True)
     return Plot(fig, data, "Aggregate insert + sample throughput and lock-wait fraction against the number of "
