@@ -601,3 +601,24 @@ def test_the_committed_reference_runs_plot(tmp_path):
         ns_per_item = 1e9 * cell["value"] / cell["items_per_call"]
         assert point["median"] == pytest.approx(float(np.median(ns_per_item)), rel=1e-9), point.to_dict()
         assert point["n"] == len(cell)
+
+
+def test_readme_one_file_figure_example_draws_the_reference_runs():
+    """The README's example figure, run as written on the committed reference runs: it builds a
+    figure, and the medians in its data equal medians computed here from the micro run's rows."""
+    from replaybench.analysis.plots import Plot
+
+    readme = (REPO / "README.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in readme.split("```python\n")[1:]]
+    example = next(b for b in blocks if "# analysis/plots/" in b)
+    namespace = {"__name__": "replaybench.analysis.plots.readme_example"}
+    exec(compile(example, "README.md", "exec"), namespace)
+    res = load.load_runs(REFERENCE)
+    plot = namespace["build"](res.table, res.metas)
+    assert isinstance(plot, Plot) and plot.figure.axes and namespace["NAME"] == "sample_cost"
+    micro = res.table[(res.table["run_id"] == "reference-micro") & (res.table["status"] == "ok")
+                      & (res.table["op"] == "sample") & (res.table["variant"] == "kary-aligned")
+                      & (res.table["capacity"] == 2**20)]
+    expected = (1e9 * micro["value"] / micro["items_per_call"]).median()
+    got = plot.data[(plot.data["variant"] == "kary-aligned") & (plot.data["capacity"] == 2**20)]["median"]
+    assert len(got) == 1 and abs(got.iloc[0] - expected) <= 1e-9 * expected
