@@ -2,6 +2,7 @@
 meters' "unsupported" paths, the entry point's rows, and one real cachegrind differential."""
 
 import shutil
+import types
 
 import numpy as np
 import pytest
@@ -9,9 +10,11 @@ import pytest
 from replaybench.bench import cache
 from replaybench.bench.cache import meters
 from replaybench.bench.cache.model import CacheLevel, CacheModel, simulate
-from replaybench.bench.cache.traces import TreeTracer, data_gather
+from replaybench.bench.cache.traces import TreeTracer, data_gather, trace_support, tree_of
+from replaybench.impl import registry
+from replaybench.impl.trees import kernels
 from replaybench.impl.trees.array_trees import (AlignedKarySumTree, BinarySumTree, BlockedBinarySumTree, KarySumTree,
-                                    PrefixKarySumTree)
+                                                PrefixKarySumTree)
 
 L1 = CacheLevel(48 * 1024, 12, 64)
 L2 = CacheLevel(2 * 1024 * 1024, 16, 64)
@@ -103,36 +106,100 @@ TREES = {
 }
 
 
-def _filled(make, cap, rng):
-    t = make(cap)
+def _cartpole():
+    from replaybench.bench.workloads import SCHEMAS
+
+    return SCHEMAS["cartpole"]
+
+
+def _variant_tree(name, cap):
+    """The tree of registered variant ``name`` (None: it samples without one)."""
+    return tree_of(registry.create(name, cap, _cartpole()))
+
+
+#: Every registered variant's own tree, plus parameters the defaults do not reach (K = 5: no
+#: shift for the parent; float64 with K = 8: another item size).
+TRACE_CASES = {**{f"variant:{n}": (lambda c, n=n: _variant_tree(n, c)) for n in registry.names()},
+               "kary K=5": TREES["kary5"], "kary-aligned K=8 float64": TREES["kary-aligned-f64"]}
+
+
+def _fill(t, rng):
     t.resum_every = 10**12  # no rebuild between the traced and the real update
-    t.update(np.arange(cap), rng.random(cap))
+    t.update(np.arange(t.capacity), rng.random(t.capacity))
     return t
 
 
-@pytest.mark.parametrize("name", sorted(TREES))
+def _filled(make, cap, rng):
+    return _fill(make(cap), rng)
+
+
+def _span(arr):
+    return arr.ctypes.data, arr.ctypes.data + arr.nbytes
+
+
+@pytest.mark.parametrize("name", sorted(TRACE_CASES))
 @pytest.mark.parametrize("cap", [1000, 4096, 70000])
 def test_traces_follow_the_real_kernels(name, cap, rng):
-    t = _filled(TREES[name], cap, rng)
+    """The trace guard: for every registered variant, the replay reaches the leaves the real
+    kernels find and leaves the arrays exactly where the real update does; a variant with no
+    sum tree or no replay is reported as such by the model meter, never traced."""
+    tree = TRACE_CASES[name](cap)
+    if tree is None or not trace_support(tree)[0]:
+        from replaybench.bench.cache._driver import build
+
+        res = meters.measure_model(build(name.removeprefix("variant:"), cap), warm_calls=1, calls=1, l1=L1, l2=L2)
+        expected = "skipped" if tree is None else "unsupported"
+        assert res[("update", "tree")]["status"] == expected and res[("sample", "tree")]["status"] == expected
+        return
+    t = _fill(tree, rng)
     tr = TreeTracer(t)
-    lo = min(t._sums.ctypes.data, t._mins.ctypes.data)
-    hi = max(t._sums.ctypes.data + t._sums.nbytes, t._mins.ctypes.data + t._mins.nbytes)
+    (s_lo, s_hi), (m_lo, m_hi) = _span(t.sums), _span(t.mins)
     for _ in range(3):
         us = rng.random(256) * t.total()
         addrs, leaves = tr.sample(us)
         idx, _ = t.find(us)
         np.testing.assert_array_equal(leaves, idx)  # the traced descent reaches find's leaf
-        assert ((addrs >= t._sums.ctypes.data) & (addrs < t._sums.ctypes.data + t._sums.nbytes)).all()
+        assert ((addrs >= s_lo) & (addrs < s_hi)).all()
         i = rng.integers(0, cap, 256)
         v = rng.random(256)
         v[::9] = 0.0  # zero leaves exercise the +inf minima and the rescans
         i[:4] = i[0]  # repeats
         ua = tr.update(i, v)
         t.update(i, v)
-        assert ((ua >= lo) & (ua < hi)).all()
+        assert ((ua >= min(s_lo, m_lo)) & (ua < max(s_hi, m_hi))).all()
         # the copies went exactly where the real kernel took the tree
-        np.testing.assert_array_equal(tr.mins, t._mins)
-        np.testing.assert_array_equal(tr.sums, t._sums)
+        np.testing.assert_array_equal(tr.mins, t.mins)
+        np.testing.assert_array_equal(tr.sums, t.sums)
+
+
+def test_a_tree_with_code_of_its_own_is_unsupported_not_mis_traced(monkeypatch):
+    """A tree whose kernel set has no replay, or which overrides the methods that call its
+    kernels, gets no tracer: the model meter and the cache scenario say ``unsupported``."""
+    own = types.ModuleType("own_kernels")  # the same functions, but a kernel set the tracer does not know
+    for fn in ("update", "fill", "find", "get", "rebuild"):
+        setattr(own, fn, getattr(kernels, fn))
+
+    class OwnKernels(AlignedKarySumTree):
+        kernels = own
+
+    class OwnFind(AlignedKarySumTree):
+        def find(self, us):
+            return super().find(us)
+
+    for cls, reason in ((OwnKernels, "no replay"), (OwnFind, "overrides ArraySumTree.find")):
+        tree = cls(1024)
+        ok, why = trace_support(tree)
+        assert not ok and reason in why
+        with pytest.raises(ValueError, match="cannot be traced"):
+            TreeTracer(tree)
+    monkeypatch.setattr(registry, "_variants", dict(registry._variants))  # registrations end with the test
+    registry.register_tree("own-kernels", OwnKernels, structure="kary-aligned", params={"K": 16})
+    rows = []
+    cache.run({"name": "t", "scenario": "cache", "variants": ["own-kernels"], "capacities": [1024], "batch": 16,
+               "methods": {"model": {"capacities": [1024], "warm_calls": 1, "calls": 2}}}, None, rows.extend,
+              progress=False)
+    assert {(r["op"], r["stream"]) for r in rows} == {("sample", "tree"), ("sample", "tree+data"), ("update", "tree")}
+    assert all(r["status"] == "unsupported" and r["value"] is None and "no replay" in r["error"] for r in rows)
 
 
 def _level_lines(tree, u):
@@ -150,7 +217,7 @@ def test_aligned_k16_float32_descent_touches_one_line_per_level(rng):
     # straddles two lines, but the K - 1 = 15 slots the scan reads are slots 1..15 of one line.
     unaligned = _filled(TREES["kary"], 2**16, rng)
     assert all(_level_lines(unaligned, u) == [1] * unaligned.depth for u in rng.random(50) * unaligned.total())
-    assert all(unaligned._lay[d, 0] % 16 == 1 for d in range(1, unaligned.depth + 1))
+    assert all(unaligned.layout[d, 0] % 16 == 1 for d in range(1, unaligned.depth + 1))
     # with K = 5 (a 20-byte group) groups fall anywhere in a line, and some scans cross one
     k8 = _filled(lambda c: KarySumTree(c, 5), 5**7, rng)
     assert max(max(_level_lines(k8, u)) for u in rng.random(200) * k8.total()) == 2
@@ -160,7 +227,7 @@ def test_prefix_sample_reads_group_slots_and_raw_leaf(rng):
     t = _filled(TREES["kary-prefix"], 4096, rng)
     tr = TreeTracer(t)
     addrs, leaves = tr.sample(np.array([t.total() * 0.5]))
-    assert addrs[-1] == t._sums.ctypes.data + (t._lay[-1, 0] + leaves[0]) * 4  # the raw leaf row
+    assert addrs[-1] == t.sums.ctypes.data + (t.layout[-1, 0] + leaves[0]) * 4  # the raw leaf row
     assert tr.D * 15 <= addrs.size - 1 <= tr.D * 16
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from .model import CacheLevel, CacheModel
-from .traces import TreeTracer, data_gather, tree_of
+from .traces import TreeTracer, data_gather, trace_support, tree_of
 
 __all__ = ["FALLBACK_L1D", "FALLBACK_L1I", "FALLBACK_L2", "NUMBA_CACHE_ENV", "LEVELS", "machine_caches", "record",
            "measure_model", "measure_cachegrind", "measure_perf", "perf_support", "cachegrind_support",
@@ -125,7 +125,8 @@ def measure_model(buf, ops=("sample", "update"), *, batch: int = 256, warm_calls
     Sample: ``warm_calls`` then ``calls`` descents of ``batch`` uniform draws, fed to one model
     for the tree stream and to another for tree + data (the descent, then the gather).
     Update: the same for ``batch`` uniformly random leaves with random priorities, applied to
-    the tracer's copies in turn. The buffer itself is never modified.
+    the tracer's copies in turn. The buffer itself is never modified. A tree with no replay
+    (:func:`bench.cache.traces.trace_support`) gives ``unsupported`` records with the reason.
     """
     caches = machine_caches() if l1 is None else None
     l1 = l1 or caches["L1d"]
@@ -133,6 +134,12 @@ def measure_model(buf, ops=("sample", "update"), *, batch: int = 256, warm_calls
     cfg = describe(l1, l2)
     tree = tree_of(buf)
     columns = getattr(getattr(buf, "storage", None), "columns", None)
+    if tree is not None:
+        traceable, why = trace_support(tree)
+        if not traceable:  # never replay a tree with another tree's kernels: say so instead
+            keys = [(op, s) for op in ops for s in ("tree", "tree+data")
+                    if (op, s) in _DRIVER_OPS and (s == "tree" or columns is not None)]
+            return {key: record("model", "unsupported", error=f"no address trace: {why}") for key in keys}
     capacity = len(buf) if columns is not None else tree.capacity
     rng = np.random.default_rng(seed)
     out = {}
