@@ -50,7 +50,8 @@ COLUMNS = [
     "actors", "learners", "mode", "algo", "env", "seed", "env_steps", "wall_s",
 ]
 
-STATUSES = ("ok", "failed", "skipped", "unavailable", "unsupported")  # unsupported: a meter this machine lacks
+# unsupported: a meter this machine lacks; below-resolution: the value is an upper bound (a differential's noise)
+STATUSES = ("ok", "failed", "skipped", "unavailable", "unsupported", "below-resolution")
 
 #: Column types for :func:`read_rows`; everything else stays a string ("" becomes None).
 _INT_COLUMNS = {"schema_version", "K", "capacity", "batch", "threads", "items_per_call", "repeat", "loops",

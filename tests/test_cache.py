@@ -327,6 +327,60 @@ def test_run_entry_point_rows():
         cache.run(suite, ["no-such-variant"], rows.extend, progress=False)
 
 
+def test_differential_within_its_resolution_is_a_bound_never_a_negative_count():
+    # (M, 2M, 3M) totals 1000, 980, 960 with M = 40: -0.5 misses per call, the issue's case
+    value, res = meters.differential(1000, 980, 960, 40)
+    assert value == -0.5 and res == 0.5  # a negative mean is noise at least that large
+    assert meters.reading(value, res) == (meters.BELOW_RESOLUTION, 0.5)
+    # a clear signal: 2 per call both times, resolution = one miss in the counted region
+    assert meters.differential(1000, 1080, 1160, 40) == (2.0, 1 / 40)
+    assert meters.reading(2.0, 1 / 40) == ("ok", 2.0)
+    # differentials that disagree: the spread is the resolution; a value inside it is a bound
+    value, res = meters.differential(1000, 1040, 1044, 40)  # 1.0 then 0.1 per call
+    assert (value, res) == pytest.approx((0.55, 0.9))
+    assert meters.reading(value, res) == (meters.BELOW_RESOLUTION, pytest.approx(1.45))
+    assert meters.reading(0.0, 1 / 40) == (meters.BELOW_RESOLUTION, 1 / 40)  # never a silent 0
+
+
+def _fake_valgrind(totals):
+    """A stand-in for ``subprocess.run`` of valgrind: writes a cachegrind output file whose
+    totals are ``totals(counts)`` for the run's ``--count op=N`` arguments."""
+    import subprocess
+
+    def run(cmd, **kwargs):
+        counts = dict(cmd[i + 1].split("=") for i, a in enumerate(cmd) if a == "--count")
+        out = next(a.split("=", 1)[1] for a in cmd if a.startswith("--cachegrind-out-file="))
+        l1, ll = totals({k: int(v) for k, v in counts.items()})
+        with open(out, "w") as fh:
+            fh.write(f"events: Dr D1mr DLmr Dw D1mw DLmw\nsummary: 0 {l1} {ll} 0 0 0\n")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    return run
+
+
+def test_cachegrind_meter_reports_a_negative_differential_below_resolution(monkeypatch, tmp_path):
+    """LL misses that fall as sample calls are added (noise at a near-empty level) must come
+    out as ``below-resolution`` with a bound >= 0, never as a negative count."""
+    monkeypatch.setattr(meters, "cachegrind_support", lambda: (True, "valgrind"))
+    monkeypatch.setattr(meters, "warm_numba_cache", lambda variant, timeout=600: None)
+    monkeypatch.setattr(meters.subprocess, "run", _fake_valgrind(
+        lambda n: (1000 + 300 * n["sample"] + 500 * n["update"], 5000 - n["sample"] // 2 + 2 * n["update"])))
+    res = meters.measure_cachegrind("kary-aligned", 4096, calls=40, warm_calls=4, workdir=tmp_path, caches={
+        "L1i": L1, "L1d": L1, "L2": L2})
+    sample, update = res[("sample", "tree")], res[("update", "tree")]
+    assert sample["misses_per_op"] == {"L1d": 300.0, "LL": 0.5} and sample["below_resolution"] == ("LL",)
+    assert update["misses_per_op"] == {"L1d": 500.0, "LL": 2.0} and update["below_resolution"] == ()
+    info = {"variant": "kary-aligned", "structure": "kary-aligned", "policy": "none", "K": 16, "dtype": "float32",
+            "params": {}}
+    rows = cache.rows_for(info, {"batch": 256}, 4096, res)
+    by = {(r["op"], r["level"]): r for r in rows}
+    assert by["sample", "LL"]["status"] == "below-resolution" and by["sample", "LL"]["value"] == 0.5
+    assert "measured -0.5" in by["sample", "LL"]["error"]
+    assert all(r["value"] >= 0 for r in rows)
+    assert {by[k]["status"] for k in by if k != ("sample", "LL")} == {"ok"}
+    assert "< 0.5" in cache.format_table(rows)
+
+
 @pytest.mark.slow
 def test_cachegrind_differential_runs(tmp_path):
     ok, why = meters.cachegrind_support()
@@ -336,8 +390,15 @@ def test_cachegrind_differential_runs(tmp_path):
     for key in (("sample", "tree"), ("update", "tree")):
         r = res[key]
         assert r["status"] == "ok", r
+        # at 2**12 the tree fits in the L2: LL misses are at the differential's noise floor and
+        # may be reported as a bound; L1d misses are a clear signal
+        assert "L1d" not in r["below_resolution"], r
+        for lv in meters.LEVELS:
+            assert r["misses_per_op"][lv] >= 0 and r["resolution"][lv] > 0, r
+            if lv not in r["below_resolution"]:
+                assert r["misses_per_op"][lv] > r["resolution"][lv], r
         # 256 descents of depth 3: at least a few hundred L1d line touches, not millions
-        assert 0 <= r["misses_per_op"]["LL"] <= r["misses_per_op"]["L1d"] < 20000
+        assert r["misses_per_op"]["LL"] <= r["misses_per_op"]["L1d"] < 20000
 
 
 def test_cache_suite_runs_through_the_harness(tmp_path):
@@ -367,3 +428,36 @@ def test_cache_suite_runs_through_the_harness(tmp_path):
     perf = [r for r in rows if r["method"] == "perf"]
     assert perf and all(r["status"] in ("ok", "unsupported", "skipped") or r["error"] for r in perf)
     assert "misses per call" in proc.stdout
+
+
+def test_figure_and_report_show_a_below_resolution_cell_as_a_bound(tmp_path):
+    """A below-resolution row reaches the figure's CSV as a bound (no count) and the report's
+    cache table as ``< bound``; a negative or zero count appears nowhere."""
+    import pandas as pd
+
+    from replaybench.analysis import load, render, report
+    from replaybench.bench import results
+
+    info = {"variant": "kary-aligned", "structure": "kary-aligned", "policy": "none", "K": 16, "dtype": "float32",
+            "params": {}}
+    suite = {"batch": 256, "transitions": "cartpole"}
+    cg = meters.differential_record("cachegrind", {"base": {"L1d": 1000, "LL": 5000},
+                                                   "samplex2": {"L1d": 13000, "LL": 4980},
+                                                   "samplex3": {"L1d": 25000, "LL": 4960}}, "sample", 40)
+    model = meters.record("model", "ok", {"L1d": 250.0, "LL": 0.0})
+    rows = (cache.rows_for(info, suite, 4096, {("sample", "tree"): cg})
+            + cache.rows_for(info, suite, 4096, {("sample", "tree"): model}))
+    writer = results.RunWriter(tmp_path / "runs", "20300101T000000Z-cache", {
+        "scenario": "cache", "suite": {"name": "cache", "batch": 256}, "machine": {"cpu_model": "test"}})
+    writer.append([{**r, "run_id": writer.run_id, "schema_version": results.SCHEMA_VERSION} for r in rows])
+    writer.finish(True)
+    outcome = render.render(load.load_runs([writer.dir]), tmp_path / "figs", echo=lambda _: None,
+                            only={"cache_misses"})
+    assert set(outcome.written) == {"cache_misses"}, outcome.failed
+    got = pd.read_csv(tmp_path / "figs" / "cache_misses.csv")
+    cell = got[(got["method"] == "cachegrind") & (got["level"] == "LL")].iloc[0]
+    assert cell["status"] == "below-resolution" and pd.isna(cell["misses_per_transition"])
+    assert cell["bound_per_transition"] == pytest.approx(0.5 / 256)
+    assert (got["misses_per_transition"].dropna() >= 0).all()
+    text = "\n".join(report._cache(outcome))
+    assert "< 0.002" in text and "-0." not in text
