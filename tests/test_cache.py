@@ -390,15 +390,17 @@ def test_cachegrind_differential_runs(tmp_path):
     for key in (("sample", "tree"), ("update", "tree")):
         r = res[key]
         assert r["status"] == "ok", r
-        # at 2**12 the tree fits in the L2: LL misses are at the differential's noise floor and
-        # may be reported as a bound; L1d misses are a clear signal
-        assert "L1d" not in r["below_resolution"], r
+        # At 2**12 the tree fits in the L2 and the spread between the 2M and 3M differentials
+        # (what else varies between runs) can be as large as the op's own misses: either level
+        # may come out as a bound. Whatever it is, it is never a negative count.
         for lv in meters.LEVELS:
-            assert r["misses_per_op"][lv] >= 0 and r["resolution"][lv] > 0, r
-            if lv not in r["below_resolution"]:
-                assert r["misses_per_op"][lv] > r["resolution"][lv], r
+            assert r["misses_per_op"][lv] >= 0 and r["resolution"][lv] >= 1 / 40, r
+            if lv in r["below_resolution"]:
+                assert r["misses_per_op"][lv] == max(r["measured"][lv], 0) + r["resolution"][lv], r
+            else:
+                assert r["misses_per_op"][lv] == r["measured"][lv] > r["resolution"][lv], r
         # 256 descents of depth 3: at least a few hundred L1d line touches, not millions
-        assert r["misses_per_op"]["LL"] <= r["misses_per_op"]["L1d"] < 20000
+        assert 0 < r["measured"]["L1d"] < 20000 and r["measured"]["LL"] <= r["measured"]["L1d"], r
 
 
 def test_cache_suite_runs_through_the_harness(tmp_path):
