@@ -140,7 +140,8 @@ def _cache(outcome) -> list[str]:
         return []
     out = ["## Cache misses per transition", "",
            "Misses per call / items per call (one value per cell: the model is deterministic and cachegrind is "
-           "a single differential run). `unsupported` = the method cannot run on this machine.", ""]
+           "one differential). `unsupported` = the method cannot run on this machine (or the model has no trace "
+           "of that tree); `< b` = the differential is within its resolution of zero: fewer than b misses.", ""]
     rank = {m: i for i, m in enumerate(["model", "cachegrind", "perf"])}
     groups = sorted(data.groupby(["method", "stream"], sort=True), key=lambda kv: (rank.get(kv[0][0], 9), kv[0]))
     for (method, stream), part in groups:
@@ -154,6 +155,8 @@ def _cache(outcome) -> list[str]:
                     line.append("")
                 elif hit["status"].iloc[0] == "ok":
                     line.append(f"{hit['misses_per_transition'].iloc[0]:.3g}")
+                elif hit["status"].iloc[0] == "below-resolution":  # an upper bound, not a count
+                    line.append(f"< {hit['bound_per_transition'].iloc[0]:.2g}")
                 else:
                     line.append(hit["status"].iloc[0])
             body.append(line)

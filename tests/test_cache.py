@@ -2,6 +2,7 @@
 meters' "unsupported" paths, the entry point's rows, and one real cachegrind differential."""
 
 import shutil
+import types
 
 import numpy as np
 import pytest
@@ -9,9 +10,11 @@ import pytest
 from replaybench.bench import cache
 from replaybench.bench.cache import meters
 from replaybench.bench.cache.model import CacheLevel, CacheModel, simulate
-from replaybench.bench.cache.traces import TreeTracer, data_gather
+from replaybench.bench.cache.traces import TreeTracer, data_gather, trace_support, tree_of
+from replaybench.impl import registry
+from replaybench.impl.trees import kernels
 from replaybench.impl.trees.array_trees import (AlignedKarySumTree, BinarySumTree, BlockedBinarySumTree, KarySumTree,
-                                    PrefixKarySumTree)
+                                                PrefixKarySumTree)
 
 L1 = CacheLevel(48 * 1024, 12, 64)
 L2 = CacheLevel(2 * 1024 * 1024, 16, 64)
@@ -103,36 +106,100 @@ TREES = {
 }
 
 
-def _filled(make, cap, rng):
-    t = make(cap)
+def _cartpole():
+    from replaybench.bench.workloads import SCHEMAS
+
+    return SCHEMAS["cartpole"]
+
+
+def _variant_tree(name, cap):
+    """The tree of registered variant ``name`` (None: it samples without one)."""
+    return tree_of(registry.create(name, cap, _cartpole()))
+
+
+#: Every registered variant's own tree, plus parameters the defaults do not reach (K = 5: no
+#: shift for the parent; float64 with K = 8: another item size).
+TRACE_CASES = {**{f"variant:{n}": (lambda c, n=n: _variant_tree(n, c)) for n in registry.names()},
+               "kary K=5": TREES["kary5"], "kary-aligned K=8 float64": TREES["kary-aligned-f64"]}
+
+
+def _fill(t, rng):
     t.resum_every = 10**12  # no rebuild between the traced and the real update
-    t.update(np.arange(cap), rng.random(cap))
+    t.update(np.arange(t.capacity), rng.random(t.capacity))
     return t
 
 
-@pytest.mark.parametrize("name", sorted(TREES))
+def _filled(make, cap, rng):
+    return _fill(make(cap), rng)
+
+
+def _span(arr):
+    return arr.ctypes.data, arr.ctypes.data + arr.nbytes
+
+
+@pytest.mark.parametrize("name", sorted(TRACE_CASES))
 @pytest.mark.parametrize("cap", [1000, 4096, 70000])
 def test_traces_follow_the_real_kernels(name, cap, rng):
-    t = _filled(TREES[name], cap, rng)
+    """The trace guard: for every registered variant, the replay reaches the leaves the real
+    kernels find and leaves the arrays exactly where the real update does; a variant with no
+    sum tree or no replay is reported as such by the model meter, never traced."""
+    tree = TRACE_CASES[name](cap)
+    if tree is None or not trace_support(tree)[0]:
+        from replaybench.bench.cache._driver import build
+
+        res = meters.measure_model(build(name.removeprefix("variant:"), cap), warm_calls=1, calls=1, l1=L1, l2=L2)
+        expected = "skipped" if tree is None else "unsupported"
+        assert res[("update", "tree")]["status"] == expected and res[("sample", "tree")]["status"] == expected
+        return
+    t = _fill(tree, rng)
     tr = TreeTracer(t)
-    lo = min(t._sums.ctypes.data, t._mins.ctypes.data)
-    hi = max(t._sums.ctypes.data + t._sums.nbytes, t._mins.ctypes.data + t._mins.nbytes)
+    (s_lo, s_hi), (m_lo, m_hi) = _span(t.sums), _span(t.mins)
     for _ in range(3):
         us = rng.random(256) * t.total()
         addrs, leaves = tr.sample(us)
         idx, _ = t.find(us)
         np.testing.assert_array_equal(leaves, idx)  # the traced descent reaches find's leaf
-        assert ((addrs >= t._sums.ctypes.data) & (addrs < t._sums.ctypes.data + t._sums.nbytes)).all()
+        assert ((addrs >= s_lo) & (addrs < s_hi)).all()
         i = rng.integers(0, cap, 256)
         v = rng.random(256)
         v[::9] = 0.0  # zero leaves exercise the +inf minima and the rescans
         i[:4] = i[0]  # repeats
         ua = tr.update(i, v)
         t.update(i, v)
-        assert ((ua >= lo) & (ua < hi)).all()
+        assert ((ua >= min(s_lo, m_lo)) & (ua < max(s_hi, m_hi))).all()
         # the copies went exactly where the real kernel took the tree
-        np.testing.assert_array_equal(tr.mins, t._mins)
-        np.testing.assert_array_equal(tr.sums, t._sums)
+        np.testing.assert_array_equal(tr.mins, t.mins)
+        np.testing.assert_array_equal(tr.sums, t.sums)
+
+
+def test_a_tree_with_code_of_its_own_is_unsupported_not_mis_traced(monkeypatch):
+    """A tree whose kernel set has no replay, or which overrides the methods that call its
+    kernels, gets no tracer: the model meter and the cache scenario say ``unsupported``."""
+    own = types.ModuleType("own_kernels")  # the same functions, but a kernel set the tracer does not know
+    for fn in ("update", "fill", "find", "get", "rebuild"):
+        setattr(own, fn, getattr(kernels, fn))
+
+    class OwnKernels(AlignedKarySumTree):
+        kernels = own
+
+    class OwnFind(AlignedKarySumTree):
+        def find(self, us):
+            return super().find(us)
+
+    for cls, reason in ((OwnKernels, "no replay"), (OwnFind, "overrides ArraySumTree.find")):
+        tree = cls(1024)
+        ok, why = trace_support(tree)
+        assert not ok and reason in why
+        with pytest.raises(ValueError, match="cannot be traced"):
+            TreeTracer(tree)
+    monkeypatch.setattr(registry, "_variants", dict(registry._variants))  # registrations end with the test
+    registry.register_tree("own-kernels", OwnKernels, structure="kary-aligned", params={"K": 16})
+    rows = []
+    cache.run({"name": "t", "scenario": "cache", "variants": ["own-kernels"], "capacities": [1024], "batch": 16,
+               "methods": {"model": {"capacities": [1024], "warm_calls": 1, "calls": 2}}}, None, rows.extend,
+              progress=False)
+    assert {(r["op"], r["stream"]) for r in rows} == {("sample", "tree"), ("sample", "tree+data"), ("update", "tree")}
+    assert all(r["status"] == "unsupported" and r["value"] is None and "no replay" in r["error"] for r in rows)
 
 
 def _level_lines(tree, u):
@@ -150,7 +217,7 @@ def test_aligned_k16_float32_descent_touches_one_line_per_level(rng):
     # straddles two lines, but the K - 1 = 15 slots the scan reads are slots 1..15 of one line.
     unaligned = _filled(TREES["kary"], 2**16, rng)
     assert all(_level_lines(unaligned, u) == [1] * unaligned.depth for u in rng.random(50) * unaligned.total())
-    assert all(unaligned._lay[d, 0] % 16 == 1 for d in range(1, unaligned.depth + 1))
+    assert all(unaligned.layout[d, 0] % 16 == 1 for d in range(1, unaligned.depth + 1))
     # with K = 5 (a 20-byte group) groups fall anywhere in a line, and some scans cross one
     k8 = _filled(lambda c: KarySumTree(c, 5), 5**7, rng)
     assert max(max(_level_lines(k8, u)) for u in rng.random(200) * k8.total()) == 2
@@ -160,7 +227,7 @@ def test_prefix_sample_reads_group_slots_and_raw_leaf(rng):
     t = _filled(TREES["kary-prefix"], 4096, rng)
     tr = TreeTracer(t)
     addrs, leaves = tr.sample(np.array([t.total() * 0.5]))
-    assert addrs[-1] == t._sums.ctypes.data + (t._lay[-1, 0] + leaves[0]) * 4  # the raw leaf row
+    assert addrs[-1] == t.sums.ctypes.data + (t.layout[-1, 0] + leaves[0]) * 4  # the raw leaf row
     assert tr.D * 15 <= addrs.size - 1 <= tr.D * 16
 
 
@@ -260,6 +327,60 @@ def test_run_entry_point_rows():
         cache.run(suite, ["no-such-variant"], rows.extend, progress=False)
 
 
+def test_differential_within_its_resolution_is_a_bound_never_a_negative_count():
+    # (M, 2M, 3M) totals 1000, 980, 960 with M = 40: -0.5 misses per call, the issue's case
+    value, res = meters.differential(1000, 980, 960, 40)
+    assert value == -0.5 and res == 0.5  # a negative mean is noise at least that large
+    assert meters.reading(value, res) == (meters.BELOW_RESOLUTION, 0.5)
+    # a clear signal: 2 per call both times, resolution = one miss in the counted region
+    assert meters.differential(1000, 1080, 1160, 40) == (2.0, 1 / 40)
+    assert meters.reading(2.0, 1 / 40) == ("ok", 2.0)
+    # differentials that disagree: the spread is the resolution; a value inside it is a bound
+    value, res = meters.differential(1000, 1040, 1044, 40)  # 1.0 then 0.1 per call
+    assert (value, res) == pytest.approx((0.55, 0.9))
+    assert meters.reading(value, res) == (meters.BELOW_RESOLUTION, pytest.approx(1.45))
+    assert meters.reading(0.0, 1 / 40) == (meters.BELOW_RESOLUTION, 1 / 40)  # never a silent 0
+
+
+def _fake_valgrind(totals):
+    """A stand-in for ``subprocess.run`` of valgrind: writes a cachegrind output file whose
+    totals are ``totals(counts)`` for the run's ``--count op=N`` arguments."""
+    import subprocess
+
+    def run(cmd, **kwargs):
+        counts = dict(cmd[i + 1].split("=") for i, a in enumerate(cmd) if a == "--count")
+        out = next(a.split("=", 1)[1] for a in cmd if a.startswith("--cachegrind-out-file="))
+        l1, ll = totals({k: int(v) for k, v in counts.items()})
+        with open(out, "w") as fh:
+            fh.write(f"events: Dr D1mr DLmr Dw D1mw DLmw\nsummary: 0 {l1} {ll} 0 0 0\n")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    return run
+
+
+def test_cachegrind_meter_reports_a_negative_differential_below_resolution(monkeypatch, tmp_path):
+    """LL misses that fall as sample calls are added (noise at a near-empty level) must come
+    out as ``below-resolution`` with a bound >= 0, never as a negative count."""
+    monkeypatch.setattr(meters, "cachegrind_support", lambda: (True, "valgrind"))
+    monkeypatch.setattr(meters, "warm_numba_cache", lambda variant, timeout=600: None)
+    monkeypatch.setattr(meters.subprocess, "run", _fake_valgrind(
+        lambda n: (1000 + 300 * n["sample"] + 500 * n["update"], 5000 - n["sample"] // 2 + 2 * n["update"])))
+    res = meters.measure_cachegrind("kary-aligned", 4096, calls=40, warm_calls=4, workdir=tmp_path, caches={
+        "L1i": L1, "L1d": L1, "L2": L2})
+    sample, update = res[("sample", "tree")], res[("update", "tree")]
+    assert sample["misses_per_op"] == {"L1d": 300.0, "LL": 0.5} and sample["below_resolution"] == ("LL",)
+    assert update["misses_per_op"] == {"L1d": 500.0, "LL": 2.0} and update["below_resolution"] == ()
+    info = {"variant": "kary-aligned", "structure": "kary-aligned", "policy": "none", "K": 16, "dtype": "float32",
+            "params": {}}
+    rows = cache.rows_for(info, {"batch": 256}, 4096, res)
+    by = {(r["op"], r["level"]): r for r in rows}
+    assert by["sample", "LL"]["status"] == "below-resolution" and by["sample", "LL"]["value"] == 0.5
+    assert "measured -0.5" in by["sample", "LL"]["error"]
+    assert all(r["value"] >= 0 for r in rows)
+    assert {by[k]["status"] for k in by if k != ("sample", "LL")} == {"ok"}
+    assert "< 0.5" in cache.format_table(rows)
+
+
 @pytest.mark.slow
 def test_cachegrind_differential_runs(tmp_path):
     ok, why = meters.cachegrind_support()
@@ -269,8 +390,17 @@ def test_cachegrind_differential_runs(tmp_path):
     for key in (("sample", "tree"), ("update", "tree")):
         r = res[key]
         assert r["status"] == "ok", r
+        # At 2**12 the tree fits in the L2 and the spread between the 2M and 3M differentials
+        # (what else varies between runs) can be as large as the op's own misses: either level
+        # may come out as a bound. Whatever it is, it is never a negative count.
+        for lv in meters.LEVELS:
+            assert r["misses_per_op"][lv] >= 0 and r["resolution"][lv] >= 1 / 40, r
+            if lv in r["below_resolution"]:
+                assert r["misses_per_op"][lv] == max(r["measured"][lv], 0) + r["resolution"][lv], r
+            else:
+                assert r["misses_per_op"][lv] == r["measured"][lv] > r["resolution"][lv], r
         # 256 descents of depth 3: at least a few hundred L1d line touches, not millions
-        assert 0 <= r["misses_per_op"]["LL"] <= r["misses_per_op"]["L1d"] < 20000
+        assert 0 < r["measured"]["L1d"] < 20000 and r["measured"]["LL"] <= r["measured"]["L1d"], r
 
 
 def test_cache_suite_runs_through_the_harness(tmp_path):
@@ -300,3 +430,36 @@ def test_cache_suite_runs_through_the_harness(tmp_path):
     perf = [r for r in rows if r["method"] == "perf"]
     assert perf and all(r["status"] in ("ok", "unsupported", "skipped") or r["error"] for r in perf)
     assert "misses per call" in proc.stdout
+
+
+def test_figure_and_report_show_a_below_resolution_cell_as_a_bound(tmp_path):
+    """A below-resolution row reaches the figure's CSV as a bound (no count) and the report's
+    cache table as ``< bound``; a negative or zero count appears nowhere."""
+    import pandas as pd
+
+    from replaybench.analysis import load, render, report
+    from replaybench.bench import results
+
+    info = {"variant": "kary-aligned", "structure": "kary-aligned", "policy": "none", "K": 16, "dtype": "float32",
+            "params": {}}
+    suite = {"batch": 256, "transitions": "cartpole"}
+    cg = meters.differential_record("cachegrind", {"base": {"L1d": 1000, "LL": 5000},
+                                                   "samplex2": {"L1d": 13000, "LL": 4980},
+                                                   "samplex3": {"L1d": 25000, "LL": 4960}}, "sample", 40)
+    model = meters.record("model", "ok", {"L1d": 250.0, "LL": 0.0})
+    rows = (cache.rows_for(info, suite, 4096, {("sample", "tree"): cg})
+            + cache.rows_for(info, suite, 4096, {("sample", "tree"): model}))
+    writer = results.RunWriter(tmp_path / "runs", "20300101T000000Z-cache", {
+        "scenario": "cache", "suite": {"name": "cache", "batch": 256}, "machine": {"cpu_model": "test"}})
+    writer.append([{**r, "run_id": writer.run_id, "schema_version": results.SCHEMA_VERSION} for r in rows])
+    writer.finish(True)
+    outcome = render.render(load.load_runs([writer.dir]), tmp_path / "figs", echo=lambda _: None,
+                            only={"cache_misses"})
+    assert set(outcome.written) == {"cache_misses"}, outcome.failed
+    got = pd.read_csv(tmp_path / "figs" / "cache_misses.csv")
+    cell = got[(got["method"] == "cachegrind") & (got["level"] == "LL")].iloc[0]
+    assert cell["status"] == "below-resolution" and pd.isna(cell["misses_per_transition"])
+    assert cell["bound_per_transition"] == pytest.approx(0.5 / 256)
+    assert (got["misses_per_transition"].dropna() >= 0).all()
+    text = "\n".join(report._cache(outcome))
+    assert "< 0.002" in text and "-0." not in text

@@ -11,23 +11,29 @@ on these VMs). Bars: misses per *transition* = misses per call / items per call 
 A cell the method could not measure is not drawn as zero: its bar slot says ``unsupported``
 (perf on a VM without counters), ``skipped`` (e.g. the uniform buffer has no tree) or
 ``failed``, and the reason is in the CSV's ``error`` column. A row whose cells are all
-unsupported says so across the panel, with the reason. Cachegrind's differential can come
-out slightly negative where a level has almost no misses; those values are drawn as they are.
+unsupported says so across the panel, with the reason. A differential (cachegrind, perf)
+within its resolution of zero is a row of status ``below-resolution`` whose value is an upper
+bound: it is drawn as an open hatched bar up to the bound, labelled ``< bound``, with a legend
+entry, and the CSV holds the bound in ``bound_per_transition`` (``misses_per_transition``
+stays empty), never a negative count.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from matplotlib.patches import Patch
 
 from replaybench.analysis import load, palette
 from replaybench.analysis.plots import NoRows, Plot
 from replaybench.analysis.plots._common import handle, legend, new_figure, note, pow2
+from replaybench.bench import contract
 
 NAME = "cache_misses"
 ORDER = 30
 TITLE = "Cache misses per transition"
 
 _METHODS = ["model", "cachegrind", "perf"]
+_BELOW = contract.BELOW_RESOLUTION  # a differential within its resolution: value = upper bound
 _LEVELS = ["L1d", "L2", "LL"]
 
 
@@ -42,8 +48,9 @@ def build(table, metas) -> Plot:
         raise NoRows("no cache-miss rows (replaybench run --suite cache, part of make bench)")
     data = rows[["run_id", "method", "stream", "op", "level", "variant", "structure", "K", "capacity", "status",
                  "value", "items_per_call", "error"]].copy()
-    data["misses_per_transition"] = np.where(data["status"] == "ok",
-                                             data["value"] / data["items_per_call"].astype(float), np.nan)
+    per_item = data["value"] / data["items_per_call"].astype(float)
+    data["misses_per_transition"] = np.where(data["status"] == "ok", per_item, np.nan)
+    data["bound_per_transition"] = np.where(data["status"] == _BELOW, per_item, np.nan)
     data = data.rename(columns={"value": "misses_per_call"})
     panels_r = [(m, s) for m in _order(data["method"], _METHODS) for s in _order(data["stream"], ["tree"])
                 if ((data["method"] == m) & (data["stream"] == s)).any()]
@@ -77,9 +84,9 @@ def build(table, metas) -> Plot:
                 note(ax, f"{cell['status'].iloc[0].upper()}\n{reason[:120]}", width=int(panel_width * 10))
                 ax.set_yticks([])
                 continue
-            top = cell["misses_per_transition"].abs().max(skipna=True)
+            top = cell[["misses_per_transition", "bound_per_transition"]].max(skipna=True).max(skipna=True)
             top = top if top > 0 else 1.0
-            ax.set_ylim(min(0.0, cell["misses_per_transition"].min(skipna=True) * 1.1), top * 1.08)
+            ax.set_ylim(0.0, top * 1.08)
             for i, variant in enumerate(variants):
                 x0 = i * width - 0.4 + width / 2
                 for _, row in cell[cell["variant"] == variant].iterrows():
@@ -90,6 +97,14 @@ def build(table, metas) -> Plot:
                         if abs(value) < top * 0.01:  # a bar too small to see: say its value
                             ax.text(x, top * 0.02, f"{value:.2g}", rotation=90, ha="center", va="bottom",
                                     fontsize=6, color="0.2")
+                    elif row["status"] == _BELOW:  # an upper bound: open bar, never a count
+                        bound = row["bound_per_transition"]
+                        ax.bar(x, bound, width, facecolor="none", edgecolor=palette.variant_colour(variant),
+                               hatch="///", linewidth=0.8)
+                        ax.text(x, max(bound, top * 0.02), f"< {bound:.2g}", rotation=90, ha="center", va="bottom",
+                                fontsize=6, color="0.2")
+                        handles.setdefault(_BELOW, Patch(facecolor="none", edgecolor="0.3", hatch="///",
+                                                         label="below resolution: < bound"))
                     else:
                         ax.text(x, top * 0.02, row["status"], rotation=90, ha="center", va="bottom", fontsize=6,
                                 color="0.4")
@@ -100,7 +115,9 @@ def build(table, metas) -> Plot:
                                                        linestyle=""))
     fig.suptitle("Cache misses per transition (one call = a batch of 256), by method, address stream, op and "
                  "cache level", fontsize=10)
-    legend(fig, list(handles.values()), title="variant (structure, K)")
+    below = handles.pop(_BELOW, None)  # after the variants
+    legend(fig, list(handles.values()) + ([below] if below else []), title="variant (structure, K)")
     data = data.sort_values(["method", "stream", "op", "level", "capacity", "variant"]).reset_index(drop=True)
     return Plot(fig, data, "Cache misses per transition by layout and capacity, per measuring method; cells a "
-                           "method could not measure are labelled, not drawn as zero.")
+                           "method could not measure are labelled, not drawn as zero; open hatched bars are upper "
+                           "bounds (a differential within its resolution).")

@@ -1,9 +1,10 @@
 """Cache misses per operation, three ways: a trace-driven model, cachegrind, perf.
 
 Pieces: :mod:`.model` (set-associative LRU cache fed byte addresses), :mod:`.traces` (the
-addresses one sample / update touches, replicating the numba kernels on copies of a tree),
-:mod:`.meters` (``model``, ``cachegrind``, ``perf``: records of misses per call, or
-"unsupported" with the reason) and :mod:`._driver` (the program cachegrind and perf run).
+addresses one sample / update touches, replayed from the tree's public layout and declared
+kernel set), :mod:`.meters` (``model``, ``cachegrind``, ``perf``: records of misses per call)
+and :mod:`._driver` (the program cachegrind and perf run). README.md ("Cache misses per
+operation") has the measurements and how the methods compare.
 
 Entry point for the harness::
 
@@ -18,68 +19,16 @@ plus columns ``level`` (L1d / LL), ``method``, ``stream`` (tree / tree+data), ``
 reason it is unsupported}, "caches": {...}}`` for meta.json. Development CLI:
 ``python -m replaybench.bench.cache --variants binary kary-aligned --capacities 2**20``.
 
-Model vs cachegrind
--------------------
-Measured 2026-11-22 on this VM (Xeon, L1d 48 KiB 12-way, L2 2 MiB 16-way, 64 B lines; LL =
-the L2 for both methods), 2**20 leaves, float32, K=16, batch 256, CartPole rows; misses per
-call of 256 items (model: 128 warm-up + 256 counted calls; cachegrind: M = 200, warm-up 16)::
+Row status per level: ``ok`` (``value`` measured; for a differential, ``error`` states its
+resolution), ``below-resolution`` (a differential within its resolution of zero: ``value`` is
+the upper bound, ``error`` the measured value and the resolution), ``unsupported`` (the method
+cannot run here, or the model has no replay of this tree's kernels: never traced with another
+tree's), ``skipped`` (no sum tree) or ``failed``, the reason in ``error``. No row holds a
+negative count or an unmeasured 0.
 
-    op / stream      variant          model L1d  cg L1d   model LL  cg LL
-    sample / tree    binary              2332     2928       734     776
-                     binary-blocked      1029     1870       328     339
-                     kary-aligned         584     1481       145     150
-                     kary-prefix          895     1735       408     420
-    sample / +data   binary              3609     7130      2254    2702
-                     binary-blocked      2342     4324      1710    1736
-                     kary-aligned        1959     3946      1476    1499
-                     kary-prefix         2215     4170      1747    1772
-    update / tree    binary              3418     6043      1707    2208
-                     binary-blocked      1289     2428       572     662
-                     kary-aligned        1412     2513       440     537
-                     kary-prefix         1705     2747       738     834
-
-Where they agree: the ranking of the four layouts is the same in every row, at both levels.
-Sampling: kary-aligned < kary-prefix < binary-blocked < binary in L1d; kary-aligned <
-binary-blocked < kary-prefix < binary in LL. Updating: binary-blocked < kary-aligned <
-kary-prefix < binary in L1d, kary-aligned < binary-blocked < kary-prefix < binary in LL. LL
-misses of the descent agree within 3-6 % (the tree is what misses the L2; everything else the
-op touches stays in it). The model's explanation: an aligned K=16 group is one line, so a
-descent costs one line per level (5 levels at 2**20, the top ones stay cached), the blocked binary
-tree one line per 4 levels plus the sibling block's line when it turns right, the prefix tree
-one line per level plus the raw-leaf row (a separate 4 MiB region: about one extra LL miss per
-draw), and the binary heap one line per level for the ~10 levels below the cached top.
-
-Where they differ, and why: cachegrind counts everything the process does, the model only
-the tree's (and rows') slots. (1) L1d: cachegrind is higher by an almost constant 840-900 per
-sample call (binary: 600) and 1040-1140 per update call (the table's binary update: see 3): the kernels' scratch
-arrays (``u``, ``j``, ``out_index``, ``out_priority``, ``delta``, ``old_min``, ``prev``, about
-8 KiB per 256-item call and re-read at every level), ``rng.random``, the input rows of the
-update pool (4 KiB per call, cold), the ``(p + eps) ** alpha`` temporaries and the Python
-interpreter's own objects; the tree streams evict all of them from a 48 KiB L1, so they miss
-again every call. These hit in L2, hence the near-zero LL gap. (2) sample + data: the gather
-allocates five fresh output columns, ``take`` re-reads the index array per field and the
-weights add temporaries: about 2000 more L1d misses per call in cachegrind, still L2 hits.
-(3) The cachegrind differential depends a little on what else the runs do. The table's
-runs held all three ops (sample, update, sample + data) in one process; the default suite's
-runs hold only the tree ops, and there binary gives sample 3160 / 763 and update 4572 / 1822
-(L1d / LL), kary-aligned 1476 / 150 and 2456 / 539, so binary's update then shows the same
-~1100 L1d / ~100 LL offset over the model as the other layouts, while in the table's runs it
-showed ~2600 / ~500 (and sample + data ~3500 / ~450). The runs also differ in M (200 vs
-sized automatically), so the most likely cause, not verified, is an interaction between the
-ops sharing a process (the differential assumes an op's misses do not depend on what ran
-before it) rather than a property of the layout. The ranking is unaffected either way.
-(4) The model has no prefetcher and neither has cachegrind, so both overstate misses a
-real core would hide (notably the blocked tree's adjacent sibling block). (5) Under valgrind the kernels are
-compiled for generic x86-64 (scalar loads), which changes access counts, not lines touched.
-
-A side finding of the traces: the unpadded K=16 tree (``kary``) is nearly as good as the
-aligned one in the model (sample 605 vs 584 L1d at 2**20) because every level of an unpadded
-K-ary level order starts at slot 1 mod K, so each sibling group starts at slot 1 of a line
-and the K - 1 = 15 slots the scan reads fit in that line; only the 16th child (read by a
-min rescan or as the chosen leaf) is on the next line (tests/test_cache.py checks this).
-
-Hardware counters (``perf``) are not available on this VM: the perf meter says
-"unsupported" with perf's own reason.
+Cost: the model replays ``warm_calls + calls`` batches per op and cell in numba (seconds per
+cell at 2**22); cachegrind makes ``1 + 2 * ops`` valgrind runs per cell, each about 50x
+slower than native, ``jobs`` at a time while the model runs.
 """
 
 from __future__ import annotations
@@ -88,6 +37,8 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from replaybench.bench import contract
 
 from . import meters
 from .model import CacheLevel, CacheModel, simulate  # noqa: F401 - re-exported
@@ -121,11 +72,10 @@ def rows_for(info: dict, suite: dict, capacity: int, results: dict) -> list[dict
         base = {"scenario": suite.get("scenario", "cache"), **info, "capacity": capacity, "batch": batch,
                 "threads": 1, "transitions": suite.get("transitions", "cartpole"), "op": op,
                 "metric": "misses_per_op", "unit": "misses", "items_per_call": batch, "method": rec["method"],
-                "stream": stream, "cache_config": rec.get("cache_config"), "status": rec["status"],
-                "error": rec.get("error") or ""}
+                "stream": stream, "cache_config": rec.get("cache_config")}
         for level in meters.LEVELS:
-            value = (rec["misses_per_op"] or {}).get(level) if rec["status"] == "ok" else None
-            rows.append({**base, "level": level, "value": value})
+            status, value, note = meters.level_reading(rec, level)
+            rows.append({**base, "level": level, "value": value, "status": status, "error": note})
     return rows
 
 
@@ -259,12 +209,13 @@ def format_table(rows: list[dict]) -> str:
     for r in rows:
         k = (r["variant"], r["capacity"], r["op"], r["stream"])
         cell[k, (r["method"], r["level"])] = (f"{r['value']:.1f}" if r["status"] == "ok" and r["value"] is not None
+                                             else f"< {r['value']:.2g}" if r["status"] == meters.BELOW_RESOLUTION
                                              else r["status"])
     head = ["variant", "capacity", "op", "stream"] + [f"{m} {lv}" for m, lv in cols]
-    lines = [head] + [[k[0], f"2^{int(k[1]).bit_length() - 1}", k[2], k[3]] + [cell.get((k, c), "") for c in cols]
-                      for k in keys]
-    widths = [max(len(str(x[i])) for x in lines) for i in range(len(head))]
-    text = "\n".join("  ".join(str(x).rjust(w) if i >= 4 else str(x).ljust(w) for i, (x, w) in
-                                enumerate(zip(line, widths))) for line in lines)
-    notes = sorted({f"{r['method']}: {r['error']}" for r in rows if r["status"] != "ok" and r.get("error")})
+    body = [[k[0], f"2^{int(k[1]).bit_length() - 1}", k[2], k[3]] + [cell.get((k, c), "") for c in cols] for k in keys]
+    text = "\n".join(contract.format_table(head, body, right=set(range(4, len(head)))))
+    notes = sorted({f"{r['method']}: {r['error']}" for r in rows
+                    if r["status"] not in ("ok", meters.BELOW_RESOLUTION) and r.get("error")})
+    if any(r["status"] == meters.BELOW_RESOLUTION for r in rows):
+        notes.append("< b: the differential is within its resolution of zero; fewer than b misses per call")
     return ("misses per call (one call = batch items)\n" + text + ("\n" + "\n".join(notes) if notes else ""))

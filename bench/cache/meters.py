@@ -1,23 +1,27 @@
 """Three ways to count cache misses per operation, each returning records of one shape.
 
 A record is ``{"method", "status", "misses_per_op", "error", ...}``: ``status`` is ``"ok"``,
-``"unsupported"`` (the method cannot run on this machine: the reason is in ``error``; never
-zeros) or ``"failed"``; ``misses_per_op`` maps level (``"L1d"``, ``"LL"``) to misses per call
-of the op (one call = ``batch`` items), or is None. Keys of the returned dicts are
+``"unsupported"`` (the method cannot run on this machine, or the model has no trace of this
+tree: the reason is in ``error``; never zeros), ``"skipped"`` or ``"failed"``; ``misses_per_op``
+maps level (``"L1d"``, ``"LL"``) to misses per call of the op (one call = ``batch`` items), or
+is None. The differential meters add ``resolution`` (level -> misses per call) and
+``below_resolution`` (the levels whose differential is within its resolution of zero: there
+``misses_per_op`` holds the upper bound, see :func:`reading`), so no record holds a negative
+count or a 0 that was not measured. Keys of the returned dicts are
 ``(op, stream)``: op ``sample``/``update``, stream ``tree`` (the sum tree's arrays only) or
 ``tree+data`` (sample only: the descent plus the gather of the sampled rows).
 
 * ``model``: trace-driven (:mod:`bench.cache.traces` into :mod:`bench.cache.model`), with this
   machine's L1d and L2 by default (:func:`machine_caches`). Counted after a warm-up.
 * ``cachegrind``: the real numba kernels under ``valgrind --tool=cachegrind --cache-sim=yes``
-  with ``--I1/--D1/--LL`` set to this machine's L1i, L1d and L2, as a differential: one run
-  with ``M`` counted calls of every op, and per op one run with that op's count doubled; the
-  op's misses per call are ``(misses(2M) - misses(M)) / M``, read from D1/LL read + write
-  misses (``D1mr + D1mw``, ``DLmr + DLmw``) of the output file. Start-up, numba cache loads,
-  the build and fill and the warm-up calls are identical in both runs and cancel. Numba
+  with ``--I1/--D1/--LL`` set to this machine's L1i, L1d and L2, as a differential
+  (:func:`differential`): one run with ``M`` counted calls of every op, and per op two runs
+  with that op's count raised to ``2M`` and ``3M``, read from D1/LL read + write misses
+  (``D1mr + D1mw``, ``DLmr + DLmw``) of the output file. Start-up, numba cache loads, the
+  build and fill and the warm-up calls are identical in every run and cancel. Numba
   recompiles under valgrind (it presents another CPU), so the kernels are compiled for
-  ``NUMBA_CPU_NAME=generic`` into a separate cache folder, natively, before the first run
-  (:data:`NUMBA_CACHE_ENV`); generic x86-64 code makes scalar loads where the native build
+  ``NUMBA_CPU_NAME=generic`` into a separate numba cache folder, natively, before the first
+  run (:data:`NUMBA_CACHE_ENV`); generic x86-64 code makes scalar loads where the native build
   vectorises, which changes access counts, not the lines touched.
 * ``perf``: hardware counters through ``perf stat`` (same differential, native). Checked
   first: no ``perf`` on PATH, or events reported ``<not supported>`` (these VMs) give
@@ -37,12 +41,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .model import CacheLevel, CacheModel
-from .traces import TreeTracer, data_gather, tree_of
+from replaybench.bench.contract import BELOW_RESOLUTION  # a level within its resolution: value = the bound
 
-__all__ = ["FALLBACK_L1D", "FALLBACK_L1I", "FALLBACK_L2", "NUMBA_CACHE_ENV", "LEVELS", "machine_caches", "record",
-           "measure_model", "measure_cachegrind", "measure_perf", "perf_support", "cachegrind_support",
-           "parse_cachegrind", "cachegrind_calls"]
+from .model import CacheLevel, CacheModel
+from .traces import TreeTracer, data_gather, trace_support, tree_of
+
+__all__ = ["FALLBACK_L1D", "FALLBACK_L1I", "FALLBACK_L2", "NUMBA_CACHE_ENV", "LEVELS", "BELOW_RESOLUTION",
+           "machine_caches", "record", "differential", "reading", "differential_record", "level_reading", "measure_model",
+           "measure_cachegrind", "measure_perf", "perf_support", "cachegrind_support", "parse_cachegrind",
+           "cachegrind_calls"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LEVELS = ("L1d", "LL")
@@ -61,6 +68,80 @@ _DRIVER_OPS = {("sample", "tree"): "sample", ("sample", "tree+data"): "sample_da
 
 def record(method: str, status: str, misses: dict | None = None, error: str = "", **extra) -> dict:
     return {"method": method, "status": status, "misses_per_op": misses, "error": error, **extra}
+
+
+# ---------------------------------------------------------------------------------------------
+# differentials: runs with M, 2M and 3M counted calls of one op
+
+#: The counted-call multiples of the runs behind one op's differential (the base run is shared).
+_MULTIPLES = (2, 3)
+
+
+def _plans(names: list[str], calls: int) -> dict:
+    """``{label: {driver op: counted calls}}``: ``base`` runs every op ``calls`` times; run
+    ``"<op>x<k>"`` runs ``op`` ``k * calls`` times and the others ``calls`` times."""
+    plans = {"base": {n: calls for n in names}}
+    for n in names:
+        for k in _MULTIPLES:
+            plans[f"{n}x{k}"] = {m: (k * calls if m == n else calls) for m in names}
+    return plans
+
+
+def _pool_rows(names: list[str], warm_calls: int, calls: int) -> int:
+    """Pre-drawn input rows for the driver: enough for the largest run, the same in every run."""
+    return len(names) * (warm_calls + max(_MULTIPLES) * calls)
+
+
+def differential(base: float, twice: float, thrice: float, calls: int) -> tuple[float, float]:
+    """``(misses per call, resolution)`` from the totals of runs with ``M``, ``2M``, ``3M`` calls.
+
+    The value is ``(thrice - base) / 2M``: the mean of the two differentials ``(twice - base) / M``
+    and ``(thrice - twice) / M``. The resolution is the spread of those two (what else changes
+    between runs: allocation, layout, the interpreter), at least ``1 / M`` (one miss in the
+    counted region) and at least ``-value`` (a mean below zero is noise of that size: a miss
+    count cannot be negative).
+    """
+    first, second = (twice - base) / calls, (thrice - twice) / calls
+    value = (thrice - base) / (2 * calls)
+    return value, max(abs(first - second), 1.0 / calls, -value)
+
+
+def reading(value: float, resolution: float) -> tuple[str, float]:
+    """``("ok", value)`` when ``value`` exceeds its ``resolution``, else
+    ``(BELOW_RESOLUTION, bound)``: the misses per call are below ``bound = max(value, 0) +
+    resolution`` (never negative, never an unmeasured 0)."""
+    if value > resolution:
+        return "ok", value
+    return BELOW_RESOLUTION, max(value, 0.0) + resolution
+
+
+def level_reading(rec: dict, level: str) -> tuple[str, float | None, str]:
+    """``(row status, value, note)`` of one ``level`` of record ``rec``: a differential's level
+    within its resolution is ``BELOW_RESOLUTION`` with the bound as value; the note gives the
+    resolution (or the record's error)."""
+    if rec["status"] != "ok":
+        return rec["status"], None, rec.get("error") or ""
+    value = (rec["misses_per_op"] or {}).get(level)
+    res = (rec.get("resolution") or {}).get(level)
+    if res is None:  # the model: deterministic, no resolution
+        return "ok", value, ""
+    how = f"resolution {res:.3g} misses per call (spread of the 2M and 3M differentials, at least 1/M)"
+    if level in rec.get("below_resolution", ()):
+        return BELOW_RESOLUTION, value, f"measured {rec['measured'][level]:.3g}, {how}: below resolution"
+    return "ok", value, how
+
+
+def differential_record(method: str, totals: dict, name: str, calls: int, **extra) -> dict:
+    """The record of driver op ``name`` from ``totals`` (``{run label: {level: misses}}``)."""
+    misses, resolution, below, measured = {}, {}, [], {}
+    for lv in LEVELS:
+        value, res = differential(totals["base"][lv], totals[f"{name}x2"][lv], totals[f"{name}x3"][lv], calls)
+        status, misses[lv] = reading(value, res)
+        resolution[lv], measured[lv] = res, value
+        if status == BELOW_RESOLUTION:
+            below.append(lv)
+    return record(method, "ok", misses, resolution=resolution, below_resolution=tuple(below), measured=measured,
+                  calls=calls, **extra)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,7 +206,8 @@ def measure_model(buf, ops=("sample", "update"), *, batch: int = 256, warm_calls
     Sample: ``warm_calls`` then ``calls`` descents of ``batch`` uniform draws, fed to one model
     for the tree stream and to another for tree + data (the descent, then the gather).
     Update: the same for ``batch`` uniformly random leaves with random priorities, applied to
-    the tracer's copies in turn. The buffer itself is never modified.
+    the tracer's copies in turn. The buffer itself is never modified. A tree with no replay
+    (:func:`bench.cache.traces.trace_support`) gives ``unsupported`` records with the reason.
     """
     caches = machine_caches() if l1 is None else None
     l1 = l1 or caches["L1d"]
@@ -133,6 +215,12 @@ def measure_model(buf, ops=("sample", "update"), *, batch: int = 256, warm_calls
     cfg = describe(l1, l2)
     tree = tree_of(buf)
     columns = getattr(getattr(buf, "storage", None), "columns", None)
+    if tree is not None:
+        traceable, why = trace_support(tree)
+        if not traceable:  # never replay a tree with another tree's kernels: say so instead
+            keys = [(op, s) for op in ops for s in ("tree", "tree+data")
+                    if (op, s) in _DRIVER_OPS and (s == "tree" or columns is not None)]
+            return {key: record("model", "unsupported", error=f"no address trace: {why}") for key in keys}
     capacity = len(buf) if columns is not None else tree.capacity
     rng = np.random.default_rng(seed)
     out = {}
@@ -282,7 +370,7 @@ def measure_cachegrind(variant: str, capacity: int, ops=(("sample", "tree"), ("u
                        caches: dict | None = None, timeout: float = 600, workdir=None, pool=None) -> dict:
     """Cachegrind misses per call for each ``(op, stream)`` in ``ops``; see the module doc.
 
-    ``1 + len(ops)`` valgrind runs, ``jobs`` at a time (or on ``pool``, an executor). The
+    ``1 + 2 len(ops)`` valgrind runs (:func:`differential`), ``jobs`` at a time (or on ``pool``, an executor). The
     output files go to ``workdir`` (kept) or a temporary folder (removed afterwards).
     """
     ok, exe = cachegrind_support()
@@ -305,9 +393,7 @@ def measure_cachegrind(variant: str, capacity: int, ops=(("sample", "tree"), ("u
     workdir = Path(workdir or tmp.name)
     workdir.mkdir(parents=True, exist_ok=True)
     names = [_DRIVER_OPS[k] for k in ops]
-    plans = {"base": {n: calls for n in names}}
-    for n in names:
-        plans[n] = {m: (2 * calls if m == n else calls) for m in names}
+    plans = _plans(names, calls)
     env = _driver_env()
     safe = re.sub(r"[^A-Za-z0-9_.-]", "-", variant)
 
@@ -317,7 +403,7 @@ def measure_cachegrind(variant: str, capacity: int, ops=(("sample", "tree"), ("u
                f"--D1={l1d.size},{l1d.ways},{l1d.line}", f"--LL={l2.size},{l2.ways},{l2.line}",
                f"--cachegrind-out-file={out}", sys.executable, "-m", "replaybench.bench.cache._driver",
                "--variant", variant, "--capacity", str(capacity), "--batch", str(batch),
-               "--warm", str(warm_calls), "--pool", str(len(names) * (warm_calls + 2 * calls))]
+               "--warm", str(warm_calls), "--pool", str(_pool_rows(names, warm_calls, calls))]
         for n in names:
             cmd += ["--count", f"{n}={plans[label][n]}"]
         res = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
@@ -344,12 +430,9 @@ def measure_cachegrind(variant: str, capacity: int, ops=(("sample", "tree"), ("u
             tmp.cleanup()  # output files: only their summary lines were needed
     out = {}
     for key, n in zip(ops, names):
-        err = errors.get("base") or errors.get(n)
-        if err:
-            out[key] = record("cachegrind", "failed", error=err)
-            continue
-        misses = {lv: (results[n][lv] - results["base"][lv]) / calls for lv in LEVELS}
-        out[key] = record("cachegrind", "ok", misses, calls=calls, cache_config=cfg)
+        err = next((errors[label] for label in ("base", f"{n}x2", f"{n}x3") if label in errors), None)
+        out[key] = (record("cachegrind", "failed", error=err) if err else
+                    differential_record("cachegrind", results, n, calls, cache_config=cfg))
     return out
 
 
@@ -392,15 +475,15 @@ def _parse_perf(text: str) -> dict:
 
 def measure_perf(variant: str, capacity: int, ops=(("sample", "tree"), ("update", "tree")), *,
                  batch: int = 256, calls: int = 2000, warm_calls: int = 64, timeout: float = 300) -> dict:
-    """Hardware-counter misses per call (load misses only), same differential, natively."""
+    """Hardware-counter misses per call (load misses only), same differential, natively.
+
+    ``1 + 2 len(ops)`` runs one after the other (:func:`differential`)."""
     ok, exe = perf_support()
     ops = list(ops)
     if not ok:
         return {key: record("perf", "unsupported", error=exe) for key in ops}
     names = [_DRIVER_OPS[k] for k in ops]
-    plans = {"base": {n: calls for n in names}}
-    for n in names:
-        plans[n] = {m: (2 * calls if m == n else calls) for m in names}
+    plans = _plans(names, calls)
     env = dict(_driver_env())
     env.pop("NUMBA_CPU_NAME", None)  # native code, the normal numba cache
     env.pop("NUMBA_CACHE_DIR", None)
@@ -409,7 +492,7 @@ def measure_perf(variant: str, capacity: int, ops=(("sample", "tree"), ("update"
         for label, plan in plans.items():
             cmd = [exe, "stat", "-x", ",", "-e", ",".join(_PERF_EVENTS), "--", sys.executable, "-m",
                    "replaybench.bench.cache._driver", "--variant", variant, "--capacity", str(capacity), "--batch", str(batch),
-                   "--warm", str(warm_calls), "--pool", str(len(names) * (warm_calls + 2 * calls))]
+                   "--warm", str(warm_calls), "--pool", str(_pool_rows(names, warm_calls, calls))]
             for n in names:
                 cmd += ["--count", f"{n}={plan[n]}"]
             res = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
@@ -418,6 +501,4 @@ def measure_perf(variant: str, capacity: int, ops=(("sample", "tree"), ("update"
             results[label] = _parse_perf(res.stderr)
     except Exception as err:  # noqa: BLE001
         return {key: record("perf", "failed", error=f"{type(err).__name__}: {err}") for key in ops}
-    return {key: record("perf", "ok", {lv: (results[n][lv] - results["base"][lv]) / calls for lv in LEVELS},
-                        calls=calls)
-            for key, n in zip(ops, names)}
+    return {key: differential_record("perf", results, n, calls) for key, n in zip(ops, names)}

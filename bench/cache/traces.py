@@ -1,13 +1,22 @@
-"""Byte addresses that one tree operation touches, replicating the numba kernels' loops.
+"""Byte addresses that one tree operation touches, replayed from the tree's own layout.
 
-A :class:`TreeTracer` holds private copies of a tree's ``_sums`` and ``_mins`` and the
-base pointers (``arr.ctypes.data``) of the *real* arrays, so the addresses are the ones the
-real kernels use (``base + slot * itemsize``) while tracing never changes the tree. Updates
-are applied to the copies, so a stream of operations sees the state the real tree would
-(which ancestors' minima change, where propagation stops).
+Source of truth: a tree declares its kernel set (``tree.kernels``) and exposes its address
+table (``tree.layout``) and arrays (``tree.sums``, ``tree.mins``). The replays here compute every
+slot with the kernels' own address functions (:func:`impl.trees.kernels.addr` and
+:func:`~impl.trees.kernels.parent`) on that table, and follow the kernels' loops decision for
+decision. A replay exists per kernel set (:data:`REPLAYS`); a tree whose kernel set has none,
+or whose class overrides the methods that call its kernels, has no tracer
+(:func:`trace_support` says why) and is reported ``unsupported``, never traced with another
+tree's replay. tests/test_cache.py checks every registered variant's replay against its real
+kernels (same leaves, same arrays after the same updates).
 
-What is traced, in the kernels' order (the whole batch goes one level at a time, as in
-:mod:`impl.trees.kernels` and :mod:`impl.trees.prefix_kernels`):
+A :class:`TreeTracer` holds private copies of the tree's arrays and the base pointers
+(``arr.ctypes.data``) of the *real* arrays, so the addresses are the ones the real kernels use
+(``base + slot * itemsize``) while tracing never changes the tree. Updates are applied to the
+copies, so a stream of operations sees the state the real tree would (which ancestors' minima
+change, where propagation stops).
+
+What is traced, in the kernels' order (the whole batch goes one level at a time):
 
 * ``sample`` (``find``): per level ``d = 1 .. D``, per draw, the ``K - 1`` child slots that the
   scan reads (``addr(d, j*K) + c*stride``); the prefix tree also reads the slot left of the
@@ -15,9 +24,9 @@ What is traced, in the kernels' order (the whole batch goes one level at a time,
 * ``update`` (``_set_leaves`` + ``propagate_mins``): per item the leaf slot in sums and in mins;
   then per level, per item, the ancestor's sums slot (prefix tree: the ``K`` slots of the
   sibling group, the masked group add, at every level from the leaves' to the root); then the
-  min propagation *exactly* as the kernel does it on the copies: per level, per item still
-  active, the child's and the parent's min slots, the ``K`` children when a raised minimum
-  forces a rescan, stopping at the first unchanged ancestor.
+  min propagation as the kernel does it on the copies: per level, per item still active, the
+  child's and the parent's min slots, the ``K`` children when a raised minimum forces a
+  rescan, stopping at the first unchanged ancestor.
 * ``data`` (``storage.gather``): per field, per sampled index, the row's first byte and, when
   the row crosses a line, its last byte (``numpy.take`` copies rows field by field).
 
@@ -25,6 +34,9 @@ Not traced: the kernels' per-call scratch arrays (``u``, ``j``, ``delta``: about
 256-item batch, freshly allocated), the output arrays, the input checks and the ``(p + eps)
 ** alpha`` transform, the O(N) ``rebuild`` run every ``resum_every`` updates, and the Python
 interpreter. A read-modify-write of one slot is one access (both hit the same line).
+
+Cost: one replay of a batch of ``n`` is O(n K D) numba work plus the trace array (up to
+``n (D K + 1)`` int64 for a sample, ``n (2 + (D + 1) (2 K + 3))`` for an update).
 """
 
 from __future__ import annotations
@@ -32,12 +44,19 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["TreeTracer", "tree_of", "data_gather", "is_prefix_tree"]
+from replaybench.impl.trees import ArraySumTree, SumTree, kernels, prefix_kernels
+from replaybench.impl.trees.kernels import addr as _addr
+from replaybench.impl.trees.kernels import parent as _parent
 
+__all__ = ["REPLAYS", "TreeTracer", "trace_support", "tree_of", "data_gather"]
 
-@njit(nogil=True, cache=True, inline="always")
-def _addr(lay, d, j):
-    return lay[d, 0] + ((j >> lay[d, 1]) << lay[d, 2]) + (j & lay[d, 3])
+#: Kernel set -> the flag that selects its replay below (``True``: the running-sum groups of
+#: :mod:`impl.trees.prefix_kernels`, whose layout has a raw-leaf row after the tree's depths).
+REPLAYS = {kernels: False, prefix_kernels: True}
+
+#: The ArraySumTree methods through which a tree runs its kernel set; a class that overrides
+#: one runs code of its own, which the replays do not follow.
+_KERNEL_CALLERS = ("update", "find", "_find_into")
 
 
 @njit(nogil=True, cache=True)
@@ -77,7 +96,7 @@ def _trace_find(sums, lay, K, D, prefix, base, item, us, out_leaf, out):
             u[b] = ub
             j[b] = j[b] * K + k
     for b in range(n):
-        leaf = (lay[D + 1, 0] + j[b]) if prefix else _addr(lay, D, j[b])
+        leaf = _addr(lay, D + 1, j[b]) if prefix else _addr(lay, D, j[b])  # prefix: the raw-leaf row
         out[t] = base + leaf * item
         t += 1
         out_leaf[b] = j[b] if sums[leaf] > 0.0 else -1
@@ -109,7 +128,7 @@ def _trace_update(sums, mins, lay, K, kshift, D, prefix, sbase, mbase, item, ind
     delta = np.empty(n, dtype=np.float64)
     old_min = np.empty(n, dtype=mins.dtype)
     for b in range(n):
-        leaf = (lay[D + 1, 0] + indices[b]) if prefix else _addr(lay, D, indices[b])
+        leaf = _addr(lay, D + 1, indices[b]) if prefix else _addr(lay, D, indices[b])
         m = _addr(lay, D, indices[b])
         old = sums[leaf]
         sums[leaf] = values[b]
@@ -141,11 +160,11 @@ def _trace_update(sums, mins, lay, K, kshift, D, prefix, sbase, mbase, item, ind
                         sums[g + c] += dv if c >= k else zero
                         out[t] = sbase + (g + c) * item
                         t += 1
-                j[b] = (j[b] >> kshift) if kshift >= 0 else j[b] // K
+                j[b] = _parent(j[b], K, kshift)
     else:
         for d in range(D - 1, -1, -1):
             for b in range(n):
-                j[b] = (j[b] >> kshift) if kshift >= 0 else j[b] // K
+                j[b] = _parent(j[b], K, kshift)
                 a = _addr(lay, d, j[b])
                 sums[a] += delta[b]
                 out[t] = sbase + a * item
@@ -164,7 +183,7 @@ def _trace_update(sums, mins, lay, K, kshift, D, prefix, sbase, mbase, item, ind
             cur = mins[c_addr]
             out[t] = mbase + c_addr * item
             t += 1
-            p = (j[b] >> kshift) if kshift >= 0 else j[b] // K
+            p = _parent(j[b], K, kshift)
             a = _addr(lay, d, p)
             mp = mins[a]
             out[t] = mbase + a * item
@@ -187,33 +206,45 @@ def _trace_update(sums, mins, lay, K, kshift, D, prefix, sbase, mbase, item, ind
     return t
 
 
-def is_prefix_tree(tree) -> bool:
-    from replaybench.impl.trees import prefix_kernels
-
-    return getattr(tree, "_kernels", None) is prefix_kernels
-
-
 def tree_of(buffer):
-    """The array-backed sum tree inside a buffer (or the tree itself), else None (uniform)."""
-    tree = getattr(buffer, "tree", buffer)
-    return tree if all(hasattr(tree, a) for a in ("_sums", "_mins", "_lay", "K")) else None
+    """The sum tree inside a buffer (or the tree itself), else None (uniform sampling: no tree)."""
+    return buffer if isinstance(buffer, SumTree) else getattr(buffer, "tree", None)
+
+
+def trace_support(tree) -> tuple[bool, str]:
+    """``(True, "")`` when :class:`TreeTracer` can replay ``tree``, else ``(False, reason)``."""
+    name = type(tree).__name__
+    if not isinstance(tree, ArraySumTree):
+        return False, f"{name} is not an array-backed sum tree (no public layout to trace)"
+    if tree.kernels not in REPLAYS:
+        return False, f"{name} runs kernel set {getattr(tree.kernels, '__name__', tree.kernels)!r}, which has no replay"
+    for method in _KERNEL_CALLERS:
+        if getattr(type(tree), method) is not getattr(ArraySumTree, method):
+            return False, f"{name} overrides ArraySumTree.{method}, which the replay of its kernels does not follow"
+    return True, ""
 
 
 class TreeTracer:
-    """Address traces of ``sample``/``update`` on ``tree``, replayed on private copies."""
+    """Address traces of ``sample``/``update`` on ``tree``, replayed on private copies.
+
+    Raises ValueError (with :func:`trace_support`'s reason) for a tree it cannot replay.
+    """
 
     def __init__(self, tree):
+        ok, why = trace_support(tree)
+        if not ok:
+            raise ValueError(f"tree = {tree!r} cannot be traced: {why}")
         self.tree = tree
-        self.prefix = is_prefix_tree(tree)
-        self.lay = np.ascontiguousarray(tree._lay)
+        self.prefix = REPLAYS[tree.kernels]
+        self.lay = np.ascontiguousarray(tree.layout)
         self.K = int(tree.K)
         self.kshift = self.K.bit_length() - 1 if self.K & (self.K - 1) == 0 else -1
-        self.D = self.lay.shape[0] - (2 if self.prefix else 1)  # tree depth (leaves at D)
-        self.sums = tree._sums.copy()
-        self.mins = tree._mins.copy()
-        self.item = tree._sums.dtype.itemsize
-        self.sums_base = int(tree._sums.ctypes.data)
-        self.mins_base = int(tree._mins.ctypes.data)
+        self.D = int(tree.depth)  # leaves at depth D
+        self.sums = tree.sums.copy()
+        self.mins = tree.mins.copy()
+        self.item = tree.sums.dtype.itemsize
+        self.sums_base = int(tree.sums.ctypes.data)
+        self.mins_base = int(tree.mins.ctypes.data)
 
     def total(self) -> float:
         return float(self.sums[int(self.lay[0, 0])])

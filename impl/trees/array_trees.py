@@ -77,7 +77,10 @@ class ArraySumTree(SumTree):
     Thread-safety: none (the kernels release the GIL; callers serialise).
     """
 
-    _kernels = kernels  # the kernel set; the prefix-sum tree swaps in its own
+    #: The module whose numba functions do this tree's work (``update``, ``fill``, ``find``, ``get``,
+    #: ``rebuild``); the prefix-sum tree declares its own. Tools that replay the kernels (the cache
+    #: tracer) key on it, so a tree with a kernel set they do not know is never replayed as another.
+    kernels = kernels
 
     def __init__(self, capacity: int, K: int, lay: np.ndarray, size: int, dtype="float32",
                  resum_every: int | None = None):
@@ -102,6 +105,26 @@ class ArraySumTree(SumTree):
         self._vmax = float(np.finfo(self.dtype).max) / (2.0 * capacity)
 
     @property
+    def layout(self) -> np.ndarray:
+        """The address table (read-only view): row ``d`` holds ``base, shift, bshift, mask, stride``
+        of depth ``d`` and node ``(d, j)`` lives at slot ``kernels.addr(layout, d, j)`` of
+        :attr:`sums` and :attr:`mins` (:mod:`impl.trees.kernels`). Depths run ``0 ..``
+        :attr:`depth`; a kernel set may append rows of its own (the prefix tree's raw-leaf row)."""
+        view = self._lay.view()
+        view.flags.writeable = False
+        return view
+
+    @property
+    def sums(self) -> np.ndarray:
+        """The array of sums the kernels read and write (the tree's state, not a copy: do not write)."""
+        return self._sums
+
+    @property
+    def mins(self) -> np.ndarray:
+        """The array of minima, addressed as :attr:`sums` (the tree's state, not a copy: do not write)."""
+        return self._mins
+
+    @property
     def nbytes(self) -> int:
         return self._sums.nbytes + self._mins.nbytes
 
@@ -110,7 +133,7 @@ class ArraySumTree(SumTree):
         vals = as_priorities(priorities, idx.shape[0])
         # n_valid only narrows the range: indices past capacity would write outside the leaves
         limit = self.capacity if n_valid is None else min(int(n_valid), self.capacity)
-        status, pos, pmax = self._kernels.update(self._sums, self._mins, self._lay, self.K, self._kshift,
+        status, pos, pmax = self.kernels.update(self._sums, self._mins, self._lay, self.K, self._kshift,
                                                  idx, vals, limit, float(eps), float(alpha), self._vmax)
         raise_for_status(status, pos, idx, vals, limit, "priorities", eps=eps, alpha=alpha, vmax=self._vmax)
         self._count_updates(idx.shape[0])
@@ -125,7 +148,7 @@ class ArraySumTree(SumTree):
         Not counted towards re-summing: the caller counts. Cost O(n). Raises
         NotImplementedError for structures whose inner nodes are not plain child sums.
         """
-        if self._kernels is not kernels:
+        if self.kernels is not kernels:
             raise NotImplementedError(f"{type(self).__name__} keeps running sums in its inner nodes; "
                                       "split leaf/inner updates are only implemented for plain sum trees")
         idx = as_indices(indices)
@@ -159,7 +182,7 @@ class ArraySumTree(SumTree):
             raise ValueError(f"priority = {priority!r} must be finite and >= 0")
         if not 0 <= start < self.capacity or not 0 <= count <= self.capacity:
             raise IndexError(f"fill(start={start}, count={count}) is outside capacity {self.capacity}")
-        self._kernels.fill(self._sums, self._mins, self._lay, self.K, self._kshift, start, count,
+        self.kernels.fill(self._sums, self._mins, self._lay, self.K, self._kshift, start, count,
                            self.capacity, float(priority))
         self._count_updates(count)
 
@@ -181,7 +204,7 @@ class ArraySumTree(SumTree):
         return idx, prio
 
     def _find_into(self, us, out_index, out_priority) -> int:
-        return self._kernels.find(self._sums, self._lay, self.K, us, out_index, out_priority)
+        return self.kernels.find(self._sums, self._lay, self.K, us, out_index, out_priority)
 
     def get(self, indices):
         idx = as_indices(indices)
@@ -189,7 +212,7 @@ class ArraySumTree(SumTree):
         if bad.size:
             raise_for_status(kernels.STATUS_INDEX, int(bad[0]), idx, None, self.capacity, "indices")
         out = np.empty(idx.shape[0], dtype=np.float64)
-        self._kernels.get(self._sums, self._lay, idx, out)
+        self.kernels.get(self._sums, self._lay, idx, out)
         return out
 
     def total(self) -> float:
@@ -199,7 +222,7 @@ class ArraySumTree(SumTree):
         return float(self._mins[self._root])
 
     def rebuild(self) -> None:
-        self._kernels.rebuild(self._sums, self._mins, self._lay, self.K)
+        self.kernels.rebuild(self._sums, self._mins, self._lay, self.K)
         self._since_rebuild = 0
         self._t_max = float(self._sums[self._root])
 
@@ -263,7 +286,7 @@ class PrefixKarySumTree(ArraySumTree):
     """Cache-aligned K-ary tree whose sibling groups hold running sums (see
     :mod:`impl.trees.prefix_kernels`): the descent compares, it never adds. K a power of 2."""
 
-    _kernels = prefix_kernels
+    kernels = prefix_kernels
 
     def __init__(self, capacity: int, K: int = 16, dtype="float32", resum_every=None):
         capacity = check_capacity(capacity)
