@@ -206,24 +206,32 @@ def sigint_as_default():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def test_interrupted_run_keeps_finished_items(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "replaybench.bench", "run", "--suite", "quick", "--variants", "binary",
-                             "--out", str(tmp_path), "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                            preexec_fn=sigint_as_default)
+def interrupt_run(cmd: list, out: Path, ready, env=None) -> tuple[int, str]:
+    """Start the run ``cmd`` (writing under ``out``), wait (60 s at most) until ``ready(rows)``
+    holds for the rows on disk, then send SIGINT to its process group as Ctrl-C in a terminal
+    does; returns (exit status, output). The group is killed if it outlives the test."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, preexec_fn=sigint_as_default)
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # wait until at least two items are on disk
-            csvs = list(tmp_path.glob("*/rows.csv"))
-            if csvs and len({r["op"] for r in results.read_rows(csvs[0].parent)}) >= 2:
+        while time.monotonic() < deadline:
+            csvs = list(out.glob("*/rows.csv"))
+            if csvs and ready(results.read_rows(csvs[0].parent)):
                 break
-            time.sleep(0.1)
-        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
         output, _ = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, output
+    return proc.returncode, output
+
+
+def test_interrupted_run_keeps_finished_items(tmp_path):
+    cmd = [sys.executable, "-m", "replaybench.bench", "run", "--suite", "quick", "--variants", "binary",
+           "--out", str(tmp_path), "--no-progress"]
+    code, output = interrupt_run(cmd, tmp_path, lambda rows: len({r["op"] for r in rows}) >= 2)  # two items on disk
+    assert code == 130, output
     run_dir = only_run_dir(tmp_path)
     meta = results.read_meta(run_dir)
     assert meta["complete"] is False and meta["interrupted"] is True

@@ -6,10 +6,7 @@ Runs use the quick suite narrowed to one or two ops, so each takes a few seconds
 import csv
 import json
 import os
-import signal
-import subprocess
 import sys
-import time
 
 import pytest
 
@@ -18,7 +15,7 @@ from replaybench.bench.arguments import grid_param
 from replaybench.bench.scenarios import Selection, SelectionError, micro
 from replaybench.impl import registry
 
-from test_bench import ROOT, bench_cmd, only_run_dir, sigint_as_default  # noqa: F401 - shared helpers
+from test_bench import ROOT, bench_cmd, interrupt_run, only_run_dir  # noqa: F401 - shared helpers
 
 
 def quiet(*_):
@@ -206,22 +203,9 @@ def test_summary_best_peer_ratio(tmp_path):
 
 
 def test_sigint_after_first_item_leaves_readable_incomplete_run(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "replaybench.bench", "run", "--suite", "quick", "--out", str(tmp_path),
-                             "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True, preexec_fn=sigint_as_default)
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # the first item (timing-loop overhead) is on disk
-            csvs = list(tmp_path.glob("*/rows.csv"))
-            if csvs and results.read_rows(csvs[0].parent):
-                break
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGINT)
-        output, _ = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, output
+    cmd = [sys.executable, "-m", "replaybench.bench", "run", "--suite", "quick", "--out", str(tmp_path), "--no-progress"]
+    code, output = interrupt_run(cmd, tmp_path, bool)  # the first item (timing-loop overhead) is on disk
+    assert code == 130, output
     run_dir = only_run_dir(tmp_path)
     with open(run_dir / "rows.csv", newline="") as fh:
         reader = csv.DictReader(fh)

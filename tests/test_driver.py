@@ -8,16 +8,16 @@ no run folder created).
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from replaybench.bench import arguments, driver, results, suites
 from replaybench.bench.scenarios import Selection, SelectionError, micro
+
+from test_bench import interrupt_run
 
 ROOT = Path(__file__).resolve().parent.parent
 TOY = Path(__file__).resolve().parent / "toy"
@@ -90,30 +90,13 @@ def test_readme_scenario_example_runs_as_written(tmp_path):
     assert results.read_meta(tmp_path / "r" / "s")["complete"] is True
 
 
-def sigint_as_default():
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def test_toy_run_interrupted_keeps_finished_cells(tmp_path):
     suite = toy_suite(tmp_path, pause_s=0.3, variants=["sorted"], sizes=[10, 20, 30, 40, 50, 60, 70, 80],
                       max_size=100)
     env = {**os.environ, "PYTHONPATH": str(TOY)}
-    proc = subprocess.Popen([REPLAYBENCH, "run", "--suite", str(suite), "--out", str(tmp_path / "r"), "--no-progress"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, preexec_fn=sigint_as_default)
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # two cells on disk
-            csvs = list((tmp_path / "r").glob("*/rows.csv"))
-            if csvs and len({r["capacity"] for r in results.read_rows(csvs[0].parent)}) >= 2:
-                break
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGINT)
-        output, _ = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, output
+    cmd = [REPLAYBENCH, "run", "--suite", str(suite), "--out", str(tmp_path / "r"), "--no-progress"]
+    code, output = interrupt_run(cmd, tmp_path / "r", lambda rows: len({r["capacity"] for r in rows}) >= 2, env=env)
+    assert code == 130, output
     (run_dir,) = (tmp_path / "r").iterdir()
     meta = results.read_meta(run_dir)
     assert meta["complete"] is False and meta["interrupted"] is True
