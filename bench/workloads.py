@@ -34,6 +34,8 @@ from typing import Callable
 
 import numpy as np
 
+from replaybench.impl.storage import random_batch
+
 __all__ = ["SCHEMAS", "OPS", "OpSpec", "Target", "row_bytes", "random_batch", "variant_target", "fill", "make_call",
            "warmed_call", "time_calls"]
 
@@ -102,22 +104,6 @@ def row_bytes(fields: dict) -> int:
     """Bytes of one transition of schema ``fields``."""
     return sum(int(np.prod(_shape(shape), dtype=np.int64)) * np.dtype(dtype).itemsize
                for shape, dtype in fields.values())
-
-
-def random_batch(fields: dict, n: int, rng: np.random.Generator, int_high: int = 2) -> dict[str, np.ndarray]:
-    """``n`` random transitions matching ``fields``: booleans fair coins, integers uniform in
-    ``[0, int_high)``, floats uniform in [0, 1)."""
-    out = {}
-    for name, (shape, dtype) in fields.items():
-        shape = (n, *_shape(shape))
-        dtype = np.dtype(dtype)
-        if dtype.kind == "b":
-            out[name] = rng.random(shape) < 0.5
-        elif dtype.kind in "iu":
-            out[name] = rng.integers(0, int_high, shape).astype(dtype)
-        else:
-            out[name] = rng.random(shape).astype(dtype)
-    return out
 
 
 def variant_target(name: str, capacity: int, fields: dict, rng: np.random.Generator, **params) -> Target:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["FieldSpec", "ColumnarStorage", "parse_schema"]
+__all__ = ["FieldSpec", "ColumnarStorage", "parse_schema", "random_batch"]
 
 
 @dataclass(frozen=True)
@@ -113,3 +113,19 @@ class ColumnarStorage:
     def gather(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         """Copies of the rows at ``indices`` (unchecked). Cost: O(len(indices) * row bytes)."""
         return {name: col.take(indices, axis=0) for name, col in self.columns.items()}
+
+
+def random_batch(fields: dict, n: int, rng: np.random.Generator, int_high: int = 2) -> dict[str, np.ndarray]:
+    """``n`` random transitions matching the schema ``fields`` (checked by :func:`parse_schema`):
+    booleans fair coins, integers uniform in ``[0, int_high)``, floats uniform in [0, 1). Input
+    for warm-ups, benchmarks and tests; O(n * row size)."""
+    out = {}
+    for name, spec in parse_schema(fields).items():
+        shape = (n, *spec.shape)
+        if spec.dtype.kind == "b":
+            out[name] = rng.random(shape) < 0.5
+        elif spec.dtype.kind in "iu":
+            out[name] = rng.integers(0, int_high, shape).astype(spec.dtype)
+        else:
+            out[name] = rng.random(shape).astype(spec.dtype)
+    return out

@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from replaybench.impl import registry
+from replaybench.impl.storage import random_batch
 
-__all__ = ["buffer_kwargs", "make_local_buffer", "warm_up", "random_batch"]
+__all__ = ["buffer_kwargs", "make_local_buffer", "warm_up"]
 
 
 def buffer_kwargs(cfg, acfg) -> dict:
@@ -26,20 +27,6 @@ def make_local_buffer(cfg, acfg, fields, seed):
     ``seed`` (anything numpy.random.default_rng takes) seeds its sampling."""
     return registry.create(cfg.buffer, capacity=acfg.buffer_capacity, fields=fields, seed=seed,
                            **buffer_kwargs(cfg, acfg))
-
-
-def random_batch(fields: dict, n: int, rng: np.random.Generator) -> dict:
-    """``n`` random rows matching ``fields`` (warm-up input only)."""
-    out = {}
-    for name, (shape, dtype) in fields.items():
-        dtype = np.dtype(dtype)
-        if dtype.kind == "b":
-            out[name] = rng.random((n, *shape)) < 0.5
-        elif dtype.kind in "iu":
-            out[name] = rng.integers(0, 2, (n, *shape)).astype(dtype)
-        else:
-            out[name] = rng.random((n, *shape)).astype(dtype)
-    return out
 
 
 def warm_up(cfg, acfg, fields) -> None:
