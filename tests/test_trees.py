@@ -615,8 +615,8 @@ def test_aligned_k2_is_the_binary_layout(capacity):
     """Why the K=2 aligned tree is not among the tree configurations: it runs the same kernels
     on the same address table and array size as the binary tree."""
     aligned, binary = AlignedKarySumTree(capacity, K=2), BinarySumTree(capacity)
-    np.testing.assert_array_equal(aligned._lay, binary._lay)
-    assert aligned._sums.shape == binary._sums.shape and aligned._kernels is binary._kernels
+    np.testing.assert_array_equal(aligned.layout, binary.layout)
+    assert aligned.sums.shape == binary.sums.shape and aligned.kernels is binary.kernels
 
 
 @pytest.mark.parametrize("K", [2, 3, 5, 16, 64])
