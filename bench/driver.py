@@ -36,6 +36,7 @@ from replaybench.bench.scenarios import OPTIONS, Cell, RunState, Scenario, Selec
 
 __all__ = ["Plan", "plan", "execute", "run", "run_suites"]
 
+
 @dataclass(frozen=True)
 class Plan:
     """A suite expanded and checked: its scenario and cells, ready to :func:`execute`.
@@ -107,7 +108,7 @@ def execute(p: Plan, *, out="results", run_id: str | None = None, machine: str |
                 rows = [cell.row(cell.skip_status, cell.skip)]
             else:
                 try:
-                    rows = p.scenario.measure(cell, run)
+                    rows = p.scenario.measure(cell, run) or [cell.row("failed", "the scenario measured no rows")]
                 except Exception as err:  # one failing cell is recorded and the run goes on
                     rows = [cell.row("failed", f"{type(err).__name__}: {err}"[-4000:])]
             rows = [{**row, **stamp} for row in rows]
