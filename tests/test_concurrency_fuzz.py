@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from replaybench.bench import concurrency as C
@@ -29,6 +29,9 @@ NB = C.TRANSITIONS["cartpole"]
 CAPACITY = 32
 REFUSALS = (ValueError, TypeError, IndexError, KeyError)  # what bad input may raise, nothing else
 GOOD = st.floats(0.0, 100.0)
+# Each example starts calls in a second process: no per-example deadline, and no health check on
+# how fast examples are made (a loaded machine is slow at that, which says nothing of the buffer).
+SETTINGS = dict(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 BAD = st.sampled_from([float("nan"), float("inf"), -1.0, 1e300])  # 1e300: (p + eps) ** alpha overflows
 
 
@@ -217,7 +220,7 @@ REPRO = [_add("parent", 4), _add("child", 2, [1.0, 1e300], bad=True), _add("pare
 
 @pytest.mark.parametrize("policy", concurrent.names())
 def test_random_calls_from_two_processes(child, policy):
-    settings(max_examples=8, deadline=None, database=None)(
+    settings(max_examples=8, **SETTINGS)(
         given(st.lists(calls(), min_size=1, max_size=20))(
             example(REPRO)(lambda seq: run_sequence(child, policy, seq))))()
 
@@ -225,5 +228,5 @@ def test_random_calls_from_two_processes(child, policy):
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", concurrent.names())
 def test_random_calls_from_two_processes_long(child, policy):
-    settings(max_examples=200, deadline=None, database=None)(
+    settings(max_examples=200, **SETTINGS)(
         given(st.lists(calls(), min_size=1, max_size=60))(lambda seq: run_sequence(child, policy, seq)))()
