@@ -399,8 +399,13 @@ def test_cachegrind_differential_runs(tmp_path):
                 assert r["misses_per_op"][lv] == max(r["measured"][lv], 0) + r["resolution"][lv], r
             else:
                 assert r["misses_per_op"][lv] == r["measured"][lv] > r["resolution"][lv], r
-        # 256 descents of depth 3: at least a few hundred L1d line touches, not millions
-        assert 0 < r["measured"]["L1d"] < 20000 and r["measured"]["LL"] <= r["measured"]["L1d"], r
+        # Where measured above resolution: 256 descents of depth 3 touch hundreds of L1d lines, not
+        # millions, and the last level misses no more than L1d does (within both resolutions).
+        res_ = r["resolution"]
+        if "L1d" not in r["below_resolution"]:
+            assert 0 < r["measured"]["L1d"] < 20000, r
+            if "LL" not in r["below_resolution"]:
+                assert r["measured"]["LL"] <= r["measured"]["L1d"] + res_["L1d"] + res_["LL"], r
 
 
 def test_cache_suite_runs_through_the_harness(tmp_path):
