@@ -1,4 +1,5 @@
-"""Command line: ``replaybench list | run | summary | compare | train``.
+"""The benchmark commands of ``replaybench``: ``list | run | summary | train`` (the analysis
+commands ``plots | report | compare`` are analysis/__main__.py's; replaybench/cli.py joins both).
 
     replaybench list                              # registered variants and peers, with parameters
     replaybench run --suite default               # what `make bench` runs (micro, and later more)
@@ -6,7 +7,6 @@
     replaybench run --suite sweep-k --param K=4,16 --capacities 2**16
     replaybench run --suite quick --variants binary,kary-aligned --out /tmp/r
     replaybench summary results/<run_id>          # reprint a stored run's summary
-    replaybench compare results/<a> results/<b>   # run-to-run spread of the medians
     replaybench train --algo dqn --env CartPole-v1 --buffer kary-aligned --actors 2 --learners 1 --steps 50000
 """
 

@@ -12,7 +12,7 @@ Entry point for the harness::
 
 ``suite`` is bench/suites/cache.json (or the same shape); ``variants`` None means the suite's;
 ``emit_rows(list_of_dicts)`` is called as each (method, variant, capacity) finishes, with rows
-shaped like bench/runner.py's (scenario "cache", metric "misses_per_op", unit "misses",
+shaped like the micro scenario's (scenario "cache", metric "misses_per_op", unit "misses",
 plus columns ``level`` (L1d / LL), ``method``, ``stream`` (tree / tree+data), ``cache_config``);
 ``value`` is misses per *call* (one call = ``batch`` = 256 items: divide by
 ``items_per_call`` for misses per transition). Returns ``{"methods": {method: "ok" or the
