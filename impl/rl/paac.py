@@ -91,8 +91,8 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
     log = EpisodeLog(cfg.resolved_threshold(), cfg.window)
     prof = SectionProfiler()
     sgd = prof.section("sgd")
-    with SharedVectorEnv(cfg.env, acfg.n_envs, n_workers, seed=seeds.actor(0).env, start_method=cfg.start_method,
-                         timeout_s=cfg.timeout_s or 120.0) as venv:
+    with SharedVectorEnv(cfg.env, acfg.n_envs, n_workers, seed=seeds.actor(0).env, halves=acfg.halves,
+                         start_method=cfg.start_method, timeout_s=cfg.timeout_s or 120.0) as venv:
         learner = A2CLearner(venv.single_observation_space, venv.single_action_space, acfg, seeds.networks)
         obs = venv.reset()
         busy0 = venv.worker_busy_s
