@@ -4,7 +4,9 @@
         --actors 2 --learners 1 --steps 50000 --seed 0
 
 One run with a progress bar (env steps/s, updates/s, mean return of the last 20 episodes);
-``--actors 0``, ``--learners 0`` or ``--sequential`` runs the sequential baseline. The run
+``--actors 0``, ``--learners 0`` or ``--sequential`` runs the sequential baseline;
+``--backend ray [--ray-address ADDR]`` runs the actors as Ray actors on any node of a Ray
+cluster (:mod:`impl.rl.ray_backend`; a local Ray without an address). The run
 goes through the driver as a one-cell run of the training scenario
 (:mod:`bench.scenarios.training`, which documents the rows); suites of runs are
 ``replaybench run --suite training``.
@@ -66,6 +68,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--insert-batch", type=int, help="transitions per buffer add (default 8)")
     p.add_argument("--weight-sync-every", type=int, help="learner updates between weight broadcasts (default 10)")
     p.add_argument("--timeout", type=float, help="fail the run after this many seconds")
+    p.add_argument("--backend", default="process", choices=("process", "ray"),
+                   help="engine of the parallel loop: processes on this machine, or Ray actors on any node of a "
+                        "Ray cluster (needs the 'ray' extra)")
+    p.add_argument("--ray-address", help="Ray backend: address of a running Ray cluster (default: a local Ray "
+                                         "started for the run)")
     p.add_argument("--out", default="results", help="folder that receives <run_id>/ (default: results)")
     p.add_argument("--run-id", type=arguments.run_id, help="default: <UTC time>-train")
     p.add_argument("--machine", help="machine label for the rows (default: host name)")
@@ -81,20 +88,20 @@ def _validated_config(args):
 
     sequential = args.sequential or args.actors == 0 or args.learners == 0
     extra = {k: v for k, v in (("insert_batch", args.insert_batch), ("weight_sync_every", args.weight_sync_every),
-                               ("timeout_s", args.timeout)) if v is not None}
+                               ("timeout_s", args.timeout), ("ray_address", args.ray_address)) if v is not None}
     try:
         env = args.env or algorithms.get(args.algo).default_env
         cfg = TrainConfig(algo=args.algo, env=env, buffer=args.buffer, policy=args.policy,
                           buffer_params=dict(args.param or []), actors=0 if sequential else args.actors,
                           learners=0 if sequential else args.learners, steps=args.steps, seed=args.seed,
-                          overrides=dict(args.overrides or []), **extra)
+                          overrides=dict(args.overrides or []), backend=args.backend, **extra)
         cfg.validate()
     except ConfigError as err:
         # TrainConfig field -> the option that sets it; any other field is the algorithm config's (--set)
         options = {"algo": "--algo", "env": "--env", "buffer": "--buffer", "policy": "--policy",
                    "buffer_params": "--param", "actors": "--actors", "learners": "--learners", "steps": "--steps",
                    "seed": "--seed", "insert_batch": "--insert-batch", "weight_sync_every": "--weight-sync-every",
-                   "timeout_s": "--timeout"}
+                   "timeout_s": "--timeout", "backend": "--backend", "ray_address": "--ray-address"}
         args.parser.error(f"argument {options.get(err.field, '--set')}: {err}")
     return cfg
 

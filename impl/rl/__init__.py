@@ -19,6 +19,7 @@ profiler        per-section perf_counter accumulators
 sequential      the one-process baseline loop
 shared          counters, rate limiter and weight broadcast in shared memory
 parallel        A actor + L learner processes over the shared buffer
+ray_backend     the parallel loop on a Ray cluster (ray_workers: its server, actors, learners)
 ==============  ===============================================================
 """
 
@@ -32,13 +33,17 @@ __all__ = ["TrainConfig", "TrainResult", "ConfigError", "InjectedFailure", "Work
 
 def train(cfg: TrainConfig, progress=None) -> TrainResult:
     """Run ``cfg``: the sequential baseline when ``actors`` or ``learners`` is 0, else the
-    parallel loop. ``progress(env_steps, updates, recent_mean_return)`` is called a few times
+    parallel loop (``cfg.backend``: processes or Ray). ``progress(env_steps, updates, recent_mean_return)`` is called a few times
     per second from this process. A bad ``cfg`` raises ConfigError before any work starts
     (:meth:`TrainConfig.validate`)."""
     if cfg.sequential:
         from .sequential import run_sequential
 
         return run_sequential(cfg, progress)
+    if cfg.backend == "ray":
+        from .ray_backend import run_ray
+
+        return run_ray(cfg, progress)
     from .parallel import run_parallel
 
     return run_parallel(cfg, progress)
