@@ -240,7 +240,8 @@ class TrainResult:
     worker_pids: list = field(default_factory=list)  # parallel loop: the (exited) worker processes (ray: server first)
     actor_nodes: list = field(default_factory=list)  # ray backend: the node id each actor ran on (last life)
     actor_restarts: int = 0           # ray backend: actor processes that died and were restarted
-    dropped_batches: int = 0          # ray backend: batches a dead actor staged or sent that never reached the buffer
+    dropped_batches: int = 0          # ray backend: per actor death, the batch it was staging (0 to insert_batch - 1
+    #                                   rows, lost with the process), plus each insert of a dead life arriving late
 
     @property
     def env_steps_per_s(self) -> float:

@@ -283,7 +283,7 @@ def run_ray(cfg: TrainConfig, progress=None) -> TrainResult:
         if own:
             ray.shutdown()
     if progress is not None:
-        progress(sum(server["actor_steps"]), stats[("learner", 0)]["updates"], None)
+        progress(sum(server["actor_steps"]), stats[("learner", 0)]["updates"], server["recent_mean"])
     result = _result(cfg, acfg, stats, server, wall, run.restarts)
     result.worker_pids = list(run.pids())
     return result

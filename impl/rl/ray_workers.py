@@ -226,7 +226,8 @@ class ReplayServer:
                 "learner_wait": self.counters.learner_wait.tolist(), "inserted": self.buf.inserted,
                 "lock_wait_s": self.buf.lock_wait_seconds, "final_weight_min": float(np.min(final["weights"])),
                 "episodes": log.episodes, "time_to_threshold_s": log.time_to_threshold_s,
-                "steps_to_threshold": log.steps_to_threshold, "dropped": self.dropped}
+                "steps_to_threshold": log.steps_to_threshold, "recent_mean": log.recent_mean(),
+                "dropped": self.dropped}
 
     def close(self) -> None:
         """Unlink the buffer and the counters (idempotent)."""
@@ -278,6 +279,16 @@ class ActorWorker:
             self.version = version
             self.weight_loads += 1
 
+    def _reply(self, pending) -> dict:
+        """Wait for an insert's reply; the time blocked (the server's rate limiter, and the
+        call's round trip where stepping the next batch did not cover it) goes to "wait"."""
+        import ray
+
+        t0 = time.perf_counter()
+        reply = ray.get(pending)
+        self.prof.add("wait", time.perf_counter() - t0)
+        return reply
+
     def run(self, server, epoch: int, steps: int) -> dict:
         """Step ``steps`` env steps (this life's share), inserting every ``insert_batch`` into
         ``server``; returns this life's stats, or ``{"stopped": True}`` when the server stopped
@@ -291,31 +302,29 @@ class ActorWorker:
         self.prof.restart()
         self.weight_loads = 0
         self._apply(ray.get(server.weights_since.remote(self.version)))
-        stage, replay = self.runner.stage, self.prof.section("replay")
+        stage, replay = self.runner.stage, self.prof.section("replay")  # replay: sending a batch
         pending, base, done = None, 0, 0
         while done < steps:
             full = self.runner.step(base + stage.n)
             done += 1
             if full or done == steps:
+                if pending is not None:  # the previous insert's reply: the limiter's verdict, new weights
+                    reply = self._reply(pending)
+                    if reply["stopped"]:
+                        return {"stopped": True}
+                    base = reply["env_steps"]
+                    self._apply(reply["weights"])
                 with replay:
-                    if pending is not None:  # the previous insert's reply: the limiter's verdict, new weights
-                        reply = ray.get(pending)
-                        if reply["stopped"]:
-                            return {"stopped": True}
-                        base = reply["env_steps"]
-                        self._apply(reply["weights"])
                     pending = server.insert.remote(self.rank, epoch, stage.batch(), self.episodes, self.version)
-                    self.episodes = []
+                self.episodes = []
             if self.kill_at is not None and done >= self.kill_at:
                 os.kill(os.getpid(), signal.SIGKILL)  # test hook: this process dies mid-run
             if self.fail_at is not None and done >= self.fail_at:
                 from .config import InjectedFailure
 
                 raise InjectedFailure(f"actor {self.rank}: injected failure at env step {done}")
-        if pending is not None:
-            with replay:
-                if ray.get(pending)["stopped"]:
-                    return {"stopped": True}
+        if pending is not None and self._reply(pending)["stopped"]:
+            return {"stopped": True}
         return {"steps": done, "profile": self.prof.breakdown(), "weight_loads": self.weight_loads,
                 "node": _node_id()}
 
