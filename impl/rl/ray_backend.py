@@ -80,19 +80,20 @@ class _RayRun:
         from .ray_workers import ActorWorker, LearnerWorker, ReplayServer
 
         cfg = self.cfg
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
         self.server = ray.remote(ReplayServer).options(
             num_cpus=0, max_concurrency=cfg.actors + cfg.learners + 8, max_restarts=0).remote(cfg)
+        # the actors need nothing from the server to start: their processes come up meanwhile
+        self.actors = [ray.remote(ActorWorker).options(num_cpus=ACTOR_CPUS, scheduling_strategy="SPREAD",
+                                                       max_restarts=cfg.actor_max_restarts, max_task_retries=0)
+                       .remote(cfg, i) for i in range(cfg.actors)]
         self.placement = self._get(self.server.placement.remote(), "replay-server", STARTUP_TIMEOUT_S)
         beside = NodeAffinitySchedulingStrategy(self.placement["node"], soft=False)
         self.learners = [ray.remote(LearnerWorker).options(num_cpus=0, scheduling_strategy=beside, max_restarts=0)
                          .remote(cfg, r, self.placement) for r in range(cfg.learners)]
-        self.actors = [ray.remote(ActorWorker).options(num_cpus=ACTOR_CPUS, scheduling_strategy="SPREAD",
-                                                       max_restarts=cfg.actor_max_restarts, max_task_retries=0)
-                       .remote(cfg, i) for i in range(cfg.actors)]
         waits = ([(self.server.ready.remote(), "replay-server")]
                  + [(w.setup.remote(self.server), f"learner-{r}") for r, w in enumerate(self.learners)]
                  + [(w.node.remote(), f"actor-{i}") for i, w in enumerate(self.actors)])
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
         for ref, name in waits:
             answer = self._get(ref, name, max(1.0, deadline - time.monotonic()))
             if name != "replay-server":
@@ -108,17 +109,17 @@ class _RayRun:
             raise WorkerFailed(name, f"{name} not ready after {timeout:.0f} s (does the cluster have "
                                      f"{ACTOR_CPUS} free CPU per actor?)") from None
         except ray.exceptions.RayError as err:
-            self._check_server()
+            if self.server is not None:
+                self._check_server()
             raise WorkerFailed(name, str(err)) from None
 
-    def _check_server(self) -> None:
-        """Raise WorkerFailed("replay-server") when the server is dead."""
+    def _check_server(self) -> tuple:
+        """The server's ``progress()``; WorkerFailed("replay-server") when it is dead or does
+        not answer within 30 s."""
         import ray
 
-        if self.server is None:
-            return
         try:
-            ray.get(self.server.progress.remote(), timeout=30.0)
+            return ray.get(self.server.progress.remote(), timeout=30.0)
         except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as err:
             raise WorkerFailed("replay-server", "the replay server (the Ray actor owning the shared buffer) died or "
                                                 f"stopped answering; the run cannot go on without its buffer: {err}") \
@@ -154,11 +155,7 @@ class _RayRun:
             now = time.monotonic()
             if now >= next_report:
                 next_report = now + PROGRESS_EVERY_S
-                try:
-                    steps, updates, recent = ray.get(self.server.progress.remote(), timeout=30.0)
-                except ray.exceptions.RayError:
-                    self._check_server()
-                    raise
+                steps, updates, recent = self._check_server()
                 if progress is not None:
                     progress(steps, updates, recent)
             if cfg.timeout_s is not None and now - t0 > cfg.timeout_s:

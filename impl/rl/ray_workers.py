@@ -154,6 +154,7 @@ class ReplayServer:
         self.t0 = time.monotonic()
         self.inserts = 0
         self.kill_at = cfg.failure_point("server-kill", 0)
+        self.closed = False
 
     def placement(self) -> dict:
         """Where learners attach: this node's id, the buffer handle, the counters' spec, a port."""
@@ -190,6 +191,8 @@ class ReplayServer:
             except Stopped:
                 return {"env_steps": self.counters.env_steps(), "stopped": True, "weights": (have, None)}
         with self.lock:
+            if self.closed:
+                return {"env_steps": 0, "stopped": True, "weights": (have, None)}
             if epoch != self.epochs[rank]:
                 self.dropped += 1
             else:
@@ -230,10 +233,13 @@ class ReplayServer:
                 "dropped": self.dropped}
 
     def close(self) -> None:
-        """Unlink the buffer and the counters (idempotent)."""
+        """Stop the run (waiting inserts and learners return), then unlink the buffer and the
+        counters; later inserts answer "stopped". Idempotent."""
         self.counters.stop()
-        self.buf.close()
-        self.counters.close()
+        with self.lock:
+            self.closed = True
+            self.buf.close()
+            self.counters.close()
 
 
 # ---------------------------------------------------------------------------------------------- actor
