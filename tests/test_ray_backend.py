@@ -46,19 +46,18 @@ def assert_gone(pids, within_s: float = 30.0) -> None:
 
 @pytest.fixture(scope="module")
 def cluster():
-    """Two Ray nodes with one CPU each; the test process is connected as the driver.
-    Shut down (and every Ray process of it checked gone) at the end of the module."""
+    """Two Ray nodes with one CPU each; runs connect to it with ``ray_address`` (as
+    ``--ray-address`` does: ray.init for the run, ray.shutdown after it). Shut down (and every
+    Ray process of it checked gone) at the end of the module."""
     from ray.cluster_utils import Cluster
 
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     pids = []
     try:
         c.add_node(num_cpus=1)
-        ray.init(address=c.address, logging_level="error")
         c.wait_for_nodes()
         yield c
     finally:
-        ray.shutdown()
         for node in [c.head_node, *c.worker_nodes]:
             if node is not None:
                 pids += [info.process.pid for infos in node.all_processes.values() for info in infos]
@@ -93,12 +92,12 @@ def test_without_ray_the_backend_says_it_is_unavailable(monkeypatch, tmp_path, c
 
 # ---------------------------------------------------------------------------------------- runs
 def test_ray_run_places_actors_on_both_nodes_and_keeps_the_loop_contracts(cluster):
-    cfg = tiny()
+    cfg = tiny(ray_address=cluster.address)
     acfg = cfg.algo_config()
     reports = []
     result = train(cfg, lambda *a: reports.append(a))
-    assert result.mode == "ray"
-    nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    assert result.mode == "ray" and not ray.is_initialized()  # disconnected after the run
+    nodes = {node.node_id for node in [cluster.head_node, *cluster.worker_nodes]}
     assert len(nodes) == 2 and set(result.actor_nodes) == nodes  # one actor on each node
     # every env step reached the buffer, every actor's rows were sampled
     assert result.env_steps == cfg.steps == sum(result.actor_steps) == result.inserted
@@ -117,7 +116,8 @@ def test_ray_run_places_actors_on_both_nodes_and_keeps_the_loop_contracts(cluste
 
 @pytest.mark.slow
 def test_killed_actor_is_restarted_and_the_run_goes_on(cluster):
-    cfg = tiny(steps=1000, fail="actor-kill:1:150")  # actor 1 SIGKILLs itself after 150 env steps
+    # actor 1 SIGKILLs itself after 150 env steps
+    cfg = tiny(steps=1000, fail="actor-kill:1:150", ray_address=cluster.address)
     acfg = cfg.algo_config()
     result = train(cfg)
     assert result.actor_restarts == 1 and result.dropped_batches >= 1
@@ -131,7 +131,7 @@ def test_killed_actor_is_restarted_and_the_run_goes_on(cluster):
 
 @pytest.mark.slow
 def test_actor_dying_past_max_restarts_fails_the_run(cluster):
-    cfg = tiny(fail="actor-kill:0:50", actor_max_restarts=0)
+    cfg = tiny(fail="actor-kill:0:50", actor_max_restarts=0, ray_address=cluster.address)
     with pytest.raises(WorkerFailed) as info:
         train(cfg)
     assert info.value.worker == "actor-0" and "died" in info.value.detail
@@ -141,7 +141,8 @@ def test_actor_dying_past_max_restarts_fails_the_run(cluster):
 
 @pytest.mark.slow
 def test_replay_server_death_ends_the_run_cleanly(cluster):
-    cfg = tiny(steps=2000, fail="server-kill:0:30")  # the server SIGKILLs itself at its 30th insert
+    # the server SIGKILLs itself at its 30th insert
+    cfg = tiny(steps=2000, fail="server-kill:0:30", ray_address=cluster.address)
     t0 = time.monotonic()
     with pytest.raises(WorkerFailed) as info:
         train(cfg)
@@ -156,7 +157,7 @@ def test_replay_server_death_ends_the_run_cleanly(cluster):
 
 @pytest.mark.slow
 def test_two_learners_on_ray_stay_identical(cluster):
-    result = train(tiny(learners=2))
+    result = train(tiny(learners=2, ray_address=cluster.address))
     assert len(result.learner_digests) == 2 and len(set(result.learner_digests)) == 1
     assert result.inserted == 600 and segments_of(result.worker_pids) == []
 
@@ -173,3 +174,19 @@ def test_suite_runs_each_parallel_layout_on_each_backend_process_first():
                                                                      (2, 1, "ray")]
     modes = [cell.columns["mode"] for cell in cells_for(configs)]
     assert modes == ["processes", "processes", "ray"]
+
+
+@pytest.mark.slow
+def test_train_command_on_a_ray_cluster(cluster, tmp_path):
+    from replaybench.bench import results
+    from replaybench.cli import main
+
+    text = {key: ",".join(map(str, v)) if isinstance(v, tuple) else str(v) for key, v in TINY.items()}
+    sets = [arg for key, value in text.items() for arg in ("--set", f"{key}={value}")]
+    code = main(["train", "--backend", "ray", "--ray-address", cluster.address, "--steps", "600", *sets,
+                 "--out", str(tmp_path), "--no-progress"])
+    assert code == 0
+    (run_dir,) = tmp_path.iterdir()
+    summary = {r["metric"]: r for r in results.read_rows(run_dir) if r["op"] == "summary"}
+    assert {r["mode"] for r in summary.values()} == {"ray"}
+    assert summary["env_steps_per_s"]["value"] > 0 and summary["actor_restarts"]["value"] == 0

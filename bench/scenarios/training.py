@@ -83,7 +83,8 @@ def run_base(cfg, acfg, base: dict) -> dict:
     return {**base, "scenario": "training", "variant": cfg.buffer, "structure": structure, "K": k,
             "policy": "none" if cfg.sequential else cfg.policy, "algo": cfg.algo, "env": cfg.env,
             "actors": 0 if cfg.sequential else cfg.actors, "learners": 0 if cfg.sequential else cfg.learners,
-            "seed": cfg.seed, "mode": _MODES[cfg.backend] if not cfg.sequential else "processes", "capacity": acfg.buffer_capacity, "batch": acfg.batch_size,
+            "seed": cfg.seed, "mode": "processes" if cfg.sequential else _MODES[cfg.backend],
+            "capacity": acfg.buffer_capacity, "batch": acfg.batch_size,
             "params": params}
 
 

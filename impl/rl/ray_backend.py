@@ -263,8 +263,8 @@ def run_ray(cfg: TrainConfig, progress=None) -> TrainResult:
 
     own = not ray.is_initialized()
     if own:
-        kwargs = {} if cfg.ray_address else {"num_cpus": max(os.cpu_count() or 1, cfg.actors)}
-        ray.init(address=cfg.ray_address, include_dashboard=False, logging_level="error", **kwargs)
+        local = {"num_cpus": max(os.cpu_count() or 1, cfg.actors), "include_dashboard": False}
+        ray.init(address=cfg.ray_address, logging_level="error", **({} if cfg.ray_address else local))
     run = _RayRun(cfg)
     try:
         try:
