@@ -33,9 +33,9 @@ __all__ = ["TrainConfig", "TrainResult", "ConfigError", "InjectedFailure", "Work
 
 def train(cfg: TrainConfig, progress=None) -> TrainResult:
     """Run ``cfg``: the sequential baseline when ``actors`` or ``learners`` is 0, else the
-    parallel loop (``cfg.backend``: processes or Ray). ``progress(env_steps, updates, recent_mean_return)`` is called a few times
-    per second from this process. A bad ``cfg`` raises ConfigError before any work starts
-    (:meth:`TrainConfig.validate`)."""
+    parallel loop on ``cfg.backend`` (processes, or Ray). ``progress(env_steps, updates,
+    recent_mean_return)`` is called a few times per second from this process. A bad ``cfg``
+    raises ConfigError before any work starts (:meth:`TrainConfig.validate`)."""
     if cfg.sequential:
         from .sequential import run_sequential
 

@@ -2,7 +2,8 @@
 
 ``actors == 0`` or ``learners == 0`` selects the sequential baseline (:mod:`impl.rl.sequential`);
 otherwise :mod:`impl.rl.parallel` runs ``actors`` actor processes and ``learners`` learner
-processes over a shared-memory buffer. Both loops do the same number of learner updates for
+processes over a shared-memory buffer (with ``backend="ray"``, :mod:`impl.rl.ray_backend` runs
+them as Ray actors on a Ray cluster). Every loop does the same number of learner updates for
 the same ``steps`` (:func:`total_updates`), so their throughputs compare at the same ratio.
 
 :meth:`TrainConfig.validate` checks a run before anything starts (both loops call it first):

@@ -20,12 +20,12 @@ Faults:
 
 - an actor whose process dies (``ray.exceptions.RayActorError``) is restarted by Ray; the
   driver ends that life at the server (:meth:`ReplayServer.restart`: the batch it was
-  staging, and any insert it left in flight, are dropped and counted in
+  staging, and any insert of that life arriving later, are dropped and counted in
   ``TrainResult.dropped_batches``) and runs the rows still owed on the new life; more than
   ``actor_max_restarts`` deaths, or an exception raised in an actor, fail the run;
 - the server's death ends the run with :class:`~impl.rl.config.WorkerFailed` (worker
-  "replay-server"); its segments are unlinked by multiprocessing's resource tracker (the
-  server registered them) and, as a second line, by a cleanup task on its node;
+  "replay-server"); its segments are unlinked by a cleanup task on its node, unless
+  multiprocessing's resource tracker (the server registered them with it) got there first;
 - on every exit path (success, failure, timeout, Ctrl-C) the driver stops the counters,
   kills every Ray actor it made, unlinks the buffer, and shuts down a Ray it started itself.
 """
