@@ -4,13 +4,16 @@
         --actors 2 --learners 1 --steps 50000 --seed 0
 
 One run with a progress bar (env steps/s, updates/s, mean return of the last 20 episodes);
-``--actors 0``, ``--learners 0`` or ``--sequential`` runs the sequential baseline.
+``--actors 0``, ``--learners 0`` or ``--sequential`` runs the sequential baseline;
+``--backend ray [--ray-address ADDR]`` runs the actors as Ray actors on any node of a Ray
+cluster (:mod:`impl.rl.ray_backend`; a local Ray without an address).
 ``--algo a2c`` runs PAAC instead (:mod:`impl.rl.paac`: one learner, ``--envs`` environments
 over ``--workers`` stepping processes, an A2C update every ``--t-max`` steps; the replay
-options do not apply)::
+and backend options do not apply)::
 
-    replaybench train --algo a2c --env CartPole-v1 --envs 32 --workers 2 --t-max 5 --steps 200000 The run
-goes through the driver as a one-cell run of the training scenario
+    replaybench train --algo a2c --env CartPole-v1 --envs 32 --workers 2 --t-max 5 --steps 200000
+
+The run goes through the driver as a one-cell run of the training scenario
 (:mod:`bench.scenarios.training`, which documents the rows); suites of runs are
 ``replaybench run --suite training``.
 """
@@ -74,6 +77,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, help="a2c: stepping processes, n_w (capped at the cores; 0: in process)")
     p.add_argument("--t-max", type=int, help="a2c: steps per environment between updates")
     p.add_argument("--timeout", type=float, help="fail the run after this many seconds")
+    p.add_argument("--backend", default="process", choices=("process", "ray"),
+                   help="engine of the parallel loop: processes on this machine, or Ray actors on any node of a "
+                        "Ray cluster (needs the 'ray' extra)")
+    p.add_argument("--ray-address", help="Ray backend: address of a running Ray cluster (default: a local Ray "
+                                         "started for the run)")
     p.add_argument("--out", default="results", help="folder that receives <run_id>/ (default: results)")
     p.add_argument("--run-id", type=arguments.run_id, help="default: <UTC time>-train")
     p.add_argument("--machine", help="machine label for the rows (default: host name)")
@@ -89,7 +97,7 @@ def _validated_config(args):
 
     sequential = args.sequential or args.actors == 0 or args.learners == 0
     extra = {k: v for k, v in (("insert_batch", args.insert_batch), ("weight_sync_every", args.weight_sync_every),
-                               ("timeout_s", args.timeout)) if v is not None}
+                               ("timeout_s", args.timeout), ("ray_address", args.ray_address)) if v is not None}
     paac = {k: v for k, v in (("n_envs", args.envs), ("n_workers", args.workers), ("t_max", args.t_max))
             if v is not None}
     try:
@@ -100,7 +108,10 @@ def _validated_config(args):
         cfg = TrainConfig(algo=args.algo, env=env, buffer=args.buffer, policy=args.policy,
                           buffer_params=dict(args.param or []), actors=0 if sequential or own_loop else args.actors,
                           learners=0 if sequential or own_loop else args.learners, steps=args.steps, seed=args.seed,
-                          overrides={**dict(args.overrides or []), **paac}, **extra)
+                          overrides={**dict(args.overrides or []), **paac}, backend=args.backend, **extra)
+        if own_loop and args.backend != "process":
+            raise ConfigError("backend", args.backend, f"{args.algo} runs its own processes; --backend applies to "
+                                                       "the replay loop only")
         if args.algo == "a2c":
             from replaybench.impl.rl import paac as paac_loop
 
@@ -112,7 +123,8 @@ def _validated_config(args):
         options = {"algo": "--algo", "env": "--env", "buffer": "--buffer", "policy": "--policy",
                    "buffer_params": "--param", "actors": "--actors", "learners": "--learners", "steps": "--steps",
                    "seed": "--seed", "insert_batch": "--insert-batch", "weight_sync_every": "--weight-sync-every",
-                   "timeout_s": "--timeout", "n_envs": "--envs", "n_workers": "--workers", "t_max": "--t-max"}
+                   "timeout_s": "--timeout", "n_envs": "--envs", "n_workers": "--workers", "t_max": "--t-max",
+                   "backend": "--backend", "ray_address": "--ray-address"}
         args.parser.error(f"argument {options.get(err.field, '--set')}: {err}")
     return cfg
 

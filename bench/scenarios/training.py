@@ -9,10 +9,12 @@ Two entry points, both run by the driver (:mod:`bench.driver`) into ``results/<r
 - ``replaybench run --suite training``: bench/suites/training.json's grid (:func:`suite_configs`):
   buffers (variant + policy + parameters) x (actors, learners) x seeds, the sequential
   baseline included, one run after another. Selection: ``--variants`` keeps the suite's
-  buffers of those variants.
+  buffers of those variants. A suite's ``backends`` (default ``["process"]``) runs each
+  parallel layout on each engine of the loop, the process backend first
+  (bench/suites/training-ray.json: Ray against processes in one run).
 
-Rows (scenario "training", mode "processes"; the sequential baseline has actors = learners = 0,
-policy "none" and ``"baseline": true`` in params), per run:
+Rows (scenario "training", mode "processes", or "ray" for the Ray backend; the sequential
+baseline has actors = learners = 0, policy "none" and ``"baseline": true`` in params), per run:
 
 - op "summary", one row per metric: env_steps_per_s (steps/s), updates_per_s (updates/s),
   sample_latency_s (s, mean per buffer.sample call), time_to_threshold_s (s; status "skipped"
@@ -20,7 +22,10 @@ policy "none" and ``"baseline": true`` in params), per run:
   same), actor_wait_s and learner_wait_s (s, summed over the processes of the role: blocked on
   the rate limiter), buffer_lock_wait_s (s, summed; absent for the lock-free baseline),
   speedup (x: env_steps_per_s over the baseline's with the same buffer and seed, when the
-  baseline is in the same run; 1.0 for the baseline itself);
+  baseline is in the same run; 1.0 for the baseline itself); vs_process (x, Ray runs only:
+  env_steps_per_s over the process backend's run of the same configuration in the same run);
+  actor_restarts and dropped_batches (Ray runs only: actor processes restarted, batches lost
+  with them);
 - op "episode", metric "return": one row per finished episode, with env_steps and wall_s
   (seconds since the first env step) and ``repeat`` = the episode's index;
 - op "profile", metric env_step / inference / replay / sgd / wait / other: seconds, summed over
@@ -46,7 +51,8 @@ __all__ = ["SUMMARY_UNITS", "run_base", "result_rows", "ProgressBar", "format_ta
 #: Summary metrics and their units, in the order they are written.
 SUMMARY_UNITS = {"env_steps_per_s": "steps/s", "updates_per_s": "updates/s", "sample_latency_s": "s",
                  "time_to_threshold_s": "s", "steps_to_threshold": "steps", "actor_wait_s": "s",
-                 "learner_wait_s": "s", "buffer_lock_wait_s": "s", "speedup": "x"}
+                 "learner_wait_s": "s", "buffer_lock_wait_s": "s", "speedup": "x", "vs_process": "x",
+                 "actor_restarts": "count", "dropped_batches": "count"}
 
 
 # ------------------------------------------------------------------------------------------ rows
@@ -58,6 +64,9 @@ def _structure_and_k(variant: str, buffer_params: dict):
     except KeyError:
         return "unknown", buffer_params.get("K")
     return v.structure, buffer_params.get("K", v.params.get("K"))
+
+
+_MODES = {"process": "processes", "ray": "ray"}  # TrainConfig.backend -> the rows' mode
 
 
 def run_base(cfg, acfg, base: dict) -> dict:
@@ -74,20 +83,24 @@ def run_base(cfg, acfg, base: dict) -> dict:
     return {**base, "scenario": "training", "variant": cfg.buffer, "structure": structure, "K": k,
             "policy": "none" if cfg.sequential else cfg.policy, "algo": cfg.algo, "env": cfg.env,
             "actors": 0 if cfg.sequential else cfg.actors, "learners": 0 if cfg.sequential else cfg.learners,
-            "seed": cfg.seed, "mode": "processes", "capacity": acfg.buffer_capacity, "batch": acfg.batch_size,
+            "seed": cfg.seed, "mode": "processes" if cfg.sequential else _MODES[cfg.backend],
+            "capacity": acfg.buffer_capacity, "batch": acfg.batch_size,
             "params": params}
 
 
-def result_rows(result, row: dict, speedup: float | None = None) -> list[dict]:
+def result_rows(result, row: dict, speedup: float | None = None, vs_process: float | None = None) -> list[dict]:
     """Summary, episode and profile rows of one finished run (``row``: its shared columns)."""
+    ray = result.mode == "ray"
     values = {"env_steps_per_s": result.env_steps_per_s, "updates_per_s": result.updates_per_s,
               "sample_latency_s": result.sample_latency_s, "time_to_threshold_s": result.time_to_threshold_s,
               "steps_to_threshold": result.steps_to_threshold, "actor_wait_s": result.actor_wait_s,
               "learner_wait_s": result.learner_wait_s, "buffer_lock_wait_s": result.buffer_lock_wait_s,
-              "speedup": speedup}
+              "speedup": speedup, "vs_process": vs_process, "actor_restarts": result.actor_restarts if ray else None,
+              "dropped_batches": result.dropped_batches if ray else None}
     out = []
     for metric, value in values.items():
-        if value is None and metric in ("buffer_lock_wait_s", "speedup", "sample_latency_s"):
+        if value is None and metric in ("buffer_lock_wait_s", "speedup", "sample_latency_s", "vs_process",
+                                        "actor_restarts", "dropped_batches"):
             continue  # not applicable to this run
         r = {**row, "op": "summary", "metric": metric, "unit": SUMMARY_UNITS[metric], "repeat": 0}
         if value is None:  # the threshold was not reached
@@ -150,7 +163,7 @@ def format_table(rows: list[dict]) -> str:
     for r in rows:
         params = json.loads(r["params"]) if isinstance(r["params"], str) else r["params"]  # read back or in memory
         ratio = params.get("updates_per_step")
-        key = (r["variant"], r["policy"], ratio, r["actors"], r["learners"], r["seed"])
+        key = (r["variant"], r["policy"], ratio, r["actors"], r["learners"], r["seed"], r.get("mode", "processes"))
         entry = runs.setdefault(key, {"profile": {}})
         if r["op"] == "summary":
             entry[r["metric"]] = r.get("value") if r["status"] == "ok" else r["status"]
@@ -161,16 +174,17 @@ def format_table(rows: list[dict]) -> str:
         return fmt.format(x) if isinstance(x, (int, float)) else (x or "-")
 
     body = []
-    for (variant, policy, ratio, a, l, seed), e in runs.items():
+    for (variant, policy, ratio, a, l, seed, mode), e in runs.items():
         total = sum(e["profile"].values())
         share = e["profile"].get("replay", 0.0) / total if total else None
-        body.append([variant, policy, str(ratio), str(a), str(l), str(seed),
+        body.append([variant, policy, mode, str(ratio), str(a), str(l), str(seed),
                      num(e.get("env_steps_per_s"), "{:.0f}"), num(e.get("updates_per_s"), "{:.0f}"), num(e.get("time_to_threshold_s"), "{:.1f}"),
-                     num(e.get("speedup"), "{:.2f}"), num(e.get("actor_wait_s"), "{:.1f}"),
+                     num(e.get("speedup"), "{:.2f}"), num(e.get("vs_process"), "{:.2f}"),
+                     num(e.get("actor_wait_s"), "{:.1f}"),
                      num(e.get("learner_wait_s"), "{:.1f}"), num(share, "{:.1%}")])
-    header = ["variant", "policy", "upd/step", "A", "L", "seed", "steps/s", "upd/s", "t_thresh s", "speedup",
-              "actor wait s", "learner wait s", "replay share"]
-    return "\n".join(table(header, body, set(range(2, len(header)))))
+    header = ["variant", "policy", "mode", "upd/step", "A", "L", "seed", "steps/s", "upd/s", "t_thresh s", "speedup",
+              "vs process", "actor wait s", "learner wait s", "replay share"]
+    return "\n".join(table(header, body, set(range(3, len(header)))))
 
 
 # ------------------------------------------------------------------------------------------ suite
@@ -180,7 +194,8 @@ def suite_configs(suite: dict, variants: list[str] | None = None) -> list:
     ``suite`` keys: algo, env, steps, seeds, buffers (list of {"variant", "policy", "params"}),
     layouts (list of [actors, learners]; [0, 0] = the sequential baseline), and optionally
     ratios (updates_per_step values, each a grid point with its own baseline; default: the
-    algorithm's preset), overrides (algorithm config), insert_batch, weight_sync_every,
+    algorithm's preset), backends (engines of the parallel layouts, "process" and/or "ray";
+    default ["process"]; the baseline runs once), overrides (algorithm config), insert_batch, weight_sync_every,
     ratio_tolerance, timeout_s, start_method.
     """
     from replaybench.impl.rl import TrainConfig
@@ -194,17 +209,20 @@ def suite_configs(suite: dict, variants: list[str] | None = None) -> list:
     extra = {k: suite[k] for k in ("insert_batch", "weight_sync_every", "ratio_tolerance", "timeout_s",
                                     "start_method") if k in suite}
     ratios = suite.get("ratios") or [None]
+    backends = sorted(suite.get("backends") or ["process"], key=lambda b: b != "process")  # process runs first
     configs = []
     for ratio in ratios:
         ratio_override = {} if ratio is None else {"updates_per_step": ratio}
         for seed in suite["seeds"]:
             for b in buffers:
                 for actors, learners in layouts:
-                    configs.append(TrainConfig(algo=suite["algo"], env=suite["env"], buffer=b["variant"],
-                                               policy=b.get("policy", "lazy-writing"),
-                                               buffer_params=dict(b.get("params") or {}), actors=actors,
-                                               learners=learners, steps=suite["steps"], seed=seed,
-                                               overrides={**overrides, **ratio_override}, **extra))
+                    for backend in (["process"] if actors * learners == 0 else backends):
+                        configs.append(TrainConfig(algo=suite["algo"], env=suite["env"], buffer=b["variant"],
+                                                   policy=b.get("policy", "lazy-writing"),
+                                                   buffer_params=dict(b.get("params") or {}), actors=actors,
+                                                   learners=learners, steps=suite["steps"], seed=seed,
+                                                   overrides={**overrides, **ratio_override}, backend=backend,
+                                                   **extra))
     return configs
 
 
@@ -221,6 +239,7 @@ def cells_for(configs: list) -> list[Cell]:
     cells = []
     for cfg in configs:
         label = (f"{cfg.buffer}/{cfg.policy} A={cfg.actors} L={cfg.learners} seed={cfg.seed}"
+                 + (" ray" if cfg.backend == "ray" else "")
                  if not cfg.sequential else f"{cfg.buffer} sequential seed={cfg.seed}")
         try:
             acfg = cfg.validate()  # every field, the buffer, the policy and the env/algorithm fit
@@ -265,7 +284,13 @@ class Training(Scenario):
         if cfg.sequential:
             baselines[key] = result.env_steps_per_s
         speedup = result.env_steps_per_s / baselines[key] if key in baselines else None
-        return result_rows(result, cell.columns, speedup)
+        engines = run.state.setdefault("process_backend", {})  # same config on processes -> its steps/s
+        layout = (*key, cfg.policy, cfg.actors, cfg.learners)
+        if not cfg.sequential and cfg.backend == "process":
+            engines[layout] = result.env_steps_per_s
+        vs_process = (result.env_steps_per_s / engines[layout] if cfg.backend == "ray" and layout in engines
+                      else None)
+        return result_rows(result, cell.columns, speedup, vs_process)
 
     def summarize(self, rows: list[dict], meta: dict) -> str:
         return format_table(rows)

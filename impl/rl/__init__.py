@@ -22,6 +22,7 @@ shared          counters, rate limiter and weight broadcast in shared memory
 parallel        A actor + L learner processes over the shared buffer
 stepping        SharedVectorEnv: n_e envs over n_w worker processes in lock step (PAAC's runners)
 paac            the PAAC loop: batched inference over a SharedVectorEnv, one A2C update per t_max steps
+ray_backend     the parallel loop on a Ray cluster (ray_workers: its server, actors, learners)
 ==============  ===============================================================
 """
 
@@ -35,10 +36,10 @@ __all__ = ["TrainConfig", "TrainResult", "ConfigError", "InjectedFailure", "Work
 
 def train(cfg: TrainConfig, progress=None) -> TrainResult:
     """Run ``cfg``: the algorithm's own loop when it has one (``a2c``: the PAAC loop), else
-    the sequential baseline when ``actors`` or ``learners`` is 0, else the parallel loop.
-    ``progress(env_steps, updates, recent_mean_return)`` is called a few times per second
-    from this process. A bad ``cfg`` raises ConfigError before any work starts
-    (:meth:`TrainConfig.validate`)."""
+    the sequential baseline when ``actors`` or ``learners`` is 0, else the parallel loop on
+    ``cfg.backend`` (processes, or Ray). ``progress(env_steps, updates, recent_mean_return)``
+    is called a few times per second from this process. A bad ``cfg`` raises ConfigError
+    before any work starts (:meth:`TrainConfig.validate`)."""
     from . import algorithms
 
     own_loop = algorithms.get(cfg.algo).run
@@ -48,6 +49,10 @@ def train(cfg: TrainConfig, progress=None) -> TrainResult:
         from .sequential import run_sequential
 
         return run_sequential(cfg, progress)
+    if cfg.backend == "ray":
+        from .ray_backend import run_ray
+
+        return run_ray(cfg, progress)
     from .parallel import run_parallel
 
     return run_parallel(cfg, progress)

@@ -2,7 +2,8 @@
 
 ``actors == 0`` or ``learners == 0`` selects the sequential baseline (:mod:`impl.rl.sequential`);
 otherwise :mod:`impl.rl.parallel` runs ``actors`` actor processes and ``learners`` learner
-processes over a shared-memory buffer. Both loops do the same number of learner updates for
+processes over a shared-memory buffer (with ``backend="ray"``, :mod:`impl.rl.ray_backend` runs
+them as Ray actors on a Ray cluster). Every loop does the same number of learner updates for
 the same ``steps`` (:func:`total_updates`), so their throughputs compare at the same ratio.
 
 :meth:`TrainConfig.validate` checks a run before anything starts (both loops call it first):
@@ -25,6 +26,7 @@ from .envs import THRESHOLDS, WINDOW, make_env
 __all__ = ["TrainConfig", "TrainResult", "InjectedFailure", "WorkerFailed", "total_updates", "allowed_updates"]
 
 START_METHODS = ("forkserver", "spawn")
+BACKENDS = ("process", "ray")
 
 
 class InjectedFailure(RuntimeError):
@@ -88,7 +90,18 @@ class TrainConfig:
     """How long to wait for workers to exit after a stop before terminating them."""
     fail: str | None = None
     """Test hook "role:rank:count": that worker raises InjectedFailure after ``count`` env
-    steps (role "actor" or "sequential") or updates (role "learner")."""
+    steps (role "actor" or "sequential") or updates (role "learner"). The Ray backend also
+    takes "actor-kill" (that actor's process SIGKILLs itself after ``count`` env steps, in its
+    first life only) and "server-kill" (the replay server's, at its ``count``-th insert)."""
+    # --- backend of the parallel loop (impl.rl.ray_backend) ---------------------------------
+    backend: str = "process"
+    """Engine of the parallel loop: "process" (:mod:`impl.rl.parallel`, one machine) or "ray"
+    (:mod:`impl.rl.ray_backend`: actors anywhere in a Ray cluster)."""
+    ray_address: str | None = None
+    """Ray backend: address of a running cluster for ``ray.init`` (None: a local Ray started
+    for the run and shut down after it)."""
+    actor_max_restarts: int = 3
+    """Ray backend: how many times Ray restarts an actor whose process died before the run fails."""
 
     @property
     def sequential(self) -> bool:
@@ -137,9 +150,33 @@ class TrainConfig:
                               f"policy must be one of {concurrent.names()}, got {self.policy!r}")
         if self.fail is not None:
             self._parse_fail()
+        self._validate_backend()
         acfg = self.algo_config()
         make_env(self.env, algo).close()
         return acfg
+
+    def _validate_backend(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ConfigError("backend", self.backend, f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if not isinstance(self.actor_max_restarts, int) or isinstance(self.actor_max_restarts, bool) \
+                or self.actor_max_restarts < 0:
+            raise ConfigError("actor_max_restarts", self.actor_max_restarts,
+                              f"actor_max_restarts must be an integer >= 0, got {self.actor_max_restarts!r}")
+        if self.ray_address is not None and (self.backend != "ray" or not isinstance(self.ray_address, str)
+                                             or not self.ray_address.strip()):
+            raise ConfigError("ray_address", self.ray_address,
+                              f"ray_address must be a non-empty string and needs backend 'ray', got "
+                              f"{self.ray_address!r} with backend {self.backend!r}")
+        if self.backend == "ray":
+            if self.sequential:
+                raise ConfigError("backend", self.backend, f"backend 'ray' runs the parallel loop: it needs "
+                                                           f"actors >= 1 and learners >= 1, got {self.actors}, "
+                                                           f"{self.learners}")
+            from .ray_backend import unavailable_reason
+
+            reason = unavailable_reason()
+            if reason is not None:
+                raise ConfigError("backend", self.backend, f"backend 'ray' is unavailable: {reason}")
 
     def _parse_fail(self) -> tuple[str, str, int]:
         try:
@@ -180,7 +217,7 @@ def total_updates(steps: int, ratio: float, learning_starts: int) -> int:
 class TrainResult:
     """What one run measured. Seconds are wall-clock from the first env step ("go")."""
 
-    mode: str                         # "sequential" or "parallel"
+    mode: str                         # "sequential", "parallel" or "ray"
     env_steps: int
     updates: int
     wall_s: float
@@ -201,7 +238,11 @@ class TrainResult:
     actor_ids_sampled: dict           # actor id -> times a learner sampled one of its transitions
     inserted: int                     # transitions the buffer received
     final_weight_min: float | None    # smallest importance weight in a final sample (1.0: all equal)
-    worker_pids: list = field(default_factory=list)  # parallel loop: the (exited) worker processes
+    worker_pids: list = field(default_factory=list)  # parallel loop: the (exited) worker processes (ray: server first)
+    actor_nodes: list = field(default_factory=list)  # ray backend: the node id each actor ran on (last life)
+    actor_restarts: int = 0           # ray backend: actor processes that died and were restarted
+    dropped_batches: int = 0          # ray backend: per actor death, the batch it was staging (0 to insert_batch - 1
+    #                                   rows, lost with the process), plus each insert of a dead life arriving late
 
     @property
     def env_steps_per_s(self) -> float:
