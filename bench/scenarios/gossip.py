@@ -1,0 +1,220 @@
+"""Gossip actor-learners against their baselines, in one run (scenario "gossip").
+
+Each cell is one training run started by :func:`impl.rl.gossip_launch.launch` (fresh learner
+processes, node ``i`` on 127.0.0.(2 + i)). The scheme ``paac`` is PAAC's layout with the same
+parts: one learner whose ``n_envs`` environments are stepped by ``paac_workers`` worker
+processes (default 2) through shared memory, one batched forward per step, synchronous A2C.
+A suite declares::
+
+    {"name": ..., "scenario": "gossip", "env": "CartPole-v1", "steps": 200000, "seeds": [0, 1, 2],
+     "learners": [1, 2, 4, 8], "learners_per_node": 1,
+     "schemes": [{"scheme": "gossip", "topology": "exponential", "peers": 1, "staleness": 1},
+                 {"scheme": "gossip", "label": "gossip-free", "staleness": null},
+                 {"scheme": "allreduce"}, {"scheme": "independent"}, {"scheme": "paac"}],
+     "stragglers": [1.0, 2.0],              # slowdown of the last learner; 1.0 = none
+     "straggler_learners": [4],             # the learner counts slowed runs are made at (default: all >= 2)
+     "n_envs": 16, "overrides": {...}, "timeout_s": 120, "time_limit_s": 600}
+
+Grid: seeds x stragglers x schemes x learners (``paac`` once per seed, without straggler: it
+has one learner; stragglers only where there are at least 2 learners). ``--variants`` keeps the schemes with those labels. Every configuration is
+checked (:meth:`GossipConfig.validate`) while the suite is expanded, before any process.
+
+Rows: variant = the scheme's label (default: its scheme), policy = the gossip topology
+(``exponential/p1/k1``; ``none`` otherwise), learners = N, mode "processes", algo "a2c";
+params hold nodes, learners_per_node, topology, peers, staleness, straggler_slowdown, n_envs
+and steps. Per run:
+
+- op "summary": env_steps_per_s (steps/s, all learners), time_to_threshold_s (s; pooled
+  episodes of all learners, mean of the last 20 >= the env's threshold; status "skipped"
+  when not reached), steps_to_threshold (steps), final_consensus (l2: mean ||theta_i - mean
+  theta|| of the final models), max_consensus (l2: largest snapshot value), bytes_per_step
+  (B/step: bytes sent over env steps; nominal ring volume for allreduce), wait_fraction
+  (fraction: mean over learners of seconds blocked / run seconds), max_behind (rounds: gossip
+  only, how far behind its due messages the slowest in-peer got);
+- op "consensus", metric "distance" (l2): one row per snapshot tick, with wall_s;
+- op "learner", metric "env_steps_per_s": one row per learner (``repeat`` = its rank);
+- op "episode", metric "return": every episode, pooled, with env_steps (its learner's) and wall_s.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError
+
+__all__ = ["Gossip", "SCENARIO", "configs", "result_rows"]
+
+#: Summary metrics and their units, in the order they are written.
+SUMMARY_UNITS = {"env_steps_per_s": "steps/s", "time_to_threshold_s": "s", "steps_to_threshold": "steps",
+                 "final_consensus": "l2", "max_consensus": "l2", "bytes_per_step": "B/step",
+                 "wait_fraction": "fraction", "max_behind": "rounds"}
+
+_SCHEME_KEYS = {"scheme", "label", "topology", "peers", "staleness"}
+
+
+def _label(entry: dict) -> str:
+    return entry.get("label") or entry["scheme"]
+
+
+def configs(suite: dict, variants: list[str] | None = None) -> list[tuple[str, object]]:
+    """The suite's grid as (label, GossipConfig), in run order."""
+    from replaybench.impl.rl.gossip_train import GossipConfig
+
+    schemes = [e for e in suite["schemes"] if variants is None or _label(e) in variants]
+    if variants is not None and not schemes:
+        raise ValueError(f"no scheme of suite {suite['name']!r} is labelled among {variants}; "
+                         f"it has {sorted(_label(e) for e in suite['schemes'])}")
+    for e in schemes:
+        extra = set(e) - _SCHEME_KEYS
+        if extra:
+            raise ValueError(f"scheme entry {e}: unknown key(s) {sorted(extra)} (known: {sorted(_SCHEME_KEYS)})")
+    per_node = suite.get("learners_per_node", 1)
+    common = {k: suite[k] for k in ("n_envs", "timeout_s", "time_limit_s", "snapshot_every_s") if k in suite}
+    out = []
+    for seed in suite["seeds"]:
+        for slowdown in suite.get("stragglers", [1.0]):
+            for e in schemes:
+                base = dict(env=suite["env"], steps=suite["steps"], seed=seed,
+                            overrides=dict(suite.get("overrides") or {}), **common)
+                if e["scheme"] == "paac":  # one learner, its envs stepped by worker processes
+                    if slowdown == 1.0:
+                        out.append((_label(e), GossipConfig(scheme="independent", nodes=1, learners_per_node=1,
+                                                            env_workers=suite.get("paac_workers", 2), **base)))
+                    continue
+                for n in suite["learners"]:
+                    if slowdown != 1.0 and (n < 2 or n not in suite.get("straggler_learners", [n])):
+                        continue  # a straggler among one learner is just a slower run
+                    if n % per_node:
+                        raise ValueError(f"learners {n} is not a multiple of learners_per_node {per_node}")
+                    gossip = {k: e[k] for k in ("topology", "peers", "staleness") if k in e}
+                    out.append((_label(e), GossipConfig(scheme=e["scheme"], nodes=n // per_node,
+                                                        learners_per_node=per_node,
+                                                        straggler_slowdown=float(slowdown), **gossip, **base)))
+    return out
+
+
+def _columns(label: str, cfg) -> dict:
+    params = {"nodes": cfg.nodes, "learners_per_node": cfg.learners_per_node, "n_envs": cfg.n_envs,
+              "env_workers": cfg.env_workers, "steps": cfg.steps, "straggler_slowdown": cfg.straggler_slowdown}
+    policy = "none"
+    if cfg.scheme == "gossip":
+        params.update(topology=cfg.topology, peers=cfg.peers, staleness=cfg.staleness)
+        policy = f"{cfg.topology}/p{cfg.peers}/k{'-' if cfg.staleness is None else cfg.staleness}"
+    if cfg.overrides:
+        params["overrides"] = cfg.overrides
+    return {"scenario": "gossip", "variant": label, "structure": "a2c", "policy": policy, "algo": "a2c",
+            "env": cfg.env, "actors": 0, "learners": cfg.learners, "seed": cfg.seed, "mode": "processes",
+            "params": params}
+
+
+def result_rows(result, row: dict, scheme: str) -> list[dict]:
+    """The rows of one finished run (``result``: a GossipResult; ``row``: the run's columns)."""
+    waits = [w / result.wall_s for w in result.wait_s] if result.wall_s > 0 else []
+    values = {"env_steps_per_s": result.env_steps_per_s, "time_to_threshold_s": result.time_to_threshold_s,
+              "steps_to_threshold": result.steps_to_threshold, "final_consensus": result.final_consensus,
+              "max_consensus": max((d for _, d in result.consensus), default=result.final_consensus),
+              "bytes_per_step": result.bytes_sent / max(result.env_steps, 1),
+              "wait_fraction": statistics.mean(waits) if waits else 0.0,
+              "max_behind": (max(l["gossip"]["max_behind"] for l in result.learners)
+                             if scheme == "gossip" else None)}
+    out = []
+    for metric, value in values.items():
+        if value is None and metric == "max_behind":
+            continue
+        r = {**row, "op": "summary", "metric": metric, "unit": SUMMARY_UNITS[metric], "repeat": 0}
+        if value is None:
+            r.update(status="skipped", error=f"threshold not reached in {result.env_steps} steps")
+        else:
+            r.update(status="ok", value=float(value))
+        out.append(r)
+    for k, (wall, d) in enumerate(result.consensus):
+        out.append({**row, "op": "consensus", "metric": "distance", "unit": "l2", "value": float(d), "repeat": k,
+                    "wall_s": float(wall), "status": "ok"})
+    for l in result.learners:
+        out.append({**row, "op": "learner", "metric": "env_steps_per_s", "unit": "steps/s",
+                    "value": l["env_steps"] / l["end_s"], "repeat": l["rank"], "env_steps": l["env_steps"],
+                    "wall_s": l["end_s"], "status": "ok"})
+    for i, (wall, steps, ret, _rank) in enumerate(result.episodes):
+        out.append({**row, "op": "episode", "metric": "return", "unit": "return", "value": float(ret), "repeat": i,
+                    "env_steps": int(steps), "wall_s": float(wall), "status": "ok"})
+    return out
+
+
+class Gossip(Scenario):
+    """Gossip learners and baselines end to end (see the module docstring)."""
+
+    name = "gossip"
+    unit = "run"
+
+    def cells(self, suite: dict, selection: Selection) -> list[Cell]:
+        from replaybench.impl.rl import ConfigError
+
+        try:
+            grid = configs(suite, selection.variants)
+        except KeyError as err:
+            raise SelectionError(f"suite {suite['name']!r} lacks {err.args[0]!r}") from None
+        except (TypeError, ValueError) as err:
+            raise SelectionError(f"suite {suite['name']!r}: {err}") from None
+        cells = []
+        for label, spec in grid:
+            columns = {**_columns(label, spec), "op": "summary", "metric": "env_steps_per_s", "unit": "steps/s"}
+            text = (f"{label} N={columns['learners']} straggler={columns['params']['straggler_slowdown']:g} "
+                    f"seed={columns['seed']}")
+            try:
+                spec.validate()
+            except ConfigError as err:
+                raise SelectionError(f"gossip run {text}: {err}") from None
+            cells.append(Cell(text, columns, spec))
+        return cells
+
+    def meta(self, suite: dict, selection: Selection, cells: list[Cell]) -> dict:
+        return {"runs": [{"label": c.columns["variant"], **c.spec.to_dict()} for c in cells],
+                "timing": "wall-clock from the learners' common start (a barrier after start-up) to the last "
+                          "learner's end; each learner a fresh process, node i listening on 127.0.0.(2+i)"}
+
+    def measure(self, cell: Cell, run: RunState) -> list[dict]:
+        from replaybench.impl.rl.gossip_launch import launch
+
+        cfg = cell.spec
+        return result_rows(launch(cfg, progress=_progress(run, cell, cfg.steps)), cell.columns, cfg.scheme)
+
+    def summarize(self, rows: list[dict], meta: dict) -> str:
+        return format_table(rows)
+
+
+def _progress(run: RunState, cell: Cell, total: int):
+    def report(steps: int) -> None:
+        if run.bar is not None:
+            run.bar.set_postfix_str(f"{cell.label} {steps}/{total} steps")
+
+    return report
+
+
+def format_table(rows: list[dict]) -> str:
+    """One line per run: scheme, topology, N, straggler, seed and the summary metrics."""
+    import json
+
+    from replaybench.bench.summary import format_table as table
+
+    runs: dict[tuple, dict] = {}
+    for r in rows:
+        if r["op"] != "summary":
+            continue
+        params = json.loads(r["params"]) if isinstance(r["params"], str) else r["params"]
+        key = (r["variant"], r["policy"], r["learners"], params.get("straggler_slowdown"), r["seed"])
+        runs.setdefault(key, {})[r["metric"]] = r.get("value") if r["status"] == "ok" else r["status"]
+
+    def num(x, fmt):
+        return fmt.format(x) if isinstance(x, (int, float)) else (x or "-")
+
+    body = [[v, p, str(n), num(s, "{:g}x"), str(seed), num(e.get("env_steps_per_s"), "{:.0f}"),
+             num(e.get("time_to_threshold_s"), "{:.1f}"), num(e.get("final_consensus"), "{:.3g}"),
+             num(e.get("bytes_per_step"), "{:.0f}"), num(e.get("wait_fraction"), "{:.1%}"),
+             num(e.get("max_behind"), "{:.0f}")]
+            for (v, p, n, s, seed), e in runs.items()]
+    header = ["scheme", "topology", "N", "straggler", "seed", "steps/s", "t_thresh s", "consensus", "B/step",
+              "wait", "max behind"]
+    return "\n".join(table(header, body, set(range(5, len(header)))))
+
+
+SCENARIO = Gossip()
