@@ -42,7 +42,7 @@ import statistics
 
 from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError
 
-__all__ = ["Gossip", "SCENARIO", "configs", "result_rows"]
+__all__ = ["Gossip", "SCENARIO", "configs", "result_rows", "format_table", "add_parser", "run_command"]
 
 #: Summary metrics and their units, in the order they are written.
 SUMMARY_UNITS = {"env_steps_per_s": "steps/s", "time_to_threshold_s": "s", "steps_to_threshold": "steps",
@@ -218,3 +218,114 @@ def format_table(rows: list[dict]) -> str:
 
 
 SCENARIO = Gossip()
+
+
+# ---------------------------------------------------------------------------------------------- command
+#: GossipConfig field -> the ``replaybench gossip`` option that sets it.
+OPTIONS = {"scheme": "--scheme", "env": "--env", "steps": "--steps", "seed": "--seed", "nodes": "--nodes",
+           "learners_per_node": "--learners-per-node", "topology": "--topology", "peers": "--peers",
+           "staleness": "--staleness", "n_envs": "--n-envs", "env_workers": "--env-workers",
+           "straggler_slowdown": "--straggler-slowdown", "timeout_s": "--timeout", "time_limit_s": "--time-limit",
+           "rdzv_endpoint": "--rdzv-endpoint", "node_rank": "--node-rank", "node_addr": "--node-addr"}
+
+
+def _staleness(text: str):
+    return None if text.lower() in ("none", "off") else int(text)
+
+
+def add_parser(sub):
+    """Add ``replaybench gossip``: one run of N learners, launched like torchrun."""
+    from replaybench.bench import arguments
+    from replaybench.bench.train import _key_value
+
+    p = sub.add_parser("gossip", help="one run of gossip (or all-reduce / independent) A2C learners, "
+                                      "one process each, over loopback nodes or machines")
+    p.add_argument("--scheme", default="gossip", help="gossip (default), allreduce or independent")
+    p.add_argument("--nodes", type=int, default=1, help="nodes (default 1); on one machine node i listens on "
+                                                         "127.0.0.(2+i)")
+    p.add_argument("--learners-per-node", type=int, default=4, help="learner processes per node (default 4)")
+    p.add_argument("--rdzv-endpoint", default="127.0.0.1:0",
+                   help="HOST:PORT of the rendezvous store, hosted by node 0's launcher (default 127.0.0.1 "
+                        "and a free port; give a real address and port to run across machines)")
+    p.add_argument("--node-rank", type=int, help="start only this node's learners (one launcher per machine); "
+                                                  "default: every node on this machine")
+    p.add_argument("--node-addr", help="this machine's address, which the other machines reach (with --node-rank)")
+    p.add_argument("--env", default="CartPole-v1")
+    p.add_argument("--steps", type=int, default=200_000, help="env steps over all learners")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--topology", default="exponential", help="ring or exponential (time-varying; default)")
+    p.add_argument("--peers", type=int, default=1, help="out-peers per gossip round: 1 or 2")
+    p.add_argument("--staleness", type=_staleness, default=1,
+                   help="process lock: a learner more than K rounds ahead of an in-peer waits (default 1; none)")
+    p.add_argument("--n-envs", type=int, default=16, help="environments per learner")
+    p.add_argument("--env-workers", type=int, default=0, help="processes stepping each learner's envs (0: in-process)")
+    p.add_argument("--straggler-slowdown", type=float, default=1.0, help="slow the last learner this many times")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds a silent peer may take before the run fails")
+    p.add_argument("--time-limit", type=float, help="stop every learner after this many seconds")
+    p.add_argument("--set", type=_key_value, action="append", metavar="KEY=VALUE", dest="overrides",
+                   help="A2C config field, repeatable (lr=7e-4, hidden=64,64)")
+    p.add_argument("--out", default="results", help="folder that receives <run_id>/ (default: results)")
+    p.add_argument("--run-id", type=arguments.run_id, help="default: <UTC time>-gossip")
+    p.add_argument("--machine", help="machine label for the rows (default: host name)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_command, parser=p)
+    return p
+
+
+def run_command(args) -> int:
+    """``replaybench gossip``: check everything, then one run through the scenario driver
+    (node 0, or every node) or just this node's learners (``--node-rank`` > 0)."""
+    import sys
+
+    from replaybench.bench import driver, results
+    from replaybench.impl.rl import ConfigError
+    from replaybench.impl.rl.gossip_launch import launch, parse_endpoint
+    from replaybench.impl.rl.gossip_train import GossipConfig
+
+    try:
+        cfg = GossipConfig(scheme=args.scheme, env=args.env, steps=args.steps, seed=args.seed, nodes=args.nodes,
+                           learners_per_node=args.learners_per_node, topology=args.topology, peers=args.peers,
+                           staleness=args.staleness, n_envs=args.n_envs, env_workers=args.env_workers,
+                           straggler_slowdown=args.straggler_slowdown, timeout_s=args.timeout,
+                           time_limit_s=args.time_limit, overrides=dict(args.overrides or []))
+        cfg.validate()
+        parse_endpoint(args.rdzv_endpoint)
+        if args.node_rank is not None and not 0 <= args.node_rank < cfg.nodes:
+            raise ConfigError("node_rank", args.node_rank, f"--node-rank must be in [0, {cfg.nodes}), "
+                                                            f"got {args.node_rank}")
+    except ConfigError as err:
+        args.parser.error(f"argument {OPTIONS.get(err.field, '--set')}: {err}")
+    if args.node_rank not in (None, 0):  # this node's learners only; node 0 writes the results
+        try:
+            launch(cfg, rdzv_endpoint=args.rdzv_endpoint, node_rank=args.node_rank, node_addr=args.node_addr)
+        except ConfigError as err:
+            args.parser.error(f"argument {OPTIONS.get(err.field, '--set')}: {err}")
+        except KeyboardInterrupt:
+            return 130
+        return 0
+    label = cfg.scheme
+    columns = {**_columns(label, cfg), "op": "summary", "metric": "env_steps_per_s", "unit": "steps/s"}
+    launch_args = {"rdzv_endpoint": args.rdzv_endpoint, "node_rank": args.node_rank, "node_addr": args.node_addr}
+    suite = {"name": "gossip", "scenario": "gossip", "description": "the gossip command: the run in meta.json"}
+    plan = driver.Plan(suite, _Command(launch_args), [Cell(f"{label} N={cfg.learners}", columns, cfg)], Selection())
+    command = [sys.executable, "-m", "replaybench.bench", *args.argv]
+    try:
+        run_dir = driver.execute(plan, out=args.out, run_id=args.run_id or results.new_run_id("gossip"),
+                                 machine=args.machine, progress=not args.no_progress, command=command)
+    except KeyboardInterrupt:
+        return 130
+    return 1 if any(r["status"] == "failed" for r in results.read_rows(run_dir)) else 0
+
+
+class _Command(Gossip):
+    """The scenario with the command line's rendezvous and node options."""
+
+    def __init__(self, launch_args: dict):
+        self.launch_args = launch_args
+
+    def measure(self, cell: Cell, run: RunState) -> list[dict]:
+        from replaybench.impl.rl.gossip_launch import launch
+
+        cfg = cell.spec
+        result = launch(cfg, progress=_progress(run, cell, cfg.steps), **self.launch_args)
+        return result_rows(result, cell.columns, cfg.scheme)
