@@ -233,9 +233,10 @@ class GossipExchange:
                 work.wait()
             except RuntimeError as err:
                 missing = sorted(expected - inbox.gone)
+                peers = ", ".join(f"rank {j} ({self.describe(j)})" for j in missing)
                 failed = PeerFailed(missing[0] if len(missing) == 1 else None,
-                                    f"learner {self.rank}: receiving gossip from rank(s) "
-                                    f"{', '.join(map(str, missing))} failed: {_first_line(err)}")
+                                    f"learner {self.rank}: no gossip message from {peers} within "
+                                    f"{self.timeout_s:g} s or the connection broke: {_first_line(err)}")
                 with inbox.cond:
                     inbox.error = inbox.error or failed
                     inbox.cond.notify_all()

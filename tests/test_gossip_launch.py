@@ -1,0 +1,113 @@
+"""Gossip learners as real processes on loopback nodes (impl/rl/gossip_launch.py, gossip_train.py):
+no shared memory, a dead peer named and every process gone, bad arguments refused up front,
+and the scenario and command end to end."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from replaybench.impl.rl.base import ConfigError
+from replaybench.impl.rl.gossip_launch import LaunchFailed, launch
+from replaybench.impl.rl.gossip_train import GossipConfig, shared_memory_maps
+
+SMALL = {"n_envs": 4, "overrides": {"hidden": [16, 16]}, "snapshot_every_s": 0.1}
+
+
+def _learner_processes() -> list[int]:
+    """Processes still running a learner started from this test process."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if b"gossip_train" in cmd and int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
+            found.append(int(pid))
+    return found
+
+
+def test_learners_on_loopback_nodes_share_no_memory():
+    cfg = GossipConfig(scheme="gossip", nodes=2, learners_per_node=1, topology="ring", staleness=1, steps=400,
+                       **SMALL)
+    result = launch(cfg)
+    assert [l["host"] for l in result.learners] == ["127.0.0.2", "127.0.0.3"]
+    # each learner listed its own mappings at its end: nothing it could share (no /dev/shm,
+    # memfd or SysV segment, no writable shared mapping); /dev/shm itself is machine-wide, so
+    # other programs' segments make a before/after listing of it meaningless here
+    assert [l["shared_memory"] for l in result.learners] == [[], []]
+    assert result.env_steps >= cfg.steps and result.consensus
+    assert all(l["gossip"]["rounds"] == l["updates"] > 0 for l in result.learners)
+    assert sum(l["gossip"]["received"] for l in result.learners) == sum(l["gossip"]["sent"] for l in result.learners)
+    assert _learner_processes() == []
+
+
+def test_shared_memory_maps_finds_a_shared_segment(tmp_path):
+    from multiprocessing import shared_memory
+
+    seg = shared_memory.SharedMemory(create=True, size=4096)
+    try:
+        assert any(seg.name in m for m in shared_memory_maps())
+    finally:
+        seg.close()
+        seg.unlink()
+
+
+def test_a_dead_peer_fails_the_run_naming_its_rank():
+    cfg = GossipConfig(scheme="gossip", nodes=3, learners_per_node=1, topology="ring", staleness=1, steps=10**7,
+                       timeout_s=3.0, time_limit_s=60.0, fail_rank=1, fail_after_rounds=3, **SMALL)
+    with pytest.raises(LaunchFailed) as info:
+        launch(cfg)
+    errors = info.value.errors
+    assert set(errors) == {0, 1, 2}, str(info.value)
+    assert errors[1].startswith("exit status 3")
+    # rank 2 receives from rank 1 on the ring: its error names rank 1 and its node
+    assert "rank 1 (node 127.0.0.3)" in errors[2] and "exit status 1" in errors[2]
+    assert "terminated" not in str(info.value)  # every learner ended by itself
+    assert _learner_processes() == []
+
+
+@pytest.mark.parametrize("kwargs, launch_kwargs, field", [
+    ({"learners_per_node": 0}, {}, "learners_per_node"),
+    ({"scheme": "gossip", "nodes": 2, "learners_per_node": 1, "peers": 2, "topology": "ring"}, {}, "peers"),
+    ({"staleness": -1}, {}, "staleness"),
+    ({"overrides": {"hiddn": [8]}}, {}, "hiddn"),
+    ({}, {"rdzv_endpoint": "localhost"}, "rdzv_endpoint"),
+    ({"nodes": 2}, {"node_rank": 2}, "node_rank"),
+    ({"nodes": 2}, {"node_rank": 1, "rdzv_endpoint": "10.0.0.1:29500"}, "node_addr"),
+])
+def test_bad_arguments_are_refused_before_any_process_starts(monkeypatch, kwargs, launch_kwargs, field):
+    def no_process(*a, **k):
+        raise AssertionError("a process was started")
+
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    with pytest.raises(ConfigError) as err:
+        launch(GossipConfig(**kwargs), **launch_kwargs)
+    assert err.value.field == field
+
+
+def test_gossip_command_refuses_a_bad_option_naming_it(capsys, tmp_path):
+    from replaybench.cli import main
+
+    with pytest.raises(SystemExit) as code:
+        main(["gossip", "--topology", "star", "--out", str(tmp_path)])
+    assert code.value.code == 2
+    assert "argument --topology: topology must be one of ring, exponential, got 'star'" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_gossip_quick_suite_runs_every_scheme(tmp_path):
+    from replaybench.bench import contract, driver, suites
+
+    run_dir = driver.run(suites.load("gossip-quick"), out=tmp_path, run_id="gq", progress=False, echo=lambda *a: None)
+    rows = contract.read_rows(run_dir)
+    summary = {(r["variant"], r["metric"]): r for r in rows if r["op"] == "summary"}
+    assert summary[("gossip", "env_steps_per_s")]["status"] == "ok"
+    assert summary[("allreduce", "final_consensus")]["value"] == pytest.approx(0.0, abs=1e-5)
+    assert summary[("gossip", "bytes_per_step")]["value"] > 0
+    assert any(r["op"] == "consensus" for r in rows) and any(r["op"] == "episode" for r in rows)
