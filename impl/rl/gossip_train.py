@@ -87,7 +87,8 @@ class GossipConfig:
 
     def validate(self):
         """Check every field; returns the A2CConfig. Raises ConfigError naming the field."""
-        from .a2c import A2CConfig, PRESETS
+        from .a2c import A2CConfig
+        from .envs import make_env
 
         def need(ok, name, text):
             if not ok:
@@ -119,22 +120,14 @@ class GossipConfig:
              "fail_rank", f"must be None or a rank in [0, {self.learners})")
         if self.scheme == "gossip":
             Topology(self.topology, self.learners, self.peers)  # ConfigError naming topology or peers
-        from .envs import make_env
-
         make_env(self.env).close()  # ConfigError (field "env") for an unknown id
-        base = {**PRESETS.get(self.env, {}), **{k: tuple(v) if isinstance(v, list) else v
-                                                for k, v in self.overrides.items()}}
-        known = {f.name for f in fields(A2CConfig)}
-        unknown = sorted(set(self.overrides) - known)
-        if unknown:
-            raise ConfigError(unknown[0], self.overrides[unknown[0]],
-                              f"{unknown[0]} is not an A2C setting (known: {', '.join(sorted(known))})")
-        try:
-            acfg = A2CConfig(**{**base, "n_envs": self.n_envs, "n_workers": self.env_workers})
-        except TypeError as err:
-            raise ConfigError("overrides", self.overrides, f"overrides: {err}") from None
-        acfg.validate()
-        return acfg
+        if not isinstance(self.overrides, dict):
+            raise ConfigError("overrides", self.overrides, f"overrides must be a dict, got {self.overrides!r}")
+        for name in ("n_envs", "n_workers"):
+            if name in self.overrides:
+                raise ConfigError(name, self.overrides[name], f"{name} is set by the run (n_envs, env_workers), "
+                                                              "not by an A2C override")
+        return A2CConfig.for_env(self.env, **self.overrides, n_envs=self.n_envs, n_workers=self.env_workers)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -193,26 +186,30 @@ def _load(net, flat) -> None:
         torch.nn.utils.vector_to_parameters(flat, net.parameters())
 
 
-def _allreduce_update(learner, rollout, group, world: int, stop: bool) -> tuple[float, bool]:
-    """One synchronous step: local gradients, averaged over all learners by one all-reduce
-    (with the stop votes appended), then the learner's own clip and optimizer step. Returns
-    (seconds in the all-reduce, whether any learner voted to stop)."""
-    import torch
+class _GradientAverager:
+    """``A2CLearner.grad_hook`` for the all-reduce scheme: averages the gradients over all
+    learners with one gloo all-reduce per step, a stop vote appended (so every learner takes
+    the same number of steps). Keeps the seconds spent in the all-reduce."""
 
-    learner.optimizer.zero_grad()
-    learner.loss(rollout).backward()
-    params = [p for p in learner.net.parameters()]
-    grads = torch.cat([p.grad.reshape(-1) for p in params] + [torch.tensor([1.0 if stop else 0.0])])
-    t0 = time.perf_counter()
-    group.allreduce([grads]).wait()
-    waited = time.perf_counter() - t0
-    grads[:-1] /= world
-    offset = 0
-    for p in params:
-        p.grad.copy_(grads[offset: offset + p.numel()].view_as(p))
-        offset += p.numel()
-    learner.apply_gradients()
-    return waited, bool(grads[-1] > 0)
+    def __init__(self, group, world: int):
+        self.group, self.world = group, world
+        self.vote = False      # this learner wants to stop after this step
+        self.stop = False      # some learner voted to stop
+        self.wait_s = 0.0
+
+    def __call__(self, params) -> None:
+        import torch
+
+        flat = torch.cat([p.grad.reshape(-1) for p in params] + [torch.tensor([float(self.vote)])])
+        t0 = time.perf_counter()
+        self.group.allreduce([flat]).wait()
+        self.wait_s += time.perf_counter() - t0
+        self.stop = bool(flat[-1] > 0)
+        flat = flat[:-1] / self.world
+        offset = 0
+        for p in params:
+            p.grad.copy_(flat[offset: offset + p.numel()].view_as(p))
+            offset += p.numel()
 
 
 def run_learner(cfg: GossipConfig, rank: int, store, host: str, describe=str) -> dict:
@@ -240,7 +237,9 @@ def run_learner(cfg: GossipConfig, rank: int, store, host: str, describe=str) ->
         model = _flat(learner.net)
         group.broadcast(model, 0).wait()  # one initial model for every scheme
         _load(learner.net, model)
-        exchange = None
+        exchange = averager = None
+        if cfg.scheme == "allreduce":
+            averager = learner.grad_hook = _GradientAverager(group, world)
         if cfg.scheme == "gossip":
             exchange = GossipExchange(group, Topology(cfg.topology, world, cfg.peers), model,
                                       staleness=cfg.staleness, timeout_s=cfg.timeout_s, describe=describe)
@@ -248,7 +247,6 @@ def run_learner(cfg: GossipConfig, rank: int, store, host: str, describe=str) ->
         t0 = time.monotonic()
         obs = venv.reset()
         steps = updates = 0
-        comm_wait = 0.0
         episodes, snapshots = [], []
         per_rollout = cfg.n_envs * acfg.t_max
         while True:
@@ -258,11 +256,11 @@ def run_learner(cfg: GossipConfig, rank: int, store, host: str, describe=str) ->
             total = store.add("env_steps", per_rollout)
             elapsed = time.monotonic() - t0
             stop = total >= cfg.steps or (cfg.time_limit_s is not None and elapsed >= cfg.time_limit_s)
-            if cfg.scheme == "allreduce":
-                waited, stop = _allreduce_update(learner, rollout, group, world, stop)
-                comm_wait += waited
-            else:
-                learner.update(rollout)
+            if averager is not None:
+                averager.vote = stop
+            learner.update(rollout)
+            if averager is not None:
+                stop = averager.stop
             if exchange is not None:
                 _load(learner.net, exchange.round(_flat(learner.net)))
             updates += 1
@@ -280,6 +278,7 @@ def run_learner(cfg: GossipConfig, rank: int, store, host: str, describe=str) ->
         if exchange is not None:
             _load(learner.net, exchange.finish(_flat(learner.net)))
         end = time.monotonic() - t0
+        shared = shared_memory_maps()  # while the envs are open: a learner's own env workers would show here
     n_params = model.numel()
     if cfg.scheme == "gossip":
         gossip = exchange.stats.to_dict()
@@ -287,10 +286,10 @@ def run_learner(cfg: GossipConfig, rank: int, store, host: str, describe=str) ->
     else:
         gossip = None
         bytes_sent = int(2 * (world - 1) / world * 4 * (n_params + 1) * updates) if cfg.scheme == "allreduce" else 0
-        wait = comm_wait
+        wait = averager.wait_s if averager is not None else 0.0
     return {"rank": rank, "host": host, "env_steps": steps, "updates": updates, "end_s": end, "wait_s": wait,
             "bytes_sent": bytes_sent, "gossip": gossip, "episodes": episodes, "snapshots": snapshots,
-            "final": _flat(learner.net).numpy(), "n_params": n_params, "shared_memory": shared_memory_maps()}
+            "final": _flat(learner.net).numpy(), "n_params": n_params, "shared_memory": shared}
 
 
 def shared_memory_maps(maps: str = "/proc/self/maps") -> list[str]:
