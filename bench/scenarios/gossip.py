@@ -16,7 +16,8 @@ A suite declares::
      "n_envs": 16, "overrides": {...}, "timeout_s": 120, "time_limit_s": 600}
 
 Grid: seeds x stragglers x schemes x learners (``paac`` once per seed, without straggler: it
-has one learner; stragglers only where there are at least 2 learners). ``--variants`` keeps the schemes with those labels. Every configuration is
+has one learner; at 1 learner only ``independent`` runs, since every scheme is that there;
+stragglers only where there are at least 2 learners). ``--variants`` keeps the schemes with those labels. Every configuration is
 checked (:meth:`GossipConfig.validate`) while the suite is expanded, before any process.
 
 Rows: variant = the scheme's label (default: its scheme), policy = the gossip topology
@@ -82,6 +83,8 @@ def configs(suite: dict, variants: list[str] | None = None) -> list[tuple[str, o
                                                             env_workers=suite.get("paac_workers", 2), **base)))
                     continue
                 for n in suite["learners"]:
+                    if n == 1 and e["scheme"] != "independent":
+                        continue  # one learner has no one to talk to: every scheme is "independent"
                     if slowdown != 1.0 and (n < 2 or n not in suite.get("straggler_learners", [n])):
                         continue  # a straggler among one learner is just a slower run
                     if n % per_node:
