@@ -14,7 +14,7 @@ from replaybench.impl.rl.base import ConfigError
 from replaybench.impl.rl.gossip_launch import LaunchFailed, launch
 from replaybench.impl.rl.gossip_train import GossipConfig, shared_memory_maps
 
-SMALL = {"n_envs": 4, "overrides": {"hidden": [16, 16]}, "snapshot_every_s": 0.1}
+SMALL = {"n_envs": 4, "overrides": {"hidden": [16, 16]}, "snapshot_every": 2}
 
 
 def _learner_processes() -> list[int]:

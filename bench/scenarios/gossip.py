@@ -32,7 +32,8 @@ and steps. Per run:
   (B/step: bytes sent over env steps; nominal ring volume for allreduce), wait_fraction
   (fraction: mean over learners of seconds blocked / run seconds), max_behind (rounds: gossip
   only, how far behind its due messages the slowest in-peer got);
-- op "consensus", metric "distance" (l2): one row per snapshot tick, with wall_s;
+- op "consensus", metric "distance" (l2): one row per snapshot round (``repeat`` = its index;
+  every ``snapshot_every`` updates), with wall_s (the learners' mean time of that round);
 - op "learner", metric "env_steps_per_s": one row per learner (``repeat`` = its rank);
 - op "episode", metric "return": every episode, pooled, with env_steps (its learner's) and wall_s.
 """
@@ -70,7 +71,7 @@ def configs(suite: dict, variants: list[str] | None = None) -> list[tuple[str, o
         if extra:
             raise ValueError(f"scheme entry {e}: unknown key(s) {sorted(extra)} (known: {sorted(_SCHEME_KEYS)})")
     per_node = suite.get("learners_per_node", 1)
-    common = {k: suite[k] for k in ("n_envs", "timeout_s", "time_limit_s", "snapshot_every_s") if k in suite}
+    common = {k: suite[k] for k in ("n_envs", "timeout_s", "time_limit_s", "snapshot_every") if k in suite}
     out = []
     for seed in suite["seeds"]:
         for slowdown in suite.get("stragglers", [1.0]):

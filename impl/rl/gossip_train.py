@@ -56,7 +56,8 @@ class GossipConfig:
     straggler_slowdown : the last learner sleeps ``slowdown - 1`` times the time each of its
         steps (rollout + update + exchange) took, so it runs that many times slower.
     timeout_s : a peer silent this long fails the run. time_limit_s : wall-clock cap (None: none).
-    snapshot_every_s : how often each learner keeps a copy of its model (consensus distance).
+    snapshot_every : every this many updates (rounds) each learner keeps a copy of its model;
+        the consensus distance compares the learners' copies of the same round.
     overrides : A2CConfig fields (``{"hidden": [64, 64], "lr": 7e-4}``).
     fail_rank, fail_after_rounds : fault injection for tests: that learner exits abruptly
         (status 3, no goodbye) after that many rounds.
@@ -76,7 +77,7 @@ class GossipConfig:
     straggler_slowdown: float = 1.0
     timeout_s: float = 60.0
     time_limit_s: float | None = None
-    snapshot_every_s: float = 0.5
+    snapshot_every: int = 25
     overrides: dict = field(default_factory=dict)
     fail_rank: int | None = None
     fail_after_rounds: int = 0
@@ -114,8 +115,7 @@ class GossipConfig:
         need(isinstance(self.timeout_s, (int, float)) and self.timeout_s > 0, "timeout_s", "must be > 0")
         need(self.time_limit_s is None or (isinstance(self.time_limit_s, (int, float)) and self.time_limit_s > 0),
              "time_limit_s", "must be > 0 or None")
-        need(isinstance(self.snapshot_every_s, (int, float)) and self.snapshot_every_s > 0, "snapshot_every_s",
-             "must be > 0")
+        need(is_int(self.snapshot_every) and self.snapshot_every >= 1, "snapshot_every", "must be an integer >= 1")
         need(self.fail_rank is None or (is_int(self.fail_rank) and 0 <= self.fail_rank < self.learners),
              "fail_rank", f"must be None or a rank in [0, {self.learners})")
         if self.scheme == "gossip":
@@ -147,7 +147,8 @@ class GossipResult:
     threshold (None: not reached); steps_to_threshold : env steps of all learners then (each
     learner's count at its last episode end before that time). consensus : [(wall_s,
     distance)], the mean ||theta_i - mean theta|| of the learners' models kept at each
-    snapshot tick; final_consensus : the same for the final models. bytes_sent : gossip
+    snapshot round (every ``snapshot_every`` updates, at the learners' mean wall time of that
+    round); final_consensus : the same for the final models. bytes_sent : gossip
     message bytes (gossip) or the nominal ring all-reduce volume 2 (N-1)/N x gradient bytes per
     learner per step (allreduce); wait_s : per learner, seconds blocked (staleness bound or
     send queue for gossip; inside the all-reduce for allreduce). learners : per learner
@@ -271,7 +272,7 @@ def run_learner(cfg: GossipConfig, rank: int, store, host: str, describe=str) ->
             wall = time.monotonic() - t0
             for _env, ret, _length in venv.pop_episodes():
                 episodes.append((wall, steps, float(ret)))
-            if wall >= len(snapshots) * cfg.snapshot_every_s:
+            if (updates - 1) % cfg.snapshot_every == 0:  # rounds 1, 1 + m, ...: the same rounds everywhere
                 snapshots.append((wall, _flat(learner.net).numpy()))
             if stop:
                 break
