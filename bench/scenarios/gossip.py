@@ -149,6 +149,8 @@ class Gossip(Scenario):
 
     name = "gossip"
     unit = "run"
+    #: Keyword arguments of :func:`impl.rl.gossip_launch.launch` besides the config.
+    launch_args: dict = {}
 
     def cells(self, suite: dict, selection: Selection) -> list[Cell]:
         from replaybench.impl.rl import ConfigError
@@ -180,18 +182,38 @@ class Gossip(Scenario):
         from replaybench.impl.rl.gossip_launch import launch
 
         cfg = cell.spec
-        return result_rows(launch(cfg, progress=_progress(run, cell, cfg.steps)), cell.columns, cfg.scheme)
+        bar = _StepBar(run, cell, cfg.steps)
+        try:
+            result = launch(cfg, progress=bar, **self.launch_args)
+        finally:
+            bar.close()
+        return result_rows(result, cell.columns, cfg.scheme)
 
     def summarize(self, rows: list[dict], meta: dict) -> str:
         return format_table(rows)
 
 
-def _progress(run: RunState, cell: Cell, total: int):
-    def report(steps: int) -> None:
-        if run.bar is not None:
-            run.bar.set_postfix_str(f"{cell.label} {steps}/{total} steps")
+class _StepBar:
+    """Progress of one run in env steps: the driver's bar's postfix when the run has several
+    cells, else a bar of its own (the ``gossip`` command's single run)."""
 
-    return report
+    def __init__(self, run: RunState, cell: Cell, total: int):
+        from tqdm import tqdm
+
+        self.run, self.label, self.total = run, cell.label, total
+        self.own = None
+        if run.cells == 1:
+            self.own = tqdm(total=total, desc=cell.label, unit="step", disable=not run.progress, dynamic_ncols=True)
+
+    def __call__(self, steps: int) -> None:
+        if self.own is not None:
+            self.own.update(min(steps, self.total) - self.own.n)
+        elif self.run.bar is not None:
+            self.run.bar.set_postfix_str(f"{self.label} {steps}/{self.total} steps")
+
+    def close(self) -> None:
+        if self.own is not None:
+            self.own.close()
 
 
 def format_table(rows: list[dict]) -> str:
@@ -300,10 +322,15 @@ def run_command(args) -> int:
     except ConfigError as err:
         args.parser.error(f"argument {OPTIONS.get(err.field, '--set')}: {err}")
     if args.node_rank not in (None, 0):  # this node's learners only; node 0 writes the results
+        from replaybench.impl.rl.gossip_launch import LaunchFailed
+
         try:
             launch(cfg, rdzv_endpoint=args.rdzv_endpoint, node_rank=args.node_rank, node_addr=args.node_addr)
         except ConfigError as err:
             args.parser.error(f"argument {OPTIONS.get(err.field, '--set')}: {err}")
+        except LaunchFailed as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
         except KeyboardInterrupt:
             return 130
         return 0
@@ -326,10 +353,3 @@ class _Command(Gossip):
 
     def __init__(self, launch_args: dict):
         self.launch_args = launch_args
-
-    def measure(self, cell: Cell, run: RunState) -> list[dict]:
-        from replaybench.impl.rl.gossip_launch import launch
-
-        cfg = cell.spec
-        result = launch(cfg, progress=_progress(run, cell, cfg.steps), **self.launch_args)
-        return result_rows(result, cell.columns, cfg.scheme)
