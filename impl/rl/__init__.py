@@ -20,6 +20,9 @@ sequential      the one-process baseline loop
 shared          counters, rate limiter and weight broadcast in shared memory
 parallel        A actor + L learner processes over the shared buffer
 stepping        SharedVectorEnv: n_e envs over n_w worker processes in lock step (PAAC's runners)
+gossip          gossip averaging of models between learners by point-to-point messages (GALA/PALA)
+gossip_train    one gossip / all-reduce / independent A2C learner process and the run's result
+gossip_launch   starts a run's learner processes on loopback nodes or machines, as torchrun does
 ==============  ===============================================================
 """
 
