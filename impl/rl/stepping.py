@@ -261,7 +261,7 @@ class SharedVectorEnv:
 
     def __init__(self, env_id: str, n_envs: int, n_workers: int, *, seed: int, halves: bool = False,
                  start_method: str = "spawn", timeout_s: float = 120.0):
-        self._closed = True  # until everything below exists (close() and __del__ are safe)
+        self._closed = True  # until everything below exists (close() is safe meanwhile)
         for name, value, low in (("n_envs", n_envs, 1), ("n_workers", n_workers, 0), ("seed", seed, 0)):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
                 raise ConfigError(name, value, f"{name} must be an integer >= {low}, got {value!r}")
@@ -522,6 +522,13 @@ class SharedVectorEnv:
         """Seconds each worker spent stepping and resetting its envs (a copy; for profiles:
         the rest of the master's wait is synchronisation and load imbalance)."""
         return self._busy.copy()
+
+    @property
+    def envs_per_worker(self) -> list[int]:
+        """How many envs each worker steps ([n_envs] in process)."""
+        if self.n_workers == 0:
+            return [self.num_envs]
+        return [sum(hi - lo for lo, hi in ranges) for ranges in self._worker_parts]
 
     @property
     def worker_pids(self) -> list[int]:
