@@ -1,10 +1,10 @@
 """Gossip actor-learners against their baselines, in one run (scenario "gossip").
 
 Each cell is one training run started by :func:`impl.rl.gossip_launch.launch` (fresh learner
-processes, node ``i`` on 127.0.0.(2 + i)). The scheme ``paac`` is PAAC's layout with the same
-parts: one learner whose ``n_envs`` environments are stepped by ``paac_workers`` worker
-processes (default 2) through shared memory, one batched forward per step, synchronous A2C.
-A suite declares::
+processes, node ``i`` on 127.0.0.(2 + i)), or, for the scheme ``paac``, one run of
+:func:`impl.rl.paac.run_paac`: one learner whose ``n_envs`` environments are stepped by
+``paac_workers`` worker processes (default 2) through shared memory, with the same A2C
+settings. A suite declares::
 
     {"name": ..., "scenario": "gossip", "env": "CartPole-v1", "steps": 200000, "seeds": [0, 1, 2],
      "learners": [1, 2, 4, 8], "learners_per_node": 1,
@@ -59,7 +59,8 @@ def _label(entry: dict) -> str:
 
 
 def configs(suite: dict, variants: list[str] | None = None) -> list[tuple[str, object]]:
-    """The suite's grid as (label, GossipConfig), in run order."""
+    """The suite's grid as (label, GossipConfig, or TrainConfig for paac), in run order."""
+    from replaybench.impl.rl import TrainConfig
     from replaybench.impl.rl.gossip_train import GossipConfig
 
     schemes = [e for e in suite["schemes"] if variants is None or _label(e) in variants]
@@ -80,8 +81,11 @@ def configs(suite: dict, variants: list[str] | None = None) -> list[tuple[str, o
                             overrides=dict(suite.get("overrides") or {}), **common)
                 if e["scheme"] == "paac":  # one learner, its envs stepped by worker processes
                     if slowdown == 1.0:
-                        out.append((_label(e), GossipConfig(scheme="independent", nodes=1, learners_per_node=1,
-                                                            env_workers=suite.get("paac_workers", 2), **base)))
+                        a2c = {**base["overrides"], "n_envs": suite.get("n_envs", 16),
+                               "n_workers": suite.get("paac_workers", 2)}
+                        out.append((_label(e), TrainConfig(algo="a2c", env=suite["env"], steps=suite["steps"],
+                                                           seed=seed, overrides=a2c,
+                                                           timeout_s=suite.get("time_limit_s"))))
                     continue
                 for n in suite["learners"]:
                     if n == 1 and e["scheme"] != "independent":
@@ -98,6 +102,13 @@ def configs(suite: dict, variants: list[str] | None = None) -> list[tuple[str, o
 
 
 def _columns(label: str, cfg) -> dict:
+    from replaybench.impl.rl import TrainConfig
+
+    if isinstance(cfg, TrainConfig):  # paac
+        params = {"n_envs": cfg.overrides["n_envs"], "env_workers": cfg.overrides["n_workers"], "steps": cfg.steps,
+                  "straggler_slowdown": 1.0}
+        return {"scenario": "gossip", "variant": label, "structure": "a2c", "policy": "none", "algo": "a2c",
+                "env": cfg.env, "actors": 0, "learners": 1, "seed": cfg.seed, "mode": "processes", "params": params}
     params = {"nodes": cfg.nodes, "learners_per_node": cfg.learners_per_node, "n_envs": cfg.n_envs,
               "env_workers": cfg.env_workers, "steps": cfg.steps, "straggler_slowdown": cfg.straggler_slowdown}
     policy = "none"
@@ -153,7 +164,7 @@ class Gossip(Scenario):
     launch_args: dict = {}
 
     def cells(self, suite: dict, selection: Selection) -> list[Cell]:
-        from replaybench.impl.rl import ConfigError
+        from replaybench.impl.rl import ConfigError, TrainConfig, paac
 
         try:
             grid = configs(suite, selection.variants)
@@ -167,7 +178,10 @@ class Gossip(Scenario):
             text = (f"{label} N={columns['learners']} straggler={columns['params']['straggler_slowdown']:g} "
                     f"seed={columns['seed']}")
             try:
-                spec.validate()
+                if isinstance(spec, TrainConfig):
+                    paac.validate(spec)
+                else:
+                    spec.validate()
             except ConfigError as err:
                 raise SelectionError(f"gossip run {text}: {err}") from None
             cells.append(Cell(text, columns, spec))
@@ -179,11 +193,14 @@ class Gossip(Scenario):
                           "learner's end; each learner a fresh process, node i listening on 127.0.0.(2+i)"}
 
     def measure(self, cell: Cell, run: RunState) -> list[dict]:
+        from replaybench.impl.rl import TrainConfig
         from replaybench.impl.rl.gossip_launch import launch
 
         cfg = cell.spec
         bar = _StepBar(run, cell, cfg.steps)
         try:
+            if isinstance(cfg, TrainConfig):
+                return result_rows(_paac_result(cfg, bar), cell.columns, "paac")
             result = launch(cfg, progress=bar, **self.launch_args)
         finally:
             bar.close()
@@ -191,6 +208,21 @@ class Gossip(Scenario):
 
     def summarize(self, rows: list[dict], meta: dict) -> str:
         return format_table(rows)
+
+
+def _paac_result(cfg, progress):
+    """A PAAC run (impl/rl/paac.py) as a one-learner GossipResult: no messages, no waits."""
+    from replaybench.impl.rl.gossip_train import GossipResult
+    from replaybench.impl.rl.paac import run_paac
+
+    r = run_paac(cfg, lambda steps, updates, recent: progress(steps))
+    return GossipResult(env_steps=r.env_steps, wall_s=r.wall_s, env_steps_per_s=r.env_steps / r.wall_s,
+                        time_to_threshold_s=r.time_to_threshold_s, steps_to_threshold=r.steps_to_threshold,
+                        consensus=[], final_consensus=0.0, bytes_sent=0, wait_s=[0.0],
+                        learners=[{"rank": 0, "host": "local", "env_steps": r.env_steps, "updates": r.updates,
+                                   "end_s": r.wall_s, "wait_s": 0.0, "bytes_sent": 0, "gossip": None,
+                                   "shared_memory": None}],
+                        episodes=[[wall, steps, ret, 0] for steps, wall, ret in r.episodes])
 
 
 class _StepBar:
