@@ -17,8 +17,8 @@ different machines.
 
 Started by :mod:`impl.rl.gossip_launch` (or torchrun): ``python -m
 replaybench.impl.rl.gossip_train --config JSON [--result PATH]`` with RANK, WORLD_SIZE,
-MASTER_ADDR, MASTER_PORT and REPLAYBENCH_NODE_ADDR (the address this learner listens on) in
-the environment. Rank 0 gathers every learner's report through the store and writes the
+MASTER_ADDR, MASTER_PORT and REPLAYBENCH_NODE_ADDR (the address this learner listens on;
+default: this machine's address on the route to MASTER_ADDR) in the environment. Rank 0 gathers every learner's report through the store and writes the
 run's :class:`GossipResult` as JSON to ``--result``.
 """
 
@@ -352,6 +352,17 @@ def _store_from_env(timeout_s: float):
     return dist.PrefixStore("replaybench-gossip", store)
 
 
+def _address_towards(host: str, port: int) -> str:
+    """This machine's address on the route to ``host`` (what the rendezvous host, and so the
+    other learners, can reach): a UDP socket's local address after ``connect``, which sends
+    nothing. Used when REPLAYBENCH_NODE_ADDR is not set (e.g. under torchrun)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((host, port))
+        return s.getsockname()[0]
+
+
 def main(argv=None) -> int:
     """The learner process: ``--config`` JSON (a GossipConfig), ``--result`` PATH (rank 0
     writes the run's result there). Exit status 0, or 1 with the error on stderr."""
@@ -365,7 +376,8 @@ def main(argv=None) -> int:
         print(f"learner {rank}: WORLD_SIZE={os.environ['WORLD_SIZE']} but the config has {cfg.learners} learners",
               file=sys.stderr)
         return 1
-    host = os.environ.get("REPLAYBENCH_NODE_ADDR") or os.environ.get("MASTER_ADDR", "127.0.0.1")
+    host = os.environ.get("REPLAYBENCH_NODE_ADDR") or _address_towards(os.environ["MASTER_ADDR"],
+                                                                        int(os.environ["MASTER_PORT"]))
     try:
         store = _store_from_env(cfg.timeout_s)
         store.set(f"addr/{rank}", host)
