@@ -46,7 +46,7 @@ def test_learners_on_loopback_nodes_share_no_memory():
     assert _learner_processes() == []
 
 
-def test_shared_memory_maps_finds_a_shared_segment(tmp_path):
+def test_shared_memory_maps_finds_a_shared_segment():
     from multiprocessing import shared_memory
 
     seg = shared_memory.SharedMemory(create=True, size=4096)
