@@ -111,3 +111,23 @@ def test_gossip_quick_suite_runs_every_scheme(tmp_path):
     assert summary[("allreduce", "final_consensus")]["value"] == pytest.approx(0.0, abs=1e-5)
     assert summary[("gossip", "bytes_per_step")]["value"] > 0
     assert any(r["op"] == "consensus" for r in rows) and any(r["op"] == "episode" for r in rows)
+
+
+def test_gossip_suite_expands_into_checked_cells():
+    from replaybench.bench import suites
+    from replaybench.bench.scenarios import Selection, SelectionError
+    from replaybench.bench.scenarios.gossip import SCENARIO
+
+    suite = suites.load("gossip")
+    cells = SCENARIO.cells(suite, Selection())
+    labels = [c.label for c in cells]
+    assert "paac N=1 straggler=1 seed=0" in labels and "gossip N=8 straggler=1 seed=2" in labels
+    assert "gossip N=4 straggler=2 seed=1" in labels and "gossip N=2 straggler=2 seed=0" not in labels
+    assert not any(c.label.startswith(("gossip", "allreduce")) and " N=1 " in c.label for c in cells)
+    narrowed = SCENARIO.cells(suite, Selection(variants=["allreduce"]))
+    assert {c.columns["variant"] for c in narrowed} == {"allreduce"}
+    with pytest.raises(SelectionError, match="peers"):
+        SCENARIO.cells({**suite, "schemes": [{"scheme": "gossip", "topology": "ring", "peers": 2}],
+                        "learners": [2]}, Selection())
+    with pytest.raises(SelectionError, match="unknown key"):
+        SCENARIO.cells({**suite, "schemes": [{"scheme": "gossip", "stalenes": 1}]}, Selection())
