@@ -261,6 +261,9 @@ def _gossip(outcome) -> list[str]:
             ("met" if g["median"] <= ar else "not met")
         body.append(["4 learners: gossip reaches the threshold in no more wall time than all-reduce",
                      g["scheme"], text, verdict])
+    if med(at4, "gossip", "time_to_threshold_s").empty:
+        body.append(["4 learners: gossip reaches the threshold in no more wall time than all-reduce", "-",
+                     "no 4-learner runs in these results", "-"])
     if straggler is not None:
         slowed = straggler[(straggler["straggler"] > 1.0) & straggler["scheme"].str.startswith("gossip")]
         for _, g in slowed.iterrows():
