@@ -57,11 +57,11 @@ def test_shared_memory_maps_finds_a_shared_segment():
         seg.unlink()
 
 
-def test_a_dead_peer_fails_the_run_naming_its_rank():
+def test_a_dead_peer_fails_the_run_naming_its_rank(tmp_path):
     cfg = GossipConfig(scheme="gossip", nodes=2, learners_per_node=1, topology="ring", staleness=1, steps=10**7,
                        timeout_s=2.0, time_limit_s=60.0, fail_rank=1, fail_after_rounds=3, **SMALL)
     with pytest.raises(LaunchFailed) as info:
-        launch(cfg)
+        launch(cfg, log_dir=str(tmp_path))  # a failed run keeps its logs: here, in the test's folder
     errors = info.value.errors
     assert set(errors) == {0, 1}, str(info.value)
     assert errors[1].startswith("exit status 3")  # the crash: no word from it
