@@ -1,4 +1,4 @@
-"""The benchmark commands of ``replaybench``: ``list | run | summary | train`` (the analysis
+"""The benchmark commands of ``replaybench``: ``list | run | summary | train | gossip`` (the analysis
 commands ``plots | report | compare`` are analysis/__main__.py's; replaybench/cli.py joins both).
 
     replaybench list                              # registered variants and peers, with parameters
@@ -8,6 +8,7 @@ commands ``plots | report | compare`` are analysis/__main__.py's; replaybench/cl
     replaybench run --suite quick --variants binary,kary-aligned --out /tmp/r
     replaybench summary results/<run_id>          # reprint a stored run's summary
     replaybench train --algo dqn --env CartPole-v1 --buffer kary-aligned --actors 2 --learners 1 --steps 50000
+    replaybench gossip --nodes 4 --learners-per-node 1 --topology exponential --staleness 1 --steps 200000
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def cmd_summary(args) -> int:
 
 
 def add_commands(sub) -> None:
-    """Add ``list``, ``run``, ``summary`` and ``train`` to an argparse subparsers object."""
+    """Add ``list``, ``run``, ``summary``, ``train`` and ``gossip`` to an argparse subparsers object."""
     p = sub.add_parser("list", help="registered variants and peers with their parameters")
     p.set_defaults(func=cmd_list)
 
@@ -117,6 +118,10 @@ def add_commands(sub) -> None:
     from replaybench.bench import train  # the training loop's command (bench/train.py); imports torch only when run
 
     train.add_parser(sub)
+
+    from replaybench.bench.scenarios import gossip  # gossip learners' command; imports torch only when run
+
+    gossip.add_parser(sub)
 
 
 def main(argv=None) -> int:

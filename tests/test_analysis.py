@@ -190,6 +190,34 @@ def training_rows(rng, updates_per_step=None):
     return rows
 
 
+def gossip_rows():
+    """As bench/scenarios/gossip.py writes them (its own result_rows of made-up results): gossip,
+    all-reduce and independent at 2 and 4 learners, 3 seeds, and a 2x straggler at 4."""
+    from replaybench.bench.scenarios.gossip import _columns, result_rows
+    from replaybench.impl.rl.gossip_train import GossipConfig, GossipResult
+
+    rows = []
+    for scheme, n, slow, seed in [(s, n, 1.0, seed) for s in ("gossip", "allreduce", "independent")
+                                  for n in (2, 4) for seed in range(3)] + [
+                                     (s, 4, 2.0, seed) for s in ("gossip", "allreduce") for seed in range(3)]:
+        cfg = GossipConfig(scheme=scheme, nodes=n, learners_per_node=1, seed=seed, straggler_slowdown=slow)
+        rate = 1000.0 * n / (slow if scheme == "allreduce" else 1.0)
+        result = GossipResult(env_steps=20000, wall_s=20000 / rate, env_steps_per_s=rate,
+                              time_to_threshold_s=None if scheme == "independent" else 10.0 + seed,
+                              steps_to_threshold=None if scheme == "independent" else 9000,
+                              consensus=[(float(k), (0.5 if scheme != "allreduce" else 0.0) / (k + 1))
+                                         for k in range(5)],
+                              final_consensus=0.0, bytes_sent=0 if scheme == "independent" else 300 * 20000,
+                              wait_s=[0.1] * n, episodes=[[0.5 * i, 100 * i, 20.0 * i, 0] for i in range(30)],
+                              learners=[{"rank": r, "host": f"127.0.0.{2 + r}", "env_steps": 20000 // n,
+                                         "updates": 100, "end_s": 20000 / rate, "wait_s": 0.1, "bytes_sent": 0,
+                                         "gossip": {"max_behind": 2} if scheme == "gossip" else None,
+                                         "shared_memory": []} for r in range(n)])
+        columns = {**_columns(scheme, cfg), "op": "summary", "metric": "env_steps_per_s", "unit": "steps/s"}
+        rows += [_row("", **r) for r in result_rows(result, columns, scheme)]
+    return rows
+
+
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
     """Five runs of a made-up machine; returns the results folder."""
@@ -200,6 +228,7 @@ def synthetic(tmp_path_factory):
     write_run(root, "20300101T000200Z-cache", "cache", "cache", cache_rows())
     write_run(root, "20300101T000300Z-concurrency", "concurrency", "concurrency", concurrency_rows(rng))
     write_run(root, "20300101T000400Z-training", "training", "training", training_rows(rng))
+    write_run(root, "20300101T000500Z-gossip", "gossip", "gossip", gossip_rows())
     return root
 
 

@@ -23,6 +23,9 @@ parallel        A actor + L learner processes over the shared buffer
 stepping        SharedVectorEnv: n_e envs over n_w worker processes in lock step (PAAC's runners)
 paac            the PAAC loop: batched inference over a SharedVectorEnv, one A2C update per t_max steps
 ray_backend     the parallel loop on a Ray cluster (ray_workers: its server, actors, learners)
+gossip          gossip averaging of models between learners by point-to-point messages (GALA/PALA)
+gossip_train    one gossip / all-reduce / independent A2C learner process and the run's result
+gossip_launch   starts a run's learner processes on loopback nodes or machines, as torchrun does
 ==============  ===============================================================
 """
 

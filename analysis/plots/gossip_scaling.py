@@ -1,0 +1,114 @@
+"""Gossip learners: env steps/s, time to threshold, bytes sent per step and time waiting
+against the number of learners, one line per scheme (runs without a straggler).
+
+Rows: scenario ``gossip``, op ``summary``, newest run per cell; one value per seed. Plotted:
+the median over seeds with min-max bars. A scheme whose seeds did not all reach the threshold
+is labelled ``k/n``; one that never did is an ``x`` on the top edge. PAAC (one learner, its
+environments stepped by worker processes) is a single point at 1 learner.
+:func:`gossip_rows` is the row selection the other gossip figures share.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from replaybench.analysis import load, stats
+from replaybench.analysis.plots import NoRows, Plot
+from replaybench.analysis.plots._common import handle, legend, new_figure
+from replaybench.bench import contract
+
+__all__ = ["gossip_rows", "scheme_colour", "scheme_label", "summary_spread"]
+
+NAME = "gossip_scaling"
+ORDER = 61
+TITLE = "Gossip learners: throughput, time to threshold and communication against learners"
+
+_METRICS = [("env_steps_per_s", "env steps/s (all learners)"), ("time_to_threshold_s", "time to threshold (s)"),
+            ("bytes_per_step", "bytes sent per env step"), ("wait_fraction", "fraction of time waiting")]
+_COLOURS = {"gossip": "#0072B2", "gossip-free": "#56B4E9", "allreduce": "#D55E00", "independent": "#7F7F7F",
+            "paac": "#009E73"}
+_CELL = ["scenario", "op", "metric", "variant", "policy", "env", "learners", "seed", "straggler"]
+
+
+def gossip_rows(table: pd.DataFrame, op: str) -> pd.DataFrame:
+    """Rows of scenario ``gossip`` and ``op``, newest run per (scheme, topology, learners,
+    straggler, seed, metric), with ``straggler`` (the slowdown) and ``scheme`` (a label
+    with the topology for gossip) added."""
+    rows = table[(table["scenario"] == "gossip") & (table["op"] == op)]
+    if rows.empty:
+        return rows
+    rows = rows.assign(straggler=[float(contract.params_of(p).get("straggler_slowdown", 1.0)) for p in rows["params"]])
+    rows = load.latest_per_cell(rows, _CELL)
+    return rows.assign(scheme=[scheme_label(v, p) for v, p in zip(rows["variant"], rows["policy"])])
+
+
+def scheme_label(variant, policy) -> str:
+    """``gossip (exponential/p1/k2)``, or the variant alone for the baselines."""
+    return f"{variant} ({policy})" if policy and policy != "none" else str(variant)
+
+
+def scheme_colour(label: str) -> str:
+    return _COLOURS.get(label.split(" ")[0], "#CC79A7")
+
+
+def summary_spread(rows: pd.DataFrame) -> pd.DataFrame:
+    """Median, min, max over seeds per (scheme, env, learners, straggler, metric), with
+    ``n_seeds`` (runs) and ``n_reached`` (runs with an ``ok`` value)."""
+    keys = ["scheme", "env", "learners", "straggler", "metric"]
+    ok = rows[(rows["status"] == "ok") & rows["value"].notna()]
+    data = stats.spread(ok, keys, "value")
+    seeds = rows.groupby(keys, dropna=False)["seed"].nunique().rename("n_seeds").reset_index()
+    data = seeds.merge(data, on=keys, how="left")
+    data["n_reached"] = data["n"].fillna(0).astype(int)
+    return data
+
+
+def build(table, metas) -> Plot:
+    rows = gossip_rows(table, "summary")
+    if rows.empty:
+        raise NoRows("no gossip summaries (scenario 'gossip', op 'summary')")
+    data = summary_spread(rows[rows["metric"].isin([m for m, _ in _METRICS])])
+    data = data[data["straggler"] == 1.0]
+    if data.empty:
+        raise NoRows("no gossip runs without a straggler")
+    envs = sorted(set(data["env"]))
+    fig, axes = new_figure(len(envs), len(_METRICS), panel=(3.8, 3.1))
+    handles = {}
+    for r, env in enumerate(envs):
+        for c, (metric, ylabel) in enumerate(_METRICS):
+            ax = axes[r, c]
+            cell = data[(data["env"] == env) & (data["metric"] == metric)]
+            top = float(cell["max"].max()) if cell["max"].notna().any() else 1.0
+            for scheme, line in cell.groupby("scheme", sort=True):
+                line = line.sort_values("learners")
+                colour = scheme_colour(scheme)
+                x = line["learners"].astype(float).to_numpy()
+                med = line["median"].to_numpy(float)
+                reached = line["median"].notna().to_numpy()
+                ax.errorbar(x[reached], med[reached], yerr=[med[reached] - line["min"].to_numpy(float)[reached],
+                                                            line["max"].to_numpy(float)[reached] - med[reached]],
+                            color=colour, marker="o", markersize=4, capsize=2, linewidth=1.4)
+                for xi, (_, p) in zip(x, line.iterrows()):
+                    if p["n_reached"] == 0:
+                        ax.plot(xi, 0.92, marker="x", color=colour, transform=ax.get_xaxis_transform())
+                    elif p["n_reached"] < p["n_seeds"]:
+                        ax.annotate(f"{p['n_reached']}/{p['n_seeds']}", (xi, p["median"]), fontsize=6, color=colour,
+                                    xytext=(3, 3), textcoords="offset points")
+                handles.setdefault(scheme, handle(scheme, colour))
+            xs = sorted(set(cell["learners"].dropna().astype(int)))
+            if xs:
+                ax.set_xscale("log", base=2)
+                ax.set_xticks(xs, [str(v) for v in xs])
+                ax.minorticks_off()
+            ax.set_ylim(0, top * 1.12 if top > 0 else 1.0)
+            ax.grid(alpha=0.3)
+            ax.set_xlabel("learners")
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"a2c on {env}", fontsize=10)
+    fig.suptitle("Gossip vs all-reduce vs independent learners: median over seeds, bars = min-max; "
+                 "x = threshold not reached", fontsize=10)
+    legend(fig, list(handles.values()), title="scheme")
+    data = data.sort_values(["env", "metric", "scheme", "learners"]).reset_index(drop=True)
+    return Plot(fig, data, "Env steps/s over all learners, time to the reward threshold (pooled episodes), bytes "
+                           "sent per env step (all-reduce: the nominal ring volume) and the mean fraction of time a "
+                           "learner waits, against the number of learners, without a straggler.")
