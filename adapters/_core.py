@@ -17,7 +17,7 @@ from replaybench.impl import registry
 from replaybench.impl.buffers import check_buffer_params
 from replaybench.impl.trees.base import SumTree, as_indices
 
-__all__ = ["FRAMEWORKS", "availability", "require", "PriorityIndex", "DEFAULT_VARIANT"]
+__all__ = ["FRAMEWORKS", "availability", "require", "sampler_params", "PriorityIndex", "DEFAULT_VARIANT"]
 
 #: Adapter module -> (the framework's import name, its distribution, the extra that installs it).
 FRAMEWORKS = {"sb3": ("stable_baselines3", "stable-baselines3", "sb3"),
@@ -39,16 +39,23 @@ def require(adapter: str) -> None:
                           ) from err
 
 
-def availability() -> dict[str, tuple[bool, str]]:
-    """Per adapter: ``(True, "")`` when its framework imports, else ``(False, the reason)``."""
+def availability(*adapters: str) -> dict[str, tuple[bool, str]]:
+    """Per adapter (all by default): ``(True, "")`` when its framework imports, else
+    ``(False, the reason)``. Importing a framework takes seconds (torch extensions)."""
     out = {}
-    for adapter in FRAMEWORKS:
+    for adapter in adapters or FRAMEWORKS:
         try:
             require(adapter)
             out[adapter] = (True, "")
         except ImportError as err:
             out[adapter] = (False, str(err))
     return out
+
+
+def sampler_params(checked: dict) -> dict:
+    """Checked sampler parameters as a variant factory takes them: ``stratified`` only when
+    True, since the uniform baseline accepts (and ignores) alpha, beta and eps but not it."""
+    return {k: v for k, v in checked.items() if k != "stratified" or v}
 
 
 class PriorityIndex:
@@ -76,12 +83,12 @@ class PriorityIndex:
             raise ValueError(f"variant must be a registered variant's name, got {variant!r}")
         # The variant's own buffer validates capacity and parameters and builds the tree; a
         # one-byte field keeps its (unused) storage small. Only the tree is kept.
-        buf = registry.create(variant, capacity=capacity, fields={"slot": ((), "bool")}, **checked, **params)
+        buf = registry.create(variant, capacity=capacity, fields={"slot": ((), "bool")}, seed=seed,
+                              **sampler_params(checked), **params)
         tree = getattr(buf, "tree", None)
         if not isinstance(tree, SumTree):
-            tree_variants = [n for n in registry.names() if n != variant]
-            raise ValueError(f"variant {variant!r} keeps no priorities (no sum tree); the adapters need a "
-                             f"prioritized variant, one of {tree_variants}")
+            raise ValueError(f"variant {variant!r} keeps no priorities (its buffer has no sum tree); the adapters "
+                             f"need a prioritized variant, such as {DEFAULT_VARIANT!r}")
         self.variant, self.capacity, self.tree = variant, int(capacity), tree
         self.alpha, self.eps, self.stratified = checked["alpha"], checked["eps"], checked["stratified"]
         self.beta = checked["beta"]

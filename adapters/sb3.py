@@ -22,7 +22,7 @@ and ``Dict`` observation spaces.
 
 from __future__ import annotations
 
-from replaybench.adapters._core import DEFAULT_VARIANT, require
+from replaybench.adapters._core import DEFAULT_VARIANT, require, sampler_params
 
 require("sb3")
 
@@ -67,7 +67,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     optimize_memory_usage : bool
         Must be False (the variant stores next observations itself).
     variant : str
-        Registered variant holding transitions and priorities (``replaybench list``).
+        Registered variant holding transitions and priorities (``replaybench list``); a
+        variant without priorities (``"uniform"``) samples uniformly over transitions, with
+        weights 1, and ignores ``alpha``, ``beta``, ``eps`` and ``stratified``.
     alpha, beta, eps, stratified, seed
         The variant's sampler parameters (see ``replaybench.impl.buffers``); ``seed`` seeds
         its generator (SB3 seeds NumPy's global one, which this buffer does not use).
@@ -95,9 +97,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         fields = {"obs": obs, "next_obs": obs,
                   "action": ((self.action_dim,), self._maybe_cast_dtype(action_space.dtype)),
                   "reward": ((), np.float32), "done": ((), np.float32), "timeout": ((), np.float32)}
-        self.store = registry.create(variant, capacity=self.buffer_size * n_envs, fields=fields, alpha=alpha,
-                                     beta=beta, eps=eps, stratified=stratified, seed=seed, **variant_params)
-        self.variant = variant
+        checked = check_buffer_params(alpha=alpha, beta=beta, eps=eps, stratified=stratified)
+        self.store = registry.create(variant, capacity=self.buffer_size * n_envs, fields=fields, seed=seed,
+                                     **sampler_params(checked), **variant_params)
+        self.variant, self.variant_params = variant, variant_params
 
     @property
     def beta(self) -> float:
@@ -144,7 +147,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         store = self.store
         params = {k: getattr(store, k) for k in ("alpha", "beta", "eps", "stratified") if hasattr(store, k)}
         self.store = registry.create(self.variant, capacity=store.capacity,
-                                     fields={k: (s.shape, s.dtype) for k, s in store.fields.items()}, **params)
+                                     fields={k: (s.shape, s.dtype) for k, s in store.fields.items()},
+                                     **sampler_params(params), **self.variant_params)
 
     def _get_samples(self, batch_inds: np.ndarray, env=None) -> ReplayBufferSamples:
         """SB3's uniform path: rows ``batch_inds``, each with a uniformly drawn environment."""
