@@ -72,3 +72,35 @@ def test_quick_suite_runs_every_framework_through_the_driver(tmp_path):
     assert all(0 < r["value"] < 1 for r in rows if r["metric"] == "replay_share")
     frame, _ = load_run(run_dir)
     assert len(frame) == len(rows)
+
+
+def test_a_run_through_the_driver_makes_the_figure_and_the_report_section(tmp_path, monkeypatch):
+    """The lifecycle with stand-in training loops (the real ones are the slow test above): rows
+    on disk, the loader, the figure's data and the report's table."""
+    from replaybench.analysis import report
+    from replaybench.analysis.load import load_run
+    from replaybench.analysis.plots import frameworks as figure
+    from replaybench.bench.scenarios import frameworks
+
+    def stand_in(env_id, buffer, seed, steps, h, **_):
+        cost = 0.004 if buffer == "own" else 0.002           # ours twice as fast per step
+        episodes = [(10 * i, cost * 10 * i, 500.0 if i > 2 else 20.0) for i in range(1, 8)]
+        return RunResult(cost * steps, steps, {"replay_sample": 0.5 * cost * steps}, episodes)
+
+    monkeypatch.setattr(frameworks, "RUNNERS", {fw: stand_in for fw in frameworks.FRAMEWORKS})
+    suite = {**suites.load("frameworks-quick"), "frameworks": ["sb3", "torchrl"]}
+    run_dir = driver.run(suite, out=tmp_path, run_id="fw", progress=False, echo=lambda *_: None)
+    frame, _ = load_run(run_dir)
+    plot = figure.build(frame, {})
+    data = plot.data.set_index(["framework", "variant", "metric"])
+    assert data.loc[("sb3", "kary-aligned", "speedup_vs_own"), "median"] == pytest.approx(2.0)
+    assert data.loc[("torchrl", "own", "replay_share"), "median"] == pytest.approx(0.5)
+    # window 5: the 7th episode (70 steps) is the first whose last five all returned 500
+    assert data.loc[("sb3", "own", "time_to_threshold_s"), "median"] == pytest.approx(0.004 * 70)
+
+    class Outcome:
+        data = {"frameworks": plot.data}
+
+    text = "\n".join(report._frameworks(Outcome()))
+    assert "## Inside other frameworks" in text and "PAL: 1.1-2.1x" in text
+    assert "| sb3 | CartPole-v1 | `kary-aligned` | 1 | 2 | 50% | 2.00 | 0.14 (1/1 seeds) | 500 |" in text
