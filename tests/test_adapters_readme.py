@@ -1,5 +1,6 @@
 """The README's three framework examples ("Inside Stable-Baselines3, Tianshou and TorchRL"), run
-as written, each where its framework is installed."""
+as written, each where its framework is installed (the SB3 one trains 1000 steps: slow;
+tests/test_adapters_sb3.py trains PrioritizedDQN in the default run)."""
 
 import re
 from pathlib import Path
@@ -19,7 +20,7 @@ def test_the_section_has_one_example_per_framework():
     assert sorted(examples()) == ["sb3", "tianshou", "torchrl"]
 
 
-@pytest.mark.parametrize("adapter", ["sb3", "tianshou", "torchrl"])
+@pytest.mark.parametrize("adapter", [pytest.param("sb3", marks=pytest.mark.slow), "tianshou", "torchrl"])
 def test_readme_example_runs_as_written(adapter, tmp_path, monkeypatch):
     pytest.importorskip({"sb3": "stable_baselines3"}.get(adapter, adapter))
     import torch

@@ -92,6 +92,7 @@ def test_bad_input_gets_our_errors_and_changes_nothing():
     assert np.array_equal(ours.priorities.tree.leaves(), before)
 
 
+@pytest.mark.slow  # numba compiles Tianshou's n-step kernels per process; seconds of training
 def test_tianshou_dqn_and_trainer_run_with_it():
     import gymnasium as gym
     from tianshou.algorithm import DQN

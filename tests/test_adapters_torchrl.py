@@ -121,6 +121,7 @@ def test_bad_input_gets_our_errors_and_changes_nothing():
     assert np.array_equal(leaves(ours), before)
 
 
+@pytest.mark.slow  # a few seconds of training
 def test_a_dqn_loop_with_torchrl_dqnloss_runs_with_it():
     from torch import nn
     from torchrl.envs import GymEnv
