@@ -137,13 +137,15 @@ class PrioritizedSampler(_TorchRLPrioritizedSampler):
     @torch.no_grad()
     def update_priority(self, index, priority, *, storage=None) -> None:
         """Store ``(priority + eps) ** alpha`` at ``index`` (a scalar priority is broadcast;
-        ``-1`` entries are skipped, as TorchRL's writers use them for "not written")."""
+        ``-1`` entries are skipped, as TorchRL's writers use them for "not written"). With
+        ``storage`` (the buffer passes it) an index must be below ``len(storage)``."""
         idx, prio = self._as_arrays(index, priority)
         keep = idx != -1
         if not keep.all():
             idx, prio = idx[keep], prio[keep]
-        if idx.size:
-            self._index.update(idx, prio, n_valid=self._max_capacity)
+        if idx.size:  # the buffer passes its storage: then only written slots may be updated
+            written = self._max_capacity if storage is None else min(len(storage), self._max_capacity)
+            self._index.update(idx, prio, n_valid=written)
 
     def mark_update(self, index, *, storage=None) -> None:
         """Give ``index`` (just written) the largest stored priority."""
