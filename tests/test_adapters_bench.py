@@ -30,7 +30,7 @@ def test_variants_selection_and_bad_suites_are_refused_before_any_run():
     for change, message in [({"frameworks": ["keras"]}, "'frameworks' must be"),
                             ({"buffers": ["nope"]}, "buffer 'nope' is neither"),
                             ({"hyper": {"batch": 3}}, "unknown 'hyper' key"),
-                            ({"hyper": {"train_freq": 0}}, r"hyper\['train_freq'\] must be"),
+                            ({"hyper": {"train_freq": 0}}, r"hyper\['train_freq'\] must be an integer >= 1"),
                             ({"steps": -1}, "'steps' must be"),
                             ({"atari": True}, "'atari' must be")]:
         with pytest.raises(SelectionError, match=message):

@@ -45,7 +45,8 @@ def test_stores_what_sb3_stores_with_vector_envs_across_a_wrap_around():
     slots = rows * n_envs + envs
     got = ours._tensors(ours.store.storage.gather(slots), None)
     want = (theirs.observations[rows, envs], theirs.actions[rows, envs], theirs.next_observations[rows, envs],
-            (theirs.dones * (1 - theirs.timeouts))[rows, envs].reshape(-1, 1), theirs.rewards[rows, envs].reshape(-1, 1))
+            (theirs.dones * (1 - theirs.timeouts))[rows, envs].reshape(-1, 1),
+            theirs.rewards[rows, envs].reshape(-1, 1))
     for g, w in zip(got, want):
         assert np.array_equal(g.numpy(), w)
 

@@ -333,8 +333,9 @@ def _check_suite(suite: dict) -> dict:
     if unknown:
         raise SelectionError(f"{where}: unknown 'hyper' key(s) {unknown}; known: {sorted(HYPER)}")
     for key in ("batch_size", "buffer_size", "learning_starts", "train_freq", "gradient_steps", "target_update"):
-        if isinstance(hyper[key], bool) or not isinstance(hyper[key], int) or hyper[key] < (0 if key == "learning_starts" else 1):
-            raise SelectionError(f"{where}: hyper[{key!r}] must be a positive integer, got {hyper[key]!r}")
+        low = 0 if key == "learning_starts" else 1
+        if isinstance(hyper[key], bool) or not isinstance(hyper[key], int) or hyper[key] < low:
+            raise SelectionError(f"{where}: hyper[{key!r}] must be an integer >= {low}, got {hyper[key]!r}")
     steps, seeds = suite.get("steps"), suite.get("seeds", [0])
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise SelectionError(f"{where}: 'steps' must be a positive integer, got {steps!r}")
