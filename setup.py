@@ -10,7 +10,7 @@ Everything else is declared in pyproject.toml.
 
 from setuptools import find_packages, setup
 
-FOLDERS = ("impl", "bench", "analysis")
+FOLDERS = ("impl", "bench", "analysis", "adapters")
 
 setup(
     packages=["replaybench"] + [f"replaybench.{p}" for p in find_packages(include=[f"{f}*" for f in FOLDERS])],

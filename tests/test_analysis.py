@@ -1,6 +1,6 @@
 """analysis/: loading and checking runs, every figure, the report and the run comparison.
 
-A small synthetic results folder (micro, K sweep, cache, concurrency and training runs, in
+A small synthetic results folder (micro, K sweep, cache, concurrency, training and frameworks runs, in
 the harness's own format via bench.results.RunWriter) is built once per module; the figures'
 CSVs are checked against statistics computed here directly from the rows, without the
 analysis code. The stored runs under results/ are drawn too when there are any.
@@ -218,9 +218,27 @@ def gossip_rows():
     return rows
 
 
+def frameworks_rows():
+    """Two frameworks with their own buffer and ours, two seeds, as bench/scenarios/frameworks.py
+    writes them (its own row maker)."""
+    from replaybench.bench.scenarios.frameworks import RunResult, result_rows
+
+    rows = []
+    for fw in ("sb3", "tianshou"):
+        for seed in (0, 1):
+            for variant, cost in (("own", 0.004), ("kary-aligned", 0.003)):
+                columns = {"variant": variant, "structure": variant, "policy": "none", "algo": "dqn",
+                           "env": "CartPole-v1", "seed": seed, "params": {"framework": fw}}
+                episodes = [(100 * i, cost * 100 * i, 500.0 * (1 - math.exp(-i / 10))) for i in range(1, 60)]
+                result = RunResult(cost * 6000, 6000, {"replay_sample": 0.3 * cost * 6000}, episodes)
+                rows += [_row("", "frameworks", **r) for r in
+                         result_rows(result, columns, 475, 20, 0.004 if variant != "own" else None)]
+    return rows
+
+
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
-    """Five runs of a made-up machine; returns the results folder."""
+    """Six runs of a made-up machine; returns the results folder."""
     root = tmp_path_factory.mktemp("results")
     rng = np.random.default_rng(7)
     write_run(root, "20300101T000000Z-micro", "micro", "micro", micro_rows(rng))
@@ -229,6 +247,7 @@ def synthetic(tmp_path_factory):
     write_run(root, "20300101T000300Z-concurrency", "concurrency", "concurrency", concurrency_rows(rng))
     write_run(root, "20300101T000400Z-training", "training", "training", training_rows(rng))
     write_run(root, "20300101T000500Z-gossip", "gossip", "gossip", gossip_rows())
+    write_run(root, "20300101T000600Z-frameworks", "frameworks", "frameworks", frameworks_rows())
     return root
 
 

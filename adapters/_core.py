@@ -1,0 +1,142 @@
+"""What the framework adapters share: the optional-import check and a priority index.
+
+A :class:`PriorityIndex` holds the priorities of a storage that a framework owns (Tianshou's
+``Batch``, TorchRL's ``Storage``), slot for slot, in the sum tree of any registered
+tree-based variant: new slots get the largest priority stored so far (Schaul et al.), samples
+are drawn with probability ``p_i / sum p`` and weighted by ``(p_i / p_min) ** -beta``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import numbers
+
+import numpy as np
+
+from replaybench.impl import registry
+from replaybench.impl.buffers import check_buffer_params
+from replaybench.impl.trees.base import SumTree, as_indices
+
+__all__ = ["FRAMEWORKS", "availability", "require", "sampler_params", "PriorityIndex", "DEFAULT_VARIANT"]
+
+#: Adapter module -> (the framework's import name, its distribution, the extra that installs it).
+FRAMEWORKS = {"sb3": ("stable_baselines3", "stable-baselines3", "sb3"),
+              "tianshou": ("tianshou", "tianshou", "tianshou"),
+              "torchrl": ("torchrl", "torchrl-nightly", "torchrl")}
+
+#: The variant the adapters use unless told otherwise: PAL's cache-aligned K-ary tree.
+DEFAULT_VARIANT = "kary-aligned"
+
+
+def require(adapter: str) -> None:
+    """Import ``adapter``'s framework or raise ImportError naming the extra that installs it."""
+    module, dist, extra = FRAMEWORKS[adapter]
+    try:
+        importlib.import_module(module)
+    except Exception as err:  # a missing package, or one that fails to load (a C++ extension)
+        raise ImportError(f"replaybench.adapters.{adapter} needs {dist}, which did not import "
+                          f"({type(err).__name__}: {err}); install it with: pip install 'replaybench[{extra}]'"
+                          ) from err
+
+
+def availability(*adapters: str) -> dict[str, tuple[bool, str]]:
+    """Per adapter (all by default): ``(True, "")`` when its framework imports, else
+    ``(False, the reason)``. Importing a framework takes seconds (torch extensions)."""
+    out = {}
+    for adapter in adapters or FRAMEWORKS:
+        try:
+            require(adapter)
+            out[adapter] = (True, "")
+        except ImportError as err:
+            out[adapter] = (False, str(err))
+    return out
+
+
+def sampler_params(checked: dict) -> dict:
+    """Checked sampler parameters as a variant factory takes them: ``stratified`` only when
+    True, since the uniform baseline accepts (and ignores) alpha, beta and eps but not it."""
+    return {k: v for k, v in checked.items() if k != "stratified" or v}
+
+
+class PriorityIndex:
+    """Priorities for ring slots ``0 .. capacity-1`` of an external storage.
+
+    Parameters
+    ----------
+    variant : str
+        A registered variant that keeps a sum tree (every tree variant; ``"uniform"`` does not).
+    capacity : int
+        Slots of the storage it indexes.
+    alpha, beta, eps, stratified, seed
+        As :class:`replaybench.impl.buffers.PrioritizedReplayBuffer` (checked the same way).
+    **params
+        The variant's structure parameters (``K=...``, ``dtype=...``).
+
+    Costs: D = tree depth. :meth:`mark_new` and :meth:`update` O(n D), :meth:`sample` O(n K D),
+    :meth:`weights` O(n). Errors name the argument and value and change nothing.
+    """
+
+    def __init__(self, variant: str, capacity: int, *, alpha=0.6, beta=0.4, eps=1e-6, stratified=False,
+                 seed=None, **params):
+        checked = check_buffer_params(alpha=alpha, beta=beta, eps=eps, stratified=stratified)
+        if not isinstance(variant, str):
+            raise ValueError(f"variant must be a registered variant's name, got {variant!r}")
+        # The variant's own buffer validates capacity and parameters and builds the tree; a
+        # one-byte field keeps its (unused) storage small. Only the tree is kept.
+        buf = registry.create(variant, capacity=capacity, fields={"slot": ((), "bool")}, seed=seed,
+                              **sampler_params(checked), **params)
+        tree = getattr(buf, "tree", None)
+        if not isinstance(tree, SumTree):
+            raise ValueError(f"variant {variant!r} keeps no priorities (its buffer has no sum tree); the adapters "
+                             f"need a prioritized variant, such as {DEFAULT_VARIANT!r}")
+        self.variant, self.capacity, self.tree = variant, int(capacity), tree
+        self.alpha, self.eps, self.stratified = checked["alpha"], checked["eps"], checked["stratified"]
+        self.beta = checked["beta"]
+        self.max_priority = 1.0  # largest stored p = (priority + eps) ** alpha so far
+        self.rng = np.random.default_rng(seed)
+
+    def set_beta(self, beta) -> None:
+        """Set the default importance-sampling exponent (a number in [0, 1])."""
+        self.beta = check_buffer_params(alpha=self.alpha, beta=beta, eps=self.eps, stratified=False)["beta"]
+
+    def mark_new(self, slots) -> None:
+        """Give ``slots`` (just written) the largest priority stored so far."""
+        idx = self._slots(slots)
+        self.tree.update(idx, np.full(idx.size, self.max_priority), eps=0.0, alpha=1.0)
+
+    def update(self, slots, priorities, n_valid: int) -> None:
+        """Store ``(priorities + eps) ** alpha`` at ``slots`` (each below ``n_valid``)."""
+        pmax = self.tree.update(slots, priorities, n_valid=n_valid, eps=self.eps, alpha=self.alpha)
+        self.max_priority = max(self.max_priority, pmax)
+
+    def sample(self, n: int, beta=None) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` slots drawn with probability ``p_i / total`` and their weights
+        ``(p_i / p_min) ** -beta`` (float32: 1 for the smallest stored priority)."""
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {n!r}")
+        if not self.tree.total() > 0:
+            raise ValueError("cannot sample from an empty buffer: add transitions first")
+        beta = self.beta if beta is None else check_buffer_params(alpha=self.alpha, beta=beta, eps=self.eps,
+                                                                  stratified=False)["beta"]
+        idx, prio = self.tree.sample(int(n), self.rng, self.stratified)
+        return idx, np.power(prio / self.tree.min(), -beta).astype(np.float32)
+
+    def weights(self, slots, beta=None) -> np.ndarray:
+        """``(p_i / p_min) ** -beta`` for ``slots`` (float64); 0-priority slots get ``inf``."""
+        beta = self.beta if beta is None else beta
+        with np.errstate(divide="ignore"):
+            return np.power(self.tree.get(self._slots(slots)) / self.tree.min(), -beta)
+
+    def clear(self) -> None:
+        """Every slot back to priority 0 and the running maximum to 1 (an emptied storage)."""
+        self.tree.fill(0, self.tree.capacity, 0.0)
+        self.tree.rebuild()
+        self.max_priority = 1.0
+
+    def _slots(self, slots) -> np.ndarray:
+        idx = as_indices(slots, "indices")
+        bad = np.flatnonzero((idx < 0) | (idx >= self.capacity))
+        if bad.size:
+            b = int(bad[0])
+            raise IndexError(f"indices[{b}] = {int(idx[b])} is out of range: valid slots are 0 .. {self.capacity - 1}")
+        return idx

@@ -1,0 +1,194 @@
+"""TorchRL: a sampler with the API of ``torchrl.data.PrioritizedSampler``, priorities in a
+registered variant.
+
+It subclasses TorchRL's ``PrioritizedSampler`` (so TorchRL's checks for a prioritized sampler,
+such as ``update_tensordict_priority``, accept it) and replaces its C++ segment trees with a
+:class:`~replaybench.adapters._core.PriorityIndex`. Use it where TorchRL takes a sampler, with
+the storage unchanged; a ``TensorDictReplayBuffer`` with it is what
+``TensorDictPrioritizedReplayBuffer`` builds around TorchRL's own sampler (priority key,
+``update_priority``, ``update_tensordict_priority``, ``sample(return_info=True)`` giving
+``index`` and ``priority_weight``)::
+
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(2**16), priority_key="td_error",
+                                sampler=PrioritizedSampler(2**16, alpha=0.6, beta=0.4))
+
+Behaviour as TorchRL's: priorities ``(priority + eps) ** alpha`` (eps 1e-8 by default),
+weights ``(p_i / p_min) ** -beta`` with ``p_min`` the smallest stored priority, float32
+``priority_weight`` and int64 ``index`` tensors, ``-1`` indices skipped by
+``update_priority``. Differences, on purpose:
+
+- New transitions get the largest stored priority ``p_max`` (Schaul et al.). TorchRL's
+  ``mark_update`` passes its ``default_priority``, already ``(max + eps) ** alpha``, through
+  ``update_priority``, which raises it to alpha again: its new transitions get ``p_max **
+  alpha``, less than ``p_max`` once a priority above 1 was set.
+- Bad input (a NaN, inf or negative priority, an index outside the storage, an empty storage,
+  a multi-dimensional storage) raises an error naming it and changes nothing.
+- Draws come from this sampler's NumPy generator, seeded from torch's global generator when
+  the sampler is made (so ``torch.manual_seed`` makes runs repeatable), or from the buffer's
+  ``generator`` when it has one.
+- Trees live on the CPU: ``device`` other than CPU, a multi-dimensional storage and
+  ``max_priority_within_buffer=True`` are refused. The tree's float type is the variant's
+  (``variant_params={"dtype": "float64"}``), not ``dtype``.
+"""
+
+from __future__ import annotations
+
+from replaybench.adapters._core import DEFAULT_VARIANT, PriorityIndex, require
+
+require("torchrl")
+
+import json  # noqa: E402  (after the framework check, on purpose)
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from torchrl.data.replay_buffers.samplers import PrioritizedSampler as _TorchRLPrioritizedSampler  # noqa: E402
+
+from replaybench.impl.buffers import check_buffer_params  # noqa: E402
+
+__all__ = ["PrioritizedSampler"]
+
+
+class PrioritizedSampler(_TorchRLPrioritizedSampler):
+    """TorchRL's prioritized sampler API over a registered variant's tree.
+
+    Parameters
+    ----------
+    max_capacity, alpha, beta, eps, dtype, reduction, max_priority_within_buffer, device
+        As TorchRL's ``PrioritizedSampler`` (see the module docstring for ``dtype``,
+        ``device`` and ``max_priority_within_buffer``; ``reduction`` is TorchRL's, used by its
+        buffers to reduce a per-step priority).
+    variant : str
+        A registered tree variant (``replaybench list``).
+    stratified : bool
+        One draw per equal-mass segment instead of independent draws.
+    variant_params : dict, optional
+        The variant's structure parameters (``{"K": 8}``).
+
+    Costs (D = tree depth): sample O(batch K D), update_priority and mark_update O(n D), plus
+    the tensor conversions (no copies on the CPU).
+    """
+
+    def __init__(self, max_capacity: int, alpha: float, beta: float, eps: float = 1e-8,
+                 dtype: torch.dtype = torch.float, reduction: str = "max", max_priority_within_buffer: bool = False,
+                 device=None, *, variant: str = DEFAULT_VARIANT, stratified: bool = False,
+                 variant_params: dict | None = None) -> None:
+        if max_priority_within_buffer:
+            raise ValueError("max_priority_within_buffer=True is not supported: new transitions get the largest "
+                             "priority ever stored (pass False)")
+        if device is not None and torch.device(device).type != "cpu":
+            raise ValueError(f"device must be the CPU (the trees are CPU structures), got {device!r}")
+        self._variant, self._stratified, self._variant_params = variant, stratified, dict(variant_params or {})
+        self._seeded_by = None  # the buffer generator our NumPy generator was last seeded from
+        super().__init__(max_capacity, alpha, beta, eps, dtype, reduction, False, None)
+
+    def _init(self) -> None:  # called by TorchRL's __init__ and _empty: a fresh, empty tree
+        seed = int(torch.randint(0, 2**62, (1,)).item())
+        self._index = PriorityIndex(self._variant, self._max_capacity, alpha=self._alpha, beta=self._beta,
+                                    eps=self._eps, stratified=self._stratified, seed=seed, **self._variant_params)
+        self._max_priority = None
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    @property
+    def alpha(self) -> float:
+        return self._index.alpha
+
+    @alpha.setter
+    def alpha(self, value) -> None:
+        self._alpha = self._index.alpha = check_buffer_params(alpha=value, beta=self._index.beta,
+                                                              eps=self._eps, stratified=False)["alpha"]
+
+    @property
+    def beta(self) -> float:
+        return self._index.beta
+
+    @beta.setter
+    def beta(self, value) -> None:
+        self._index.set_beta(value)
+        self._beta = self._index.beta
+
+    @property
+    def default_priority(self) -> float:
+        """The raw priority whose ``(priority + eps) ** alpha`` is the largest stored one, so
+        TorchRL's ``update_priority(index, default_priority)`` gives new data ``p_max``."""
+        p = self._index.max_priority
+        return 1.0 if self._index.alpha == 0 else max(p ** (1.0 / self._index.alpha) - self._index.eps, 0.0)
+
+    def sample(self, storage, batch_size: int):
+        if getattr(storage, "ndim", 1) > 1:
+            raise ValueError(f"storage must be 1-dimensional for this sampler, got ndim={storage.ndim}")
+        if len(storage) == 0:
+            raise ValueError("cannot sample from an empty storage: extend the buffer first")
+        if self._rng is not None and self._rng is not self._seeded_by:
+            self._index.rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=self._rng).item()))
+            self._seeded_by = self._rng
+        idx, weights = self._index.sample(batch_size)
+        return torch.from_numpy(idx), {"priority_weight": torch.from_numpy(weights)}
+
+    def add(self, index) -> None:  # new data is marked by the writer's mark_update
+        return
+
+    def extend(self, index) -> None:
+        return
+
+    @torch.no_grad()
+    def update_priority(self, index, priority, *, storage=None) -> None:
+        """Store ``(priority + eps) ** alpha`` at ``index`` (a scalar priority is broadcast;
+        ``-1`` entries are skipped, as TorchRL's writers use them for "not written"). With
+        ``storage`` (the buffer passes it) an index must be below ``len(storage)``."""
+        idx, prio = self._as_arrays(index, priority)
+        keep = idx != -1
+        if not keep.all():
+            idx, prio = idx[keep], prio[keep]
+        if idx.size:  # the buffer passes its storage: then only written slots may be updated
+            written = self._max_capacity if storage is None else min(len(storage), self._max_capacity)
+            self._index.update(idx, prio, n_valid=written)
+
+    def mark_update(self, index, *, storage=None) -> None:
+        """Give ``index`` (just written) the largest stored priority."""
+        idx = self._as_arrays(index, 0.0)[0]
+        idx = idx[idx != -1]
+        if idx.size:
+            self._index.mark_new(idx)
+
+    def _as_arrays(self, index, priority) -> tuple[np.ndarray, np.ndarray]:
+        idx = (index.detach().cpu().numpy() if isinstance(index, torch.Tensor) else np.asarray(index))
+        if idx.ndim > 1:
+            raise ValueError(f"index must be 1-D (a 1-dimensional storage), got shape {idx.shape}")
+        idx = idx.reshape(-1)
+        prio = priority.detach().cpu().numpy() if isinstance(priority, torch.Tensor) else np.asarray(priority)
+        prio = np.broadcast_to(prio, idx.shape) if prio.size == 1 else prio.reshape(-1)
+        return idx, prio
+
+    def state_dict(self) -> dict:
+        return {"_alpha": self._alpha, "_beta": self._beta, "_eps": self._eps, "_index": self._index}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._alpha, self._beta, self._eps = state_dict["_alpha"], state_dict["_beta"], state_dict["_eps"]
+        self._index = state_dict["_index"]
+
+    def dumps(self, path) -> None:
+        """Write the leaf priorities (``priorities.npy``) and parameters (JSON) into folder ``path``."""
+        path = Path(path).absolute()
+        path.mkdir(parents=True, exist_ok=True)
+        np.save(path / "priorities.npy", self._index.tree.leaves()[: self._max_capacity])
+        meta = {"alpha": self._index.alpha, "beta": self._index.beta, "eps": self._index.eps,
+                "max_priority": self._index.max_priority, "max_capacity": self._max_capacity,
+                "variant": self._variant, "stratified": self._stratified, "variant_params": self._variant_params}
+        (path / "sampler_metadata.json").write_text(json.dumps(meta))
+
+    def loads(self, path) -> None:
+        """Read what :meth:`dumps` wrote (the same capacity and variant are required)."""
+        path = Path(path).absolute()
+        meta = json.loads((path / "sampler_metadata.json").read_text())
+        if meta["max_capacity"] != self._max_capacity or meta["variant"] != self._variant:
+            raise ValueError(f"{path}: written by a sampler of capacity {meta['max_capacity']} and variant "
+                             f"{meta['variant']!r}; this one has {self._max_capacity} and {self._variant!r}")
+        self._alpha, self._beta, self._eps = meta["alpha"], meta["beta"], meta["eps"]
+        self._init()
+        leaves = np.load(path / "priorities.npy")
+        self._index.tree.update(np.arange(leaves.size), leaves, eps=0.0, alpha=1.0)
+        self._index.max_priority = meta["max_priority"]

@@ -1,0 +1,110 @@
+"""Our buffers inside other frameworks' DQN loops: cost per env step and learning, per buffer.
+
+Rows: scenario ``frameworks``, op ``summary`` (``ok`` rows). Per framework (params
+``"framework"``), environment and buffer (``variant``; ``own`` = the framework's own buffer),
+over seeds: the median, min and max of ``wall_per_step_s``, ``replay_share``,
+``speedup_vs_own``, ``time_to_threshold_s`` (over the seeds that reached it, with how many
+did) and ``final_return``. Top row: milliseconds per env step as a bar split into the replay
+part (median share times median cost) and the rest, min-max over seeds as an error bar, the
+speedup over the framework's own buffer written above; PAL's reported 1.1-2.1x for its buffer in
+existing frameworks is in the caption and the report's table. Bottom row: time to the reward
+threshold (median, min-max), "not reached" where no seed reached it.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from replaybench.analysis import palette, stats
+from replaybench.analysis.plots import NoRows, Plot
+from replaybench.analysis.plots._common import new_figure, note
+from replaybench.bench import contract
+
+NAME = "frameworks"
+ORDER = 60
+TITLE = "Our buffers inside Stable-Baselines3, Tianshou and TorchRL"
+
+#: PAL (Zhang et al., 2021): speedup of sequential runs from plugging its buffer into existing frameworks.
+PAL_SPEEDUP = (1.1, 2.1)
+
+METRICS = ("wall_per_step_s", "replay_share", "speedup_vs_own", "time_to_threshold_s", "final_return")
+KEYS = ["framework", "env", "variant"]
+
+
+def framework_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The frameworks scenario's summary rows with a ``framework`` column (from params)."""
+    rows = table[(table["scenario"] == "frameworks") & (table["op"] == "summary")]
+    return rows.assign(framework=[contract.params_of(p).get("framework", "?") for p in rows["params"]],
+                       env=rows["env"].fillna("?"))
+
+
+def summary(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per framework, environment, buffer and metric: spread over the ``ok`` seeds, plus
+    ``n_seeds`` (runs) and ``n_reached`` (seeds with a value: for the threshold, those that reached it)."""
+    ok = rows[(rows["status"] == contract.MEASURED) & rows["value"].notna() & rows["metric"].isin(METRICS)]
+    ok = ok.assign(value=ok["value"].astype(float))
+    data = stats.spread(ok, [*KEYS, "metric"], "value").rename(columns={"n": "n_reached"})
+    runs = rows[rows["metric"] == "wall_per_step_s"].groupby(KEYS, dropna=False).size().rename("n_seeds")
+    return data.merge(runs.reset_index(), on=KEYS, how="left")
+
+
+def _order(variants) -> list[str]:
+    return sorted(set(variants), key=lambda v: (v != "own", v))
+
+
+def build(table, metas) -> Plot:
+    rows = framework_rows(table)
+    if rows.empty or not (rows["status"] == contract.MEASURED).any():
+        raise NoRows("no frameworks runs (scenario 'frameworks')")
+    data = summary(rows)
+    panels = sorted(set(zip(data["framework"], data["env"])))
+    fig, axes = new_figure(2, len(panels), panel=(3.6, 3.0))
+    for c, (fw, env) in enumerate(panels):
+        mine = data[(data["framework"] == fw) & (data["env"] == env)]
+        variants = _order(mine["variant"])
+        top, bottom = axes[0, c], axes[1, c]
+
+        def get(variant, metric, field="median"):
+            hit = mine[(mine["variant"] == variant) & (mine["metric"] == metric)]
+            return None if hit.empty else float(hit[field].iloc[0])
+
+        for x, v in enumerate(variants):
+            colour = palette.variant_colour(v) if v != "own" else "0.45"
+            ms = get(v, "wall_per_step_s")
+            if ms is None:
+                continue
+            share = get(v, "replay_share") or 0.0
+            lo, hi = get(v, "wall_per_step_s", "min"), get(v, "wall_per_step_s", "max")
+            top.bar(x, 1e3 * ms * share, color=colour, edgecolor="white")
+            top.bar(x, 1e3 * ms * (1 - share), bottom=1e3 * ms * share, color=colour, alpha=0.35, edgecolor="white")
+            top.errorbar(x, 1e3 * ms, yerr=[[1e3 * (ms - lo)], [1e3 * (hi - ms)]], color="black", capsize=3,
+                         linewidth=0.9)
+            speed = get(v, "speedup_vs_own")
+            label = f"{share:.0%} replay" + ("" if v == "own" or speed is None else f"\n{speed:.2f}x own")
+            top.text(x, 1e3 * hi, label, ha="center", va="bottom", fontsize=7)
+            t = get(v, "time_to_threshold_s")
+            if t is None:
+                bottom.text(x, 0, "not reached", ha="center", va="bottom", fontsize=7, color="0.35", rotation=90)
+            else:
+                tlo, thi = get(v, "time_to_threshold_s", "min"), get(v, "time_to_threshold_s", "max")
+                bottom.bar(x, t, color=colour)
+                bottom.errorbar(x, t, yerr=[[t - tlo], [thi - t]], color="black", capsize=3, linewidth=0.9)
+                reached = int(get(v, "time_to_threshold_s", "n_reached"))
+                bottom.text(x, thi, f"{reached}/{int(get(v, 'wall_per_step_s', 'n_seeds'))}", ha="center",
+                            va="bottom", fontsize=7)
+        for ax in (top, bottom):
+            ax.set_xticks(range(len(variants)), variants, rotation=20, fontsize=8)
+            ax.set_xlim(-0.6, len(variants) - 0.4)
+        top.set_ylabel("ms per env step (dark: replay)")
+        top.set_title(f"{fw}: {env}", fontsize=10)
+        top.margins(y=0.25)
+        bottom.set_ylabel("time to threshold (s)")
+        if mine[mine["metric"] == "time_to_threshold_s"].empty:
+            note(bottom, "no seed reached the threshold")
+    fig.suptitle("Each framework's own DQN loop with its own buffer and with ours (median over seeds, min-max)",
+                 fontsize=10)
+    data = data.sort_values([*KEYS, "metric"]).reset_index(drop=True)
+    return Plot(fig, data, "Wall time per environment step of each framework's own DQN loop (replay part dark) and "
+                           "time to the reward threshold, with the framework's own buffer and with ours; speedup "
+                           f"over the own buffer above the bars. PAL reports {PAL_SPEEDUP[0]}-{PAL_SPEEDUP[1]}x for "
+                           "its buffer in existing frameworks' sequential runs.")

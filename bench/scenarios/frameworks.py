@@ -1,0 +1,485 @@
+"""The frameworks scenario: each framework's own DQN, with its own buffer and with ours.
+
+One cell is one training run: a framework (``sb3``, ``tianshou``, ``torchrl``), a buffer
+(``"own"``: the framework's own; else a registered variant, plugged in through
+:mod:`replaybench.adapters`) and a seed. Within a suite every run has the same environment,
+length and hyper-parameters (the suite's ``hyper``), so the runs of one framework and seed
+differ only in their buffer.
+
+- **sb3**: ``DQN`` with SB3's ``ReplayBuffer`` (own; SB3 has no prioritized replay, so its own
+  run is uniform) vs ``PrioritizedDQN`` with :class:`replaybench.adapters.sb3.PrioritizedReplayBuffer`
+  (beta fixed, as the other frameworks keep it); driven by ``model.learn``.
+- **tianshou**: Tianshou's ``DQN`` algorithm, ``Collector`` and ``PrioritizedReplayBuffer``
+  (own) vs :class:`replaybench.adapters.tianshou.PrioritizedReplayBuffer`; the loop is the one
+  Tianshou's off-policy trainer runs (collect ``train_freq`` steps, then ``algorithm.update``),
+  without its epochs, tests and logging.
+- **torchrl**: a ``GymEnv``, ``QValueActor`` + ``EGreedyModule``, ``DQNLoss`` and
+  ``HardUpdate`` around a ``TensorDictReplayBuffer`` with TorchRL's ``PrioritizedSampler`` (own)
+  vs :class:`replaybench.adapters.torchrl.PrioritizedSampler`, over the same storage.
+
+Each run is preceded by an untimed run of two batches with the same framework and buffer, so
+numba kernels (ours load from the disk cache; Tianshou's segment tree compiles once per
+process) and torch's first calls are not in the measured loop.
+
+An Atari suite (``"atari": true``, SB3 only): the environment is made with SB3's
+``make_atari_env`` and 4 stacked frames, and the policy is ``CnnPolicy`` (needs ``ale-py``:
+``pip install 'replaybench[atari]'``).
+
+What is not the same across frameworks (each keeps its DQN's defaults): the loss (SB3 Huber
+with gradient clipping at 10; Tianshou and TorchRL squared error), the network initialisation
+and the order of random draws. Compare buffers within a framework; across frameworks only
+the shape of the profile.
+
+Rows (scenario "frameworks", ``variant`` the buffer, ``params`` holding ``framework`` and the
+hyper-parameters), per run:
+
+- op "summary": ``wall_per_step_s`` (s: wall time of the training loop over env steps),
+  ``replay_share`` (fraction of that wall time spent in the buffer's add, sample and priority
+  update calls), ``time_to_threshold_s`` and ``steps_to_threshold`` (the first time the mean
+  return of the last ``window`` episodes reached ``threshold``; status "skipped" when it did
+  not), ``final_return`` (that mean at the end), and ``speedup_vs_own`` (x: the own buffer's
+  ``wall_per_step_s`` over this run's, same framework and seed, when the own run came first);
+- op "profile": seconds in ``replay_add``, ``replay_sample``, ``replay_update`` and ``other``
+  (everything else: environment, network, the framework's own overhead);
+- op "episode", metric "return": one row per finished episode, with ``env_steps`` and ``wall_s``.
+
+Selection: ``--variants`` keeps the suite's buffers of those names (``own`` included).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError
+
+__all__ = ["FRAMEWORKS", "HYPER", "OWN", "Frameworks", "SCENARIO", "RunResult", "Timers"]
+
+FRAMEWORKS = ("sb3", "tianshou", "torchrl")
+
+#: The name of "the framework's own buffer" in a suite's ``buffers`` and the rows' ``variant``.
+OWN = "own"
+
+#: Hyper-parameters every run of a suite shares (a suite's ``hyper`` overrides them).
+HYPER = {"hidden": [64, 64], "lr": 1e-3, "gamma": 0.99, "batch_size": 64, "buffer_size": 50_000,
+         "learning_starts": 1_000, "train_freq": 4, "gradient_steps": 1, "target_update": 500,
+         "eps_start": 1.0, "eps_end": 0.05, "eps_fraction": 0.1, "alpha": 0.6, "beta": 0.4}
+
+#: What each framework's own buffer is (the rows' ``structure`` for ``variant == "own"``).
+OWN_STRUCTURE = {"sb3": "sb3-uniform", "tianshou": "tianshou-segment-tree", "torchrl": "torchrl-segment-tree"}
+
+SUMMARY_UNITS = {"wall_per_step_s": "s", "replay_share": "fraction", "time_to_threshold_s": "s",
+                 "steps_to_threshold": "steps", "final_return": "return", "speedup_vs_own": "x"}
+
+
+# ------------------------------------------------------------------------------------------ timing
+class Timers:
+    """Seconds spent in chosen methods of chosen objects, accumulated by section name."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    def wrap(self, obj, method: str, section: str) -> None:
+        """Replace ``obj.method`` (on the instance) by a timed call of the original."""
+        original = getattr(obj, method)
+        seconds = self.seconds
+        clock = time.perf_counter
+
+        def timed(*args, **kwargs):
+            t = clock()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                seconds[section] += clock() - t
+
+        setattr(obj, method, timed)
+
+    def call(self, section: str, fn, *args, **kwargs):
+        """``fn(*args, **kwargs)``, timed into ``section``."""
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.seconds[section] += time.perf_counter() - t
+
+
+@dataclass
+class RunResult:
+    """One run: loop wall seconds, env steps, replay seconds by section, finished episodes as
+    ``(env_steps, wall_s, return)``."""
+
+    wall_s: float
+    steps: int
+    replay: dict
+    episodes: list = field(default_factory=list)
+
+
+def epsilon(h: dict, step: int, steps: int) -> float:
+    """Linear exploration schedule: eps_start to eps_end over eps_fraction of the run."""
+    frac = min(1.0, step / max(1.0, h["eps_fraction"] * steps))
+    return h["eps_start"] + frac * (h["eps_end"] - h["eps_start"])
+
+
+# ------------------------------------------------------------------------------------------ runners
+def run_sb3(env_id: str, buffer: str, seed: int, steps: int, h: dict, atari: bool = False) -> RunResult:
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_atari_env, make_vec_env
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    from replaybench.adapters.sb3 import PrioritizedDQN
+
+    if atari:
+        import ale_py
+        import gymnasium as gym
+
+        gym.register_envs(ale_py)
+        env = VecFrameStack(make_atari_env(env_id, n_envs=1, seed=seed), n_stack=4)
+    else:
+        env = make_vec_env(env_id, n_envs=1, seed=seed)
+    policy = "CnnPolicy" if atari else "MlpPolicy"
+    common = dict(learning_rate=h["lr"], buffer_size=h["buffer_size"], learning_starts=h["learning_starts"],
+                  batch_size=h["batch_size"], gamma=h["gamma"], train_freq=h["train_freq"],
+                  gradient_steps=h["gradient_steps"], target_update_interval=h["target_update"],
+                  exploration_initial_eps=h["eps_start"], exploration_final_eps=h["eps_end"],
+                  exploration_fraction=h["eps_fraction"], policy_kwargs={"net_arch": list(h["hidden"])},
+                  seed=seed, device="cpu", verbose=0)
+    if buffer == OWN:
+        model = DQN(policy, env, **common)
+    else:
+        model = PrioritizedDQN(policy, env, final_beta=None, **common,
+                               replay_buffer_kwargs={"variant": buffer, "alpha": h["alpha"], "beta": h["beta"],
+                                                     "seed": seed})
+    timers = Timers()
+    for method, section in (("add", "replay_add"), ("sample", "replay_sample"), ("update_priorities", "replay_update")):
+        if hasattr(model.replay_buffer, method):
+            timers.wrap(model.replay_buffer, method, section)
+    episodes: list = []
+    start = time.perf_counter()
+
+    class Episodes(BaseCallback):
+        def _on_step(self) -> bool:
+            for info in self.locals["infos"]:
+                if "episode" in info:
+                    episodes.append((self.num_timesteps, time.perf_counter() - start, float(info["episode"]["r"])))
+            return True
+
+    model.learn(steps, callback=Episodes())
+    return RunResult(time.perf_counter() - start, int(model.num_timesteps), dict(timers.seconds), episodes)
+
+
+def run_tianshou(env_id: str, buffer: str, seed: int, steps: int, h: dict) -> RunResult:
+    import gymnasium as gym
+    import numpy as np
+    import torch
+    from tianshou.algorithm import DQN
+    from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.data import Collector
+    from tianshou.data import PrioritizedReplayBuffer as TianshouPrioritized
+    from tianshou.env import DummyVectorEnv
+    from tianshou.utils.net.common import Net
+    from tianshou.utils.torch_utils import policy_within_training_step
+
+    from replaybench.adapters.tianshou import PrioritizedReplayBuffer
+
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    envs = DummyVectorEnv([lambda: gym.make(env_id)])
+    envs.seed(seed)
+    space = envs.observation_space[0], envs.action_space[0]
+    net = Net(state_shape=space[0].shape, action_shape=space[1].n, hidden_sizes=list(h["hidden"]))
+    policy = DiscreteQLearningPolicy(model=net, action_space=space[1], eps_training=h["eps_start"])
+    updates_between_targets = max(1, round(h["target_update"] / h["train_freq"] * h["gradient_steps"]))
+    algorithm = DQN(policy=policy, optim=AdamOptimizerFactory(lr=h["lr"]), gamma=h["gamma"],
+                    target_update_freq=updates_between_targets, is_double=False)
+    if buffer == OWN:
+        buf = TianshouPrioritized(h["buffer_size"], h["alpha"], h["beta"], random_seed=seed)
+    else:
+        buf = PrioritizedReplayBuffer(h["buffer_size"], h["alpha"], h["beta"], variant=buffer, random_seed=seed)
+    timers = Timers()
+    for method, section in (("add", "replay_add"), ("sample", "replay_sample"), ("update_weight", "replay_update")):
+        timers.wrap(buf, method, section)
+    collector = Collector(algorithm, envs, buf, exploration_noise=True)
+    collector.reset()
+    episodes, done = [], 0
+    start = time.perf_counter()
+    with policy_within_training_step(policy):
+        while done < steps:
+            policy.set_eps_training(epsilon(h, done, steps))
+            stats = collector.collect(n_step=h["train_freq"])
+            done += stats.n_collected_steps
+            now = time.perf_counter() - start
+            episodes.extend((done, now, float(r)) for r in stats.returns)
+            if done >= h["learning_starts"]:
+                for _ in range(h["gradient_steps"]):
+                    algorithm.update(buffer=buf, sample_size=h["batch_size"])
+    return RunResult(time.perf_counter() - start, done, dict(timers.seconds), episodes)
+
+
+def run_torchrl(env_id: str, buffer: str, seed: int, steps: int, h: dict) -> RunResult:
+    import torch
+    from tensordict.nn import TensorDictSequential
+    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+    from torchrl.data.replay_buffers.samplers import PrioritizedSampler as TorchRLPrioritized
+    from torchrl.envs import GymEnv
+    from torchrl.modules import MLP, EGreedyModule, QValueActor
+    from torchrl.objectives import DQNLoss, HardUpdate
+
+    from replaybench.adapters.torchrl import PrioritizedSampler
+
+    torch.manual_seed(seed)
+    env = GymEnv(env_id)
+    env.set_seed(seed)
+    n_obs, n_act = env.observation_spec["observation"].shape[-1], env.action_spec.shape[-1]
+    actor = QValueActor(MLP(in_features=n_obs, out_features=n_act, num_cells=list(h["hidden"])),
+                        in_keys=["observation"], spec=env.action_spec)
+    explore = EGreedyModule(env.action_spec, eps_init=h["eps_start"], eps_end=h["eps_end"],
+                            annealing_num_steps=max(1, int(h["eps_fraction"] * steps)))
+    policy = TensorDictSequential(actor, explore)
+    loss = DQNLoss(actor, action_space=env.action_spec, delay_value=True, loss_function="l2")
+    loss.make_value_estimator(gamma=h["gamma"])
+    target = HardUpdate(loss, value_network_update_interval=max(
+        1, round(h["target_update"] / h["train_freq"] * h["gradient_steps"])))
+    optim = torch.optim.Adam(loss.parameters(), lr=h["lr"])
+    cap = h["buffer_size"]
+    sampler = (TorchRLPrioritized(cap, h["alpha"], h["beta"]) if buffer == OWN
+               else PrioritizedSampler(cap, h["alpha"], h["beta"], variant=buffer))
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(cap), sampler=sampler, priority_key="td_error",
+                                batch_size=h["batch_size"])
+    timers = Timers()
+    episodes, ret = [], 0.0
+    td = env.reset()
+    start = time.perf_counter()
+    for step in range(1, steps + 1):
+        with torch.no_grad():
+            td = env.step(policy(td))
+        timers.call("replay_add", rb.extend, td.unsqueeze(0))
+        ret += float(td["next", "reward"])
+        explore.step()
+        td = env.step_mdp(td)
+        if td["done"].item():
+            episodes.append((step, time.perf_counter() - start, ret))
+            td, ret = env.reset(), 0.0
+        if step >= h["learning_starts"] and step % h["train_freq"] == 0:
+            for _ in range(h["gradient_steps"]):
+                sample = timers.call("replay_sample", rb.sample)
+                out = loss(sample)
+                optim.zero_grad()
+                out["loss"].backward()
+                optim.step()
+                target.step()
+                timers.call("replay_update", rb.update_tensordict_priority, sample)
+    return RunResult(time.perf_counter() - start, steps, dict(timers.seconds), episodes)
+
+
+RUNNERS = {"sb3": run_sb3, "tianshou": run_tianshou, "torchrl": run_torchrl}
+
+
+# ------------------------------------------------------------------------------------------ rows
+def threshold_crossing(episodes: list, threshold: float, window: int):
+    """``(env_steps, wall_s)`` when the mean of the last ``window`` returns first reached
+    ``threshold`` (at least ``window`` episodes), else None."""
+    returns = [r for _, _, r in episodes]
+    for i in range(window - 1, len(returns)):
+        if sum(returns[i - window + 1: i + 1]) / window >= threshold:
+            return episodes[i][0], episodes[i][1]
+    return None
+
+
+def result_rows(result: RunResult, base: dict, threshold: float, window: int, own_wall: float | None) -> list[dict]:
+    """The summary, profile and episode rows of one run (``base``: the cell's columns)."""
+    per_step = result.wall_s / result.steps
+    replay = sum(result.replay.values())
+    crossing = threshold_crossing(result.episodes, threshold, window)
+    last = [r for _, _, r in result.episodes[-window:]]
+    values = {"wall_per_step_s": per_step, "replay_share": replay / result.wall_s,
+              "time_to_threshold_s": crossing and crossing[1], "steps_to_threshold": crossing and crossing[0],
+              "final_return": sum(last) / len(last) if last else None,
+              "speedup_vs_own": own_wall / per_step if own_wall else None}
+    rows = []
+    for metric, value in values.items():
+        if metric == "speedup_vs_own" and value is None:
+            continue
+        row = {**base, "op": "summary", "metric": metric, "unit": SUMMARY_UNITS[metric], "repeat": 0}
+        if value is None:
+            why = (f"threshold {threshold} not reached in {result.steps} steps" if "threshold" in metric
+                   else "no episode finished")
+            rows.append({**row, "status": "skipped", "error": why})
+        else:
+            rows.append({**row, "value": float(value), "status": "ok"})
+    sections = {s: result.replay.get(s, 0.0) for s in ("replay_add", "replay_sample", "replay_update")}
+    sections["other"] = max(0.0, result.wall_s - replay)
+    rows += [{**base, "op": "profile", "metric": s, "value": v, "unit": "s", "repeat": 0, "status": "ok"}
+             for s, v in sections.items()]
+    rows += [{**base, "op": "episode", "metric": "return", "value": r, "unit": "return", "repeat": i,
+              "env_steps": s, "wall_s": w, "status": "ok"} for i, (s, w, r) in enumerate(result.episodes)]
+    return rows
+
+
+# ------------------------------------------------------------------------------------------ scenario
+def _check_suite(suite: dict) -> dict:
+    """The suite's settings, checked; SelectionError naming the first bad one."""
+    where = f"suite {suite['name']!r}"
+    fws = suite.get("frameworks", list(FRAMEWORKS))
+    if not isinstance(fws, list) or not fws or set(fws) - set(FRAMEWORKS):
+        raise SelectionError(f"{where}: 'frameworks' must be a non-empty list of {list(FRAMEWORKS)}, got {fws!r}")
+    hyper = {**HYPER, **(suite.get("hyper") or {})}
+    unknown = sorted(set(hyper) - set(HYPER))
+    if unknown:
+        raise SelectionError(f"{where}: unknown 'hyper' key(s) {unknown}; known: {sorted(HYPER)}")
+    for key in ("batch_size", "buffer_size", "learning_starts", "train_freq", "gradient_steps", "target_update"):
+        low = 0 if key == "learning_starts" else 1
+        if isinstance(hyper[key], bool) or not isinstance(hyper[key], int) or hyper[key] < low:
+            raise SelectionError(f"{where}: hyper[{key!r}] must be an integer >= {low}, got {hyper[key]!r}")
+    steps, seeds = suite.get("steps"), suite.get("seeds", [0])
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise SelectionError(f"{where}: 'steps' must be a positive integer, got {steps!r}")
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
+        raise SelectionError(f"{where}: 'seeds' must be a non-empty list of non-negative integers, got {seeds!r}")
+    window = suite.get("window", 20)
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise SelectionError(f"{where}: 'window' must be a positive integer, got {window!r}")
+    threshold = suite.get("threshold", 475.0)
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
+        raise SelectionError(f"{where}: 'threshold' must be a finite number, got {threshold!r}")
+    atari = suite.get("atari", False)
+    if not isinstance(atari, bool) or (atari and fws != ["sb3"]):
+        raise SelectionError(f"{where}: 'atari' must be true or false, and true only with frameworks ['sb3'], "
+                             f"got {atari!r} with {fws}")
+    threads = suite.get("torch_threads", 1)
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise SelectionError(f"{where}: 'torch_threads' must be a positive integer, got {threads!r}")
+    return {"frameworks": fws, "hyper": hyper, "steps": steps, "seeds": seeds, "window": window,
+            "threshold": float(threshold), "env": suite.get("env", "CartPole-v1"), "atari": atari,
+            "torch_threads": threads}
+
+
+def missing_framework(fw: str) -> str:
+    """Why ``fw``'s runs cannot start ("" when its package is installed). Looks the package up
+    without importing it (seconds for these frameworks); one that is installed but fails to
+    import fails its runs with the adapter's ImportError, which names the extra."""
+    import importlib.util
+
+    from replaybench.adapters import FRAMEWORKS as ADAPTERS
+
+    module, dist, extra = ADAPTERS[fw]
+    if importlib.util.find_spec(module) is None:
+        return f"{dist} is not installed: pip install 'replaybench[{extra}]'"
+    return ""
+
+
+class Frameworks(Scenario):
+    """Each framework's own DQN with its own buffer and with ours (see the module docstring)."""
+
+    name = "frameworks"
+    unit = "run"
+
+    def cells(self, suite: dict, selection: Selection) -> list[Cell]:
+        from replaybench.impl import registry
+
+        s = _check_suite(suite)
+        buffers = suite.get("buffers", [OWN, "kary-aligned", "binary"])
+        if not isinstance(buffers, list) or not buffers:
+            raise SelectionError(f"suite {suite['name']!r}: 'buffers' must be a non-empty list, got {buffers!r}")
+        for b in buffers:
+            if b != OWN and b not in registry.names():
+                raise SelectionError(f"suite {suite['name']!r}: buffer {b!r} is neither {OWN!r} nor a registered "
+                                     f"variant ({', '.join(registry.names())})")
+        if selection.variants:
+            unknown = sorted(set(selection.variants) - set(buffers))
+            if unknown:
+                raise SelectionError(f"--variants: {unknown} not among the suite's buffers {buffers}")
+            buffers = [b for b in buffers if b in selection.variants]
+        buffers = sorted(buffers, key=lambda b: b != OWN)  # own first: the others compare with it
+        cells = []
+        for fw in s["frameworks"]:
+            why = missing_framework(fw)
+            for seed in s["seeds"]:
+                for b in buffers:
+                    info = None if b == OWN else registry.get(b)
+                    params = {"framework": fw, "steps": s["steps"], "threshold": s["threshold"],
+                              "window": s["window"], "hyper": s["hyper"], "torch_threads": s["torch_threads"]}
+                    columns = {"variant": b, "structure": OWN_STRUCTURE[fw] if info is None else info.structure,
+                               "policy": "none", "K": None if info is None else info.params.get("K"),
+                               "params": params, "capacity": s["hyper"]["buffer_size"],
+                               "batch": s["hyper"]["batch_size"], "algo": "dqn", "env": s["env"], "seed": seed,
+                               "actors": 0, "learners": 0, "op": "summary", "metric": "wall_per_step_s",
+                               "unit": "s"}
+                    cells.append(Cell(f"{fw} {b} seed={seed}", columns, (fw, b, seed, s),
+                                      skip=why, skip_status="unavailable"))
+        return cells
+
+    def meta(self, suite: dict, selection: Selection, cells: list[Cell]) -> dict:
+        from importlib.metadata import PackageNotFoundError, version
+
+        versions = {}
+        for dist in ("stable-baselines3", "tianshou", "torchrl-nightly", "torchrl", "tensordict-nightly", "torch"):
+            try:
+                versions[dist] = version(dist)
+            except PackageNotFoundError:
+                pass
+        return {"framework_versions": versions,
+                "timing": "wall-clock of the training loop (after the model and buffer are built, and after an "
+                          "untimed warm-up run of 2 batches that loads the kernels); replay = the buffer's add, "
+                          "sample and priority-update calls, timed around each call"}
+
+    def measure(self, cell: Cell, run: RunState) -> list[dict]:
+        import torch
+
+        fw, buffer, seed, s = cell.spec
+        threads = torch.get_num_threads()
+        torch.set_num_threads(s["torch_threads"])
+        try:
+            # A short untimed run first: numba kernels (ours cached on disk, Tianshou's compiled
+            # per process) and torch's first calls load outside the measured loop.
+            h, extra = s["hyper"], ({"atari": True} if s["atari"] else {})
+            RUNNERS[fw](s["env"], buffer, seed, 2 * h["batch_size"],
+                        {**h, "learning_starts": h["batch_size"], "train_freq": 1, "buffer_size": 4 * h["batch_size"]},
+                        **extra)
+            result = RUNNERS[fw](s["env"], buffer, seed, s["steps"], dict(h), **extra)
+        finally:
+            torch.set_num_threads(threads)
+        own = run.state.setdefault("own_wall_per_step", {})
+        if buffer == OWN:
+            own[(fw, seed)] = result.wall_s / result.steps
+        return result_rows(result, cell.columns, s["threshold"], s["window"], own.get((fw, seed)))
+
+    def summarize(self, rows: list[dict], meta: dict) -> str:
+        return format_table(rows)
+
+
+def format_table(rows: list[dict]) -> str:
+    """Per framework and buffer: medians over seeds of the summary metrics, and the seed count."""
+    import statistics
+
+    from replaybench.bench.summary import format_table as table
+
+    groups: dict[tuple, dict] = {}
+    for r in rows:
+        params = json.loads(r["params"]) if isinstance(r["params"], str) else r["params"]
+        key = (params.get("framework"), r["variant"])
+        g = groups.setdefault(key, defaultdict(list))
+        if r["op"] == "summary" and r["status"] == "ok":
+            g[r["metric"]].append(float(r["value"]))
+        elif r["op"] == "summary" and r["metric"] == "wall_per_step_s":
+            g["status"].append(f"{r['status']}: {(r.get('error') or '')[:60]}")
+        if r["op"] == "summary" and r["metric"] == "wall_per_step_s":
+            g["seeds"].append(r.get("seed"))
+
+    def med(values, fmt):
+        return fmt.format(statistics.median(values)) if values else "-"
+
+    body = [[fw or "-", b, str(len(g["seeds"])), med([v * 1e3 for v in g["wall_per_step_s"]], "{:.3f}"),
+             med(g["replay_share"], "{:.1%}"), med(g["speedup_vs_own"], "{:.2f}"),
+             med(g["time_to_threshold_s"], "{:.0f}"), med(g["final_return"], "{:.0f}"),
+             "; ".join(g["status"])[:80]] for (fw, b), g in groups.items()]
+    header = ["framework", "buffer", "seeds", "ms/step", "replay share", "speedup vs own", "t_thresh s",
+              "final return", "not measured"]
+    return "\n".join(table(header, body, {2, 3, 4, 5, 6, 7}))
+
+
+SCENARIO = Frameworks()

@@ -1,0 +1,60 @@
+"""The adapters package itself: each adapter says why it is unavailable, and the shared
+priority index refuses what it cannot index (framework-specific checks: test_adapters_*.py)."""
+
+import builtins
+import importlib
+import sys
+
+import numpy as np
+import pytest
+
+from replaybench.adapters import FRAMEWORKS, availability
+from replaybench.adapters._core import PriorityIndex
+
+
+@pytest.mark.parametrize("adapter", sorted(FRAMEWORKS))
+def test_missing_framework_is_an_import_error_naming_the_extra(adapter, monkeypatch):
+    framework = FRAMEWORKS[adapter][0]
+    real_import = builtins.__import__
+
+    def refuse(name, *args, **kwargs):
+        if name == framework or name.startswith(framework + "."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real_import(name, *args, **kwargs)
+
+    for mod in [m for m in sys.modules if m == framework or m.startswith(framework + ".")]:
+        monkeypatch.delitem(sys.modules, mod)
+    monkeypatch.delitem(sys.modules, f"replaybench.adapters.{adapter}", raising=False)
+    monkeypatch.setattr(builtins, "__import__", refuse)
+    monkeypatch.setattr(importlib, "import_module", lambda name, package=None: refuse(name))
+    with pytest.raises(ImportError, match=rf"pip install 'replaybench\[{FRAMEWORKS[adapter][2]}\]'"):
+        exec(compile(f"import replaybench.adapters.{adapter}", "<test>", "exec"), {})
+    ok, reason = availability(adapter)[adapter]
+    assert not ok and f"replaybench[{FRAMEWORKS[adapter][2]}]" in reason and framework in reason
+
+
+def test_priority_index_refuses_a_variant_without_priorities():
+    with pytest.raises(ValueError, match="variant 'uniform' keeps no priorities"):
+        PriorityIndex("uniform", 8)
+    with pytest.raises(KeyError, match="unknown variant 'nope'"):
+        PriorityIndex("nope", 8)
+    with pytest.raises(ValueError, match="alpha must be"):
+        PriorityIndex("binary", 8, alpha=-1)
+
+
+def test_priority_index_marks_samples_and_weights():
+    index = PriorityIndex("kary-aligned", 8, alpha=0.5, beta=0.5, eps=0.0, seed=0)
+    index.mark_new([0, 1, 2])
+    index.update([1], [16.0], n_valid=3)           # p = 4: the new maximum
+    index.mark_new([3])
+    assert np.allclose(index.tree.get(np.arange(4)), [1, 4, 1, 4])
+    idx, w = index.sample(1000)
+    assert set(idx.tolist()) <= {0, 1, 2, 3}
+    assert np.allclose(w, np.where(np.isin(idx, [1, 3]), 4 ** -0.5, 1.0))
+    with pytest.raises(IndexError, match=r"indices\[0\] = 8 is out of range"):
+        index.mark_new([8])
+    with pytest.raises(ValueError, match="is not finite"):
+        index.update([0], [np.nan], n_valid=4)
+    index.clear()
+    with pytest.raises(ValueError, match="empty buffer"):
+        index.sample(1)

@@ -1,0 +1,165 @@
+"""The TorchRL adapter against TorchRL's own PrioritizedSampler, each in a TensorDictReplayBuffer
+over the same storage and inputs: the same priorities after extends, updates through the
+priority key and a wrap-around, so the same probabilities (chi-square on our draws) and the
+same globally normalised weights; a DQN loop with TorchRL's DQNLoss runs with it; bad input
+gets our errors."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+pytest.importorskip("torchrl", reason="the torchrl extra is not installed")
+
+import torch  # noqa: E402
+from tensordict import TensorDict  # noqa: E402
+from torchrl.data import LazyTensorStorage, TensorDictPrioritizedReplayBuffer, TensorDictReplayBuffer  # noqa: E402
+
+from replaybench.adapters.torchrl import PrioritizedSampler  # noqa: E402
+
+SIZE = 16
+
+
+def both(alpha=0.6, beta=0.4):
+    ours = TensorDictReplayBuffer(storage=LazyTensorStorage(SIZE), priority_key="td_error",
+                                  sampler=PrioritizedSampler(SIZE, alpha, beta, variant="kary-aligned"))
+    theirs = TensorDictPrioritizedReplayBuffer(alpha=alpha, beta=beta, storage=LazyTensorStorage(SIZE))
+    return ours, theirs
+
+
+def data(start, n, td=None):
+    fields = {"x": torch.arange(start, start + n, dtype=torch.float32)}
+    if td is not None:
+        fields["td_error"] = torch.as_tensor(td, dtype=torch.float32)
+    return TensorDict(fields, batch_size=[n])
+
+
+def leaves(rb):
+    sampler = rb._sampler
+    if isinstance(sampler, PrioritizedSampler):
+        return sampler._index.tree.leaves()[:SIZE]
+    return np.array([sampler._sum_tree[i] for i in range(SIZE)])
+
+
+def drive(buffers):
+    """The same extends (one carrying TD errors, 26 items in 16 slots: a wrap-around) and
+    priority updates, every priority at most 1 so far (see test_new_data_gets_the_stored_maximum)."""
+    rng = np.random.default_rng(0)
+    for b in buffers:
+        b.extend(data(0, 10))
+    for step in range(4):
+        idx = torch.as_tensor(rng.choice(10, 4, replace=False))
+        prio = torch.as_tensor(rng.uniform(0.05, 1.0, 4), dtype=torch.float32)
+        for b in buffers:
+            b.update_priority(idx, prio)
+    td = rng.uniform(0.1, 0.9, 10)
+    for b in buffers:
+        b.extend(data(10, 10, td))
+        b.extend(data(20, 6))
+
+
+def test_same_priorities_probabilities_and_weights_after_updates_and_a_wrap_around():
+    ours, theirs = both()
+    drive([ours, theirs])
+    assert len(ours) == len(theirs) == SIZE
+    assert torch.equal(ours.storage[:]["x"], theirs.storage[:]["x"])      # the storage is TorchRL's
+    p = leaves(theirs)
+    assert np.allclose(leaves(ours), p, rtol=1e-5)
+    draws = np.concatenate([ours.sample(256)["index"].numpy() for _ in range(40)])
+    counts = np.bincount(draws, minlength=SIZE)
+    assert stats.chisquare(counts, counts.sum() * p / p.sum()).pvalue > 1e-3
+    torch.manual_seed(0)
+    got = theirs.sample(64)
+    ours_w = ours._sampler._index.weights(got["index"].numpy())
+    assert np.allclose(got["priority_weight"].numpy(), ours_w, rtol=1e-5)
+    mine = ours.sample(64)
+    assert mine["priority_weight"].dtype == torch.float32 and mine["index"].dtype == torch.int64
+    assert np.allclose(mine["priority_weight"].numpy(), (p[mine["index"].numpy()] / p.min()) ** -0.4, rtol=1e-5)
+
+
+def test_update_tensordict_priority_and_new_data_gets_the_stored_maximum():
+    ours, theirs = both(alpha=0.5)
+    drive([ours, theirs])
+    for b in (ours, theirs):
+        sample = b.sample(8)
+        sample["td_error"] = torch.full((8,), 16.0)     # the loss writes it; a new maximum, p = 4
+        b.update_tensordict_priority(sample)
+        assert np.allclose(leaves(b)[sample["index"].numpy()], 4.0, rtol=1e-5)
+        b.extend(data(100, 2))
+    # Ours: new data gets the largest stored p = 4 (Schaul et al.); TorchRL raises its default
+    # priority to alpha a second time: 4 ** 0.5 (documented in the adapter).
+    assert np.allclose(leaves(ours)[[10, 11]], 4.0, rtol=1e-5)     # 26 items so far: slots 10 and 11 are next
+    assert np.allclose(leaves(theirs)[[10, 11]], 2.0, rtol=1e-5)
+
+
+def test_dumps_and_loads_round_trip(tmp_path):
+    ours, _ = both()
+    drive([ours])
+    ours.dumps(tmp_path / "rb")
+    other, _ = both()
+    other.loads(tmp_path / "rb")
+    assert len(other) == SIZE and np.array_equal(leaves(other), leaves(ours))
+
+
+def test_bad_input_gets_our_errors_and_changes_nothing():
+    with pytest.raises(ValueError, match="variant 'uniform' keeps no priorities"):
+        PrioritizedSampler(SIZE, 0.6, 0.4, variant="uniform")
+    with pytest.raises(ValueError, match="max_priority_within_buffer"):
+        PrioritizedSampler(SIZE, 0.6, 0.4, max_priority_within_buffer=True)
+    ours, _ = both()
+    with pytest.raises(ValueError, match="cannot sample from an empty storage"):
+        ours.sample(4)
+    ours.extend(data(0, 5))
+    before = leaves(ours).copy()
+    with pytest.raises(ValueError, match=r"priorities\[1\] = nan is not finite"):
+        ours.update_priority(torch.tensor([0, 1]), torch.tensor([1.0, float("nan")]))
+    with pytest.raises(ValueError, match=r"priorities\[0\] = -1.0 is negative"):
+        ours.update_priority(torch.tensor([2]), torch.tensor([-1.0]))
+    with pytest.raises(IndexError, match=r"indices\[0\] = 7 is out of range: valid indices are 0 .. 4"):
+        ours.update_priority(torch.tensor([7]), torch.tensor([1.0]))
+    with pytest.raises(ValueError, match="beta must be a number in"):
+        ours._sampler.beta = 3
+    assert np.array_equal(leaves(ours), before)
+
+
+@pytest.mark.slow  # a few seconds of training
+def test_a_dqn_loop_with_torchrl_dqnloss_runs_with_it():
+    from torch import nn
+    from torchrl.envs import GymEnv
+    from torchrl.modules import EGreedyModule, QValueActor
+    from torchrl.objectives import DQNLoss, SoftUpdate
+    from tensordict.nn import TensorDictSequential
+
+    torch.manual_seed(0)
+    env = GymEnv("CartPole-v1")
+    env.set_seed(0)
+    actor = QValueActor(nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2)), in_keys=["observation"],
+                        spec=env.action_spec)
+    policy = TensorDictSequential(actor, EGreedyModule(env.action_spec, eps_init=0.2, eps_end=0.2))
+    loss = DQNLoss(actor, action_space=env.action_spec, delay_value=True)
+    target = SoftUpdate(loss, eps=0.95)
+    optim = torch.optim.Adam(loss.parameters(), lr=1e-3)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(512), priority_key="td_error", batch_size=32,
+                                sampler=PrioritizedSampler(512, alpha=0.6, beta=0.4))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        td = env.reset()
+        for step in range(300):
+            td = policy(td)
+            td = env.step(td)
+            rb.extend(td.unsqueeze(0).exclude("next").update({"next": td["next"].unsqueeze(0)}))
+            td = env.step_mdp(td)
+            if td["done"].item():
+                td = env.reset()
+            if len(rb) >= 64 and step % 4 == 0:
+                sample = rb.sample()
+                out = loss(sample)
+                optim.zero_grad()
+                out["loss"].backward()
+                optim.step()
+                target.step()
+                rb.update_tensordict_priority(sample)
+    finally:
+        torch.set_num_threads(threads)
+    assert len(rb) == 300
+    assert len(np.unique(rb._sampler._index.tree.leaves()[:300])) > 20   # TD errors written back
