@@ -63,6 +63,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--sequential", action="store_true", help="the one-process baseline (same as --actors 0)")
     p.add_argument("--steps", type=int, default=50_000, help="env steps over all actors")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--envs-per-actor", type=int,
+                   help="environments each actor steps with one batched forward (default 1)")
     p.add_argument("--insert-batch", type=int, help="transitions per buffer add (default 8)")
     p.add_argument("--weight-sync-every", type=int, help="learner updates between weight broadcasts (default 10)")
     p.add_argument("--timeout", type=float, help="fail the run after this many seconds")
@@ -81,7 +83,7 @@ def _validated_config(args):
 
     sequential = args.sequential or args.actors == 0 or args.learners == 0
     extra = {k: v for k, v in (("insert_batch", args.insert_batch), ("weight_sync_every", args.weight_sync_every),
-                               ("timeout_s", args.timeout)) if v is not None}
+                               ("timeout_s", args.timeout), ("envs_per_actor", args.envs_per_actor)) if v is not None}
     try:
         env = args.env or algorithms.get(args.algo).default_env
         cfg = TrainConfig(algo=args.algo, env=env, buffer=args.buffer, policy=args.policy,
@@ -94,7 +96,7 @@ def _validated_config(args):
         options = {"algo": "--algo", "env": "--env", "buffer": "--buffer", "policy": "--policy",
                    "buffer_params": "--param", "actors": "--actors", "learners": "--learners", "steps": "--steps",
                    "seed": "--seed", "insert_batch": "--insert-batch", "weight_sync_every": "--weight-sync-every",
-                   "timeout_s": "--timeout"}
+                   "timeout_s": "--timeout", "envs_per_actor": "--envs-per-actor"}
         args.parser.error(f"argument {options.get(err.field, '--set')}: {err}")
     return cfg
 
