@@ -19,6 +19,7 @@ profiler        per-section perf_counter accumulators
 sequential      the one-process baseline loop
 shared          counters, rate limiter and weight broadcast in shared memory
 parallel        A actor + L learner processes over the shared buffer
+stepping        SharedVectorEnv: n_e envs over n_w worker processes in lock step (PAAC's runners)
 ==============  ===============================================================
 """
 
