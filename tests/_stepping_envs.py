@@ -4,6 +4,7 @@ through gymnasium's ``"module:Id"`` form, e.g. ``make_env("_stepping_envs:FailAt
 - ``FailAt-v0``: raises RuntimeError("injected failure") on its 5th step.
 - ``DieAt-v0``: the process exits with code 3 on its 5th step (a death without a report).
 - ``Slow-v0``: each step sleeps 50 ms (to interrupt a master that waits for it).
+- ``Image-v0``: 3x32x32 uint8 frames, which no A2C network takes.
 """
 
 import os
@@ -41,3 +42,20 @@ class CountingEnv(gym.Env):
 
 for _id, _mode in (("FailAt-v0", "fail"), ("DieAt-v0", "die"), ("Slow-v0", "slow")):
     gym.register(id=_id, entry_point=CountingEnv, kwargs={"mode": _mode})
+
+
+class ImageEnv(gym.Env):
+    """3x32x32 frames: no A2C network takes them (neither a vector nor 4x84x84)."""
+
+    observation_space = gym.spaces.Box(0, 255, (3, 32, 32), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros((3, 32, 32), np.uint8), {}
+
+    def step(self, action):
+        return np.zeros((3, 32, 32), np.uint8), 0.0, False, False, {}
+
+
+gym.register(id="Image-v0", entry_point=ImageEnv)

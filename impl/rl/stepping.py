@@ -524,6 +524,13 @@ class SharedVectorEnv:
         return self._busy.copy()
 
     @property
+    def envs_per_worker(self) -> list[int]:
+        """How many envs each worker steps ([n_envs] in process)."""
+        if self.n_workers == 0:
+            return [self.num_envs]
+        return [sum(hi - lo for lo, hi in ranges) for ranges in self._worker_parts]
+
+    @property
     def worker_pids(self) -> list[int]:
         return [p.pid for p in self._procs if p.pid is not None]
 
