@@ -259,8 +259,20 @@ def _paac(res) -> list[str]:
     summaries = training_rows(res.table, "summary")
     steps = summaries[(summaries["metric"] == "env_steps_per_s") & (summaries["status"] == "ok")]
     if not steps.empty and steps["envs_per_actor"].nunique() > 1:
-        keys = ["run_id", "task", "updates_per_step", "variant", "policy", "actors", "learners", "baseline"]
-        med = steps.groupby([*keys, "envs_per_actor"], dropna=False)["value"].agg(["median", "min", "max"]).reset_index()
+        keys = ["run_id", "algo", "env", "updates_per_step", "variant", "policy", "actors", "learners", "baseline"]
+        # acting alone: env steps per second of the acting processes' env_step + inference time
+        # (what the actors would sustain if the learners never held them back)
+        prof = training_rows(res.table, "profile")
+        acting_role = pd.Series([contract.params_of(p).get("role") in ("actor", "sequential") for p in prof["params"]],
+                                index=prof.index, dtype=bool)
+        prof = prof[prof["metric"].isin(["env_step", "inference"]) & acting_role]
+        acting = prof.groupby([*keys, "envs_per_actor", "seed"], dropna=False).agg(
+            s=("value", "sum"), params=("params", "first")).reset_index()
+        acting["value"] = [contract.params_of(p)["steps"] * max(1, int(a or 0)) / s if s > 0 else None
+                           for p, a, s in zip(acting["params"], acting["actors"], acting["s"])]
+        acting = acting.groupby([*keys, "envs_per_actor"], dropna=False)["value"].median().rename("acting")
+        med = steps.groupby([*keys, "envs_per_actor"], dropna=False)["value"].agg(["median", "min", "max"])
+        med = med.join(acting).reset_index()
         body = []
         for key, g in med.groupby(keys, dropna=False, sort=True):
             one = g[g["envs_per_actor"] == 1]
@@ -270,19 +282,22 @@ def _paac(res) -> list[str]:
                 o = one.iloc[0]
                 k = dict(zip(keys, key))
                 who = "sequential" if k["baseline"] else f"{int(k['actors'])} A, {int(k['learners'])} L"
-                body.append([f"{k['updates_per_step']:g}", f"`{k['variant']}` {k['policy']}", who,
+                body.append([f"{k['algo']} on {k['env']}", f"{k['updates_per_step']:g}",
+                             f"`{k['variant']}` {k['policy']}", who,
                              int(many["envs_per_actor"]), _g(o["median"]), _g(many["median"]),
                              f"{_g(many['median'] / o['median'])}x",
                              f"{_g(many['min'] / o['max'])}-{_g(many['max'] / o['min'])}",
+                             f"{_g(many['acting'] / o['acting'])}x" if o["acting"] and many["acting"] else "-",
                              ">= 3x" if int(many["envs_per_actor"]) == 16 and k["updates_per_step"] == 0.0625 else "-"])
         if body:
             out += ["## Batched inference in the PAL loop", "",
                     "Env steps/s with E environments per actor (one batched forward per vector step) against E = 1, "
-                    "same layout, buffer and ratio (medians over seeds, range = min/max .. max/min). The issue's "
-                    "target: DQN actors with E = 16 at >= 3x E = 1 at the throughput preset (1/16 updates per step).",
-                    ""]
-            out += _table(["upd/step", "buffer", "workers", "E", "E=1 steps/s", "E steps/s", "ratio", "range",
-                           "target"], body) + [""]
+                    "same layout, buffer and ratio (medians over seeds, range = min/max .. max/min). *Acting ratio*: "
+                    "the same for the acting processes alone (env steps over their env_step + inference seconds), "
+                    "which a learner-bound run hides in rate-limiter waits. The issue's target: DQN actors with "
+                    "E = 16 at >= 3x E = 1 at the throughput preset (1/16 updates per step).", ""]
+            out += _table(["task", "upd/step", "buffer", "workers", "E", "E=1 steps/s", "E steps/s", "ratio", "range",
+                           "acting ratio", "target"], body) + [""]
     paac_runs = res.table[(res.table["scenario"] == "paac") & (res.table["op"] == "summary")]
     if not paac_runs.empty:
         body = []

@@ -174,8 +174,8 @@ def _measure_paac(spec: SteppingSpec, policy: _Policy, profile: dict) -> list[fl
         def split():
             if spec.n_workers == 0:  # stepped in this process: the whole wait is stepping
                 return timing["inference"], timing["wait"], 0.0
-            busy = float(venv.worker_busy_s.sum()) / spec.n_workers
-            return timing["inference"], busy, max(0.0, timing["wait"] - busy)
+            busy = float(venv.worker_busy_s.sum()) / spec.n_workers  # resets included: only differences count
+            return timing["inference"], busy, timing["wait"] - busy
 
         if not halves:
             state = {"obs": obs}
@@ -371,6 +371,7 @@ def measure_stepping(spec: SteppingSpec) -> tuple[list[float], dict]:
         walls = measure(spec, policy, profile)
     per_window = spec.vector_steps * spec.n_envs
     total_steps = per_window * len(walls)
+    profile["sync"] = max(0.0, profile["sync"])  # the workers' mean busy time may exceed a fast master's wait
     profile["other"] = max(0.0, sum(walls) - sum(profile.values()))
     return [per_window / w for w in walls], {k: v / total_steps * 1e6 for k, v in profile.items()}
 
