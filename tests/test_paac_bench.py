@@ -121,3 +121,30 @@ def test_process_methods_measure_and_a_failing_worker_leaves_no_process():
     with pytest.raises(RuntimeError, match="NoSuchEnv-v9"):
         scenario.measure_stepping(scenario.SteppingSpec("NoSuchEnv-v9", "per-env", 2, 1, 10, 1, {}))
     assert set(multiprocessing.active_children()) <= before
+
+
+def test_report_section_puts_the_envs_per_actor_ratio_beside_its_target(tmp_path):
+    """Synthetic training rows at 1/16 updates per step, E = 1 and 16: the report's ratio of
+    medians, its range and the acting-only ratio (env steps over env_step + inference seconds)."""
+    from replaybench.analysis import load, report
+
+    rows = []
+    for envs, rates, acting_s in ((1, [1000.0, 1100.0], 30.0), (16, [3000.0, 3600.0], 6.0)):
+        for seed, rate in enumerate(rates):
+            base = {"schema_version": results.SCHEMA_VERSION, "run_id": "r", "git_sha": "0" * 40, "dirty": False,
+                    "machine": "t", "scenario": "training", "variant": "kary-aligned", "policy": "lazy-writing",
+                    "algo": "dqn", "env": "CartPole-v1", "mode": "processes", "actors": 1, "learners": 1,
+                    "seed": seed, "status": "ok", "repeat": 0}
+            params = {"steps": 60000, "updates_per_step": 0.0625, "envs_per_actor": envs}
+            rows.append({**base, "op": "summary", "metric": "env_steps_per_s", "value": rate, "unit": "steps/s",
+                         "params": params})
+            for section in ("env_step", "inference"):
+                rows.append({**base, "op": "profile", "metric": section, "value": acting_s / 2, "unit": "s",
+                             "params": {**params, "role": "actor", "processes": 1}})
+    writer = results.RunWriter(tmp_path, "r", {"scenario": "training", "suite": {"name": "t"}})
+    writer.append(rows)
+    writer.finish(True)
+    text = "\n".join(report._paac(load.load_runs([writer.dir])))
+    line = next(x for x in text.splitlines() if x.startswith("| dqn on CartPole-v1"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[4:] == ["16", "1,050", "3,300", "3.14x", "2.73-3.6", "5x", ">= 3x"]
