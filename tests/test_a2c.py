@@ -119,3 +119,25 @@ def test_config_presets_and_refusals():
     with pytest.raises(ConfigError) as err:
         A2CConfig.for_env("CartPole-v1", n_envs=2, n_workers=3)
     assert err.value.field == "n_workers"
+
+
+@pytest.mark.parametrize("n_workers", [0, 2])
+def test_collect_with_halves_gives_the_rollouts_of_one_batch(n_workers):
+    from replaybench.impl.rl.a2c import collect
+    from replaybench.impl.rl.stepping import SharedVectorEnv
+
+    rollouts = {}
+    for halves in (False, True):
+        cfg = A2CConfig.for_env("CartPole-v1", n_envs=6, t_max=4)
+        with SharedVectorEnv("CartPole-v1", 6, n_workers if halves else 0, seed=5, halves=halves,
+                             start_method="forkserver") as venv:
+            learner = A2CLearner(venv.single_observation_space, venv.single_action_space, cfg, seed=2)
+            obs, got = venv.reset(), []
+            for _ in range(12):  # 48 steps per env: episode ends and their resets in the middle of rollouts
+                ro, obs = collect(venv, learner, obs, cfg.t_max)
+                got.append(ro)
+            rollouts[halves] = got
+    for plain, halved in zip(rollouts[False], rollouts[True]):
+        for name in ("obs", "actions", "rewards", "terminated", "truncated", "next_obs"):
+            assert np.array_equal(getattr(plain, name), getattr(halved, name)), name
+    assert any(ro.terminated.any() for ro in rollouts[True])

@@ -46,6 +46,15 @@ def test_a_short_run_reports_and_leaves_nothing_behind():
     assert _gone(result.worker_pids) and not _shm_entries(result.worker_pids)
 
 
+@pytest.mark.parametrize("env", ["LunarLander-v3", "ALE/Pong-v5"])
+def test_the_middle_case_and_atari_frames_run_end_to_end(env):
+    if env.startswith("ALE/"):
+        pytest.importorskip("ale_py", reason="the atari extra is not installed")
+    cfg = TrainConfig(algo="a2c", env=env, steps=8, seed=0, overrides={"n_envs": 2, "n_workers": 1, "t_max": 2})
+    result = train(cfg)
+    assert result.env_steps == 8 and result.updates == 2 and _gone(result.worker_pids)
+
+
 @pytest.mark.slow
 def test_paac_reaches_the_cartpole_threshold():
     result = train(TrainConfig(algo="a2c", env="CartPole-v1", steps=300_000, seed=0, stop_at_threshold=True))

@@ -80,6 +80,19 @@ def _gone(pids, timeout_s: float = 10.0) -> bool:
     return False
 
 
+def _children(pid: int) -> list[int]:
+    """Processes whose parent is ``pid``."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(entry))
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                pass
+    return out
+
+
 def _shm_entries(pids) -> list[str]:
     """/dev/shm entries named after any of ``pids`` (multiprocessing names heap files pym-<pid>-...;
     SharedVectorEnv creates no named segment or semaphore at all)."""
@@ -265,9 +278,11 @@ def test_workers_exit_when_the_master_dies_or_is_interrupted(tmp_path, how):
         pids = [int(p) for p in master.stdout.readline().split()]
         assert len(pids) == 2, master.stderr.read()
         time.sleep(0.2)
+        helpers = _children(master.pid)  # multiprocessing's fork server and resource tracker
         os.kill(master.pid, getattr(signal, how))
         master.wait(30)
         assert _gone(pids), f"workers {pids} outlived the master ({how})"
+        assert _gone(helpers), f"the master's helper processes {helpers} outlived it ({how})"
         assert not _shm_entries(pids + [master.pid])
     finally:
         if master.poll() is None:

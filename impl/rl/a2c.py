@@ -30,6 +30,7 @@ Where we differ from the authors' TensorFlow code, and why:
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -83,6 +84,9 @@ class A2CConfig:
     Episode returns are always the environment's own."""
     hidden: tuple[int, ...] = (128, 128)
     """Hidden widths of the MLP body (vector observations). Frames use the paper's conv net."""
+    halves: bool = False
+    """Step the two halves of the envs in alternation, so that the forward pass of one half
+    overlaps the workers' stepping of the other (the same transitions and actions)."""
 
     PRESETS = {}  # env id -> overrides, filled below the class (a class attribute, not a field)
 
@@ -98,6 +102,8 @@ class A2CConfig:
             raise ConfigError("n_workers", self.n_workers,
                               f"n_workers ({self.n_workers}) must be <= n_envs ({self.n_envs})")
         check_range(self, "t_max", 1)
+        if self.halves and self.n_envs < 2:
+            raise ConfigError("halves", self.halves, f"halves needs n_envs >= 2, got n_envs={self.n_envs}")
         check_range(self, "gamma", 0.0, 1.0)
         check_range(self, "lr", 0.0, low_open=True)
         check_range(self, "lr_anneal_steps", 0)
@@ -252,28 +258,54 @@ def collect(venv, learner: "A2CLearner", obs: np.ndarray, t_max: int, prof=None)
     """Run ``t_max`` lock steps of ``venv`` (a SharedVectorEnv, or anything with its ``step``
     and ``final_obs``) from observations ``obs``, one batched :meth:`A2CLearner.act` per step.
 
-    Returns the rollout and the observations to continue from (a view of the venv's, valid
-    until its next step). ``prof`` (a SectionProfiler), when given, gets ``inference`` and
-    ``env_step`` time. Cost: t_max forward passes of n_envs states plus t_max venv steps.
+    With a SharedVectorEnv made with ``halves=True`` the two halves alternate: the forward
+    pass of one half runs while the workers step the other (the same actions as one batched
+    pass: the action draws come in the same order). Returns the rollout and the observations
+    to continue from (``rollout.next_obs``). ``prof`` (a SectionProfiler), when given, gets
+    ``inference`` and ``env_step`` (waiting for the workers) time. Cost: t_max forward passes
+    of n_envs states (2 t_max of n_envs / 2 with halves) plus t_max steps of every env.
     """
+    inference, env_step = ((prof.section("inference"), prof.section("env_step")) if prof is not None
+                           else (contextlib.nullcontext(), contextlib.nullcontext()))
     ro = Rollout.empty(t_max, len(obs), obs.shape[1:], obs.dtype)
-    for t in range(t_max):
-        ro.obs[t] = obs
-        if prof is None:
-            ro.actions[t] = learner.act(obs)[0]
-            obs, rewards, terminated, truncated = venv.step(ro.actions[t])
-        else:
-            with prof.section("inference"):
+
+    def record(t: int, part: slice, stepped) -> np.ndarray:
+        next_obs, ro.rewards[t, part], ro.terminated[t, part], ro.truncated[t, part] = stepped
+        for i in np.flatnonzero(ro.truncated[t, part] & ~ro.terminated[t, part]) + part.start:
+            ro.truncated_obs[(t, int(i))] = venv.final_obs[i].copy()  # valid until env i steps again
+        return next_obs
+
+    if not getattr(venv, "halves", False):
+        everything = slice(0, len(obs))
+        for t in range(t_max):
+            ro.obs[t] = obs
+            with inference:
                 ro.actions[t] = learner.act(obs)[0]
-            with prof.section("env_step"):
-                obs, rewards, terminated, truncated = venv.step(ro.actions[t])
-        ro.rewards[t] = rewards
-        ro.terminated[t] = terminated
-        ro.truncated[t] = truncated
-        for i in np.flatnonzero(truncated & ~terminated):
-            ro.truncated_obs[(t, int(i))] = venv.final_obs[i].copy()
-    ro.next_obs[:] = obs
-    return ro, obs
+            with env_step:
+                obs = record(t, everything, venv.step(ro.actions[t]))
+        ro.next_obs[:] = obs
+        return ro, ro.next_obs
+
+    s0, s1 = venv.part_slice(0), venv.part_slice(1)
+    obs0, obs1 = obs[s0], obs[s1]
+    for t in range(t_max):
+        ro.obs[t, s0] = obs0
+        with inference:                   # overlaps half 1's step t - 1
+            ro.actions[t, s0] = learner.act(obs0)[0]
+        if t > 0:
+            with env_step:
+                obs1 = record(t - 1, s1, venv.step_wait(1))
+        venv.step_async(ro.actions[t, s0], 0)
+        ro.obs[t, s1] = obs1
+        with inference:                   # overlaps half 0's step t
+            ro.actions[t, s1] = learner.act(obs1)[0]
+        with env_step:
+            obs0 = record(t, s0, venv.step_wait(0))
+        venv.step_async(ro.actions[t, s1], 1)
+    with env_step:
+        obs1 = record(t_max - 1, s1, venv.step_wait(1))
+    ro.next_obs[s0], ro.next_obs[s1] = obs0, obs1
+    return ro, ro.next_obs
 
 
 # ------------------------------------------------------------------------------------------ learner

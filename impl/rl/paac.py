@@ -20,8 +20,8 @@ Counting: ``cfg.steps`` is rounded up to whole rollouts (``n_envs * t_max`` env 
 An episode is logged when the rollout it ended in is done (its env steps and wall time are
 those of that rollout's end: at most one rollout late). Seeds: environment ``i`` starts from
 ``RunSeeds(seed).actor(0).env + i``; the network and the action draws from
-``RunSeeds(seed).networks``. Stepping is the same for any ``n_workers`` (bit for bit), so a
-run's returns depend on the seed only.
+``RunSeeds(seed).networks``. Stepping is the same for any ``n_workers`` (bit for bit); the
+learner's arithmetic may not be, as torch's thread count follows the cores the workers leave.
 
 Exit paths are the SharedVectorEnv's: a worker that fails raises WorkerFailed here after every
 process has exited; Ctrl-C or a timeout closes the workers on the way out.
@@ -91,8 +91,8 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
     log = EpisodeLog(cfg.resolved_threshold(), cfg.window)
     prof = SectionProfiler()
     sgd = prof.section("sgd")
-    with SharedVectorEnv(cfg.env, acfg.n_envs, n_workers, seed=seeds.actor(0).env, start_method=cfg.start_method,
-                         timeout_s=cfg.timeout_s or 120.0) as venv:
+    with SharedVectorEnv(cfg.env, acfg.n_envs, n_workers, seed=seeds.actor(0).env, halves=acfg.halves,
+                         start_method=cfg.start_method, timeout_s=cfg.timeout_s or 120.0) as venv:
         learner = A2CLearner(venv.single_observation_space, venv.single_action_space, acfg, seeds.networks)
         obs = venv.reset()
         busy0 = venv.worker_busy_s

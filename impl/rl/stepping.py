@@ -261,7 +261,7 @@ class SharedVectorEnv:
 
     def __init__(self, env_id: str, n_envs: int, n_workers: int, *, seed: int, halves: bool = False,
                  start_method: str = "spawn", timeout_s: float = 120.0):
-        self._closed = True  # until everything below exists (close() and __del__ are safe)
+        self._closed = True  # until everything below exists (close() is safe meanwhile)
         for name, value, low in (("n_envs", n_envs, 1), ("n_workers", n_workers, 0), ("seed", seed, 0)):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
                 raise ConfigError(name, value, f"{name} must be an integer >= {low}, got {value!r}")
