@@ -35,8 +35,10 @@ runs paac and per-env in the measuring process (PAAC's single-process case; toda
 actor stepping n_e envs).
 
 ``training``: ``{"env", "steps", "seeds", "timeout_s", "runs": [{"label", "algo", "actors",
-"learners", "envs_per_actor", "overrides"}, ...]}``: one cell per (run, seed), a full training
-run through :func:`impl.rl.train` to the env's reward threshold: ``algo: "a2c"`` is PAAC
+"learners", "envs_per_actor", "steps", "overrides"}, ...]}``: one cell per (run, seed), a full
+training run through :func:`impl.rl.train` (``stop_at_threshold``: PAAC and the sequential loop
+end at the threshold, the parallel PAL loop runs its ``steps``, a run's own or the section's,
+and records when it got there): ``algo: "a2c"`` is PAAC
 (:mod:`impl.rl.paac`), ``"dqn"`` the PAL loop (actor and learner processes over the shared
 prioritized buffer). Give both the same cores (PAAC's n_w + 1 processes, the PAL loop's
 actors + learners).
@@ -446,7 +448,7 @@ def _training_cells(suite: dict, section: dict) -> list[Cell]:
         for seed in section.get("seeds", [0]):
             cfg = TrainConfig(algo=run["algo"], env=section["env"], actors=run.get("actors", 0),
                               learners=run.get("learners", 0), envs_per_actor=run.get("envs_per_actor", 1),
-                              steps=section["steps"], seed=seed, stop_at_threshold=True,
+                              steps=run.get("steps", section["steps"]), seed=seed, stop_at_threshold=True,
                               overrides={k: tuple(v) if isinstance(v, list) else v
                                          for k, v in (run.get("overrides") or {}).items()},
                               timeout_s=section.get("timeout_s"))
