@@ -71,6 +71,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--sequential", action="store_true", help="the one-process baseline (same as --actors 0)")
     p.add_argument("--steps", type=int, default=50_000, help="env steps over all actors")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--envs-per-actor", type=int,
+                   help="environments each actor steps with one batched forward (default 1)")
     p.add_argument("--insert-batch", type=int, help="transitions per buffer add (default 8)")
     p.add_argument("--weight-sync-every", type=int, help="learner updates between weight broadcasts (default 10)")
     p.add_argument("--envs", type=int, help="a2c: environments stepped in lock step, n_e (preset: A2CConfig)")
@@ -97,7 +99,8 @@ def _validated_config(args):
 
     sequential = args.sequential or args.actors == 0 or args.learners == 0
     extra = {k: v for k, v in (("insert_batch", args.insert_batch), ("weight_sync_every", args.weight_sync_every),
-                               ("timeout_s", args.timeout), ("ray_address", args.ray_address)) if v is not None}
+                               ("timeout_s", args.timeout), ("ray_address", args.ray_address),
+                               ("envs_per_actor", args.envs_per_actor)) if v is not None}
     paac = {k: v for k, v in (("n_envs", args.envs), ("n_workers", args.workers), ("t_max", args.t_max))
             if v is not None}
     try:
@@ -123,8 +126,8 @@ def _validated_config(args):
         options = {"algo": "--algo", "env": "--env", "buffer": "--buffer", "policy": "--policy",
                    "buffer_params": "--param", "actors": "--actors", "learners": "--learners", "steps": "--steps",
                    "seed": "--seed", "insert_batch": "--insert-batch", "weight_sync_every": "--weight-sync-every",
-                   "timeout_s": "--timeout", "n_envs": "--envs", "n_workers": "--workers", "t_max": "--t-max",
-                   "backend": "--backend", "ray_address": "--ray-address"}
+                   "timeout_s": "--timeout", "envs_per_actor": "--envs-per-actor", "n_envs": "--envs",
+                   "n_workers": "--workers", "t_max": "--t-max", "backend": "--backend", "ray_address": "--ray-address"}
         args.parser.error(f"argument {options.get(err.field, '--set')}: {err}")
     return cfg
 

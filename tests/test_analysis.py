@@ -236,9 +236,15 @@ def frameworks_rows():
     return rows
 
 
+def paac_rows():
+    """The PAAC scenario's rows as the committed reference run holds them (stepping windows,
+    profiles, training summaries and episodes): the paac figures draw from no simpler shape."""
+    return [{k: v for k, v in r.items() if k != "run_id"} for r in results.read_rows(REPO / "results" / "reference-paac")]
+
+
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
-    """Six runs of a made-up machine; returns the results folder."""
+    """Runs of a made-up machine (one per scenario); returns the results folder."""
     root = tmp_path_factory.mktemp("results")
     rng = np.random.default_rng(7)
     write_run(root, "20300101T000000Z-micro", "micro", "micro", micro_rows(rng))
@@ -248,6 +254,7 @@ def synthetic(tmp_path_factory):
     write_run(root, "20300101T000400Z-training", "training", "training", training_rows(rng))
     write_run(root, "20300101T000500Z-gossip", "gossip", "gossip", gossip_rows())
     write_run(root, "20300101T000600Z-frameworks", "frameworks", "frameworks", frameworks_rows())
+    write_run(root, "20300101T000700Z-paac", "paac", "paac", paac_rows())
     return root
 
 

@@ -70,7 +70,8 @@ def cluster():
                                         (dict(backend="process", ray_address="127.0.0.1:6379"), "ray_address"),
                                         (dict(ray_address=""), "ray_address"),
                                         (dict(actor_max_restarts=-1), "actor_max_restarts"),
-                                        (dict(actors=0), "backend")])
+                                        (dict(actors=0), "backend"),
+                                        (dict(envs_per_actor=2), "envs_per_actor")])
 def test_bad_backend_config_is_refused_up_front(cell, field):
     with pytest.raises(ConfigError) as info:
         train(tiny(**cell))

@@ -135,6 +135,94 @@ def test_sequential_run_is_reproducible_from_its_seed():
     assert [(s, r) for s, _, r in a.episodes] == [(s, r) for s, _, r in b.episodes]
 
 
+# ---------------------------------------------------------------------------------------- envs per actor
+def test_env_runner_steps_every_env_with_one_batched_forward():
+    """E envs, n vector steps: E x n rows, one act_batch call per step, env j's rows (j, j+E,
+    ...) a trajectory of env j seeded with its own ActorSeeds.env_seed(j)."""
+    from replaybench.impl.rl.dqn import DQNActor, DQNConfig
+
+    n_envs, n_steps = 3, 40
+    envs = [make_env("CartPole-v1") for _ in range(n_envs)]
+    spaces = (envs[0].observation_space, envs[0].action_space)
+    actor = DQNActor(spaces, DQNConfig(hidden=(8,), eps_start=0.5, eps_end=0.5), seed=1)
+    calls = []
+    real = actor.act_batch
+    actor.act_batch = lambda obs, t: calls.append((obs.shape, t)) or real(obs, t)
+    stage = TransitionStager(transition_fields(envs[0]), n_envs * n_steps)
+    episodes = []
+    runner = EnvRunner(envs, actor, stage, 5, SectionProfiler(), lambda steps, ret: episodes.append((steps, ret)))
+    seeds = RunSeeds(3).actor(5)
+    runner.reset([seeds.env_seed(j) for j in range(n_envs)])
+    for t in range(n_steps):
+        assert runner.step(n_envs * t) == (t == n_steps - 1)
+    batch = stage.batch()
+    assert calls == [((n_envs, 4), n_envs * t) for t in range(n_steps)]
+    assert len(batch["reward"]) == n_envs * n_steps and (batch["actor"] == 5).all()
+    for j in range(n_envs):
+        rows = {k: v[j::n_envs] for k, v in batch.items()}
+        first, _ = make_env("CartPole-v1").reset(seed=seeds.env_seed(j))
+        assert np.array_equal(rows["obs"][0], first)
+        cont = ~rows["done"][:-1]  # CartPole ends by termination only within 40 steps
+        assert np.array_equal(rows["obs"][1:][cont], rows["next_obs"][:-1][cont])
+    assert len({tuple(batch["obs"][j]) for j in range(n_envs)}) == n_envs  # distinct seeds
+    # every end is a termination within 40 steps (CartPole truncates at 500), reported once
+    assert len(episodes) == int(batch["done"].sum()) and all(0 < steps <= n_envs * n_steps for steps, _ in episodes)
+    for e in envs:
+        e.close()
+
+
+def test_act_batch_is_the_per_row_policy_in_one_forward():
+    """A batch's greedy actions are each row's own; exploration rows are drawn per row."""
+    from replaybench.impl.rl.dqn import DQNActor, DQNConfig
+    from replaybench.impl.rl.td3 import TD3Actor, TD3Config
+
+    obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+    env, penv = make_env("CartPole-v1"), make_env("Pendulum-v1")
+    spaces = (env.observation_space, env.action_space)
+    greedy = DQNActor(spaces, DQNConfig(hidden=(8,), eps_start=0.0, eps_end=0.0), seed=0)
+    assert greedy.act_batch(obs, 0).tolist() == [int(greedy.act(o, 0)) for o in obs]
+    random = DQNActor(spaces, DQNConfig(hidden=(8,), eps_start=1.0, eps_end=1.0), seed=0, net=greedy.q)
+    drawn = random.act_batch(obs, 0)
+    assert drawn.dtype == np.int64 and set(drawn.tolist()) == {0, 1}  # not one draw for the whole batch
+    tcfg = TD3Config(hidden=(8,), learning_starts=0, exploration_noise=0.0)
+    pi = TD3Actor((penv.observation_space, penv.action_space), tcfg, seed=4)
+    rows = pi.act_batch(obs[:, :3], 0)
+    assert rows.shape == (64, 1) and np.allclose(rows, np.stack([pi.act(o, 0) for o in obs[:, :3]]), atol=1e-6)
+    env.close()
+    penv.close()
+
+
+def test_envs_per_actor_parallel_run_inserts_every_step():
+    """E = 4 envs per actor, 2 actors, steps not a multiple of actors x E: every env step is
+    inserted, each actor's share is exact, the ratio's updates are done, every actor sampled."""
+    cfg = tiny("dqn", actors=2, learners=1, envs_per_actor=4, steps=402)
+    acfg = cfg.algo_config()
+    result = train(cfg)
+    assert result.env_steps == 402 and result.inserted == 402 and result.actor_steps == [201, 201]
+    assert result.updates == total_updates(402, acfg.updates_per_step, acfg.learning_starts)
+    assert sorted(result.actor_ids_sampled) == [0, 1] and all(result.actor_ids_sampled.values())
+    assert result.profiles["actor"]["inference"] > 0
+    assert_exited(result.worker_pids)
+    assert own_segments() == []
+
+
+def test_envs_per_actor_sequential_run_is_reproducible_from_its_seed():
+    """The sequential loop with E = 4 (202 steps: a partial last vector step) inserts every step
+    and repeats itself from its seed; E is part of what the seed reproduces."""
+    a, b, c = (train(tiny("dqn", steps=202, seed=4, envs_per_actor=e)) for e in (4, 4, 1))
+    assert a.env_steps == a.inserted == 202 and a.episodes
+    assert a.learner_digests == b.learner_digests != c.learner_digests
+    assert [(s, r) for s, _, r in a.episodes] == [(s, r) for s, _, r in b.episodes]
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5, True, 201])
+def test_bad_envs_per_actor_is_refused(value, no_workers):
+    cfg = tiny("dqn", actors=2, learners=1, envs_per_actor=value)  # 400 steps: 200 per actor
+    with pytest.raises(ConfigError, match="envs_per_actor") as info:
+        train(cfg)
+    assert info.value.field == "envs_per_actor" and info.value.value == value and no_workers == []
+
+
 # ---------------------------------------------------------------------------------------- pieces
 def test_rate_limiter_holds_the_ratio_and_stops():
     import multiprocessing as mp
@@ -176,17 +264,20 @@ def test_episode_log_threshold_and_stager():
     assert log.recent_mean() == pytest.approx((12 + 9 + 11) / 3)
     stage = TransitionStager({"obs": ((2,), "float32"), "action": ((), "int64"), "reward": ((), "float32"),
                               "next_obs": ((2,), "float32"), "done": ((), "bool"), "actor": ((), "int32")}, 2)
-    assert not stage.push([1, 2], 1, 0.5, [3, 4], False, 7)
-    assert stage.push([5, 6], 0, 1.5, [7, 8], True, 7)
+    assert not stage.push([[1, 2]], [1], [0.5], [[3, 4]], [False], 7)
+    with pytest.raises(ValueError, match="do not fit"):
+        stage.push([[0, 0]] * 2, [0, 0], [0.0, 0.0], [[0, 0]] * 2, [False, False], 7)
+    assert stage.n == 1  # unchanged
+    assert stage.push([[5, 6]], [0], [1.5], [[7, 8]], [True], 7)
     batch = stage.batch()
     assert batch["obs"].tolist() == [[1, 2], [5, 6]] and batch["actor"].tolist() == [7, 7] and stage.n == 0
 
 
 def test_env_runner_acts_stages_and_reports_episodes():
     class Push:  # always action 1: CartPole falls over within a few dozen steps
-        def act(self, obs, env_steps):
+        def act_batch(self, obs, env_steps):
             seen.append(env_steps)
-            return 1
+            return np.ones(len(obs), dtype=np.int64)
 
         def env_action(self, action):
             return action
@@ -194,8 +285,8 @@ def test_env_runner_acts_stages_and_reports_episodes():
     seen, episodes = [], []
     env = make_env("CartPole-v1")
     stage = TransitionStager(transition_fields(env), 1000)
-    runner = EnvRunner(env, Push(), stage, 7, SectionProfiler(), lambda steps, ret: episodes.append((steps, ret)))
-    runner.reset(seed=0)
+    runner = EnvRunner([env], Push(), stage, 7, SectionProfiler(), lambda steps, ret: episodes.append((steps, ret)))
+    runner.reset([0])
     t = 0
     while not episodes:
         runner.step(100 + t)
@@ -204,7 +295,7 @@ def test_env_runner_acts_stages_and_reports_episodes():
     assert seen == list(range(100, 100 + t))  # act sees the caller's env step count
     assert episodes == [(100 + t, float(t))]  # counted with the ending step; CartPole pays 1 per step
     assert len(batch["reward"]) == t and batch["actor"].tolist() == [7] * t and batch["done"][-1]
-    assert (batch["obs"][1:] == batch["next_obs"][:-1]).all() and runner.episode_return == 0.0
+    assert (batch["obs"][1:] == batch["next_obs"][:-1]).all() and runner.episode_returns.tolist() == [0.0]
     env.close()
 
 
@@ -282,6 +373,7 @@ def no_workers(monkeypatch):
 BAD_TRAIN_ARGS = [
     (["--steps", "0"], "--steps", "0"),
     (["--insert-batch", "0"], "--insert-batch", "0"),
+    (["--envs-per-actor", "0"], "--envs-per-actor", "0"),
     (["--actors", "-1"], "--actors", "-1"),
     (["--timeout", "-1"], "--timeout", "-1"),
     (["--set", "lr=abc"], "--set", "'abc'"),
@@ -359,6 +451,22 @@ def test_training_quick_suite_rows(tmp_path):
     assert episodes and all(r["metric"] == "return" and r["env_steps"] > 0 and r["wall_s"] >= 0 for r in episodes)
     profile = {(r["actors"], r["metric"]) for r in rows if r["op"] == "profile"}
     assert {(2, s) for s in ("env_step", "inference", "replay", "sgd", "wait", "other")} <= profile
+
+
+def test_training_suites_sweep_envs_per_actor_each_with_its_own_baseline():
+    """A suite's envs_per_actor list is a grid axis: every E gets the layouts, its own sequential
+    baseline (the speedup key holds E) and its label; the throughput suite sweeps 1, 4, 16."""
+    from replaybench.bench import suites
+    from replaybench.bench.scenarios.training import _baseline_key, cells_for, suite_configs
+
+    suite = {**suites.load("training-quick"), "envs_per_actor": [1, 4]}
+    configs = suite_configs(suite)
+    assert [(c.envs_per_actor, c.actors) for c in configs] == [(1, 0), (1, 2), (4, 0), (4, 2)]
+    assert len({_baseline_key(c) for c in configs}) == 2
+    assert [c.label for c in cells_for(configs)][2:] == ["kary-aligned sequential seed=0 E=4",
+                                                        "kary-aligned/lazy-writing A=2 L=1 seed=0 E=4"]
+    assert cells_for(configs)[2].columns["params"]["envs_per_actor"] == 4
+    assert {c.envs_per_actor for c in suite_configs(suites.load("training-throughput"))} == {1, 4, 16}
 
 
 def test_train_command_sequential(tmp_path):

@@ -11,12 +11,13 @@ __all__ = ["training_rows", "task_label", "several_buffers", "is_baseline", "buf
            "WORKER_COLOURS", "worker_colour"]
 
 #: What one training configuration is (seeds are its repeats).
-CONFIG = ["run_id", "task", "variant", "K", "policy", "algo", "env", "mode", "actors", "learners", "updates_per_step"]
+CONFIG = ["run_id", "task", "variant", "K", "policy", "algo", "env", "mode", "actors", "learners", "updates_per_step",
+          "envs_per_actor"]
 
 #: What makes two runs' rows the same measurement (params, which hold run lengths and roles, are
 #: left out so that the newest run of a configuration and seed replaces older ones whole).
 CELL = ["scenario", "op", "metric", "variant", "K", "policy", "algo", "env", "mode", "actors", "learners", "seed",
-        "updates_per_step"]
+        "updates_per_step", "envs_per_actor"]
 
 #: Colours by number of learners (1, 2, 4, 8 ...); the sequential baseline is black.
 WORKER_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#7F7F7F"]
@@ -39,16 +40,22 @@ def training_rows(table: pd.DataFrame, op: str) -> pd.DataFrame:
     # the ratio of gradient updates to env steps is a grid parameter (params.updates_per_step):
     # runs at different ratios are different configurations, never one another's repeats
     rows = rows.assign(updates_per_step=[contract.params_of(p).get("updates_per_step") for p in rows["params"]])
+    # so is the number of environments per actor (params.envs_per_actor; runs before it existed: 1)
+    rows = rows.assign(envs_per_actor=[contract.params_of(p).get("envs_per_actor", 1) for p in rows["params"]])
     rows = load.latest_per_cell(rows, CELL)
-    rows = rows.assign(task=[task_label(a, e, r) for a, e, r in zip(rows["algo"], rows["env"], rows["updates_per_step"])])
+    rows = rows.assign(task=[task_label(a, e, r, n) for a, e, r, n in zip(rows["algo"], rows["env"],
+                                                                         rows["updates_per_step"], rows["envs_per_actor"])])
     return rows.assign(baseline=[is_baseline(r) for _, r in rows.iterrows()])
 
 
-def task_label(algo, env, ratio) -> str:
-    """What one row of panels shows: ``"dqn on CartPole-v1, 0.5 updates/step"``. Runs at different
-    updates-per-step ratios are different tasks (each has its own sequential baseline)."""
+def task_label(algo, env, ratio, envs_per_actor=1) -> str:
+    """What one row of panels shows: ``"dqn on CartPole-v1, 0.5 updates/step"`` (``", 16 envs/actor"``
+    added when E > 1). Runs at different updates-per-step ratios or numbers of environments per
+    actor are different tasks (each has its own sequential baseline)."""
     text = f"{algo or '?'} on {env or '?'}"
-    return text if ratio is None or pd.isna(ratio) else f"{text}, {float(ratio):g} updates/step"
+    if ratio is not None and not pd.isna(ratio):
+        text += f", {float(ratio):g} updates/step"
+    return text if envs_per_actor in (None, 1) or pd.isna(envs_per_actor) else f"{text}, {int(envs_per_actor)} envs/actor"
 
 
 def is_baseline(row) -> bool:

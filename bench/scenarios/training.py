@@ -14,14 +14,16 @@ Two entry points, both run by the driver (:mod:`bench.driver`) into ``results/<r
   (bench/suites/training-ray.json: Ray against processes in one run).
 
 Rows (scenario "training", mode "processes", or "ray" for the Ray backend; the sequential
-baseline has actors = learners = 0, policy "none" and ``"baseline": true`` in params), per run:
+baseline has actors = learners = 0, policy "none" and ``"baseline": true`` in params;
+params.envs_per_actor is E, the environments each actor, and the sequential loop, steps with
+one batched forward), per run:
 
 - op "summary", one row per metric: env_steps_per_s (steps/s), updates_per_s (updates/s),
   sample_latency_s (s, mean per buffer.sample call), time_to_threshold_s (s; status "skipped"
   with error "threshold not reached in N steps" when not reached), steps_to_threshold (steps;
   same), actor_wait_s and learner_wait_s (s, summed over the processes of the role: blocked on
   the rate limiter), buffer_lock_wait_s (s, summed; absent for the lock-free baseline),
-  speedup (x: env_steps_per_s over the baseline's with the same buffer and seed, when the
+  speedup (x: env_steps_per_s over the baseline's with the same buffer, seed and E, when the
   baseline is in the same run; 1.0 for the baseline itself); vs_process (x, Ray runs only:
   env_steps_per_s over the process backend's run of the same configuration in the same run);
   actor_restarts and dropped_batches (Ray runs only: actor processes restarted, batches lost
@@ -73,7 +75,7 @@ def run_base(cfg, acfg, base: dict) -> dict:
     """The columns every row of one run shares."""
     structure, k = _structure_and_k(cfg.buffer, cfg.buffer_params)
     params = {**cfg.buffer_params, "steps": cfg.steps, "updates_per_step": acfg.updates_per_step,
-              "batch_size": acfg.batch_size, "insert_batch": cfg.insert_batch}
+              "batch_size": acfg.batch_size, "insert_batch": cfg.insert_batch, "envs_per_actor": cfg.envs_per_actor}
     if cfg.sequential:
         params["baseline"] = True
     else:
@@ -163,7 +165,8 @@ def format_table(rows: list[dict]) -> str:
     for r in rows:
         params = json.loads(r["params"]) if isinstance(r["params"], str) else r["params"]  # read back or in memory
         ratio = params.get("updates_per_step")
-        key = (r["variant"], r["policy"], ratio, r["actors"], r["learners"], r["seed"], r.get("mode", "processes"))
+        key = (r["variant"], r["policy"], ratio, params.get("envs_per_actor", 1), r["actors"], r["learners"],
+               r["seed"], r.get("mode", "processes"))
         entry = runs.setdefault(key, {"profile": {}})
         if r["op"] == "summary":
             entry[r["metric"]] = r.get("value") if r["status"] == "ok" else r["status"]
@@ -174,16 +177,16 @@ def format_table(rows: list[dict]) -> str:
         return fmt.format(x) if isinstance(x, (int, float)) else (x or "-")
 
     body = []
-    for (variant, policy, ratio, a, l, seed, mode), e in runs.items():
+    for (variant, policy, ratio, envs, a, l, seed, mode), e in runs.items():
         total = sum(e["profile"].values())
         share = e["profile"].get("replay", 0.0) / total if total else None
-        body.append([variant, policy, mode, str(ratio), str(a), str(l), str(seed),
+        body.append([variant, policy, mode, str(ratio), str(envs), str(a), str(l), str(seed),
                      num(e.get("env_steps_per_s"), "{:.0f}"), num(e.get("updates_per_s"), "{:.0f}"), num(e.get("time_to_threshold_s"), "{:.1f}"),
                      num(e.get("speedup"), "{:.2f}"), num(e.get("vs_process"), "{:.2f}"),
                      num(e.get("actor_wait_s"), "{:.1f}"),
                      num(e.get("learner_wait_s"), "{:.1f}"), num(share, "{:.1%}")])
-    header = ["variant", "policy", "mode", "upd/step", "A", "L", "seed", "steps/s", "upd/s", "t_thresh s", "speedup",
-              "vs process", "actor wait s", "learner wait s", "replay share"]
+    header = ["variant", "policy", "mode", "upd/step", "E", "A", "L", "seed", "steps/s", "upd/s", "t_thresh s",
+              "speedup", "vs process", "actor wait s", "learner wait s", "replay share"]
     return "\n".join(table(header, body, set(range(3, len(header)))))
 
 
@@ -194,9 +197,10 @@ def suite_configs(suite: dict, variants: list[str] | None = None) -> list:
     ``suite`` keys: algo, env, steps, seeds, buffers (list of {"variant", "policy", "params"}),
     layouts (list of [actors, learners]; [0, 0] = the sequential baseline), and optionally
     ratios (updates_per_step values, each a grid point with its own baseline; default: the
-    algorithm's preset), backends (engines of the parallel layouts, "process" and/or "ray";
-    default ["process"]; the baseline runs once), overrides (algorithm config), insert_batch, weight_sync_every,
-    ratio_tolerance, timeout_s, start_method.
+    algorithm's preset), envs_per_actor (E values, each a grid point with its own sequential
+    baseline stepping E envs too; default [1]), backends (engines of the parallel layouts,
+    "process" and/or "ray"; default ["process"]; the baseline runs once), overrides (algorithm
+    config), insert_batch, weight_sync_every, ratio_tolerance, timeout_s, start_method.
     """
     from replaybench.impl.rl import TrainConfig
 
@@ -213,16 +217,18 @@ def suite_configs(suite: dict, variants: list[str] | None = None) -> list:
     configs = []
     for ratio in ratios:
         ratio_override = {} if ratio is None else {"updates_per_step": ratio}
-        for seed in suite["seeds"]:
-            for b in buffers:
-                for actors, learners in layouts:
-                    for backend in (["process"] if actors * learners == 0 else backends):
-                        configs.append(TrainConfig(algo=suite["algo"], env=suite["env"], buffer=b["variant"],
-                                                   policy=b.get("policy", "lazy-writing"),
-                                                   buffer_params=dict(b.get("params") or {}), actors=actors,
-                                                   learners=learners, steps=suite["steps"], seed=seed,
-                                                   overrides={**overrides, **ratio_override}, backend=backend,
-                                                   **extra))
+        for envs in suite.get("envs_per_actor") or [1]:
+            for seed in suite["seeds"]:
+                for b in buffers:
+                    for actors, learners in layouts:
+                        for backend in (["process"] if actors * learners == 0 else backends):
+                            configs.append(TrainConfig(algo=suite["algo"], env=suite["env"], buffer=b["variant"],
+                                                       policy=b.get("policy", "lazy-writing"),
+                                                       buffer_params=dict(b.get("params") or {}), actors=actors,
+                                                       learners=learners, steps=suite["steps"], seed=seed,
+                                                       envs_per_actor=envs, overrides={**overrides, **ratio_override},
+                                                       backend=backend,
+                                                       **extra))
     return configs
 
 
@@ -231,7 +237,7 @@ def _baseline_key(cfg) -> tuple:
     """Runs with the same key compare with the same sequential baseline (same buffer, seed,
     length, ratio and algorithm settings)."""
     return (cfg.algo, cfg.env, cfg.buffer, json.dumps(cfg.buffer_params, sort_keys=True), cfg.seed, cfg.steps,
-            json.dumps(cfg.overrides, sort_keys=True, default=str))
+            cfg.envs_per_actor, json.dumps(cfg.overrides, sort_keys=True, default=str))
 
 
 def cells_for(configs: list) -> list[Cell]:
@@ -241,6 +247,8 @@ def cells_for(configs: list) -> list[Cell]:
         label = (f"{cfg.buffer}/{cfg.policy} A={cfg.actors} L={cfg.learners} seed={cfg.seed}"
                  + (" ray" if cfg.backend == "ray" else "")
                  if not cfg.sequential else f"{cfg.buffer} sequential seed={cfg.seed}")
+        if cfg.envs_per_actor != 1:
+            label += f" E={cfg.envs_per_actor}"
         try:
             acfg = cfg.validate()  # every field, the buffer, the policy and the env/algorithm fit
         except ValueError as err:

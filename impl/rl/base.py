@@ -4,7 +4,8 @@
   replay ratio, the PER constants), :meth:`AlgoConfig.for_env` (per-environment presets plus
   overrides, each checked against the fields and typed by them) and :meth:`AlgoConfig.beta`.
   An algorithm's config is a dataclass deriving from it.
-- :class:`Actor`: ``act(obs, env_steps)``, ``env_action(action)``, ``set_flat_weights(flat)``.
+- :class:`Actor`: ``act_batch(obs, env_steps)`` (one forward for E observations; ``act`` for
+  one comes with the protocol), ``env_action(action)``, ``set_flat_weights(flat)``.
 - :class:`Learner`: ``learn(batch) -> (loss, priorities)``, ``grad_hook``, ``policy_net``,
   ``modules()``; ``get_flat_weights()`` and ``digest()`` come with the protocol.
 
@@ -158,10 +159,16 @@ class Actor(Protocol):
     network through ``net``).
     """
 
-    def act(self, obs: np.ndarray, env_steps: int):
-        """The action to store for one observation, ``env_steps`` steps into the run
-        (exploration schedules read it)."""
+    def act_batch(self, obs: np.ndarray, env_steps: int) -> np.ndarray:
+        """The actions to store for a batch of observations (``obs``: (E, *obs_shape)
+        float32), ``env_steps`` steps into the run (exploration schedules read it), with ONE
+        forward pass; row ``j`` is env ``j``'s action. For E = 1 it draws exactly what
+        :meth:`act` draws."""
         ...
+
+    def act(self, obs: np.ndarray, env_steps: int):
+        """The action to store for one observation: :meth:`act_batch` on one row."""
+        return self.act_batch(np.asarray(obs, dtype=np.float32)[None], env_steps)[0]
 
     def env_action(self, action):
         """``action`` as the environment takes it (e.g. scaled to a Box's bounds)."""

@@ -63,7 +63,12 @@ class TrainConfig:
     learners: int = 0
     """Learner processes (each samples batch_size // learners, gradients all-reduced)."""
     steps: int = 50_000
-    """Environment steps in total, over all actors."""
+    """Environment steps in total, over all actors and all their environments."""
+    envs_per_actor: int = 1
+    """Environments each actor process steps (the sequential loop too), with ONE batched
+    policy forward per vector step (``--envs-per-actor``); each actor inserts its E
+    transitions per step into the buffer, staged in whole vector steps
+    (:func:`~impl.rl.envs.stage_rows`). Env seeds: :meth:`~impl.rl.seeding.ActorSeeds.env_seed`."""
     seed: int = 0
     """Seeds environments, networks, exploration and buffer sampling."""
     overrides: dict = field(default_factory=dict)
@@ -81,7 +86,8 @@ class TrainConfig:
     """Learner updates between weight broadcasts to the actors (parallel loop)."""
     ratio_tolerance: float = 32.0
     """How many updates the learners may fall behind ``updates_per_step * steps`` before
-    actors wait (raised to ``1 + ratio * insert_batch`` when smaller, which rules out deadlock)."""
+    actors wait (raised to ``1 + ratio * rows`` when smaller, ``rows`` the transitions per buffer add
+    (:func:`~impl.rl.envs.stage_rows`), which rules out deadlock)."""
     start_method: str = "forkserver"
     """multiprocessing start method of the workers: "forkserver" or "spawn"."""
     timeout_s: float | None = None
@@ -122,11 +128,16 @@ class TrainConfig:
         field an override names) before anything is started. Cost: one ``gym.make``
         (milliseconds) besides imports."""
         algo = algorithms.get(self.algo)
-        for name, low in (("steps", 1), ("insert_batch", 1), ("actors", 0), ("learners", 0), ("seed", 0),
-                          ("weight_sync_every", 1), ("window", 1)):
+        for name, low in (("steps", 1), ("envs_per_actor", 1), ("insert_batch", 1), ("actors", 0), ("learners", 0),
+                          ("seed", 0), ("weight_sync_every", 1), ("window", 1)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ConfigError(name, value, f"{name} must be an integer >= {low}, got {value!r}")
+        per_actor = self.steps // (1 if self.sequential else self.actors)
+        if self.envs_per_actor > per_actor:  # some environments would never step
+            raise ConfigError("envs_per_actor", self.envs_per_actor,
+                              f"envs_per_actor {self.envs_per_actor} exceeds the {per_actor} env steps each actor "
+                              f"takes (steps={self.steps} over {1 if self.sequential else self.actors} actor(s))")
         for name, optional, low_open in (("timeout_s", True, True), ("join_timeout_s", False, False),
                                          ("ratio_tolerance", False, True)):
             value = getattr(self, name)
@@ -172,6 +183,10 @@ class TrainConfig:
                 raise ConfigError("backend", self.backend, f"backend 'ray' runs the parallel loop: it needs "
                                                            f"actors >= 1 and learners >= 1, got {self.actors}, "
                                                            f"{self.learners}")
+            if self.envs_per_actor != 1:  # its actors step one env each (impl.rl.ray_workers)
+                raise ConfigError("envs_per_actor", self.envs_per_actor, f"backend 'ray' steps one environment per "
+                                                                         f"actor, got envs_per_actor "
+                                                                         f"{self.envs_per_actor}")
             from .ray_backend import unavailable_reason
 
             reason = unavailable_reason()

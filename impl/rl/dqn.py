@@ -6,7 +6,8 @@ loss weighted by importance-sampling weights and |TD error| as the new priority 
 
 1. :class:`DQNConfig`: every argument, documented, with per-environment presets.
 2. :func:`build_q_network`: the MLP ``obs -> Q(obs, .)``.
-3. :class:`DQNActor`: epsilon-greedy ``act(obs, env_steps)`` on a CPU copy of the Q network.
+3. :class:`DQNActor`: epsilon-greedy ``act_batch(obs, env_steps)`` (one forward for a batch
+   of observations) on a CPU copy of the Q network.
    Actor processes hold one each and refresh it with :meth:`DQNActor.set_flat_weights`.
 4. :class:`DQNLearner`: online and target networks and the optimizer;
    ``learn(batch) -> (loss, new_priorities)``; ``get_flat_weights()`` for the broadcast.
@@ -113,7 +114,7 @@ class DQNActor(Actor):
         Share this Q network (the sequential loop passes the learner's); otherwise a new CPU
         copy is built, to be filled with :meth:`set_flat_weights`.
 
-    Cost per ``act``: one forward pass of one observation. Thread-safety: none.
+    Cost per ``act_batch``: one forward pass of the batch. Thread-safety: none.
     """
 
     def __init__(self, spaces, cfg: DQNConfig, seed, net: nn.Module | None = None):
@@ -122,12 +123,16 @@ class DQNActor(Actor):
         self.q = net if net is not None else build_q_network(obs_dim, self.n_actions, cfg.hidden)
         self.rng = np.random.default_rng(seed)
 
-    def act(self, obs: np.ndarray, env_steps: int) -> int:
-        """Action for one observation: random with probability epsilon(env_steps), else argmax Q."""
-        if self.rng.random() < self.cfg.epsilon(env_steps):
-            return int(self.rng.integers(self.n_actions))
-        with torch.inference_mode():
-            return int(self.q(torch.from_numpy(np.asarray(obs, dtype=np.float32))).argmax())
+    def act_batch(self, obs: np.ndarray, env_steps: int) -> np.ndarray:
+        """Actions (int64, one per row of ``obs``): each random with probability
+        epsilon(env_steps), else argmax Q; one forward pass for the rows that need it."""
+        explore = self.rng.random(len(obs)) < self.cfg.epsilon(env_steps)
+        actions = np.empty(len(obs), dtype=np.int64)
+        if not explore.all():
+            with torch.inference_mode():
+                actions[:] = self.q(torch.from_numpy(obs)).argmax(1).numpy()
+        actions[explore] = self.rng.integers(self.n_actions, size=int(explore.sum()))
+        return actions
 
     @staticmethod
     def env_action(action: int) -> int:

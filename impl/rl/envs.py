@@ -1,5 +1,6 @@
 """Environments, the transition schema they produce, the reward thresholds we time, and the
-one env-stepping routine both loops use (:class:`EnvRunner`: act, step, stage, log episodes).
+one env-stepping routine both loops use (:class:`EnvRunner`: one batched forward for E
+environments, step them, stage their transitions, log episodes).
 
 The replay buffers store one row per environment step with the fields of
 :func:`transition_fields`: ``obs``, ``action``, ``reward``, ``next_obs``, ``done`` (true only
@@ -40,7 +41,7 @@ import numpy as np
 from .base import ConfigError
 
 __all__ = ["THRESHOLDS", "WINDOW", "ATARI_PREFIX", "ACTION_KINDS", "make_env", "transition_fields", "EpisodeLog",
-           "TransitionStager", "EnvRunner"]
+           "TransitionStager", "stage_rows", "EnvRunner"]
 
 THRESHOLDS = {"CartPole-v1": 475.0, "LunarLander-v3": 200.0, "Acrobot-v1": -100.0, "Pendulum-v1": -200.0}
 WINDOW = 20
@@ -150,12 +151,14 @@ class EpisodeLog:
 
 
 class TransitionStager:
-    """Collects single steps into preallocated arrays and hands them to ``buffer.add`` as a batch.
+    """Collects steps into preallocated arrays and hands them to ``buffer.add`` as a batch.
 
     Both loops insert in batches of ``size`` rows (the classic loop with ``size`` 1 would pay
-    one buffer call, and in the parallel loop one lock acquisition, per step). The arrays
-    returned by :meth:`batch` are views that the next :meth:`push` overwrites: add them
-    before pushing again. Cost: O(row bytes) per push. Thread-safety: none.
+    one buffer call, and in the parallel loop one lock acquisition, per step). A vector step
+    of E environments stages E rows at once (:meth:`push`), so an actor's stage holds a
+    whole number of vector steps (:func:`stage_rows`). The arrays returned by :meth:`batch`
+    are views that the next :meth:`push` overwrites: add them before pushing again. Cost:
+    O(rows x row bytes) per push. Thread-safety: none.
     """
 
     def __init__(self, fields: dict, size: int):
@@ -164,16 +167,21 @@ class TransitionStager:
         self.n = 0
 
     def push(self, obs, action, reward, next_obs, done, actor) -> bool:
-        """Stage one transition; returns True when the stage is full (call :meth:`batch`)."""
+        """Stage k transitions (each argument holds k rows; ``actor`` may be one id for all);
+        returns True when the stage is full (call :meth:`batch`). Raises ValueError when the k
+        rows do not fit, with the stage unchanged."""
         i = self.n
+        k = len(reward)
+        if i + k > self.size:
+            raise ValueError(f"{k} rows do not fit a stage of {self.size} holding {i}")
         a = self.arrays
-        a["obs"][i] = obs
-        a["action"][i] = action
-        a["reward"][i] = reward
-        a["next_obs"][i] = next_obs
-        a["done"][i] = done
-        a["actor"][i] = actor
-        self.n = i + 1
+        a["obs"][i : i + k] = obs
+        a["action"][i : i + k] = action
+        a["reward"][i : i + k] = reward
+        a["next_obs"][i : i + k] = next_obs
+        a["done"][i : i + k] = done
+        a["actor"][i : i + k] = actor
+        self.n = i + k
         return self.n == self.size
 
     def batch(self) -> dict:
@@ -182,46 +190,84 @@ class TransitionStager:
         return {name: arr[:n] for name, arr in self.arrays.items()}
 
 
+def stage_rows(insert_batch: int, envs: int) -> int:
+    """Rows per buffer add for an actor stepping ``envs`` environments: ``insert_batch``
+    rounded up to a whole number of vector steps (``insert_batch`` itself for one env)."""
+    return envs * -(-insert_batch // envs)
+
+
 class EnvRunner:
-    """One actor's side of the loop, one env step per :meth:`step`: act, step the environment,
-    stage the transition, and report each finished episode.
+    """One actor's side of the loop over E environments, one *vector step* per :meth:`step`:
+    ONE batched policy forward for the E observations, E ``env.step`` calls, E staged rows,
+    and a report of each finished episode.
 
     The sequential loop and every actor process drive one each, so both act, stage and log
-    the same way. ``on_episode(env_steps, episode_return)`` is called when an episode ends
-    (terminated or truncated; ``env_steps`` counts the step that ended it), then the
-    environment is reset. Time is credited to ``prof``'s ``inference`` (the policy) and
-    ``env_step`` (step and reset) sections. Cost per step: one policy forward pass, one
-    ``env.step``, one staged row. Thread-safety: none.
+    the same way; E = 1 is the classic one-env actor. Rows are staged in env order, so env
+    ``j``'s transitions are rows ``j, j + E, j + 2E ...`` of a stage filled by full vector
+    steps. ``on_episode(env_steps, episode_return)`` is called when an episode ends
+    (terminated or truncated; ``env_steps`` counts the steps of the vector step up to and
+    including env ``j``'s), then that environment alone is reset (unseeded: its own RNG goes
+    on). Time is credited to ``prof``'s ``inference`` (the batched policy) and ``env_step``
+    (steps and resets) sections. Cost per vector step: one forward pass of E rows (about the
+    cost of one row for small E and MLPs: per-call overhead dominates), E ``env.step``, E
+    staged rows. Thread-safety: none.
     """
 
-    def __init__(self, env: gym.Env, actor, stage: TransitionStager, actor_id: int, prof, on_episode):
-        self.env = env
+    def __init__(self, envs, actor, stage: TransitionStager, actor_id: int, prof, on_episode):
+        self.envs = list(envs)
+        if not self.envs:
+            raise ValueError("EnvRunner needs at least one environment")
         self.actor = actor
         self.stage = stage
         self.actor_id = int(actor_id)
         self.on_episode = on_episode
         self._inference, self._env_step = prof.section("inference"), prof.section("env_step")
-        self.obs = None
-        self.episode_return = 0.0
+        n, shape = len(self.envs), tuple(self.envs[0].observation_space.shape)
+        self.obs = np.zeros((n, *shape), dtype=np.float32)
+        self._next_obs = np.zeros_like(self.obs)
+        self._rewards = np.zeros(n, dtype=np.float32)
+        self._terminated = np.zeros(n, dtype=bool)
+        self.episode_returns = np.zeros(n, dtype=np.float64)
 
-    def reset(self, seed: int | None = None) -> None:
-        """Start an episode (``seed``: seed the environment, on the first reset only)."""
+    @property
+    def num_envs(self) -> int:
+        return len(self.envs)
+
+    def reset(self, seeds=None) -> None:
+        """Start an episode in every environment; ``seeds`` (one int per env, e.g.
+        :meth:`~impl.rl.seeding.ActorSeeds.env_seed`) seeds them, on the first reset only."""
+        if seeds is not None and len(seeds) != len(self.envs):
+            raise ValueError(f"{len(seeds)} seeds for {len(self.envs)} environments")
         with self._env_step:
-            self.obs, _ = self.env.reset(seed=seed)
-        self.episode_return = 0.0
+            for j, env in enumerate(self.envs):
+                self.obs[j], _ = env.reset(seed=None if seeds is None else int(seeds[j]))
+        self.episode_returns[:] = 0.0
 
-    def step(self, env_steps: int) -> bool:
-        """One env step with the policy at ``env_steps`` steps into the run (its exploration
-        schedule); returns True when the stage is full (add ``stage.batch()`` next)."""
+    def step(self, env_steps: int, n: int | None = None) -> bool:
+        """One vector step with the policy at ``env_steps`` steps into the run (its
+        exploration schedule); only the first ``n`` environments step (default all: a run's
+        last step may need fewer). Returns True when the stage is full (add ``stage.batch()``
+        next)."""
+        n = len(self.envs) if n is None else n
+        actor = self.actor
         with self._inference:
-            action = self.actor.act(self.obs, env_steps)
+            actions = actor.act_batch(self.obs, env_steps)
+        truncated = []
         with self._env_step:
-            next_obs, reward, terminated, truncated, _ = self.env.step(self.actor.env_action(action))
-        full = self.stage.push(self.obs, action, reward, next_obs, terminated, self.actor_id)
-        self.episode_return += float(reward)
-        if terminated or truncated:
-            self.on_episode(env_steps + 1, self.episode_return)
-            self.reset()
-        else:
-            self.obs = next_obs
+            for j in range(n):
+                obs, reward, terminated, trunc, _ = self.envs[j].step(actor.env_action(actions[j]))
+                self._next_obs[j] = obs
+                self._rewards[j] = reward
+                self._terminated[j] = terminated
+                self.episode_returns[j] += float(reward)
+                truncated.append(trunc)
+        full = self.stage.push(self.obs[:n], actions[:n], self._rewards[:n], self._next_obs[:n],
+                               self._terminated[:n], self.actor_id)
+        self.obs[:n] = self._next_obs[:n]
+        for j in range(n):
+            if self._terminated[j] or truncated[j]:
+                self.on_episode(env_steps + j + 1, float(self.episode_returns[j]))
+                self.episode_returns[j] = 0.0
+                with self._env_step:
+                    self.obs[j], _ = self.envs[j].reset()
         return full

@@ -2,9 +2,10 @@
 
     parent ── creates SharedPrioritizedBuffer (owner), SharedState, SharedWeights, a queue;
        │      starts the workers, waits for "ready" from all, then says "go" (the clock starts)
-       ├── actor i (A of them)      EnvRunner.step with a CPU copy of the policy (1 torch
-       │     thread); stages insert_batch transitions, waits on the rate limiter, buffer.add;
-       │     refreshes its weights from SharedWeights when the version changed
+       ├── actor i (A of them)      EnvRunner.step over envs_per_actor = E environments with a
+       │     CPU copy of the policy (1 torch thread, ONE batched forward per vector step);
+       │     stages ~insert_batch transitions (whole vector steps), waits on the rate limiter,
+       │     buffer.add; refreshes its weights from SharedWeights when the version changed
        └── learner r (L of them)    waits on the rate limiter, samples batch_size // L,
              learn() with gradients all-reduced over gloo (L > 1), update_priorities;
              learner 0 publishes the policy weights every weight_sync_every updates
@@ -39,7 +40,7 @@ import numpy as np
 from . import algorithms
 from .base import ConfigError
 from .config import InjectedFailure, TrainConfig, TrainResult, WorkerFailed, total_updates
-from .envs import EnvRunner, EpisodeLog, TransitionStager, make_env, transition_fields
+from .envs import EnvRunner, EpisodeLog, TransitionStager, make_env, stage_rows, transition_fields
 from .profiler import SECTIONS, SectionProfiler
 from .replay import buffer_kwargs
 from .seeding import RunSeeds
@@ -67,17 +68,19 @@ def _actor_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: S
     algo = algorithms.get(cfg.algo)
     acfg = cfg.algo_config()
     seeds = RunSeeds(cfg.seed).actor(rank)
-    env = make_env(cfg.env, algo)
+    n_envs = cfg.envs_per_actor
+    envs = []
     try:
-        spaces = (env.observation_space, env.action_space)
-        fields = transition_fields(env)
+        envs.extend(make_env(cfg.env, algo) for _ in range(n_envs))
+        spaces = (envs[0].observation_space, envs[0].action_space)
+        fields = transition_fields(envs[0])
         actor = algo.actor_cls(spaces, acfg, seeds.explore)
         prof = SectionProfiler()
-        runner = EnvRunner(env, actor, TransitionStager(fields, cfg.insert_batch), rank, prof,
+        rows = stage_rows(cfg.insert_batch, n_envs)
+        runner = EnvRunner(envs, actor, TransitionStager(fields, rows), rank, prof,
                            lambda steps, ret: out.put(("episode", steps, time.monotonic() - t0, ret)))
         stage = runner.stage
-        limiter = RateLimiter(state, acfg.updates_per_step, acfg.learning_starts, cfg.ratio_tolerance,
-                              cfg.insert_batch)
+        limiter = RateLimiter(state, acfg.updates_per_step, acfg.learning_starts, cfg.ratio_tolerance, rows)
         fail_at = cfg.failure_point("actor", rank)
         my_steps = _share(cfg.steps, state.actors, rank)
         replay = prof.section("replay")
@@ -87,10 +90,10 @@ def _actor_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: S
         prof.restart()
 
         have_version, weight_loads, done, base = 0, 0, 0, 0
-        runner.reset(seeds.env)
+        runner.reset([seeds.env_seed(j) for j in range(n_envs)])
         while done < my_steps:
             if stage.n == 0:  # start of a batch: hold the ratio, refresh the policy
-                n = min(cfg.insert_batch, my_steps - done)
+                n = min(rows, my_steps - done)
                 prof.add("wait", limiter.wait_insert(rank, n))
                 fresh = weights.read_if_newer(have_version)
                 if fresh is not None:
@@ -100,8 +103,9 @@ def _actor_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: S
                 base = state.env_steps()
                 if state.stopped:
                     raise Stopped()
-            full = runner.step(base + stage.n)
-            done += 1
+            k = min(n_envs, my_steps - done)
+            full = runner.step(base + stage.n, k)
+            done += k
             if full or done == my_steps:
                 with replay:
                     batch = stage.batch()
@@ -114,7 +118,8 @@ def _actor_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: S
                 "wait_s": float(state.actor_wait[rank]), "lock_wait_s": buf.lock_wait_seconds,
                 "weight_loads": weight_loads}
     finally:
-        env.close()
+        for env in envs:
+            env.close()
 
 
 def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: SharedWeights, out,
@@ -144,7 +149,7 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
         if rank == 0:
             weights.publish(learner.get_flat_weights())
         limiter = RateLimiter(state, acfg.updates_per_step, acfg.learning_starts, cfg.ratio_tolerance,
-                              cfg.insert_batch)
+                              stage_rows(cfg.insert_batch, cfg.envs_per_actor))
         fail_at = cfg.failure_point("learner", rank)
         n_updates = total_updates(cfg.steps, acfg.updates_per_step, acfg.learning_starts)
         batch_size = acfg.batch_size // world

@@ -263,7 +263,7 @@ class ActorWorker:
         self.actor = algo.actor_cls((self.env.observation_space, self.env.action_space), acfg, self.seeds.explore)
         self.prof = SectionProfiler()
         self.episodes: list = []
-        self.runner = EnvRunner(self.env, self.actor, TransitionStager(transition_fields(self.env), cfg.insert_batch),
+        self.runner = EnvRunner([self.env], self.actor, TransitionStager(transition_fields(self.env), cfg.insert_batch),
                                 rank, self.prof, lambda steps, ret: self.episodes.append((steps, ret)))
         with warnings.catch_warnings():  # Ray's own deprecated call inside this property
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -304,7 +304,7 @@ class ActorWorker:
 
         seed = self.seeds.env if epoch == 0 else int(np.random.SeedSequence([self.seeds.env, epoch])
                                                      .generate_state(1, np.uint32)[0])
-        self.runner.reset(seed)
+        self.runner.reset([seed])
         self.prof.restart()
         self.weight_loads = 0
         self._apply(ray.get(server.weights_since.remote(self.version)))

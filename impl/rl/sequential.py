@@ -1,15 +1,18 @@
 """The sequential baseline: one process acts, stores, samples, learns and writes priorities back.
 
-    for t in range(steps):
-        runner.step(t)      # EnvRunner: act (inference), env.step (env_step), stage, log episode
-        every insert_batch steps: buffer.add(staged rows)                            # replay
+    for t in range(0, steps, E):
+        runner.step(t)      # EnvRunner: one batched forward for E envs (inference), E env.step
+                            # (env_step), stage E rows, log episodes
+        every ~insert_batch rows: buffer.add(staged rows)                            # replay
         while updates < ratio * (t - learning_starts):
             batch = buffer.sample(B)                 # replay
             loss, prio = learner.learn(batch)        # sgd
             buffer.update_priorities(idx, prio)      # replay
 
-The actor shares the learner's network, so it always acts with the newest weights. Seeds
-come from :class:`~impl.rl.seeding.RunSeeds` (this loop is actor 0 and learner 0). The
+The actor shares the learner's network, so it always acts with the newest weights; with
+``envs_per_actor`` = E it steps E environments per forward, like each parallel actor does, so
+the two loops compare at the same E. Seeds come from :class:`~impl.rl.seeding.RunSeeds` (this
+loop is actor 0 and learner 0). The
 buffer is any registered variant (``registry.create``), in process memory, without locks.
 The clock starts at the first env step, after the buffer's kernels are warmed up.
 """
@@ -23,7 +26,7 @@ import torch
 
 from . import algorithms
 from .config import InjectedFailure, TrainConfig, TrainResult, allowed_updates
-from .envs import EnvRunner, EpisodeLog, TransitionStager, make_env, transition_fields
+from .envs import EnvRunner, EpisodeLog, TransitionStager, make_env, stage_rows, transition_fields
 from .profiler import SectionProfiler
 from .replay import make_local_buffer, warm_up
 from .seeding import RunSeeds
@@ -42,7 +45,9 @@ def run_sequential(cfg: TrainConfig, progress=None) -> TrainResult:
     algo = algorithms.get(cfg.algo)
     seeds = RunSeeds(cfg.seed)
     actor_seeds = seeds.actor(0)
-    env = make_env(cfg.env, algo)
+    n_envs = cfg.envs_per_actor
+    envs = [make_env(cfg.env, algo) for _ in range(n_envs)]
+    env = envs[0]
     spaces = (env.observation_space, env.action_space)
     fields = transition_fields(env)
     buf = make_local_buffer(cfg, acfg, fields, seeds.buffer)
@@ -51,7 +56,7 @@ def run_sequential(cfg: TrainConfig, progress=None) -> TrainResult:
     actor = algo.actor_cls(spaces, acfg, actor_seeds.explore, net=learner.policy_net)
     log = EpisodeLog(cfg.resolved_threshold(), cfg.window)
     prof = SectionProfiler()
-    runner = EnvRunner(env, actor, TransitionStager(fields, cfg.insert_batch), 0, prof,
+    runner = EnvRunner(envs, actor, TransitionStager(fields, stage_rows(cfg.insert_batch, n_envs)), 0, prof,
                        lambda steps, ret: log.record(steps, time.perf_counter() - t0, ret))
     fail_at = cfg.failure_point("sequential", 0)
     ratio, starts, batch_size = acfg.updates_per_step, acfg.learning_starts, acfg.batch_size
@@ -59,15 +64,16 @@ def run_sequential(cfg: TrainConfig, progress=None) -> TrainResult:
     replay, sgd = prof.section("replay"), prof.section("sgd")
     updates = 0
     sample_s = 0.0
-    runner.reset(actor_seeds.env)
+    runner.reset([actor_seeds.env_seed(j) for j in range(n_envs)])
     t0 = time.perf_counter()
     prof.restart()
     next_report = t0 + PROGRESS_EVERY_S
     steps = 0
+    reported = 0
     try:
-        for t in range(cfg.steps):
-            full = runner.step(t)
-            steps = t + 1
+        for t in range(0, cfg.steps, n_envs):
+            full = runner.step(t, min(n_envs, cfg.steps - t))
+            steps = min(t + n_envs, cfg.steps)
             if full or steps == cfg.steps:
                 with replay:
                     buf.add(runner.stage.batch())
@@ -85,7 +91,8 @@ def run_sequential(cfg: TrainConfig, progress=None) -> TrainResult:
 
             if fail_at is not None and steps >= fail_at:
                 raise InjectedFailure(f"sequential loop: injected failure at env step {steps}")
-            if (steps & 63) == 0:
+            if steps - reported >= 64:
+                reported = steps
                 now = time.perf_counter()
                 if now >= next_report:
                     next_report = now + PROGRESS_EVERY_S
@@ -100,7 +107,8 @@ def run_sequential(cfg: TrainConfig, progress=None) -> TrainResult:
             progress(steps, updates, log.recent_mean())
         final = buf.sample(min(1024, len(buf)), beta=1.0)
     finally:
-        env.close()
+        for e in envs:
+            e.close()
 
     return TrainResult(
         mode="sequential", env_steps=steps, updates=updates, wall_s=wall, episodes=log.episodes,

@@ -8,7 +8,7 @@ is the mean |TD error| of the two critics (Schaul et al., 2016). Read top to bot
 1. :class:`TD3Config`: every argument, documented, with per-environment presets.
 2. :func:`build_actor`, :func:`build_critic`: the MLPs. Actions live in [-1, 1] everywhere
    inside the agent and the buffer; :meth:`TD3Actor.env_action` scales them to the bounds.
-3. :class:`TD3Actor`: ``act(obs, env_steps)``: uniform random before ``learning_starts``,
+3. :class:`TD3Actor`: ``act_batch(obs, env_steps)``: uniform random before ``learning_starts``,
    then the deterministic policy plus Gaussian noise, on a CPU copy of the policy network.
 4. :class:`TD3Learner`: actor, two critics, their targets and optimizers;
    ``learn(batch) -> (critic loss, new_priorities)``; ``get_flat_weights()`` (the policy).
@@ -103,8 +103,8 @@ class TD3Actor(Actor):
     :class:`~impl.rl.base.Actor`; ``seed``, an int or SeedSequence, seeds the noise).
 
     ``spaces`` is (observation_space, action_space); pass ``net`` to share a network (the
-    sequential loop shares the learner's). Cost per ``act``: one forward pass of one
-    observation. Thread-safety: none.
+    sequential loop shares the learner's). Cost per ``act_batch``: one forward pass of the
+    batch. Thread-safety: none.
     """
 
     def __init__(self, spaces, cfg: TD3Config, seed, net: nn.Module | None = None):
@@ -116,13 +116,15 @@ class TD3Actor(Actor):
         self.high = np.asarray(act_space.high, dtype=np.float32)
         self.rng = np.random.default_rng(seed)
 
-    def act(self, obs: np.ndarray, env_steps: int) -> np.ndarray:
-        """Scaled action in [-1, 1]^act_dim (store this; step the env with :meth:`env_action`)."""
+    def act_batch(self, obs: np.ndarray, env_steps: int) -> np.ndarray:
+        """Scaled actions in [-1, 1]^act_dim, one row per row of ``obs`` (store these; step
+        the env with :meth:`env_action`); one forward pass for the batch."""
+        shape = (len(obs), self.act_dim)
         if env_steps < self.cfg.learning_starts:
-            return self.rng.uniform(-1.0, 1.0, self.act_dim).astype(np.float32)
+            return self.rng.uniform(-1.0, 1.0, shape).astype(np.float32)
         with torch.inference_mode():
-            a = self.pi(torch.from_numpy(np.asarray(obs, dtype=np.float32))).numpy()
-        a = a + self.rng.normal(0.0, self.cfg.exploration_noise, self.act_dim)
+            a = self.pi(torch.from_numpy(obs)).numpy()
+        a = a + self.rng.normal(0.0, self.cfg.exploration_noise, shape)
         return np.clip(a, -1.0, 1.0).astype(np.float32)
 
     def env_action(self, action: np.ndarray) -> np.ndarray:
