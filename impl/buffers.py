@@ -81,10 +81,11 @@ class SampleOut(dict):
     ``sample(batch_size, out=o)`` overwrites the arrays' contents in place and returns ``o``
     itself: no allocation. The arrays live in one block owned by ``o``; replacing a dict entry
     does not redirect the writes (the kernel writes the block). ``o`` belongs to the buffer
-    that made it (checked, as is ``batch_size``).
+    that made it (checked, as is ``batch_size``). Made with ``fields=False`` it holds only
+    ``indices`` and ``weights``, and sampling into it gathers no field.
     """
 
-    __slots__ = ("owner", "batch_size", "block", "block_table", "index", "weight", "scratch")
+    __slots__ = ("owner", "batch_size", "block", "block_table", "src_table", "index", "weight", "scratch")
 
 
 class ReplayBuffer:
@@ -156,14 +157,21 @@ class ReplayBuffer:
     def _add_rows(self, start: int, values: np.ndarray, rows: tuple) -> None:
         raise NotImplementedError
 
-    def sample_out(self, batch_size: int) -> SampleOut:
-        """Output arrays for ``sample(batch_size, out=...)``, to be reused across calls."""
+    def sample_out(self, batch_size: int, fields: bool = True) -> SampleOut:
+        """Output arrays for ``sample(batch_size, out=...)``, to be reused across calls; with
+        ``fields=False`` indices and weights only (the sample then copies no row)."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if not isinstance(fields, (bool, np.bool_)):
+            raise ValueError(f"fields must be True or False, got {fields!r}")
         n = int(batch_size)
         out = SampleOut()
         out.block, out.block_table, arrays = self.storage.out_block(n)
-        out.update(arrays)
+        out.src_table = self.storage.table
+        if fields:
+            out.update(arrays)
+        else:
+            out.src_table = out.src_table[:0]  # no field: the gather loop runs over nothing
         out.owner, out.batch_size = self, n
         out.index = out["indices"] = np.empty(n, dtype=np.int64)
         out.weight = out["weights"] = np.empty(n, dtype=np.float32)
@@ -210,7 +218,7 @@ class ReplayBuffer:
         out = self._check_out(out, batch_size)
         st = self.storage
         key = self._generator(rng).bit_generator.random_raw() >> 1
-        status = fused.sample(*tree_args, self._size, key, self.stratified, beta, st.arena, st.table, out.block,
+        status = fused.sample(*tree_args, self._size, key, self.stratified, beta, st.arena, out.src_table, out.block,
                               out.block_table, self.prefetch, out.index, out.weight, out.scratch)
         if status != fused.STATUS_OK:
             _raise_sample_status(status, tree_args)
@@ -338,7 +346,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         idx, prio = self.tree.sample(batch_size, self._generator(rng), self.stratified)
         out.index[:] = idx
         out.weight[:] = np.power(prio / self.tree.min(), -beta)
-        gather_rows(self.storage.arena, self.storage.table, idx, out.block, out.block_table, False)
+        gather_rows(self.storage.arena, out.src_table, idx, out.block, out.block_table, False)
         return out
 
     def update_priorities(self, indices, priorities) -> None:

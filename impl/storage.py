@@ -96,7 +96,7 @@ def _columnar_table(specs: dict[str, FieldSpec], rows: int) -> tuple[np.ndarray,
         base = _round_up(end, CACHE_LINE)
         table[f] = (base, spec.nbytes, spec.nbytes)
         end = base + rows * spec.nbytes
-    return table, max(end, 1)
+    return table, _round_up(max(end, 1), CACHE_LINE)  # a whole number of words: see gather_rows
 
 
 class Storage:
@@ -224,7 +224,7 @@ class RowStorage(Storage):
             offset += specs[f].nbytes
         row = max(_round_up(offset, max(s.dtype.itemsize for s in specs)), 1)
         table[:, 1] = row
-        return table, row * self.capacity
+        return table, _round_up(row * self.capacity, CACHE_LINE)
 
 
 #: Storage layouts by the name the ``storage`` parameter takes.
@@ -241,9 +241,23 @@ def make_storage(layout: str, capacity: int, fields, *, hugepages: bool = False)
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _copy(dst, d, src, s, width):
-    for c in range(width):
-        dst[d + c] = src[s + c]
+def _word(bits):
+    """The widest word (8, 4, 2 or 1 bytes) that divides every byte offset OR-ed into ``bits``:
+    the unit a copy can move without splitting a field (a byte loop is several times slower)."""
+    g = 8
+    while bits % g:
+        g //= 2
+    return g
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _gather_field(dst, dbase, dstride, src, sbase, sstride, width, indices):
+    """Row ``indices[b]`` of one field to position ``b``; offsets in units of the arrays' items."""
+    for b in range(indices.shape[0]):
+        s = sbase + indices[b] * sstride
+        d = dbase + b * dstride
+        for c in range(width):
+            dst[d + c] = src[s + c]
 
 
 @njit(nogil=True, cache=True)
@@ -251,37 +265,66 @@ def gather_rows(arena, table, indices, out, out_table, touch):
     """Copy the rows at ``indices`` (unchecked) from ``arena`` (address table ``table``) into
     ``out`` (address table ``out_table``, one row per position). ``touch``: first load one byte
     of every row to be copied, so the core has all the rows' cache misses in flight at once
-    before the copy loop (whose longer body would otherwise let only a few overlap).
-    Returns the touched bytes' sum (so the loads are not optimised away). O(n * row bytes)."""
+    before the copy loops (whose longer bodies would otherwise let only a few overlap).
+    Copies move the widest word every offset allows (``arena`` and ``out`` sizes are multiples
+    of 8). Returns the touched bytes' sum (so the loads are not optimised away). O(n * row bytes).
+    """
     n = indices.shape[0]
     acc = 0
     if touch:
         for b in range(n):
             for f in range(table.shape[0]):
                 acc += arena[table[f, 0] + indices[b] * table[f, 1]]
-    for b in range(n):
-        i = indices[b]
-        for f in range(table.shape[0]):
-            _copy(out, out_table[f, 0] + b * out_table[f, 1], arena, table[f, 0] + i * table[f, 1], table[f, 2])
+    a8, a4, a2 = arena.view(np.uint64), arena.view(np.uint32), arena.view(np.uint16)
+    o8, o4, o2 = out.view(np.uint64), out.view(np.uint32), out.view(np.uint16)
+    for f in range(table.shape[0]):
+        sb, ss, w = table[f, 0], table[f, 1], table[f, 2]
+        db, ds = out_table[f, 0], out_table[f, 1]
+        g = _word(sb | ss | w | db | ds)
+        if g == 8:
+            _gather_field(o8, db // 8, ds // 8, a8, sb // 8, ss // 8, w // 8, indices)
+        elif g == 4:
+            _gather_field(o4, db // 4, ds // 4, a4, sb // 4, ss // 4, w // 4, indices)
+        elif g == 2:
+            _gather_field(o2, db // 2, ds // 2, a2, sb // 2, ss // 2, w // 2, indices)
+        else:
+            _gather_field(out, db, ds, arena, sb, ss, w, indices)
     return acc
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _write_field(dst, base, stride, src, width, start, capacity, n):
+    for b in range(n):
+        slot = start + b
+        if slot >= capacity:
+            slot -= capacity
+        d = base + slot * stride
+        for c in range(width):
+            dst[d + c] = src[b * width + c]
 
 
 @njit(nogil=True, cache=True)
 def write_rows(arena, table, start, capacity, rows):
     """Write ``rows`` (a tuple with one ``(n, width)`` uint8 array per field, as
     :meth:`Storage.as_bytes` makes) at ring slots ``start, start+1, ...`` wrapping at
-    ``capacity``. ``n <= capacity`` (unchecked). O(n * row bytes)."""
-    n = rows[0].shape[0]
+    ``capacity``. ``n <= capacity`` (unchecked). O(n * row bytes), in the widest words the
+    offsets allow (as :func:`gather_rows`)."""
+    a8, a4, a2 = arena.view(np.uint64), arena.view(np.uint32), arena.view(np.uint16)
     for f in range(table.shape[0]):
-        src = rows[f]
-        base, stride, width = table[f, 0], table[f, 1], table[f, 2]
-        for b in range(n):
-            slot = start + b
-            if slot >= capacity:
-                slot -= capacity
-            d = base + slot * stride
-            for c in range(width):
-                arena[d + c] = src[b, c]
+        n = rows[f].shape[0]
+        src = rows[f].ravel()  # C-contiguous: a view
+        base, stride, w = table[f, 0], table[f, 1], table[f, 2]
+        if n == 0 or w == 0:
+            continue
+        g = _word(base | stride | w)
+        if g == 8:
+            _write_field(a8, base // 8, stride // 8, src.view(np.uint64), w // 8, start, capacity, n)
+        elif g == 4:
+            _write_field(a4, base // 4, stride // 4, src.view(np.uint32), w // 4, start, capacity, n)
+        elif g == 2:
+            _write_field(a2, base // 2, stride // 2, src.view(np.uint16), w // 2, start, capacity, n)
+        else:
+            _write_field(arena, base, stride, src, w, start, capacity, n)
 
 
 def random_batch(fields: dict, n: int, rng: np.random.Generator, int_high: int = 2) -> dict[str, np.ndarray]:

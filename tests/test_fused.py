@@ -203,3 +203,34 @@ def test_add_errors_leave_the_buffer_unchanged():
     assert_same(before[0], buf.storage.columns)
     np.testing.assert_array_equal(before[1], buf.tree.leaves())
     assert len(buf) == before[2]
+
+
+@pytest.mark.parametrize("name", ["kary-prefix", "uniform"])
+def test_indices_and_weights_only(name):
+    """sample_out(n, fields=False): the same indices and weights as a full sample, no field."""
+    buf = filled(name)
+    out = buf.sample_out(32, fields=False)
+    got = buf.sample(32, rng=np.random.default_rng(4), out=out)
+    assert set(got) == {"indices", "weights"}
+    full = buf.sample(32, rng=np.random.default_rng(4))
+    assert_same(dict(got), {k: full[k] for k in ("indices", "weights")})
+    with pytest.raises(ValueError, match="fields must be True or False, got 'no'"):
+        buf.sample_out(32, fields="no")
+
+
+def test_sample_indices_workload_uses_reused_outputs():
+    from replaybench.bench import workloads
+
+    call = workloads.warmed_call("sample_indices", "kary-prefix", capacity=256, fields=workloads.SCHEMAS["cartpole"],
+                                 batch=16)
+    call(1)
+    target = workloads.variant_target("binary", 64, FIELDS, np.random.default_rng(0), batch=8)
+    workloads.fill(target, 64, FIELDS, np.random.default_rng(1))
+    first = target.sample(8)
+    assert target.sample(8) is first  # the same SampleOut, refilled
+    assert set(target.sample_indices(8)) == {"indices", "weights"}
+    with pytest.raises(ValueError, match="needs a buffer that samples without fields"):
+        no_indices_only = workloads.Target(target.buffer, target.add, target.sample, target.update, "indices",
+                                           target.fill_add)  # as a peer's target: no sample_indices
+        workloads.make_call("sample_indices", no_indices_only, capacity=64, fields=FIELDS, batch=8, mixed_adds=1,
+                            rng=np.random.default_rng(0))
