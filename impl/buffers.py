@@ -12,8 +12,9 @@ no allocation in steady state. Random draws come from the caller's generator, on
 call (:mod:`impl.fused`), so they are reproducible from its seed in any thread.
 
 Thread-safety: ``sample`` calls on one buffer may run concurrently with each other (each with
-its own ``out``, or none) as long as nothing writes the buffer meanwhile; ``add`` and
-``update_priorities`` need the buffer to themselves. The concurrency policies wrap buffers
+its own ``out``, or none) as long as nothing writes the buffer meanwhile (the one exception:
+a sample whose redraws keep missing rebuilds the tree, which only float32 drift between two
+re-sums can cause); ``add`` and ``update_priorities`` need the buffer to themselves. The concurrency policies wrap buffers
 and trees for shared use with writers.
 """
 

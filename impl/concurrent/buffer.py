@@ -348,6 +348,7 @@ class SharedPrioritizedBuffer:
         tree.sample(8, rng)
         tree.get(idx)
         tree.rebuild()
+        local.storage.write(0, local.storage.gather(idx), 8)  # the storage's copy kernels
         if self._policy.requires_split_updates:
             tree.propagate(*tree.write_leaves(idx, np.ones(8))[:2])
         self._check_new_priorities(np.ones(8))

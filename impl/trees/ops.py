@@ -104,7 +104,8 @@ def descend(kind, sums, lay, K, touch_from, u, j):
     """Level-synchronous descent of the whole batch: ``j[b]`` becomes the leaf whose interval
     holds mass ``u[b]`` (``u`` is overwritten with scratch). As :func:`impl.trees.kernels.find`
     and :func:`impl.trees.prefix_kernels.find`, without reading the leaves (see
-    :func:`read_leaves`). Returns the touch passes' sum (meaningless; keeps the loads)."""
+    :func:`read_leaves`). Returns the touch passes' sum: meaningless, but the caller must use
+    it (see :func:`impl.fused.sample`), or the compiler may drop the loads as dead."""
     n = u.shape[0]
     D = lay.shape[0] - (1 if kind == PLAIN else 2)
     acc = 0.0
@@ -156,11 +157,12 @@ def descend(kind, sums, lay, K, touch_from, u, j):
 @njit(nogil=True, cache=True)
 def read_leaves(kind, sums, lay, touch_from, j, out_priority):
     """Leaf values of the reached leaves ``j`` into ``out_priority``; a zero leaf turns its
-    entry of ``j`` into ``-1``. Returns how many did."""
+    entry of ``j`` into ``-1``. Returns ``(how many did, the touch pass's sum)``: the prefix
+    trees keep their leaves in a row of their own, touched first like a level when it leaves
+    cache (the caller must use the sum, or the compiler may drop the loads)."""
     row = lay.shape[0] - 1  # the leaves' row in every layout (the prefix trees' extra row)
-    if kind != PLAIN and touch_from <= row - 1:  # the prefix trees' leaves are a level of their own
-        acc = 0.0
+    acc = 0.0
+    if kind != PLAIN and touch_from <= row - 1:
         for b in range(j.shape[0]):
             acc += sums[addr(lay, row, j[b])]
-        out_priority[0] = acc  # overwritten below; keeps the loads
-    return kernels.read_reached_leaves(sums, lay, row, j, out_priority)
+    return kernels.read_reached_leaves(sums, lay, row, j, out_priority), acc
