@@ -234,3 +234,15 @@ def test_sample_indices_workload_uses_reused_outputs():
                                            target.fill_add)  # as a peer's target: no sample_indices
         workloads.make_call("sample_indices", no_indices_only, capacity=64, fields=FIELDS, batch=8, mixed_adds=1,
                             rng=np.random.default_rng(0))
+
+
+@pytest.mark.slow
+def test_gil_share_method_measures_a_share():
+    """bench.workloads.gil_share: both timings positive, the kernel alone not slower than the
+    whole call by more than noise, the share in [0, 1] (compiles a loop: slow)."""
+    from replaybench.bench.workloads import gil_share
+
+    r = gil_share("kary-prefix", 1024, batch=64, calls=50, repeats=3, prefetch=True)
+    assert r["call_s"] > 0 and r["kernel_s"] > 0
+    assert 0.0 <= r["gil_share"] <= 1.0
+    assert r["params"] == {"prefetch": True}
