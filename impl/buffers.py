@@ -139,7 +139,7 @@ class ReplayBuffer:
         start = (self._next + n - keep) % cap
         values = self._new_priorities(priorities, n, keep)
         rows = self.storage.as_bytes(arrays, n - keep, keep)
-        self._add_rows(start, values, rows)
+        self._add_rows(start, values, rows, keep)
         self._next = (self._next + n) % cap
         self._size = min(self._size + n, cap)
         return self._slots(start, keep)
@@ -155,7 +155,7 @@ class ReplayBuffer:
             vals = vals[n - keep :]
         return vals
 
-    def _add_rows(self, start: int, values: np.ndarray, rows: tuple) -> None:
+    def _add_rows(self, start: int, values: np.ndarray, rows: tuple, keep: int) -> None:
         raise NotImplementedError
 
     def sample_out(self, batch_size: int, fields: bool = True) -> SampleOut:
@@ -251,9 +251,9 @@ class UniformReplayBuffer(ReplayBuffer):
             _check_priorities(np.zeros(n, np.int64), priorities, 1)
         return _NO_PRIORITIES
 
-    def _add_rows(self, start, values, rows):
+    def _add_rows(self, start, values, rows, keep):
         st = self.storage
-        fused.add(*self._TREE_ARGS, self.capacity, start, 1.0, values, 0.0, 1.0, 1.0, st.arena, st.table, rows)
+        fused.add(*self._TREE_ARGS, self.capacity, start, 1.0, values, 0.0, 1.0, 1.0, st.arena, st.table, rows, keep)
 
     def sample(self, batch_size: int, beta: float = 0.4, rng=None, out=None) -> dict[str, np.ndarray]:
         """Draw ``batch_size`` stored transitions uniformly with replacement; ``weights`` are 1.
@@ -314,19 +314,18 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                                                             params["stratified"])
         self.max_priority = 1.0  # largest stored p = (priority + eps) ** alpha so far
 
-    def _add_rows(self, start, values, rows):
-        keep = rows[0].shape[0]
+    def _add_rows(self, start, values, rows, keep):
         if not self._fused:
             if values.shape[0] == 0:
                 self.tree.fill(start, keep, self.max_priority)
             else:
                 self.max_priority = max(self.max_priority, self.tree.update(self._slots(start, keep), values,
                                                                             eps=self.eps, alpha=self.alpha))
-            write_rows(self.storage.arena, self.storage.table, start, self.capacity, rows)
+            write_rows(self.storage.arena, self.storage.table, start, self.capacity, rows, keep)
             return
         tree, st = self.tree, self.storage
         status, pos, pmax = fused.add(*tree.kernel_args, self.capacity, start, self.max_priority, values, self.eps,
-                                      self.alpha, tree.max_leaf, st.arena, st.table, rows)
+                                      self.alpha, tree.max_leaf, st.arena, st.table, rows, keep)
         if status != kernels.STATUS_OK:
             raise_for_status(status, pos, self._slots(start, keep), values, self.capacity, "priorities",
                              eps=self.eps, alpha=self.alpha, vmax=tree.max_leaf)

@@ -139,15 +139,15 @@ def sample(kind, sums, mins, lay, K, kshift, touch_from, state, size, key, strat
 
 @njit(nogil=True, cache=True)
 def add(kind, sums, mins, lay, K, kshift, touch_from, state, capacity, start, max_priority, values, eps, alpha,
-        vmax, arena, table, rows):
-    """One whole ``add`` call for ``keep = rows[0].shape[0]`` rows at ring slots ``start ..``.
+        vmax, arena, table, rows, keep):
+    """One whole ``add`` call for ``keep`` rows (``rows``: :meth:`impl.storage.Storage.as_bytes`)
+    at ring slots ``start ..``.
 
     The tree first: with ``values`` empty every new slot gets ``max_priority`` (a fill), else
     slot ``b`` gets ``(values[b] + eps) ** alpha``, checked before anything is written. Then the
     rows. Returns ``(status, position, max p)`` as :func:`impl.trees.ops.update`; nothing is
     written unless the status is ``STATUS_OK``. Cost O(keep * (D + row bytes)).
     """
-    keep = rows[0].shape[0]
     pmax = 0.0
     if kind != UNIFORM:
         if values.shape[0] == 0:
@@ -161,5 +161,5 @@ def add(kind, sums, mins, lay, K, kshift, touch_from, state, capacity, start, ma
                                            capacity, eps, alpha, vmax)
             if status != kernels.STATUS_OK:
                 return status, pos, 0.0
-    write_rows(arena, table, start, capacity, rows)
+    write_rows(arena, table, start, capacity, rows, keep)
     return kernels.STATUS_OK, -1, pmax

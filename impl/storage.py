@@ -75,6 +75,9 @@ def parse_schema(fields) -> dict[str, FieldSpec]:
     return specs
 
 
+_NO_BYTES = np.zeros(0, dtype=np.uint8)
+
+
 def _round_up(n: int, to: int) -> int:
     return -(-n // to) * to
 
@@ -111,6 +114,7 @@ class Storage:
         self.hugepages = bool(hugepages)
         self._names = frozenset(self.specs)
         self._shapes = {name: s.shape for name, s in self.specs.items()}
+        self._flat = [(name, s.dtype, s.size) for name, s in self.specs.items()]  # for as_bytes, per call
         self.table, nbytes = self._table()
         self.bind(aligned_empty(nbytes, np.uint8, 0, hugepages=self.hugepages))
 
@@ -162,15 +166,18 @@ class Storage:
         return out, n
 
     def as_bytes(self, arrays: dict[str, np.ndarray], lo: int, n: int) -> tuple:
-        """Rows ``lo .. lo+n-1`` of checked ``arrays`` as the write kernel's input: one C-contiguous,
-        writable ``(n, field bytes)`` uint8 array per field, in schema order (cast, copied only
-        when the input is not already such an array)."""
+        """Rows ``lo .. lo+n-1`` of checked ``arrays`` as the write kernel's input: one
+        C-contiguous, writable 1-D uint8 array per field (``n * field bytes``), in schema order
+        (cast, copied only when the input is not already such an array; the bytes are a view)."""
         out = []
-        for name, spec in self.specs.items():
-            arr = np.ascontiguousarray(arrays[name][lo : lo + n], dtype=spec.dtype)
-            if not arr.flags.writeable:  # numba types read-only arrays apart: keep one tuple type
-                arr = arr.copy()
-            out.append(arr.reshape(n, spec.size).view(np.uint8))
+        for name, dtype, size in self._flat:
+            arr = arrays[name]
+            if lo or arr.shape[0] != n:
+                arr = arr[lo : lo + n]
+            if arr.dtype != dtype or not arr.flags.c_contiguous or not arr.flags.writeable:
+                # numba types read-only arrays apart: copy those too, to keep one tuple type
+                arr = np.array(arr, dtype=dtype, order="C")
+            out.append(np.frombuffer(arr, np.uint8) if arr.size else _NO_BYTES)
         return tuple(out)
 
     def write(self, start: int, arrays: dict[str, np.ndarray], n: int) -> None:
@@ -179,7 +186,7 @@ class Storage:
         ``n`` must be <= capacity; the caller keeps only the newest ``capacity`` rows.
         Cost: O(n * row bytes), in one compiled call.
         """
-        write_rows(self.arena, self.table, start, self.capacity, self.as_bytes(arrays, 0, n))
+        write_rows(self.arena, self.table, start, self.capacity, self.as_bytes(arrays, 0, n), n)
 
     def out_block(self, n: int) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """``(bytes, table, arrays)``: a fresh output block for ``n`` gathered rows, stored column
@@ -304,15 +311,14 @@ def _write_field(dst, base, stride, src, width, start, capacity, n):
 
 
 @njit(nogil=True, cache=True)
-def write_rows(arena, table, start, capacity, rows):
-    """Write ``rows`` (a tuple with one ``(n, width)`` uint8 array per field, as
-    :meth:`Storage.as_bytes` makes) at ring slots ``start, start+1, ...`` wrapping at
-    ``capacity``. ``n <= capacity`` (unchecked). O(n * row bytes), in the widest words the
+def write_rows(arena, table, start, capacity, rows, n):
+    """Write ``n`` rows (``rows``: a tuple with one 1-D uint8 array of ``n * width`` bytes per
+    field, as :meth:`Storage.as_bytes` makes) at ring slots ``start, start+1, ...`` wrapping
+    at ``capacity``. ``n <= capacity`` (unchecked). O(n * row bytes), in the widest words the
     offsets allow (as :func:`gather_rows`)."""
     a8, a4, a2 = arena.view(np.uint64), arena.view(np.uint32), arena.view(np.uint16)
     for f in range(table.shape[0]):
-        n = rows[f].shape[0]
-        src = rows[f].ravel()  # C-contiguous: a view
+        src = rows[f]
         base, stride, w = table[f, 0], table[f, 1], table[f, 2]
         if n == 0 or w == 0:
             continue
