@@ -11,6 +11,9 @@ empty           a pool lookup only: the timing loop's own cost          1 call
 insert_one      ``add`` of one transition                               1 transition
 insert_batch    ``add`` of ``batch`` transitions                        ``batch``
 sample          ``sample(batch)``: indices, field data and IS weights   ``batch``
+                (registered variants: into reused ``out=`` arrays)
+sample_indices  ``sample`` of indices and IS weights only (no fields;   ``batch``
+                registered variants only)
 update          ``update_priorities`` of ``batch`` random stored slots  ``batch``
 mixed           a DQN-like step: add ``mixed_adds``, sample ``batch``,  1 iteration
                 update the sampled indices with new priorities
@@ -37,7 +40,7 @@ import numpy as np
 from replaybench.impl.storage import random_batch
 
 __all__ = ["SCHEMAS", "OPS", "OpSpec", "Target", "row_bytes", "random_batch", "variant_target", "fill", "make_call",
-           "warmed_call", "time_calls"]
+           "warmed_call", "time_calls", "gil_share"]
 
 #: Transition schemas by name: ``{field: (shape, dtype)}`` as impl.storage takes them.
 SCHEMAS = {
@@ -47,6 +50,14 @@ SCHEMAS = {
         "action": ((), "int64"),
         "reward": ((), "float32"),
         "next_obs": ((4,), "float32"),
+        "done": ((), "bool"),
+    },
+    # Atari (DQN's input): 4 stacked 84x84 grey frames, 28,224 + 8 + 4 + 1 bytes per transition;
+    # the copy, not the tree, is the cost here. (Next states are the following slot's frames.)
+    "atari": {
+        "obs": ((4, 84, 84), "uint8"),
+        "action": ((), "int64"),
+        "reward": ((), "float32"),
         "done": ((), "bool"),
     },
 }
@@ -73,6 +84,7 @@ OPS = {op.name: op for op in (
     OpSpec("insert_one", False, "transitions", 1e3, "K/s"),
     OpSpec("insert_batch", True, "transitions", 1e6, "M/s"),
     OpSpec("sample", True, "transitions", 1e6, "M/s"),
+    OpSpec("sample_indices", True, "transitions", 1e6, "M/s"),
     OpSpec("update", True, "transitions", 1e6, "M/s"),
     OpSpec("mixed", False, "iterations", 1e3, "K it/s"),
 )}
@@ -84,7 +96,8 @@ class Target:
 
     ``add(batch)`` takes a dict of arrays with a leading batch axis; ``sample(n)`` returns a
     dict holding the sampled slots under ``index_key``; ``update(indices, priorities)`` sets
-    raw priorities; ``fill_add(batch, priorities)`` adds with given priorities (set-up only).
+    raw priorities; ``fill_add(batch, priorities)`` adds with given priorities (set-up only);
+    ``sample_indices(n)``, where the buffer has it, samples indices and weights without fields.
     Adapters may wrap a timed call in at most one thin Python function.
     """
 
@@ -94,6 +107,7 @@ class Target:
     update: Callable
     index_key: str
     fill_add: Callable
+    sample_indices: Callable | None = None
 
 
 def _shape(shape) -> tuple:
@@ -106,12 +120,21 @@ def row_bytes(fields: dict) -> int:
                for shape, dtype in fields.values())
 
 
-def variant_target(name: str, capacity: int, fields: dict, rng: np.random.Generator, **params) -> Target:
-    """A registered variant, its defaults overridden by ``params``; ``sample`` draws from ``rng``."""
+def variant_target(name: str, capacity: int, fields: dict, rng: np.random.Generator, batch: int | None = None,
+                   **params) -> Target:
+    """A registered variant, its defaults overridden by ``params``; ``sample`` draws from ``rng``.
+
+    With ``batch``, ``sample(batch)`` and ``sample_indices(batch)`` write into output arrays
+    made once here (``out=buffer.sample_out(batch)``: the steady state of a training loop);
+    without, ``sample`` returns fresh arrays."""
     from replaybench.impl import registry
 
     buf = registry.create(name, capacity, fields, **params)
-    return Target(buf, buf.add, functools.partial(buf.sample, rng=rng), buf.update_priorities, "indices", buf.add)
+    sample, sample_indices = functools.partial(buf.sample, rng=rng), None
+    if batch is not None:
+        sample = functools.partial(buf.sample, rng=rng, out=buf.sample_out(batch))
+        sample_indices = functools.partial(buf.sample, rng=rng, out=buf.sample_out(batch, fields=False))
+    return Target(buf, buf.add, sample, buf.update_priorities, "indices", buf.add, sample_indices)
 
 
 def fill(target: Target, capacity: int, fields: dict, rng: np.random.Generator) -> None:
@@ -158,6 +181,14 @@ def make_call(op: str, target: Target | None, *, capacity: int, fields: dict, ba
         def call(i):
             sample(batch)
 
+    elif op == "sample_indices":
+        if target.sample_indices is None:
+            raise ValueError("op 'sample_indices' needs a buffer that samples without fields (a registered variant)")
+        sample_indices = target.sample_indices
+
+        def call(i):
+            sample_indices(batch)
+
     elif op == "update":
         rows = _pool_size(min(4096, max(64, 4 * capacity // batch)))
         idx = rng.integers(0, capacity, (rows, batch), dtype=np.int64)
@@ -201,7 +232,7 @@ def warmed_call(op: str, target_name: str | None, *, capacity: int, fields: dict
 
             target = peers.load(target_name).target(capacity, fields, sample_rng)
         else:
-            target = variant_target(target_name, capacity, fields, sample_rng, **(params or {}))
+            target = variant_target(target_name, capacity, fields, sample_rng, batch=batch, **(params or {}))
         fill(target, capacity, fields, fill_rng)
     call = make_call(op, target, capacity=capacity, fields=fields, batch=batch, mixed_adds=mixed_adds, rng=input_rng)
     call(0)
@@ -215,3 +246,48 @@ def time_calls(call: Callable[[int], object], loops: int) -> float:
     for i in calls:
         call(i)
     return time.perf_counter() - t0
+
+
+def gil_share(name: str, capacity: int, *, batch: int = 256, transitions: str = "cartpole", calls: int = 2000,
+              repeats: int = 5, seed: int = 0, **params) -> dict:
+    """The share of a registered variant's ``sample(batch, out=...)`` call that holds the GIL.
+
+    Method: the median seconds of a whole call from Python (``call_s``: argument checks, the
+    key draw, numba's dispatch and the compiled kernel) and of the compiled kernel alone, run
+    ``calls`` times from a compiled loop with the same arguments (``kernel_s``: no Python and
+    no dispatch, so none of it needs the GIL). ``gil_share = 1 - kernel_s / call_s`` is what a
+    second thread cannot overlap, so ``1 / gil_share`` bounds the speed-up of threads sampling
+    in parallel. Set-up as :func:`warmed_call` (filled buffer, random priorities); timings are
+    as noisy as the machine, so compare shares measured in one run.
+    """
+    from numba import njit
+
+    from replaybench.impl import fused
+
+    @njit(nogil=True)
+    def kernel_loop(n, tree_args, size, stratified, beta, arena, table, block, block_table, touch, index, weight,
+                    scratch):
+        for c in range(n):
+            fused.sample(*tree_args, size, c, stratified, beta, arena, table, block, block_table, touch, index,
+                         weight, scratch)
+
+    fields = SCHEMAS[transitions]
+    fill_rng, sample_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
+    target = variant_target(name, capacity, fields, sample_rng, batch=batch, **params)
+    fill(target, capacity, fields, fill_rng)
+    buf = target.buffer
+    out = buf.sample_out(batch)
+    tree_args = buf.tree.kernel_args if hasattr(buf, "tree") else buf._TREE_ARGS
+    args = (tree_args, len(buf), buf.stratified, buf.beta if hasattr(buf, "beta") else 0.0, buf.storage.arena,
+            out.src_table, out.block, out.block_table, buf.prefetch, out.index, out.weight, out.scratch)
+    kernel_loop(1, *args)  # compile
+    sample = target.sample
+    call_s, kernel_s = [], []
+    for _ in range(repeats):
+        call_s.append(time_calls(lambda i: sample(batch), calls) / calls)
+        t0 = time.perf_counter()
+        kernel_loop(calls, *args)
+        kernel_s.append((time.perf_counter() - t0) / calls)
+    call, kernel = float(np.median(call_s)), float(np.median(kernel_s))
+    return {"variant": name, "capacity": capacity, "batch": batch, "params": params, "call_s": call,
+            "kernel_s": kernel, "gil_share": max(0.0, 1.0 - kernel / call)}

@@ -1,11 +1,21 @@
-"""Replay buffers: columnar storage written as a ring, plus a sampler.
+"""Replay buffers: transition storage written as a ring, plus a sampler.
 
 :class:`PrioritizedReplayBuffer` samples transition ``i`` with probability
 ``P(i) = p_i / sum_j p_j`` where ``p_i = (priority_i + eps) ** alpha`` (Schaul et al.), kept in
 any :class:`~impl.trees.SumTree`; :class:`UniformReplayBuffer` is the baseline.
 
-Thread-safety: none. A buffer is used by one thread at a time; the concurrency policies
-wrap buffers and trees for shared use.
+One compiled call per operation: over an array tree (every registered variant), ``sample``,
+``add`` and ``update_priorities`` each check their arguments in Python and then make exactly
+one ``nogil`` call (:mod:`impl.fused`, :func:`impl.trees.ops.update`), so threads overlap all
+but the checks. ``sample(..., out=buffer.sample_out(batch_size))`` reuses its output arrays:
+no allocation in steady state. Random draws come from the caller's generator, one key per
+call (:mod:`impl.fused`), so they are reproducible from its seed in any thread.
+
+Thread-safety: ``sample`` calls on one buffer may run concurrently with each other (each with
+its own ``out``, or none) as long as nothing writes the buffer meanwhile (the one exception:
+a sample whose redraws keep missing rebuilds the tree, which only float32 drift between two
+re-sums can cause); ``add`` and ``update_priorities`` need the buffer to themselves. The concurrency policies wrap buffers
+and trees for shared use with writers.
 """
 
 from __future__ import annotations
@@ -15,11 +25,13 @@ import numbers
 
 import numpy as np
 
-from .storage import ColumnarStorage
-from .trees import kernels
+from . import fused
+from .storage import Storage, gather_rows, make_storage, write_rows
+from .trees import kernels, ops
+from .trees.array_trees import ArraySumTree
 from .trees.base import SumTree, as_indices, as_priorities, raise_for_status
 
-__all__ = ["ReplayBuffer", "UniformReplayBuffer", "PrioritizedReplayBuffer", "check_buffer_params"]
+__all__ = ["ReplayBuffer", "UniformReplayBuffer", "PrioritizedReplayBuffer", "SampleOut", "check_buffer_params"]
 
 
 def _check_priorities(idx: np.ndarray, priorities, n_valid: int) -> None:
@@ -63,16 +75,37 @@ def check_buffer_params(*, alpha, beta, eps, stratified) -> dict:
             "eps": _check_number("eps", eps, 0.0), "stratified": bool(stratified)}
 
 
-class ReplayBuffer:
-    """Ring-buffer writes over :class:`ColumnarStorage`; subclasses decide how to sample.
+class SampleOut(dict):
+    """Reusable output of ``sample``: the field arrays plus ``indices`` (int64) and ``weights``
+    (float32) for ``batch_size`` draws, as a dict, made by :meth:`ReplayBuffer.sample_out`.
 
-    ``add`` overwrites the oldest transitions once ``capacity`` is reached (FIFO eviction).
+    ``sample(batch_size, out=o)`` overwrites the arrays' contents in place and returns ``o``
+    itself: no allocation. The arrays live in one block owned by ``o``; replacing a dict entry
+    does not redirect the writes (the kernel writes the block). ``o`` belongs to the buffer
+    that made it (checked, as is ``batch_size``). Made with ``fields=False`` it holds only
+    ``indices`` and ``weights``, and sampling into it gathers no field.
     """
 
-    def __init__(self, capacity: int, fields, *, seed=None):
+    __slots__ = ("owner", "batch_size", "block", "block_table", "src_table", "index", "weight", "scratch")
+
+
+class ReplayBuffer:
+    """Ring-buffer writes over a :class:`~impl.storage.Storage`; subclasses decide how to sample.
+
+    ``add`` overwrites the oldest transitions once ``capacity`` is reached (FIFO eviction).
+    ``storage``: ``"columns"`` (one array per field) or ``"rows"`` (each transition's fields
+    contiguous); ``hugepages``: put the storage (and the tree) on transparent huge pages;
+    ``prefetch``: load every sampled row once before copying any, and let the tree's descent
+    touch the levels that leave cache first. The three change speed only, never a result.
+    """
+
+    def __init__(self, capacity: int, fields, *, seed=None, storage="columns", hugepages=False, prefetch=False):
         if isinstance(capacity, bool) or not isinstance(capacity, numbers.Integral) or capacity < 1:
             raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
-        self.storage = ColumnarStorage(int(capacity), fields)
+        if not isinstance(prefetch, (bool, np.bool_)):
+            raise ValueError(f"prefetch must be True or False, got {prefetch!r}")
+        self.prefetch = bool(prefetch)
+        self.storage: Storage = make_storage(storage, int(capacity), fields, hugepages=hugepages)
         try:
             self._rng = np.random.default_rng(seed)
         except (TypeError, ValueError) as err:
@@ -95,22 +128,65 @@ class ReplayBuffer:
     def add(self, batch, priorities=None) -> np.ndarray:
         """Append a batch (dict of arrays with a leading batch axis); return the ring slots.
 
-        Cost: O(n * row bytes) copies plus the sampler's per-item work. Everything is
-        validated before anything is written, so a bad batch leaves the buffer unchanged.
-        A batch longer than ``capacity`` keeps only its last ``capacity`` rows, as if added
-        one by one.
+        Cost: O(n * row bytes) copies plus the sampler's per-item work, in one compiled call
+        after the checks. Everything is validated before anything is written, so a bad batch
+        leaves the buffer unchanged. A batch longer than ``capacity`` keeps only its last
+        ``capacity`` rows, as if added one by one.
         """
         arrays, n = self.storage.check_batch(batch)
         cap = self.capacity
         keep = min(n, cap)
         start = (self._next + n - keep) % cap
-        if keep < n:
-            arrays = {name: arr[n - keep :] for name, arr in arrays.items()}
-        self._set_new_priorities(start, keep, priorities, n)
-        self.storage.write(start, arrays, keep)
+        values = self._new_priorities(priorities, n, keep)
+        rows = self.storage.as_bytes(arrays, n - keep, keep)
+        self._add_rows(start, values, rows, keep)
         self._next = (self._next + n) % cap
         self._size = min(self._size + n, cap)
         return self._slots(start, keep)
+
+    def _new_priorities(self, priorities, n: int, keep: int) -> np.ndarray:
+        """The checked priorities of the ``keep`` rows kept of an ``n``-row batch (an empty
+        array for None: new rows then get the buffer's default)."""
+        if priorities is None:
+            return _NO_PRIORITIES
+        vals = as_priorities(priorities, n)
+        if keep < n:
+            _check_priorities(np.zeros(n, np.int64), vals, 1)
+            vals = vals[n - keep :]
+        return vals
+
+    def _add_rows(self, start: int, values: np.ndarray, rows: tuple, keep: int) -> None:
+        raise NotImplementedError
+
+    def sample_out(self, batch_size: int, fields: bool = True) -> SampleOut:
+        """Output arrays for ``sample(batch_size, out=...)``, to be reused across calls; with
+        ``fields=False`` indices and weights only (the sample then copies no row)."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if not isinstance(fields, (bool, np.bool_)):
+            raise ValueError(f"fields must be True or False, got {fields!r}")
+        n = int(batch_size)
+        out = SampleOut()
+        out.block, out.block_table, arrays = self.storage.out_block(n)
+        out.src_table = self.storage.table
+        if fields:
+            out.update(arrays)
+        else:
+            out.src_table = out.src_table[:0]  # no field: the gather loop runs over nothing
+        out.owner, out.batch_size = self, n
+        out.index = out["indices"] = np.empty(n, dtype=np.int64)
+        out.weight = out["weights"] = np.empty(n, dtype=np.float32)
+        out.scratch = np.empty(n, dtype=np.float64)
+        return out
+
+    def _check_out(self, out, batch_size: int) -> SampleOut:
+        if out is None:
+            return self.sample_out(batch_size)
+        if type(out) is not SampleOut or out.owner is not self or out.batch_size != batch_size:
+            raise ValueError(f"out must come from this buffer's sample_out({batch_size}), got "
+                             f"{type(out).__name__}" + (f" for batch_size {out.batch_size}"
+                                                        if type(out) is SampleOut else ""))
+        return out
 
     def _slots(self, start: int, count: int) -> np.ndarray:
         """Ring slots ``start, start+1, ...`` (``count`` of them), wrapping at capacity."""
@@ -138,9 +214,27 @@ class ReplayBuffer:
             raise TypeError(f"rng must be a numpy.random.Generator or None, got {rng!r}")
         return rng
 
-    def _set_new_priorities(self, start, keep, priorities, n):
-        """Give the ``keep`` new slots from ``start`` their priorities (validated first)."""
-        raise NotImplementedError
+    def _call_sample(self, tree_args, batch_size, beta, rng, out) -> SampleOut:
+        """The checks common to every sampler, then the one compiled call."""
+        out = self._check_out(out, batch_size)
+        st = self.storage
+        key = self._generator(rng).bit_generator.random_raw() >> 1
+        status = fused.sample(*tree_args, self._size, key, self.stratified, beta, st.arena, out.src_table, out.block,
+                              out.block_table, self.prefetch, out.index, out.weight, out.scratch)
+        if status != fused.STATUS_OK:
+            _raise_sample_status(status, tree_args)
+        return out
+
+
+_NO_PRIORITIES = np.empty(0, dtype=np.float64)
+
+
+def _raise_sample_status(status: int, tree_args) -> None:
+    if status == fused.STATUS_NO_MASS:
+        raise ValueError("cannot sample: the total priority is 0 (nothing is sampleable)")
+    total = float(tree_args[1][tree_args[3][0, 0]])
+    raise RuntimeError(f"sampling kept landing on zero leaves after {fused.MAX_REDRAWS} redraws; the tree's "
+                       f"inner sums are inconsistent (total={total!r}); call rebuild()")
 
 
 class UniformReplayBuffer(ReplayBuffer):
@@ -149,18 +243,23 @@ class UniformReplayBuffer(ReplayBuffer):
     Cost: sample O(batch * row bytes); add O(n * row bytes).
     """
 
-    def _set_new_priorities(self, start, keep, priorities, n):
+    stratified = False
+    _TREE_ARGS = fused.uniform_tree_args()
+
+    def _new_priorities(self, priorities, n, keep):
         if priorities is not None:
             _check_priorities(np.zeros(n, np.int64), priorities, 1)
+        return _NO_PRIORITIES
 
-    def sample(self, batch_size: int, beta: float = 0.4, rng=None) -> dict[str, np.ndarray]:
+    def _add_rows(self, start, values, rows, keep):
+        st = self.storage
+        fused.add(*self._TREE_ARGS, self.capacity, start, 1.0, values, 0.0, 1.0, 1.0, st.arena, st.table, rows, keep)
+
+    def sample(self, batch_size: int, beta: float = 0.4, rng=None, out=None) -> dict[str, np.ndarray]:
+        """Draw ``batch_size`` stored transitions uniformly with replacement; ``weights`` are 1.
+        ``out``: reused output arrays from :meth:`sample_out` (returned, refilled)."""
         batch_size, _ = self._check_sample_args(batch_size, beta)
-        rng = self._generator(rng)
-        idx = rng.integers(0, self._size, batch_size, dtype=np.int64)
-        out = self.storage.gather(idx)
-        out["indices"] = idx
-        out["weights"] = np.ones(batch_size, dtype=np.float32)
-        return out
+        return self._call_sample(self._TREE_ARGS, batch_size, 0.0, rng, out)
 
     def update_priorities(self, indices, priorities) -> None:
         """Validates like the prioritized buffer, then ignores the priorities."""
@@ -202,46 +301,71 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     """
 
     def __init__(self, capacity: int, fields, tree: SumTree, *, alpha=0.6, beta=0.4, eps=1e-6,
-                 stratified=False, seed=None):
+                 stratified=False, seed=None, storage="columns", hugepages=False, prefetch=False):
         params = check_buffer_params(alpha=alpha, beta=beta, eps=eps, stratified=stratified)
-        super().__init__(capacity, fields, seed=seed)
+        super().__init__(capacity, fields, seed=seed, storage=storage, hugepages=hugepages, prefetch=prefetch)
         if not isinstance(tree, SumTree) or tree.capacity < self.capacity:
             raise ValueError(f"tree must be a SumTree with capacity >= {self.capacity}, got {tree!r}")
         self.tree = tree
+        # Array trees run each operation as one compiled call; any other SumTree (a plug-in, the
+        # reference tree) is driven through its Python methods, with the same results contract.
+        self._fused = isinstance(tree, ArraySumTree)
         self.alpha, self.beta, self.eps, self.stratified = (params["alpha"], params["beta"], params["eps"],
                                                             params["stratified"])
         self.max_priority = 1.0  # largest stored p = (priority + eps) ** alpha so far
 
-    def _set_new_priorities(self, start, keep, priorities, n):
-        if priorities is None:
-            self.tree.fill(start, keep, self.max_priority)
+    def _add_rows(self, start, values, rows, keep):
+        if not self._fused:
+            if values.shape[0] == 0:
+                self.tree.fill(start, keep, self.max_priority)
+            else:
+                self.max_priority = max(self.max_priority, self.tree.update(self._slots(start, keep), values,
+                                                                            eps=self.eps, alpha=self.alpha))
+            write_rows(self.storage.arena, self.storage.table, start, self.capacity, rows, keep)
             return
-        vals = as_priorities(priorities, n)
-        if keep < n:
-            _check_priorities(np.zeros(n, np.int64), vals, 1)
-            vals = vals[n - keep :]
-        pmax = self.tree.update(self._slots(start, keep), vals, eps=self.eps, alpha=self.alpha)
+        tree, st = self.tree, self.storage
+        status, pos, pmax = fused.add(*tree.kernel_args, self.capacity, start, self.max_priority, values, self.eps,
+                                      self.alpha, tree.max_leaf, st.arena, st.table, rows, keep)
+        if status != kernels.STATUS_OK:
+            raise_for_status(status, pos, self._slots(start, keep), values, self.capacity, "priorities",
+                             eps=self.eps, alpha=self.alpha, vmax=tree.max_leaf)
         self.max_priority = max(self.max_priority, pmax)
 
-    def sample(self, batch_size: int, beta: float | None = None, rng=None) -> dict[str, np.ndarray]:
+    def sample(self, batch_size: int, beta: float | None = None, rng=None, out=None) -> dict[str, np.ndarray]:
         """Draw ``batch_size`` transitions with replacement, P(i) = p_i / total.
 
         Returns the field arrays plus ``indices`` (int64 ring slots) and ``weights``
-        (float32 importance weights, max-normalised over the whole buffer).
+        (float32 importance weights, max-normalised over the whole buffer). ``out``: output
+        arrays from :meth:`sample_out`, refilled and returned (no allocation); by default
+        fresh ones. Raises ValueError when every priority is 0.
         """
         batch_size, beta = self._check_sample_args(batch_size, self.beta if beta is None else beta)
-        rng = self._generator(rng)
-        idx, prio = self.tree.sample(batch_size, rng, self.stratified)
-        out = self.storage.gather(idx)
-        out["indices"] = idx
-        out["weights"] = np.power(prio / self.tree.min(), -beta).astype(np.float32)
+        if self._fused:
+            return self._call_sample(self.tree.kernel_args, batch_size, beta, rng, out)
+        out = self._check_out(out, batch_size)
+        idx, prio = self.tree.sample(batch_size, self._generator(rng), self.stratified)
+        out.index[:] = idx
+        out.weight[:] = np.power(prio / self.tree.min(), -beta)
+        gather_rows(self.storage.arena, out.src_table, idx, out.block, out.block_table, False)
         return out
 
     def update_priorities(self, indices, priorities) -> None:
         """Set new raw priorities (e.g. ``|TD error|``) for stored transitions ``indices``.
 
         Invalid input (an index outside ``0 .. len-1``, a NaN, inf or negative priority)
-        raises an error naming the first bad entry and changes nothing.
+        raises an error naming the first bad entry and changes nothing. One compiled call
+        after the conversions (:func:`impl.trees.ops.update`).
         """
-        pmax = self.tree.update(indices, priorities, n_valid=self._size, eps=self.eps, alpha=self.alpha)
-        self.max_priority = max(self.max_priority, pmax)
+        if not self._fused:
+            pmax = self.tree.update(indices, priorities, n_valid=self._size, eps=self.eps, alpha=self.alpha)
+            self.max_priority = max(self.max_priority, pmax)
+            return
+        idx = as_indices(indices)
+        vals = as_priorities(priorities, idx.shape[0])
+        tree = self.tree
+        status, pos, pmax = ops.update(*tree.kernel_args, idx, vals, self._size, self.eps, self.alpha, tree.max_leaf)
+        if status != kernels.STATUS_OK:
+            raise_for_status(status, pos, idx, vals, self._size, "priorities", eps=self.eps, alpha=self.alpha,
+                             vmax=tree.max_leaf)
+        if pmax > self.max_priority:
+            self.max_priority = pmax

@@ -25,8 +25,11 @@ __all__ = ["Variant", "ENTRY_POINT_GROUP", "BUFFER_PARAMS", "register", "registe
 
 ENTRY_POINT_GROUP = "replaybench.variants"
 
-#: Parameters every tree-based variant accepts besides its structure parameters.
-BUFFER_PARAMS = {"alpha": 0.6, "beta": 0.4, "eps": 1e-6, "stratified": False, "seed": None}
+#: Parameters every tree-based variant accepts besides its structure parameters: the sampler's,
+#: and three that change speed only (impl.buffers.ReplayBuffer): the storage layout ("columns"
+#: or "rows"), transparent huge pages for tree and storage, and the touch (prefetch) passes.
+BUFFER_PARAMS = {"alpha": 0.6, "beta": 0.4, "eps": 1e-6, "stratified": False, "seed": None,
+                 "storage": "columns", "hugepages": False, "prefetch": False}
 
 
 @dataclass(frozen=True)
@@ -72,13 +75,19 @@ def register(name: str, factory: Callable, *, structure: str, params: dict | Non
 
 def register_tree(name: str, tree_cls, *, structure: str, params: dict | None = None,
                   description: str = "") -> Variant:
-    """Register a PrioritizedReplayBuffer over ``tree_cls(capacity, **structure_params)``."""
+    """Register a PrioritizedReplayBuffer over ``tree_cls(capacity, **structure_params)``.
+
+    ``hugepages`` and ``prefetch`` go to the tree as well when set (a tree class that does
+    not take them then refuses them with a TypeError)."""
     from .buffers import PrioritizedReplayBuffer
 
-    def factory(capacity, fields, *, alpha=0.6, beta=0.4, eps=1e-6, stratified=False, seed=None, **tree_params):
-        tree = tree_cls(capacity, **tree_params)
+    def factory(capacity, fields, *, alpha=0.6, beta=0.4, eps=1e-6, stratified=False, seed=None, storage="columns",
+                hugepages=False, prefetch=False, **tree_params):
+        speed = {k: v for k, v in (("hugepages", hugepages), ("prefetch", prefetch)) if v is not False}
+        tree = tree_cls(capacity, **tree_params, **speed)
         return PrioritizedReplayBuffer(capacity, fields, tree, alpha=alpha, beta=beta, eps=eps,
-                                       stratified=stratified, seed=seed)
+                                       stratified=stratified, seed=seed, storage=storage, hugepages=hugepages,
+                                       prefetch=prefetch)
 
     factory.__module__ = tree_cls.__module__
     return register(name, factory, structure=structure, params=params, description=description,

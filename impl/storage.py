@@ -1,10 +1,26 @@
-"""Columnar transition storage: one preallocated array per field, written as a ring.
+"""Transition storage: every field of every slot in one byte arena, written as a ring.
 
 A schema maps field names to ``(shape, dtype)``; ``{"obs": ((4,), "float32"), "done":
-((), "bool")}`` stores ``obs`` as a ``(capacity, 4)`` float32 array and ``done`` as
+((), "bool")}`` stores ``obs`` as ``(capacity, 4)`` float32 values and ``done`` as
 ``(capacity,)``. Batches are dicts of arrays with one leading batch axis.
 
-Thread-safety: none; writers and readers are serialised by the buffer or a policy.
+Two layouts of the same arena, told apart only by an address table (``table``, one row
+``base, stride, width`` per field, in bytes: slot ``i`` of field ``f`` starts at byte
+``base + i * stride`` and is ``width`` bytes long), so the compiled gather and write kernels are
+the same for both and a benchmark difference is a difference of addresses:
+
+* :class:`ColumnarStorage` (``"columns"``): one contiguous column per field, each starting on
+  a cache line (``stride = width``). A gather touches one line per field per transition.
+* :class:`RowStorage` (``"rows"``): one transition's fields packed together (``stride`` = the
+  row's size, fields ordered by decreasing item size so each is aligned, the row padded to
+  its largest item). A gather touches the one or two lines of the row, and for large rows
+  (Atari frames) copies one contiguous block.
+
+``columns`` gives the usual typed view of each field (strided for rows). ``hugepages=True``
+places the arena on transparent huge pages (:func:`impl.trees.layouts.aligned_empty`).
+
+Thread-safety: none; writers and readers are serialised by the buffer or a policy. The
+kernels release the GIL.
 """
 
 from __future__ import annotations
@@ -12,8 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
-__all__ = ["FieldSpec", "ColumnarStorage", "parse_schema", "random_batch"]
+from .trees.layouts import CACHE_LINE, aligned_empty
+
+__all__ = ["FieldSpec", "Storage", "ColumnarStorage", "RowStorage", "STORAGE_LAYOUTS", "make_storage",
+           "parse_schema", "random_batch", "gather_rows", "write_rows"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +46,11 @@ class FieldSpec:
     def nbytes(self) -> int:
         """Bytes one transition of this field takes."""
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    @property
+    def size(self) -> int:
+        """Items one transition of this field holds."""
+        return int(np.prod(self.shape, dtype=np.int64))
 
 
 def parse_schema(fields) -> dict[str, FieldSpec]:
@@ -50,19 +75,66 @@ def parse_schema(fields) -> dict[str, FieldSpec]:
     return specs
 
 
-class ColumnarStorage:
-    """Fixed-capacity arrays, one per field. Memory: capacity * sum(field bytes)."""
+_NO_BYTES = np.zeros(0, dtype=np.uint8)
 
-    def __init__(self, capacity: int, fields):
+
+def _round_up(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+def _field_view(arena: np.ndarray, spec: FieldSpec, rows: int, base: int, stride: int) -> np.ndarray:
+    """The typed ``(rows, *shape)`` view of one field in a byte arena (no copy)."""
+    inner, step = [], spec.dtype.itemsize
+    for dim in reversed(spec.shape):  # C order within a row
+        inner.insert(0, step)
+        step *= dim
+    return np.ndarray((rows, *spec.shape), spec.dtype, buffer=arena, offset=base, strides=(stride, *inner))
+
+
+def _columnar_table(specs: dict[str, FieldSpec], rows: int) -> tuple[np.ndarray, int]:
+    """``(table, arena bytes)`` of ``rows`` slots stored column by column, each from a line on."""
+    table = np.zeros((len(specs), 3), dtype=np.int64)
+    end = 0
+    for f, spec in enumerate(specs.values()):
+        base = _round_up(end, CACHE_LINE)
+        table[f] = (base, spec.nbytes, spec.nbytes)
+        end = base + rows * spec.nbytes
+    return table, _round_up(max(end, 1), CACHE_LINE)  # a whole number of words: see gather_rows
+
+
+class Storage:
+    """Fixed-capacity byte arena holding every field of ``capacity`` slots (see the module
+    docstring). Memory: capacity * row bytes (plus alignment padding)."""
+
+    layout = ""
+
+    def __init__(self, capacity: int, fields, *, hugepages: bool = False):
         self.capacity = int(capacity)
         self.specs = parse_schema(fields)
-        self.columns = {name: np.zeros((self.capacity, *s.shape), dtype=s.dtype) for name, s in self.specs.items()}
+        self.hugepages = bool(hugepages)
         self._names = frozenset(self.specs)
         self._shapes = {name: s.shape for name, s in self.specs.items()}
+        self._flat = [(name, s.dtype, s.size) for name, s in self.specs.items()]  # for as_bytes, per call
+        self.table, nbytes = self._table()
+        self.bind(aligned_empty(nbytes, np.uint8, 0, hugepages=self.hugepages))
+
+    def _table(self) -> tuple[np.ndarray, int]:
+        raise NotImplementedError
 
     @property
     def transition_nbytes(self) -> int:
         return sum(s.nbytes for s in self.specs.values())
+
+    def bind(self, arena: np.ndarray) -> None:
+        """Use ``arena`` (a 1-D uint8 array of ``arena.size`` bytes, e.g. in shared memory) as the
+        storage's state; :attr:`columns` become views of it. Raises ValueError on a mismatch."""
+        if not isinstance(arena, np.ndarray) or arena.dtype != np.uint8 or arena.ndim != 1 \
+                or (getattr(self, "arena", None) is not None and arena.size != self.arena.size) \
+                or not arena.flags.c_contiguous:
+            raise ValueError(f"arena must be a contiguous 1-D uint8 array of the storage's size, got {arena!r}")
+        self.arena = arena
+        self.columns = {name: _field_view(arena, spec, self.capacity, int(self.table[f, 0]), int(self.table[f, 1]))
+                        for f, (name, spec) in enumerate(self.specs.items())}
 
     def check_batch(self, batch) -> tuple[dict[str, np.ndarray], int]:
         """Validate ``batch`` against the schema; return the arrays and the batch length.
@@ -93,26 +165,172 @@ class ColumnarStorage:
             out[name] = arr
         return out, n
 
+    def as_bytes(self, arrays: dict[str, np.ndarray], lo: int, n: int) -> tuple:
+        """Rows ``lo .. lo+n-1`` of checked ``arrays`` as the write kernel's input: one
+        C-contiguous, writable 1-D uint8 array per field (``n * field bytes``), in schema order
+        (cast, copied only when the input is not already such an array; the bytes are a view)."""
+        out = []
+        for name, dtype, size in self._flat:
+            arr = arrays[name]
+            if lo or arr.shape[0] != n:
+                arr = arr[lo : lo + n]
+            if arr.dtype != dtype or not arr.flags.c_contiguous or not arr.flags.writeable:
+                # numba types read-only arrays apart: copy those too, to keep one tuple type
+                arr = np.array(arr, dtype=dtype, order="C")
+            out.append(np.frombuffer(arr, np.uint8) if arr.size else _NO_BYTES)
+        return tuple(out)
+
     def write(self, start: int, arrays: dict[str, np.ndarray], n: int) -> None:
         """Write ``n`` checked rows at ring slots ``start, start+1, ...`` (wrapping around).
 
         ``n`` must be <= capacity; the caller keeps only the newest ``capacity`` rows.
+        Cost: O(n * row bytes), in one compiled call.
         """
-        first = min(n, self.capacity - start)
-        columns = self.columns
-        if first == n:  # no wrap-around: one slice assignment per field (the hot path)
-            end = start + n
-            for name, arr in arrays.items():
-                columns[name][start:end] = arr
-            return
-        for name, arr in arrays.items():
-            col = columns[name]
-            col[start : start + first] = arr[:first]
-            col[: n - first] = arr[first:n]
+        write_rows(self.arena, self.table, start, self.capacity, self.as_bytes(arrays, 0, n), n)
+
+    def out_block(self, n: int) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """``(bytes, table, arrays)``: a fresh output block for ``n`` gathered rows, stored column
+        by column, its address table, and the typed ``(n, *shape)`` array of each field in it."""
+        table, nbytes = _columnar_table(self.specs, n)
+        block = aligned_empty(nbytes, np.uint8, 0)
+        arrays = {name: _field_view(block, spec, n, int(table[f, 0]), int(table[f, 1]))
+                  for f, (name, spec) in enumerate(self.specs.items())}
+        return block, table, arrays
 
     def gather(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         """Copies of the rows at ``indices`` (unchecked). Cost: O(len(indices) * row bytes)."""
-        return {name: col.take(indices, axis=0) for name, col in self.columns.items()}
+        block, table, arrays = self.out_block(indices.shape[0])
+        gather_rows(self.arena, self.table, indices, block, table, False)
+        return arrays
+
+
+class ColumnarStorage(Storage):
+    """One contiguous column per field, each starting on a cache line (``"columns"``)."""
+
+    layout = "columns"
+
+    def _table(self):
+        return _columnar_table(self.specs, self.capacity)
+
+
+class RowStorage(Storage):
+    """One transition's fields packed into one row (``"rows"``): fields in decreasing item
+    size, each at an offset that is a multiple of its item size, the row padded to a multiple
+    of the largest item size, so every field of every row is aligned."""
+
+    layout = "rows"
+
+    def _table(self):
+        order = sorted(range(len(self.specs)), key=lambda f: -list(self.specs.values())[f].dtype.itemsize)
+        specs = list(self.specs.values())
+        table = np.zeros((len(specs), 3), dtype=np.int64)
+        offset = 0
+        for f in order:
+            table[f, 0] = offset
+            table[f, 2] = specs[f].nbytes
+            offset += specs[f].nbytes
+        row = max(_round_up(offset, max(s.dtype.itemsize for s in specs)), 1)
+        table[:, 1] = row
+        return table, _round_up(row * self.capacity, CACHE_LINE)
+
+
+#: Storage layouts by the name the ``storage`` parameter takes.
+STORAGE_LAYOUTS = {"columns": ColumnarStorage, "rows": RowStorage}
+
+
+def make_storage(layout: str, capacity: int, fields, *, hugepages: bool = False) -> Storage:
+    """A storage of ``layout`` (a key of :data:`STORAGE_LAYOUTS`), or ValueError naming it."""
+    if layout not in STORAGE_LAYOUTS:
+        raise ValueError(f"storage must be one of {sorted(STORAGE_LAYOUTS)}, got {layout!r}")
+    if not isinstance(hugepages, (bool, np.bool_)):
+        raise ValueError(f"hugepages must be True or False, got {hugepages!r}")
+    return STORAGE_LAYOUTS[layout](capacity, fields, hugepages=bool(hugepages))
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _word(bits):
+    """The widest word (8, 4, 2 or 1 bytes) that divides every byte offset OR-ed into ``bits``:
+    the unit a copy can move without splitting a field (a byte loop is several times slower)."""
+    g = 8
+    while bits % g:
+        g //= 2
+    return g
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _gather_field(dst, dbase, dstride, src, sbase, sstride, width, indices):
+    """Row ``indices[b]`` of one field to position ``b``; offsets in units of the arrays' items."""
+    for b in range(indices.shape[0]):
+        s = sbase + indices[b] * sstride
+        d = dbase + b * dstride
+        for c in range(width):
+            dst[d + c] = src[s + c]
+
+
+@njit(nogil=True, cache=True)
+def gather_rows(arena, table, indices, out, out_table, touch):
+    """Copy the rows at ``indices`` (unchecked) from ``arena`` (address table ``table``) into
+    ``out`` (address table ``out_table``, one row per position). ``touch``: first load one byte
+    of every row to be copied, so the core has all the rows' cache misses in flight at once
+    before the copy loops (whose longer bodies would otherwise let only a few overlap).
+    Copies move the widest word every offset allows (``arena`` and ``out`` sizes are multiples
+    of 8). Returns the touched bytes' sum (so the loads are not optimised away). O(n * row bytes).
+    """
+    n = indices.shape[0]
+    acc = 0
+    if touch:
+        for b in range(n):
+            for f in range(table.shape[0]):
+                acc += arena[table[f, 0] + indices[b] * table[f, 1]]
+    a8, a4, a2 = arena.view(np.uint64), arena.view(np.uint32), arena.view(np.uint16)
+    o8, o4, o2 = out.view(np.uint64), out.view(np.uint32), out.view(np.uint16)
+    for f in range(table.shape[0]):
+        sb, ss, w = table[f, 0], table[f, 1], table[f, 2]
+        db, ds = out_table[f, 0], out_table[f, 1]
+        g = _word(sb | ss | w | db | ds)
+        if g == 8:
+            _gather_field(o8, db // 8, ds // 8, a8, sb // 8, ss // 8, w // 8, indices)
+        elif g == 4:
+            _gather_field(o4, db // 4, ds // 4, a4, sb // 4, ss // 4, w // 4, indices)
+        elif g == 2:
+            _gather_field(o2, db // 2, ds // 2, a2, sb // 2, ss // 2, w // 2, indices)
+        else:
+            _gather_field(out, db, ds, arena, sb, ss, w, indices)
+    return acc
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _write_field(dst, base, stride, src, width, start, capacity, n):
+    for b in range(n):
+        slot = start + b
+        if slot >= capacity:
+            slot -= capacity
+        d = base + slot * stride
+        for c in range(width):
+            dst[d + c] = src[b * width + c]
+
+
+@njit(nogil=True, cache=True)
+def write_rows(arena, table, start, capacity, rows, n):
+    """Write ``n`` rows (``rows``: a tuple with one 1-D uint8 array of ``n * width`` bytes per
+    field, as :meth:`Storage.as_bytes` makes) at ring slots ``start, start+1, ...`` wrapping
+    at ``capacity``. ``n <= capacity`` (unchecked). O(n * row bytes), in the widest words the
+    offsets allow (as :func:`gather_rows`)."""
+    a8, a4, a2 = arena.view(np.uint64), arena.view(np.uint32), arena.view(np.uint16)
+    for f in range(table.shape[0]):
+        src = rows[f]
+        base, stride, w = table[f, 0], table[f, 1], table[f, 2]
+        if n == 0 or w == 0:
+            continue
+        g = _word(base | stride | w)
+        if g == 8:
+            _write_field(a8, base // 8, stride // 8, src.view(np.uint64), w // 8, start, capacity, n)
+        elif g == 4:
+            _write_field(a4, base // 4, stride // 4, src.view(np.uint32), w // 4, start, capacity, n)
+        elif g == 2:
+            _write_field(a2, base // 2, stride // 2, src.view(np.uint16), w // 2, start, capacity, n)
+        else:
+            _write_field(arena, base, stride, src, w, start, capacity, n)
 
 
 def random_batch(fields: dict, n: int, rng: np.random.Generator, int_high: int = 2) -> dict[str, np.ndarray]:

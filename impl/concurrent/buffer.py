@@ -101,7 +101,7 @@ class SharedPrioritizedBuffer:
         a = arena.arrays
         self._tree.bind_arrays({"sums": a["tree.sums"], "mins": a["tree.mins"]})
         self._tree.resum_every = 2**62  # re-summing is counted in the shared control block instead
-        self._storage.columns = {name: a["col." + name] for name in self._storage.columns}
+        self._storage.bind(a["storage.arena"])
         self._ring = SharedRing({k: a[k] for k in ring_arrays(handle.capacity)}, self._tree, handle.capacity,
                                 handle.resum_every)
         self._tree_lock = SharedLock(self._ring.control, TREE_LOCK, "tree", on_recover=self._ring.recover,
@@ -138,7 +138,7 @@ class SharedPrioritizedBuffer:
             raise ValueError(f"resum_every must be a positive integer, got {resum_every!r}")
         tree_arrays = local.tree.shared_arrays()
         layout = {f"tree.{k}": (v.shape, v.dtype) for k, v in tree_arrays.items()}
-        layout.update({f"col.{n}": ((capacity, *s.shape), s.dtype) for n, s in local.storage.specs.items()})
+        layout["storage.arena"] = (local.storage.arena.shape, local.storage.arena.dtype)
         layout.update(ring_arrays(capacity))
         arena = SharedArena.create(layout, tag=policy.replace("-", ""))
         try:
@@ -348,6 +348,7 @@ class SharedPrioritizedBuffer:
         tree.sample(8, rng)
         tree.get(idx)
         tree.rebuild()
+        local.storage.write(0, local.storage.gather(idx), 8)  # the storage's copy kernels
         if self._policy.requires_split_updates:
             tree.propagate(*tree.write_leaves(idx, np.ones(8))[:2])
         self._check_new_priorities(np.ones(8))

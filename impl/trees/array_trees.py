@@ -28,10 +28,12 @@ import math
 
 import numpy as np
 
-from . import kernels, layouts, prefix_kernels
+from . import kernels, layouts, ops, prefix_kernels
 from .base import SumTree, as_indices, as_priorities, raise_for_status
 
 __all__ = [
+    "TOUCH_LEVEL_BYTES",
+    "touch_depth",
     "check_capacity",
     "check_K",
     "ArraySumTree",
@@ -43,6 +45,25 @@ __all__ = [
 ]
 
 _DTYPES = {"float32": np.float32, "float64": np.float64}
+
+#: A level larger than this (bytes of its slots) is taken to leave the core's private caches:
+#: with ``prefetch=True`` descents touch it in a separate pass first (see :mod:`impl.trees.ops`).
+TOUCH_LEVEL_BYTES = 2**18
+
+
+def touch_depth(lay: np.ndarray, K: int, itemsize: int, depth: int) -> int:
+    """First depth ``d`` whose ``K**d`` slots exceed :data:`TOUCH_LEVEL_BYTES`; ``depth + 1``
+    when none does (a tree small enough to stay cached gets no touch pass)."""
+    for d in range(depth + 1):
+        if K**d * itemsize > TOUCH_LEVEL_BYTES:
+            return d
+    return depth + 1
+
+
+def _check_flag(name: str, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
 
 
 def check_capacity(capacity) -> int:
@@ -75,7 +96,15 @@ class ArraySumTree(SumTree):
     item (O(n K log_K N) worst case); :meth:`fill` O(n + K log_K N) per contiguous run;
     :meth:`find` O(n K log_K N); :meth:`total`, :meth:`min` O(1); :meth:`rebuild` O(N).
     Thread-safety: none (the kernels release the GIL; callers serialise).
+
+    Parameters beside the layout: ``prefetch`` adds a touch pass to each level of a descent
+    that leaves the caches (:func:`touch_depth`); ``hugepages`` puts :attr:`sums` and
+    :attr:`mins` on transparent huge pages (:func:`layouts.aligned_empty`). Neither changes a
+    result, only the memory traffic, so both are measured on and off in the micro scenario.
     """
+
+    #: The descent code this tree's kernels take in :mod:`impl.trees.ops`.
+    kind = ops.PLAIN
 
     #: The module whose numba functions do this tree's work (``update``, ``fill``, ``find``, ``get``,
     #: ``rebuild``); the prefix-sum tree declares its own. Tools that replay the kernels (the cache
@@ -83,26 +112,50 @@ class ArraySumTree(SumTree):
     kernels = kernels
 
     def __init__(self, capacity: int, K: int, lay: np.ndarray, size: int, dtype="float32",
-                 resum_every: int | None = None):
+                 resum_every: int | None = None, *, prefetch=False, hugepages=False, depth=None):
         self.capacity = capacity
         self.K = K
         self.dtype = _check_dtype(dtype)
+        self.prefetch = _check_flag("prefetch", prefetch)
+        self.hugepages = _check_flag("hugepages", hugepages)
         self._lay = lay
         self._kshift = K.bit_length() - 1 if layouts.is_power_of_two(K) else -1
-        self._sums = layouts.aligned_empty(size, self.dtype, 0.0)
-        self._mins = layouts.aligned_empty(size, self.dtype, np.inf)
+        self._sums = layouts.aligned_empty(size, self.dtype, 0.0, self.hugepages)
+        self._mins = layouts.aligned_empty(size, self.dtype, np.inf, self.hugepages)
         self._root = int(lay[0, 0])
-        self.depth = lay.shape[0] - 1
+        self.depth = lay.shape[0] - 1 if depth is None else depth
         if resum_every is None:
             resum_every = max(2**16, capacity) if self.dtype == np.float32 else 2**62
         if resum_every < 1:
             raise ValueError(f"resum_every must be >= 1, got {resum_every!r}")
-        self.resum_every = int(resum_every)
-        self._since_rebuild = 0
-        self._t_max = 0.0  # largest total read after an update since the last rebuild
+        # updates since the last rebuild, largest total read after an update since, resum_every,
+        # rebuilds so far (impl.trees.ops applies the rule in compiled code)
+        self._state = np.array([0.0, 0.0, float(resum_every), 0.0])
+        self._touch_from = (touch_depth(lay, K, self.dtype.itemsize, self.depth) if self.prefetch
+                            else self.depth + 1)
         # Largest storable priority: a leaf at the dtype's max would make the sums overflow,
         # so leave room for the total (capacity leaves) below it.
         self._vmax = float(np.finfo(self.dtype).max) / (2.0 * capacity)
+        self._bind_kernel_args()
+
+    def _bind_kernel_args(self) -> None:
+        self.kernel_args = (self.kind, self._sums, self._mins, self._lay, self.K, self._kshift, self._touch_from,
+                            self._state)
+
+    @property
+    def resum_every(self) -> int:
+        """Updates between two rebuilds from the leaves (see the module docstring)."""
+        return int(self._state[2])
+
+    @resum_every.setter
+    def resum_every(self, value: int) -> None:
+        self._state[2] = float(value)
+
+    @property
+    def rebuilds(self) -> int:
+        """How many times the tree has been rebuilt from its leaves (by :meth:`rebuild`, the
+        re-summing rule, or a sample that kept landing on zero leaves)."""
+        return int(self._state[3])
 
     @property
     def layout(self) -> np.ndarray:
@@ -133,10 +186,8 @@ class ArraySumTree(SumTree):
         vals = as_priorities(priorities, idx.shape[0])
         # n_valid only narrows the range: indices past capacity would write outside the leaves
         limit = self.capacity if n_valid is None else min(int(n_valid), self.capacity)
-        status, pos, pmax = self.kernels.update(self._sums, self._mins, self._lay, self.K, self._kshift,
-                                                 idx, vals, limit, float(eps), float(alpha), self._vmax)
+        status, pos, pmax = ops.update(*self.kernel_args, idx, vals, limit, float(eps), float(alpha), self._vmax)
         raise_for_status(status, pos, idx, vals, limit, "priorities", eps=eps, alpha=alpha, vmax=self._vmax)
-        self._count_updates(idx.shape[0])
         return pmax
 
     def write_leaves(self, indices, priorities, *, n_valid=None, eps=0.0, alpha=1.0):
@@ -176,25 +227,14 @@ class ArraySumTree(SumTree):
                 raise ValueError(f"array {name!r} has shape {new.shape} and dtype {new.dtype}; "
                                  f"expected {current.shape} and {current.dtype}")
         self._sums, self._mins = arrays["sums"], arrays["mins"]
+        self._bind_kernel_args()
 
     def fill(self, start: int, count: int, priority: float) -> None:
         if not (math.isfinite(priority) and priority >= 0):
             raise ValueError(f"priority = {priority!r} must be finite and >= 0")
         if not 0 <= start < self.capacity or not 0 <= count <= self.capacity:
             raise IndexError(f"fill(start={start}, count={count}) is outside capacity {self.capacity}")
-        self.kernels.fill(self._sums, self._mins, self._lay, self.K, self._kshift, start, count,
-                           self.capacity, float(priority))
-        self._count_updates(count)
-
-    def _count_updates(self, n: int) -> None:
-        self._since_rebuild += n
-        total = float(self._sums[self._root])
-        if total > self._t_max:
-            self._t_max = total
-        # Resum every resum_every updates, or sooner once the total has fallen so far that the
-        # drift bound m * 2**-24 * T_max is large relative to it (see the module docstring).
-        if self._since_rebuild >= self.resum_every or self._since_rebuild * self._t_max > self.resum_every * total:
-            self.rebuild()
+        ops.fill(*self.kernel_args, start, count, self.capacity, float(priority))
 
     def find(self, us):
         us = np.ascontiguousarray(us, dtype=np.float64)
@@ -222,9 +262,7 @@ class ArraySumTree(SumTree):
         return float(self._mins[self._root])
 
     def rebuild(self) -> None:
-        self.kernels.rebuild(self._sums, self._mins, self._lay, self.K)
-        self._since_rebuild = 0
-        self._t_max = float(self._sums[self._root])
+        ops.rebuild(self.kind, self._sums, self._mins, self._lay, self.K, self._state)
 
     supports_split_updates = True  # inner nodes are plain child sums: write_leaves + propagate work
 
@@ -238,10 +276,10 @@ class ArraySumTree(SumTree):
 class BinarySumTree(ArraySumTree):
     """Binary sum tree, the classic 1-indexed heap (node i's children are 2i and 2i+1)."""
 
-    def __init__(self, capacity: int, dtype="float32", resum_every=None):
+    def __init__(self, capacity: int, dtype="float32", resum_every=None, *, prefetch=False, hugepages=False):
         capacity = check_capacity(capacity)
         lay, size = layouts.level_order(capacity, 2, padded=True)
-        super().__init__(capacity, 2, lay, size, dtype, resum_every)
+        super().__init__(capacity, 2, lay, size, dtype, resum_every, prefetch=prefetch, hugepages=hugepages)
 
 
 class KarySumTree(ArraySumTree):
@@ -251,11 +289,12 @@ class KarySumTree(ArraySumTree):
     straddle two cache lines: the unaligned baseline for the PAL layout.
     """
 
-    def __init__(self, capacity: int, K: int = 16, dtype="float32", resum_every=None):
+    def __init__(self, capacity: int, K: int = 16, dtype="float32", resum_every=None, *, prefetch=False,
+                 hugepages=False):
         capacity = check_capacity(capacity)
         K = check_K(K, power_of_two=False)
         lay, size = layouts.level_order(capacity, K, padded=False)
-        super().__init__(capacity, K, lay, size, dtype, resum_every)
+        super().__init__(capacity, K, lay, size, dtype, resum_every, prefetch=prefetch, hugepages=hugepages)
 
 
 class AlignedKarySumTree(ArraySumTree):
@@ -265,35 +304,49 @@ class AlignedKarySumTree(ArraySumTree):
     one cache line and a descent touches one line per level. K must be a power of 2.
     """
 
-    def __init__(self, capacity: int, K: int = 16, dtype="float32", resum_every=None):
+    def __init__(self, capacity: int, K: int = 16, dtype="float32", resum_every=None, *, prefetch=False,
+                 hugepages=False):
         capacity = check_capacity(capacity)
         K = check_K(K, power_of_two=True)
         lay, size = layouts.level_order(capacity, K, padded=True)
-        super().__init__(capacity, K, lay, size, dtype, resum_every)
+        super().__init__(capacity, K, lay, size, dtype, resum_every, prefetch=prefetch, hugepages=hugepages)
 
 
 class BlockedBinarySumTree(ArraySumTree):
     """Binary sum tree whose 4-level subtrees each fill one 16-slot block (a cache line at
     float32), so a descent touches about one line per four levels."""
 
-    def __init__(self, capacity: int, dtype="float32", resum_every=None):
+    def __init__(self, capacity: int, dtype="float32", resum_every=None, *, prefetch=False, hugepages=False):
         capacity = check_capacity(capacity)
         lay, size = layouts.blocked(capacity)
-        super().__init__(capacity, 2, lay, size, dtype, resum_every)
+        super().__init__(capacity, 2, lay, size, dtype, resum_every, prefetch=prefetch, hugepages=hugepages)
 
 
 class PrefixKarySumTree(ArraySumTree):
     """Cache-aligned K-ary tree whose sibling groups hold running sums (see
-    :mod:`impl.trees.prefix_kernels`): the descent compares, it never adds. K a power of 2."""
+    :mod:`impl.trees.prefix_kernels`): the descent compares, it never adds. K a power of 2.
+
+    ``kernel="specialised"`` (K = 16 only) descends with a fixed 15-compare loop that the
+    compiler unrolls into SIMD compares, beside the ``"generic"`` loop over any K; the
+    results are identical, the speed is what the micro scenario compares.
+    """
 
     kernels = prefix_kernels
+    KERNELS = ("generic", "specialised")
 
-    def __init__(self, capacity: int, K: int = 16, dtype="float32", resum_every=None):
+    def __init__(self, capacity: int, K: int = 16, dtype="float32", resum_every=None, *, prefetch=False,
+                 hugepages=False, kernel="generic"):
         capacity = check_capacity(capacity)
         K = check_K(K, power_of_two=True)
+        if kernel not in self.KERNELS:
+            raise ValueError(f"kernel must be one of {self.KERNELS}, got {kernel!r}")
+        if kernel == "specialised" and K != 16:
+            raise ValueError(f"kernel='specialised' is the K=16 descent; got K={K!r}")
+        self.kind = ops.PREFIX16 if kernel == "specialised" else ops.PREFIX
         lay, size = layouts.level_order(capacity, K, padded=True)
         lay, size = layouts.with_leaf_row(lay, size, K)
-        super().__init__(capacity, K, lay, size, dtype, resum_every)
-        self.depth -= 1  # the last table row places the leaves, it is not a level
+        # the last table row places the leaves, it is not a level
+        super().__init__(capacity, K, lay, size, dtype, resum_every, prefetch=prefetch, hugepages=hugepages,
+                         depth=lay.shape[0] - 2)
 
     supports_split_updates = False  # inner nodes hold running sums: a leaf delta is not a path add

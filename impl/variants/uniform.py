@@ -4,13 +4,16 @@ from replaybench.impl import registry
 from replaybench.impl.buffers import UniformReplayBuffer
 
 
-def uniform_buffer(capacity, fields, *, seed=None, alpha=None, beta=None, eps=None):
+def uniform_buffer(capacity, fields, *, seed=None, alpha=None, beta=None, eps=None, storage="columns",
+                   hugepages=False, prefetch=False):
     """A UniformReplayBuffer. ``alpha``, ``beta`` and ``eps`` are accepted and ignored (no
-    priorities), so callers pass every variant the same PER arguments."""
-    return UniformReplayBuffer(capacity, fields, seed=seed)
+    priorities), so callers pass every variant the same PER arguments; ``storage``,
+    ``hugepages`` and ``prefetch`` are the buffer's (impl.buffers.ReplayBuffer)."""
+    return UniformReplayBuffer(capacity, fields, seed=seed, storage=storage, hugepages=hugepages, prefetch=prefetch)
 
 
 registry.register(
     "uniform", uniform_buffer, structure="uniform",
+    params={"storage": "columns", "hugepages": False, "prefetch": False},
     description="uniform sampling with replacement, no priorities (baseline)",
 )

@@ -1,0 +1,168 @@
+"""One compiled entry point per tree operation, for every array tree: the kernel sets of
+:mod:`impl.trees.kernels` (plain child sums) and :mod:`impl.trees.prefix_kernels` (running
+sums) behind a ``kind`` code, plus the re-summing bookkeeping, so that a buffer operation is a
+single ``nogil`` call (:mod:`impl.fused`) and no Python runs between its steps.
+
+Arguments shared by every function here (a tree's :attr:`~impl.trees.ArraySumTree.kernel_args`):
+
+``kind``
+    :data:`PLAIN`, :data:`PREFIX`, or :data:`PREFIX16` (the prefix descent specialised for
+    K = 16: a fixed-length compare loop that LLVM unrolls into SIMD compares).
+``sums, mins, lay, K, kshift``
+    The tree's arrays, address table, branching factor and ``log2 K`` (``-1`` if K is not a
+    power of 2), as the kernel modules take them.
+``touch_from``
+    First depth whose level is too large to stay cached (see
+    :func:`impl.trees.array_trees.touch_depth`); from it on, each level of a descent starts with
+    a pass that only loads every draw's next sibling group. That pass has a short body, so the
+    core issues the whole batch's misses together; the compare pass that follows then finds
+    its lines in cache. ``depth + 1`` (never) turns it off.
+``state``
+    float64 ``[updates since the last rebuild, largest total since, resum_every, rebuilds so
+    far]``: the re-summing rule of :mod:`impl.trees.array_trees`, kept in an array so that
+    compiled code applies it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from . import kernels, prefix_kernels
+from .kernels import addr
+
+__all__ = ["PLAIN", "PREFIX", "PREFIX16", "update", "fill", "rebuild", "count_updates", "descend", "read_leaves"]
+
+PLAIN = 0
+PREFIX = 1
+PREFIX16 = 2
+
+
+@njit(nogil=True, cache=True)
+def rebuild(kind, sums, mins, lay, K, state):
+    """Recompute every inner node from the leaves (O(N)) and restart the re-summing count."""
+    if kind == PLAIN:
+        kernels.rebuild(sums, mins, lay, K)
+    else:
+        prefix_kernels.rebuild(sums, mins, lay, K)
+    state[0] = 0.0
+    state[1] = np.float64(sums[lay[0, 0]])
+    state[3] += 1.0
+
+
+@njit(nogil=True, cache=True)
+def count_updates(kind, sums, mins, lay, K, state, n):
+    """Count ``n`` leaf writes; rebuild after ``resum_every`` of them, or sooner once the total
+    has fallen so far that the drift bound ``m * 2**-24 * T_max`` is large relative to it."""
+    state[0] += n
+    total = np.float64(sums[lay[0, 0]])
+    if total > state[1]:
+        state[1] = total
+    if state[0] >= state[2] or state[0] * state[1] > state[2] * total:
+        rebuild(kind, sums, mins, lay, K, state)
+
+
+@njit(nogil=True, cache=True)
+def update(kind, sums, mins, lay, K, kshift, touch_from, state, indices, values, n_valid, eps, alpha, vmax):
+    """Checked ``p[indices] = (values + eps) ** alpha``, counted for re-summing. Returns
+    ``(status, position, max p)`` as :func:`impl.trees.kernels.update`; nothing is written or
+    counted unless the whole batch is valid."""
+    if kind == PLAIN:
+        status, pos, pmax = kernels.update(sums, mins, lay, K, kshift, indices, values, n_valid, eps, alpha, vmax)
+    else:
+        status, pos, pmax = prefix_kernels.update(sums, mins, lay, K, kshift, indices, values, n_valid, eps, alpha,
+                                                  vmax)
+    if status == kernels.STATUS_OK:
+        count_updates(kind, sums, mins, lay, K, state, indices.shape[0])
+    return status, pos, pmax
+
+
+@njit(nogil=True, cache=True)
+def fill(kind, sums, mins, lay, K, kshift, touch_from, state, start, count, capacity, p):
+    """``count`` leaves from ``start`` (wrapping) set to ``p`` (unchecked), counted."""
+    if kind == PLAIN:
+        kernels.fill(sums, mins, lay, K, kshift, start, count, capacity, p)
+    else:
+        prefix_kernels.fill(sums, mins, lay, K, kshift, start, count, capacity, p)
+    count_updates(kind, sums, mins, lay, K, state, count)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _touch(sums, lay, K, d, j, n):
+    """Load the first and last slot of every draw's sibling group at depth ``d`` (both lines
+    when a group straddles two). Returns their sum so the loads are kept."""
+    acc = 0.0
+    last = (K - 1) * lay[d, 4]
+    for b in range(n):
+        first = addr(lay, d, j[b] * K)
+        acc += sums[first] + sums[first + last]
+    return acc
+
+
+@njit(nogil=True, cache=True)
+def descend(kind, sums, lay, K, touch_from, u, j):
+    """Level-synchronous descent of the whole batch: ``j[b]`` becomes the leaf whose interval
+    holds mass ``u[b]`` (``u`` is overwritten with scratch). As :func:`impl.trees.kernels.find`
+    and :func:`impl.trees.prefix_kernels.find`, without reading the leaves (see
+    :func:`read_leaves`). Returns the touch passes' sum: meaningless, but the caller must use
+    it (see :func:`impl.fused.sample`), or the compiler may drop the loads as dead."""
+    n = u.shape[0]
+    D = lay.shape[0] - (1 if kind == PLAIN else 2)
+    acc = 0.0
+    for b in range(n):
+        j[b] = 0
+    for d in range(1, D + 1):
+        if d >= touch_from:
+            acc += _touch(sums, lay, K, d, j, n)
+        if kind == PLAIN:
+            stride = lay[d, 4]
+            for b in range(n):
+                first = addr(lay, d, j[b] * K)
+                ub = u[b]
+                s = 0.0
+                left = 0.0
+                k = 0
+                for c in range(K - 1):
+                    s += sums[first + c * stride]
+                    passed = s <= ub
+                    k += passed
+                    left = s if passed else left
+                u[b] = ub - left
+                j[b] = j[b] * K + k
+        elif kind == PREFIX16:
+            for b in range(n):
+                first = addr(lay, d, j[b] * 16)
+                ub = u[b]
+                k = 0
+                for c in range(15):  # fixed trip count: unrolled into SIMD compares
+                    k += sums[first + c] <= ub
+                if k > 0:
+                    ub -= sums[first + k - 1]
+                u[b] = ub
+                j[b] = j[b] * 16 + k
+        else:
+            for b in range(n):
+                first = addr(lay, d, j[b] * K)
+                ub = u[b]
+                k = 0
+                for c in range(first, first + K - 1):
+                    k += sums[c] <= ub
+                if k > 0:
+                    ub -= sums[first + k - 1]
+                u[b] = ub
+                j[b] = j[b] * K + k
+    return acc
+
+
+@njit(nogil=True, cache=True)
+def read_leaves(kind, sums, lay, touch_from, j, out_priority):
+    """Leaf values of the reached leaves ``j`` into ``out_priority``; a zero leaf turns its
+    entry of ``j`` into ``-1``. Returns ``(how many did, the touch pass's sum)``: the prefix
+    trees keep their leaves in a row of their own, touched first like a level when it leaves
+    cache (the caller must use the sum, or the compiler may drop the loads)."""
+    row = lay.shape[0] - 1  # the leaves' row in every layout (the prefix trees' extra row)
+    acc = 0.0
+    if kind != PLAIN and touch_from <= row - 1:
+        for b in range(j.shape[0]):
+            acc += sums[addr(lay, row, j[b])]
+    return kernels.read_reached_leaves(sums, lay, row, j, out_priority), acc
