@@ -262,24 +262,26 @@ def test_k_sweep_csv_medians_equal_throughput_medians_of_the_rows(drawn, synthet
     assert 3 not in set(got.loc[got["variant"] == "kary-aligned", "K"])  # skipped, not drawn
 
 
-def test_concurrency_aggregate_is_insert_plus_sample_per_repeat(drawn, synthetic):
+def test_concurrency_draws_the_sample_rate_never_a_sum_and_its_ratio_to_global_lock(drawn, synthetic):
     _, _, out = drawn
-    per_repeat = defaultdict(float)
+    per_repeat = defaultdict(list)
     for r in raw_rows(synthetic / "20300101T000300Z-concurrency"):
-        if r["metric"] == "items_per_s" and r["op"] in ("insert", "sample"):
-            key = (r["policy"], r["transitions"], int(r["actors"]), int(r["learners"]), r["repeat"])
-            per_repeat[key] += float(r["value"])
-    expect = defaultdict(list)
-    for (policy, tr, a, l_, _), v in per_repeat.items():
-        expect[policy, tr, a, l_].append(v)
+        if r["metric"] == "items_per_s" and r["op"] == "sample":
+            per_repeat[r["policy"], r["transitions"], int(r["actors"]), int(r["learners"])].append(float(r["value"]))
     got = pd.read_csv(out / "concurrency.csv")
-    got = got[got["metric"] == "aggregate_items_per_s"]
-    assert len(got) == len(expect)
-    for _, g in got.iterrows():
+    rates = got[got["metric"] == "items_per_s"]
+    assert len(rates) == len(per_repeat)
+    for _, g in rates.iterrows():
         key = (g["policy"], g["transitions"], g["actors"], g["learners"])
-        assert g["median"] == pytest.approx(statistics.median(expect[key]), rel=1e-12)
+        assert g["median"] == pytest.approx(statistics.median(per_repeat[key]), rel=1e-12)
         assert g["workers"] == g["actors"] + g["learners"]
         assert bool(g["oversubscribed"]) == (g["workers"] > 2)
+    ratios = got[got["metric"] == "x_global_lock"]
+    assert len(ratios) == len(per_repeat)
+    for _, g in ratios.iterrows():
+        key = (g["policy"], g["transitions"], g["actors"], g["learners"])
+        base = statistics.median(per_repeat[("global-lock", *key[1:])])
+        assert g["median"] == pytest.approx(statistics.median(v / base for v in per_repeat[key]), rel=1e-12)
 
 
 def test_cache_figure_keeps_unsupported_cells_as_unsupported(drawn):
