@@ -85,8 +85,8 @@ def build(table, metas) -> Plot:
         ax.set_xlabel("measured (M transitions/s)")
         if c == 0:
             ax.set_ylabel("predicted (M transitions/s)")
-    fig.suptitle(f"Scaling model of run {data['run_id'].iloc[0]}: grey band = +-25 %; hollow = fitted inputs",
-                 fontsize=10)
+    fig.suptitle(f"Scaling model of run {data['run_id'].iloc[0]}\ngrey band = +-25 %; hollow = fitted inputs",
+                 fontsize=9)
     legend(fig, list(handles.values()), title="policy, mode")
     data = data.sort_values(["transitions", "policy", "mode", "actors", "learners"]).reset_index(drop=True)
     return Plot(fig, data, "Predicted against measured sample throughput (insert throughput for actors alone) of "

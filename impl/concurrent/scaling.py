@@ -6,7 +6,8 @@ concurrency benchmark measures on the machine at hand (:class:`Costs`):
 
 * ``insert_s`` / ``iteration_s``: seconds of one core per insert call (``write_batch``
   transitions) and per learner iteration (sample ``sample_batch`` + update them), each
-  measured by a worker alone (no contention, no waiting);
+  measured by a worker alone (no contention, no waiting): the inverse of its call rate, so
+  the loop around the call (making a batch) is included;
 * ``insert_hold_s`` / ``iteration_hold_s``: seconds per call the buffer's tree lock is held
   (measured under the policy: global-lock holds it for the data copies too, lazy-writing and
   optimistic for the tree work only);
@@ -204,8 +205,9 @@ def costs_from_rows(rows, *, policy: str, mode: str, transitions: str, variant: 
     where = dict(policy=policy, mode=mode, transitions=transitions, variant=variant)
     med = _medians(rows, **where)
     what = f"policy={policy} mode={mode} transitions={transitions} variant={variant}"
-    need = {(1, 0, "insert", "busy_s_per_call"): "1 actor alone", (0, 1, "iteration", "busy_s_per_call"): "1 learner alone",
-            (0, 1, "sample", "items_per_s"): "1 learner alone"}
+    need = {(1, 0, "insert", "items_per_s"): "1 actor alone", (0, 1, "sample", "items_per_s"): "1 learner alone",
+            (1, 0, "insert", "lock_hold_s_per_call"): "1 actor alone (lock hold per call)",
+            (0, 1, "iteration", "lock_hold_s_per_call"): "1 learner alone (lock hold per call)"}
     missing = sorted({why for key, why in need.items() if key not in med})
     if missing:
         raise ValueError(f"run has no per-call costs for {what} ({', '.join(missing)}): the model needs the cells "
@@ -216,9 +218,12 @@ def costs_from_rows(rows, *, policy: str, mode: str, transitions: str, variant: 
                   and all(r.get(k) == v for k, v in where.items()) and r.get("batch")), None)
     if spi is None or write_batch is None or batch is None:
         raise ValueError(f"run does not say samples_per_insert, write_batch and batch for {what}")
-    costs = Costs(insert_s=med[1, 0, "insert", "busy_s_per_call"], iteration_s=med[0, 1, "iteration", "busy_s_per_call"],
-                  insert_hold_s=med.get((1, 0, "insert", "lock_hold_s_per_call"), 0.0),
-                  iteration_hold_s=med.get((0, 1, "iteration", "lock_hold_s_per_call"), 0.0), serial_fraction=0.0,
+    # seconds per call from the lone worker's rate: its whole loop (making the batch, the call),
+    # which is what one more worker of that kind costs
+    costs = Costs(insert_s=int(write_batch) / med[1, 0, "insert", "items_per_s"],
+                  iteration_s=batch / med[0, 1, "sample", "items_per_s"],
+                  insert_hold_s=med[1, 0, "insert", "lock_hold_s_per_call"],
+                  iteration_hold_s=med[0, 1, "iteration", "lock_hold_s_per_call"], serial_fraction=0.0,
                   write_batch=int(write_batch), sample_batch=batch, samples_per_insert=float(spi))
     two = med.get((0, 2, "sample", "items_per_s"))
     cores = cores or _param(rows, "cores", **where) or 1
