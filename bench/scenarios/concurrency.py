@@ -98,7 +98,7 @@ def _check(suite: dict) -> None:
 
 
 class Concurrency(Scenario):
-    """Aggregate throughput and lock waits of the shared buffer (see the module docstring)."""
+    """Per-op rates, per-call costs and lock waits of the shared buffer (see the module docstring)."""
 
     name = "concurrency"
 
