@@ -5,7 +5,8 @@ the sizes a sum tree and its rows span from 2**10 to 2**24 leaves:
 
 * **dependent load latency** (``latency_ns``): a pointer chase through a random cyclic
   permutation of the working set's 64-byte lines (Sattolo's algorithm, so the chase visits
-  every line once per cycle); each load's address is the previous load's value, so no two
+  every line of the cycle once per turn; above :data:`MAX_CYCLE` lines, a random subset of
+  them spread over the whole set); each load's address is the previous load's value, so no two
   misses overlap. This is what one level of a tree descent costs when nothing else is in
   flight.
 * **independent gather** (``gather_ns``): loads of one word from each of many random lines
@@ -44,6 +45,7 @@ LINE = 64  # bytes per cache line
 #: a 2**22-slot buffer of CartPole rows and its trees span ~220 MiB).
 DEFAULT_SIZES = tuple(4 * 4**k * 1024 for k in range(9))
 _WORDS = LINE // 8  # int64 words per line
+MAX_CYCLE = 2**20  # lines in a pointer-chase cycle at most (64 MiB of distinct lines)
 
 
 def _kernels():
@@ -60,14 +62,14 @@ def _kernels():
         return perm
 
     @njit(nogil=True, cache=True)
-    def build_chase(words, perm):
-        # line i's first word holds the word offset of the next line in the cycle
+    def build_chase(words, lines, perm):
+        # line lines[perm[i]]'s first word holds the word offset of the next line in the cycle
         for i in range(perm.size):
-            words[perm[i] * 8] = perm[(i + 1) % perm.size] * 8
+            words[lines[perm[i]] * 8] = lines[perm[(i + 1) % perm.size]] * 8
 
     @njit(nogil=True, cache=True)
-    def chase(words, steps):
-        p = 0
+    def chase(words, steps, start):
+        p = start
         for _ in range(steps):
             p = words[p]
         return p
@@ -109,12 +111,17 @@ def probe(sizes=DEFAULT_SIZES, *, loads: int = 100_000, repeats: int = 3, seed: 
     out = []
     for size in sizes:
         n = size // LINE
-        words = np.zeros(n * _WORDS, np.int64)
-        build_chase(words, sattolo(n, seed))
+        words = np.empty(n * _WORDS, np.int64)
+        words.fill(0)  # writes every page, so no page fault is timed (np.zeros would map them lazily)
+        # the cycle visits MAX_CYCLE random lines at most, spread over the whole set (every page
+        # and far more lines than any cache holds), so building it stays cheap at 256 MiB
+        cycle = np.sort(rng.choice(n, n if n <= MAX_CYCLE else MAX_CYCLE, replace=False))
+        build_chase(words, cycle, sattolo(cycle.size, seed))
         lines = rng.integers(0, n, loads, dtype=np.int64)
-        chase(words, min(n, loads))  # untimed: the set as cached as it can be (build_chase faulted the pages in)
+        first = cycle[0] * _WORDS
+        chase(words, min(cycle.size, loads), first)  # untimed: the set as cached as it can be
         gather(words, lines)
-        lat = min(_timed(chase, words, loads)[0] for _ in range(repeats))
+        lat = min(_timed(chase, words, loads, first)[0] for _ in range(repeats))
         gat = min(_timed(gather, words, lines)[0] for _ in range(repeats))
         out.append({"bytes": size, "latency_ns": 1e9 * lat / loads, "gather_ns": 1e9 * gat / loads})
     return {"line_bytes": LINE, "loads": loads, "repeats": repeats, "seconds": time.perf_counter() - start,
