@@ -15,7 +15,8 @@ module). Each worker is still a new
 process with its own buffer, built, filled and warmed up in it; it runs pyperf's own worker
 code (``Runner`` in ``--worker`` mode) on the arguments pyperf gives it, writes to pyperf's
 pipe, and exits. Only the spawning is ours (:class:`ForkingRunner`); calibration, the values and
-the JSON are pyperf's.
+the JSON are pyperf's. (So pyperf's ``--python`` option, another interpreter for the workers, has
+no effect here: the workers are this interpreter.)
 
 Set-up happens on the first call of the time function, before its clock starts: look up the
 variant, build and fill the buffer, make the input pools, call the op once. A set-up error is
