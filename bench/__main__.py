@@ -7,6 +7,8 @@ commands ``plots | report | compare`` are analysis/__main__.py's; replaybench/cl
     replaybench run --suite sweep-k --param K=4,16 --capacities 2**16
     replaybench run --suite quick --variants binary,kary-aligned --out /tmp/r
     replaybench summary results/<run_id>          # reprint a stored run's summary
+    replaybench limits                            # this machine's memory latency and gather floor
+    replaybench plan --run results/<id> --cores 8,16   # scaling model of a concurrency run
     replaybench train --algo dqn --env CartPole-v1 --buffer kary-aligned --actors 2 --learners 1 --steps 50000
     replaybench gossip --nodes 4 --learners-per-node 1 --topology exponential --staleness 1 --steps 200000
 """
@@ -81,8 +83,16 @@ def cmd_summary(args) -> int:
     return 0
 
 
+def cmd_limits(args) -> int:
+    from replaybench.bench import limits
+
+    print(limits.format_limits(limits.probe(loads=args.loads, repeats=args.repeats)))
+    return 0
+
+
 def add_commands(sub) -> None:
-    """Add ``list``, ``run``, ``summary``, ``train`` and ``gossip`` to an argparse subparsers object."""
+    """Add ``list``, ``run``, ``summary``, ``limits``, ``plan``, ``train`` and ``gossip`` to an argparse
+    subparsers object."""
     p = sub.add_parser("list", help="registered variants and peers with their parameters")
     p.set_defaults(func=cmd_list)
 
@@ -114,6 +124,15 @@ def add_commands(sub) -> None:
     p = sub.add_parser("summary", help="print the summary of a stored run")
     p.add_argument("run_dir")
     p.set_defaults(func=cmd_summary)
+
+    p = sub.add_parser("limits", help="measure this machine's dependent-load latency and random-gather floor")
+    p.add_argument("--loads", type=arguments.positive_int, default=100_000, help="loads per timed pass")
+    p.add_argument("--repeats", type=arguments.positive_int, default=3, help="timed passes per size (min kept)")
+    p.set_defaults(func=cmd_limits)
+
+    from replaybench.bench import plan  # the scaling model's command (bench/plan.py)
+
+    plan.add_parser(sub)
 
     from replaybench.bench import train  # the training loop's command (bench/train.py); imports torch only when run
 

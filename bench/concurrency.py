@@ -1,13 +1,23 @@
-"""The workers of the concurrency scenario: P writers and L sampler/updaters on one shared buffer.
+"""The workers of the concurrency scenario: actors inserting and learners sampling + updating on one shared buffer.
 
 Workers are threads or processes; each maps the buffer through its own
-:class:`~impl.concurrent.SharedPrioritizedBuffer` object. Writers insert batches of tagged
-transitions (an ``id``, a ``payload`` of the transition's size, and a ``check`` sum of both);
-learners sample, optionally verify every row, and write random priorities back with the
-sampled stamps. The same workers serve the benchmark (``replaybench run --suite
-concurrency``: aggregate items/s and the fraction of time spent waiting for locks) and the
-stress tests (tests/_concurrency_oracle.py: nothing lost, duplicated or torn, the tree's
-total agrees with its leaves).
+:class:`~impl.concurrent.SharedPrioritizedBuffer` object. Actors (writers) insert batches of
+tagged transitions (an ``id``, a ``payload`` of the transition's size, and a ``check`` sum of
+both); learners sample, optionally verify every row, and write random priorities back with the
+sampled stamps. The same workers serve the benchmark (``replaybench run --suite concurrency``)
+and the stress tests (tests/_concurrency_oracle.py: nothing lost, duplicated or torn, the
+tree's total agrees with its leaves).
+
+**The training ratio.** With ``cfg["samples_per_insert"]`` set (and both kinds of worker
+present), a :class:`RateLimiter` over two shared counters keeps sampled transitions at that
+multiple of inserted ones, within a slack of one batch per worker, as Reverb's rate limiter
+and PAL's training loop do: a learner that is ahead waits for inserts, an actor that is ahead
+waits for samples. Time spent so is counted apart (``rate_wait``) from lock waits.
+
+**Per-operation accounting.** Each worker reports, per kind of operation (``insert`` calls;
+learner ``iteration`` = one sample plus its update): calls, items, seconds inside the calls
+(``busy``), and of those the seconds spent waiting for and holding the tree lock (from the
+buffer's lock statistics, read around each call).
 
 Transition sizes: ``cartpole`` 40 B, ``mujoco`` 200 B, ``atari`` 84x84x4 = 28 224 B of payload
 (plus 16 B of id and check).
@@ -23,7 +33,7 @@ import traceback
 
 import numpy as np
 
-__all__ = ["TRANSITIONS", "ID_STRIDE", "schema", "make_batch", "intact_rows", "prefill", "run_workers"]
+__all__ = ["TRANSITIONS", "ID_STRIDE", "RateLimiter", "schema", "make_batch", "intact_rows", "prefill", "run_workers"]
 
 TRANSITIONS = {"cartpole": 40, "mujoco": 200, "atari": 84 * 84 * 4}
 ID_STRIDE = 10**12  # writer w's k-th transition has id w * ID_STRIDE + k
@@ -64,60 +74,150 @@ def prefill(buf, n: int, nbytes: int, chunk: int = 4096) -> None:
         buf.add(make_batch(ids, nbytes))
 
 
+# --------------------------------------------------------------------------- the training ratio
+class RateLimiter:
+    """Keeps ``sampled <= spi * inserted + slack`` and ``spi * inserted <= sampled + slack``
+    over two int64 counters shared by every worker (``counts[0]`` inserted, ``counts[1]``
+    sampled, updated atomically). Waits poll with yields, then 20 us sleeps, until the other
+    side catches up or ``deadline`` (a perf_counter time) passes; returns the seconds waited.
+    """
+
+    def __init__(self, counts: np.ndarray, samples_per_insert: float, slack: float):
+        self.counts, self.spi, self.slack = counts, float(samples_per_insert), float(slack)
+
+    def _wait(self, ready, deadline: float) -> float:
+        from replaybench.impl.concurrent.atomics import load
+
+        if ready(load(self.counts, 0), load(self.counts, 1)):
+            return 0.0
+        start = time.perf_counter()
+        tries = 0
+        while not ready(load(self.counts, 0), load(self.counts, 1)) and time.perf_counter() < deadline:
+            tries += 1
+            time.sleep(0 if tries < 50 else 2e-5)
+        return time.perf_counter() - start
+
+    def before_sample(self, n: int, deadline: float) -> float:
+        return self._wait(lambda ins, smp: smp + n <= self.spi * ins + self.slack, deadline)
+
+    def before_insert(self, n: int, deadline: float) -> float:
+        return self._wait(lambda ins, smp: self.spi * (ins + n) <= smp + self.slack, deadline)
+
+    def inserted(self, n: int) -> None:
+        from replaybench.impl.concurrent.atomics import fetch_add
+
+        fetch_add(self.counts, 0, n)
+
+    def sampled(self, n: int) -> None:
+        from replaybench.impl.concurrent.atomics import fetch_add
+
+        fetch_add(self.counts, 1, n)
+
+
+class _Accounts:
+    """Per-kind totals of one worker: calls, busy seconds, lock wait and hold seconds."""
+
+    def __init__(self, buf):
+        self.buf = buf
+        self.totals: dict[str, float] = {}
+
+    def timed(self, kind: str, fn, *args):
+        buf, t = self.buf, self.totals
+        wait0, hold0 = buf.lock_wait_seconds, buf.lock_hold_seconds
+        t0 = time.perf_counter()
+        out = fn(*args)
+        t1 = time.perf_counter()
+        for name, value in (("calls", 1), ("busy", t1 - t0), ("wait", buf.lock_wait_seconds - wait0),
+                            ("hold", buf.lock_hold_seconds - hold0)):
+            t[f"{kind}_{name}"] = t.get(f"{kind}_{name}", 0) + value
+        return out
+
+
 # --------------------------------------------------------------------------- workers
-def _writer(buf, wid: int, cfg: dict, window: float) -> dict:
+def _writer(buf, wid: int, cfg: dict, window: float, limiter: RateLimiter | None = None) -> dict:
     nbytes, batch = cfg["nbytes"], cfg["write_batch"]
     seq = cfg.get("first_seq", 0)
     verify = cfg.get("verify", False)
     template = make_batch(np.zeros(batch, np.int64), nbytes, checked=False)
     limit = cfg.get("max_items")
+    acct = _Accounts(buf)
     items = 0
+    rate_wait = 0.0
     start = time.perf_counter()
     end = start + window
     while time.perf_counter() < end and (limit is None or items < limit):
+        if limiter is not None:
+            rate_wait += limiter.before_insert(batch, end)
+            if time.perf_counter() >= end:
+                break
         ids = wid * ID_STRIDE + np.arange(seq, seq + batch, dtype=np.int64)
-        buf.add(make_batch(ids, nbytes) if verify else {**template, "id": ids})
+        acct.timed("insert", buf.add, make_batch(ids, nbytes) if verify else {**template, "id": ids})
+        if limiter is not None:
+            limiter.inserted(batch)
         seq += batch
         items += batch
     return {"role": "writer", "index": wid, "insert": items, "seconds": time.perf_counter() - start,
-            "next_seq": seq}
+            "next_seq": seq, "rate_wait": rate_wait, **acct.totals}
 
 
-def _learner(buf, lid: int, cfg: dict, window: float) -> dict:
+def _learner(buf, lid: int, cfg: dict, window: float, limiter: RateLimiter | None = None) -> dict:
     batch = cfg["sample_batch"]
     verify = cfg.get("verify", False)
     rng = np.random.default_rng(1000 + lid)
+    acct = _Accounts(buf)
     sampled = updated = torn = 0
+    rate_wait = 0.0
     problems: list[str] = []
     start = time.perf_counter()
     end = start + window
     while time.perf_counter() < end:
-        out = buf.sample(batch, rng=rng)
-        if verify:
-            bad = ~intact_rows(out)
-            torn += int(bad.sum())
-            if not np.all(out["weights"] > 0) or not np.all(np.isfinite(out["weights"])):
-                problems.append(f"non-positive or non-finite weights {out['weights'][:4]}")
-            if np.any(out["stamps"] < 0) or np.any(out["stamps"] % buf.capacity != out["indices"]):
-                problems.append("a sampled row's stamp does not match its slot")
+        if limiter is not None:
+            rate_wait += limiter.before_sample(batch, end)
+            if time.perf_counter() >= end:
+                break
+        out = acct.timed("iteration", _iteration, buf, batch, rng, verify, problems)
+        if limiter is not None:
+            limiter.sampled(batch)
         sampled += batch
-        updated += buf.update_priorities(out["indices"], rng.random(batch) + 1e-3, out["stamps"])
+        updated += out["applied"]
+        torn += out["torn"]
     return {"role": "learner", "index": lid, "sample": sampled, "update": updated, "torn": torn,
-            "problems": problems[:5], "seconds": time.perf_counter() - start}
+            "problems": problems[:5], "seconds": time.perf_counter() - start, "rate_wait": rate_wait,
+            **acct.totals}
 
 
-def _work(handle, role: str, index: int, cfg: dict, start_barrier, windows: int, report) -> None:
-    """One worker: attach, then for each timed window wait for everyone and run it."""
+def _iteration(buf, batch: int, rng, verify: bool, problems: list) -> dict:
+    """One learner step: sample ``batch`` rows (verified if asked), write priorities back."""
+    out = buf.sample(batch, rng=rng)
+    torn = 0
+    if verify:
+        bad = ~intact_rows(out)
+        torn = int(bad.sum())
+        if not np.all(out["weights"] > 0) or not np.all(np.isfinite(out["weights"])):
+            problems.append(f"non-positive or non-finite weights {out['weights'][:4]}")
+        if np.any(out["stamps"] < 0) or np.any(out["stamps"] % buf.capacity != out["indices"]):
+            problems.append("a sampled row's stamp does not match its slot")
+    applied = buf.update_priorities(out["indices"], rng.random(batch) + 1e-3, out["stamps"])
+    return {"applied": applied, "torn": torn}
+
+
+def _work(handle, role: str, index: int, cfg: dict, start_barrier, windows: int, report, counts=None) -> None:
+    """One worker: attach, then for each timed window wait for everyone and run it.
+    ``counts``: the rate limiter's shared counters (None: no ratio kept)."""
     from replaybench.impl.concurrent import SharedPrioritizedBuffer
 
     try:
         buf = SharedPrioritizedBuffer.attach(handle, seed=index)
+        limiter = None
+        if counts is not None:
+            counts = np.frombuffer(counts, dtype=np.int64) if not isinstance(counts, np.ndarray) else counts
+            limiter = RateLimiter(counts, cfg["samples_per_insert"], cfg["slack"])
         try:
             buf.warm_up()
             for w in range(windows):
                 start_barrier.wait()
                 waited = buf.lock_wait_seconds
-                res = (_writer if role == "writer" else _learner)(buf, index, cfg, cfg["window_s"])
+                res = (_writer if role == "writer" else _learner)(buf, index, cfg, cfg["window_s"], limiter)
                 if role == "writer":
                     cfg = {**cfg, "first_seq": res["next_seq"]}
                 res.update(window=w, lock_wait=buf.lock_wait_seconds - waited)
@@ -137,6 +237,10 @@ def run_workers(handle, writers: int, learners: int, mode: str, cfg: dict, windo
     """Run ``writers`` + ``learners`` workers (``mode`` threads or processes) for ``windows``
     timed windows of ``cfg["window_s"]`` seconds; returns one result dict per worker and window.
 
+    With ``cfg["samples_per_insert"]`` (a positive number) and both kinds of worker, a
+    :class:`RateLimiter` keeps that ratio of sampled to inserted transitions (slack: one batch
+    per worker, times the ratio).
+
     Raises RuntimeError with the worker's traceback if one raised, and TimeoutError if the
     workers do not finish in ``timeout`` seconds (a deadlock); processes are killed and
     joined on every exit path.
@@ -146,14 +250,21 @@ def run_workers(handle, writers: int, learners: int, mode: str, cfg: dict, windo
     roles = [("writer", w + 1) for w in range(writers)] + [("learner", i) for i in range(learners)]
     if not roles:
         raise ValueError("need at least one writer or learner")
+    spi = cfg.get("samples_per_insert")
+    if spi is not None and (isinstance(spi, bool) or not isinstance(spi, (int, float)) or not 0 < spi < float("inf")):
+        raise ValueError(f"samples_per_insert must be a positive number or None, got {spi!r}")
+    ctx = mp.get_context("spawn")
+    counts = None
+    if spi is not None and writers and learners:
+        counts = ctx.RawArray("q", 2) if mode == "processes" else np.zeros(2, np.int64)
+        cfg = {**cfg, "slack": spi * cfg["write_batch"] * writers + cfg["sample_batch"] * learners}
     if mode == "threads":
         barrier, report = threading.Barrier(len(roles)), queue.Queue()
-        workers = [threading.Thread(target=_work, args=(handle, r, i, cfg, barrier, windows, report), daemon=True)
-                   for r, i in roles]
+        workers = [threading.Thread(target=_work, args=(handle, r, i, cfg, barrier, windows, report, counts),
+                                    daemon=True) for r, i in roles]
     else:
-        ctx = mp.get_context("spawn")
         barrier, report = ctx.Barrier(len(roles)), ctx.Queue()
-        workers = [ctx.Process(target=_work, args=(handle, r, i, cfg, barrier, windows, report), daemon=True)
+        workers = [ctx.Process(target=_work, args=(handle, r, i, cfg, barrier, windows, report, counts), daemon=True)
                    for r, i in roles]
     results: list[dict] = []
     deadline = time.monotonic() + timeout

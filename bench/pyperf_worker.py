@@ -1,23 +1,37 @@
 """One micro benchmark (target x capacity x op) timed by pyperf: ``python -m replaybench.bench.pyperf_worker``.
 
 The micro scenario (:mod:`bench.scenarios.micro`) starts this module once per grid item as a pyperf *manager*;
-pyperf then re-runs it as fresh *worker* processes (``--worker``, one calibration worker
-unless ``--loops`` is given, then ``--processes`` value workers), each of which builds the
-buffer, fills it and times the op. So a filled buffer is reused for all warm-ups, values and
-loops of one worker, but not across ops: pyperf runs exactly one benchmark per worker process.
+pyperf then runs fresh *worker* processes (one calibration worker unless ``--loops`` is given,
+then ``--processes`` value workers), each of which builds the buffer, fills it and times the
+op. So a filled buffer is reused for all warm-ups, values and loops of one worker, but not
+across ops: pyperf runs exactly one benchmark per worker process.
 
-Set-up happens on the first call of the time function, before its clock starts: import, look
-up the variant, build and fill the buffer, make the input pools, call the op once (numba
-kernels are loaded from the on-disk cache or compiled here). The manager process never builds
-anything. A set-up error is written to ``--error-file`` so the scenario can record it.
+Workers are forked from the manager, not started as new interpreters. Before it manages, the
+manager imports what the target needs and runs the op once on a small buffer (:func:`preload`),
+so numpy, numba's cached kernels and a peer's library (TorchRL and Tianshou import torch: 3-6 s
+each time) are loaded once per item instead of once per worker. A library that does not survive
+a fork once used (torch's thread pools) is only imported there (``FORK_AFTER_USE`` in its peer
+module). Each worker is still a new
+process with its own buffer, built, filled and warmed up in it; it runs pyperf's own worker
+code (``Runner`` in ``--worker`` mode) on the arguments pyperf gives it, writes to pyperf's
+pipe, and exits. Only the spawning is ours (:class:`ForkingRunner`); calibration, the values and
+the JSON are pyperf's. (So pyperf's ``--python`` option, another interpreter for the workers, has
+no effect here: the workers are this interpreter.)
+
+Set-up happens on the first call of the time function, before its clock starts: look up the
+variant, build and fill the buffer, make the input pools, call the op once. A set-up error is
+written to ``--error-file`` so the scenario can record it.
 
 Worker processes get pyperf's reduced environment (PATH, HOME, PYTHONPATH, locale) plus
 whatever ``--inherit-environ`` names; the scenario passes NUMBA_* and thread-count variables on.
+(Variables read at import time, such as NUMBA_*, are read once by the manager.)
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import traceback
 
@@ -25,8 +39,12 @@ import pyperf
 
 from replaybench.bench import workloads
 
+__all__ = ["build_call", "preload", "TimedOp", "ForkingRunner", "main"]
+
 #: Our options, forwarded from the manager to every worker it spawns.
 _FORWARDED = ("target", "capacity", "op", "batch", "mixed_adds", "transitions", "seed", "error_file", "params")
+#: Capacity of the manager's warm-up buffer: large enough for a batch, small enough to fill at once.
+_PRELOAD_CAPACITY = 1024
 
 
 def _forward(cmd: list[str], args) -> None:
@@ -36,12 +54,30 @@ def _forward(cmd: list[str], args) -> None:
             cmd.extend([f"--{name.replace('_', '-')}", str(value)])
 
 
-def build_call(args):
+def build_call(args, capacity: int | None = None):
     """Build the target and the op's call function (the untimed set-up) and run it once."""
-    return workloads.warmed_call(args.op, args.target, capacity=args.capacity,
+    return workloads.warmed_call(args.op, args.target, capacity=args.capacity if capacity is None else capacity,
                                  fields=workloads.SCHEMAS[args.transitions], batch=args.batch,
                                  mixed_adds=args.mixed_adds, seed=args.seed,
                                  params=json.loads(args.params) if args.params else None)
+
+
+def preload(args) -> None:
+    """In the manager: import the target's libraries and load (or compile) its kernels by
+    running the op once on a small buffer, which is then dropped; a peer that must not fork
+    after use (:func:`bench.peers.fork_after_use`: torch) is only imported. Best effort: a
+    target that fails here fails again in the worker, which records the error (``--error-file``)."""
+    from replaybench.bench import peers
+
+    if args.op == "empty":
+        return
+    try:
+        if peers.is_peer(args.target) and not peers.fork_after_use(args.target):
+            peers.load(args.target).version()
+        else:
+            build_call(args, capacity=min(args.capacity, _PRELOAD_CAPACITY))
+    except Exception:  # the worker reports it, with the real capacity
+        pass
 
 
 class TimedOp:
@@ -64,8 +100,73 @@ class TimedOp:
         return workloads.time_calls(self.call, loops)
 
 
-def main(argv=None) -> None:
-    runner = pyperf.Runner(program_args=("-m", "replaybench.bench.pyperf_worker"), add_cmdline_args=_forward)
+def _forking_manager():
+    """pyperf's Manager with its one spawning method replaced by a fork (pyperf's module is
+    private API: ``pyperf>=2.6`` keeps ``Manager.worker_cmd``/``spawn_worker`` and the pipe helpers)."""
+    from pyperf._bench import _load_suite_from_pipe
+    from pyperf._manager import Manager
+    from pyperf._utils import create_environ, create_pipe
+
+    class ForkingManager(Manager):
+        def spawn_worker(self, calibrate_loops, calibrate_warmups):
+            env = dict(create_environ(self.args.inherit_environ, self.args.locale, self.args.copy_env))
+            rpipe, wpipe = create_pipe()
+            with rpipe:
+                with wpipe:
+                    cmd = self.worker_cmd(calibrate_loops, calibrate_warmups, wpipe.to_subprocess())
+                    argv = cmd[1 + len(self.runner._program_args):]  # what the worker would parse
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    pid = os.fork()
+                    if pid == 0:
+                        _worker_child(rpipe.fd, env, argv)
+                try:
+                    text = rpipe.read_text(timeout=self.args.timeout)
+                except BaseException:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    raise
+            code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+            if code:
+                raise RuntimeError(f"pyperf worker (forked, pid {pid}) failed with exit code {code}")
+            return _load_suite_from_pipe(text)
+
+    return ForkingManager
+
+
+def _worker_child(read_fd: int, env: dict, argv: list[str]) -> None:
+    """In the forked worker: pyperf's worker on ``argv``, in pyperf's reduced environment; never returns."""
+    code = 1
+    try:
+        os.close(read_fd)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.environ.clear()
+        os.environ.update(env)
+        main(argv, runner_cls=pyperf.Runner)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+class ForkingRunner(pyperf.Runner):
+    """A pyperf Runner whose manager forks its workers from this (preloaded) process."""
+
+    def _manager(self):
+        bench = _forking_manager()(self).create_bench()
+        if not self.args.quiet:
+            print()
+        self._display_result(bench)
+        return bench
+
+
+def main(argv=None, runner_cls=ForkingRunner) -> None:
+    runner = runner_cls(program_args=("-m", "replaybench.bench.pyperf_worker"), add_cmdline_args=_forward)
     p = runner.argparser
     p.add_argument("--target", required=True, help="registered variant name, peer:<name> or 'harness'")
     p.add_argument("--capacity", type=int, default=0)
@@ -77,6 +178,8 @@ def main(argv=None) -> None:
     p.add_argument("--error-file", help="where a worker writes its set-up error")
     p.add_argument("--params", help="JSON object of variant parameters for registry.create (K, dtype, ...)")
     args = runner.parse_args(argv)
+    if not args.worker:
+        preload(args)
     name = f"{args.target}/{args.capacity}/{args.op}"
     runner.bench_time_func(name, TimedOp(args), inner_loops=1)
 

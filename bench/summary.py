@@ -18,7 +18,11 @@ from pathlib import Path
 from replaybench.bench import contract, workloads
 from replaybench.bench.contract import format_table  # the one text-table formatter, named here for bench's tables
 
-__all__ = ["summarize", "summarize_cells", "format_table", "format_rows", "format_run", "format_headline"]
+__all__ = ["summarize", "summarize_cells", "format_table", "format_rows", "bound_rows", "format_bound", "format_run",
+           "format_headline"]
+
+#: Ops shown against the memory floor: one random row or leaf per item is what they cannot avoid.
+BOUND_OPS = ("sample", "update", "insert_batch")
 
 #: Grid parameters that are columns of their own (the others are in ``params``).
 _WORKLOAD_COLUMNS = ("batch", "transitions")
@@ -143,6 +147,8 @@ def format_rows(rows: list[dict], meta: dict | None = None) -> str:
                   *(t for t, _ in refs), *(["x best peer", "best peer"] if has_peer else [])]
         first = 3 if varying else 2
         out.extend(format_table(header, body, right={0, *range(first, first + 2 + len(refs) + (1 if has_peer else 0))}))
+    if meta.get("memory_limits"):
+        out += ["", *format_bound(stats, rows, meta["memory_limits"])]
     missing = [r for r in rows if r.get("status") not in (None, contract.MEASURED)]
     if missing:
         out.append("")
@@ -152,6 +158,40 @@ def format_rows(rows: list[dict], meta: dict | None = None) -> str:
         header = ["variant", "capacity", "op", *(["params"] if varying else []), "status", "error"]
         out.extend(format_table(header, body, right={1}))
     return "\n".join(out)
+
+
+def bound_rows(stats: dict, rows: list[dict], memory_limits: dict) -> list[dict]:
+    """Per (op in :data:`BOUND_OPS`, capacity, variant): ns per item (median), the gather
+    floor and dependent-load latency at the buffer's working set (:func:`bench.limits.bound_ns`),
+    and ``x_floor`` = ns per item / floor."""
+    from replaybench.bench import limits
+
+    transitions = {(r["variant"], r["capacity"]): r.get("transitions") for r in rows if r.get("capacity")}
+    out = []
+    for (op, capacity, variant), s in sorted(stats.items(), key=lambda kv: (kv[0][1] or 0, kv[0][0], kv[0][2])):
+        if op not in BOUND_OPS or not capacity:
+            continue
+        schema = workloads.SCHEMAS.get(transitions.get((variant, capacity)) or "cartpole")
+        if schema is None:
+            continue
+        b = limits.bound_ns(memory_limits, limits.working_set_bytes(capacity, workloads.row_bytes(schema)))
+        ns = 1e9 / s["median"]
+        out.append({"op": op, "capacity": capacity, "variant": variant, "ns_per_item": ns, **b,
+                    "x_floor": ns / b["gather_ns"]})
+    return out
+
+
+def format_bound(stats: dict, rows: list[dict], memory_limits: dict) -> list[str]:
+    """The memory-bound table of :func:`bound_rows` as lines."""
+    body = [[f"2^{b['capacity'].bit_length() - 1}", b["op"], b["variant"], f"{b['ns_per_item']:.1f}",
+             f"{b['gather_ns']:.1f}", f"{b['latency_ns']:.0f}", f"{b['x_floor']:.1f}"]
+            for b in bound_rows(stats, rows, memory_limits)]
+    if not body:
+        return []
+    head = ("Memory bound here (bench/limits.py): ns per item against the random-gather floor and the "
+            "dependent-load latency at the buffer's working set (rows + trees)")
+    return [head, *format_table(["capacity", "op", "variant", "ns/item", "floor ns", "latency ns", "x floor"], body,
+                                {0, 3, 4, 5, 6})]
 
 
 def _why(row: dict) -> str:

@@ -145,6 +145,36 @@ def concurrency_rows(rng):
     return rows
 
 
+#: The scaling model that made the rows of the synthetic concurrency-model run (serial bound binding at 2 learners).
+MODEL_COSTS = dict(insert_s=100e-6, iteration_s=400e-6, insert_hold_s=10e-6, iteration_hold_s=40e-6,
+                   serial_fraction=0.6, write_batch=64, sample_batch=256, samples_per_insert=8.0)
+
+
+def concurrency_model_rows():
+    """Rows of the redesigned scenario whose rates are exactly the model's predictions."""
+    from replaybench.impl.concurrent import scaling
+
+    costs = scaling.Costs(**MODEL_COSTS)
+    rows = []
+    for actors, learners in ((1, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 1)):
+        p = scaling.predict(costs, actors, learners, 2)
+        common = dict(variant="kary-aligned", structure="kary-aligned", K=16, policy="lazy-writing", capacity=65536,
+                      batch=256, transitions="cartpole", actors=actors, learners=learners, threads=actors + learners,
+                      mode="processes", repeat=0,
+                      params={"oversubscribed": actors + learners > 2, "write_batch": 64, "cores": 2,
+                              **({"samples_per_insert": 8.0} if actors and learners else {})})
+        rates = {"insert": p.insert_per_s, "sample": p.sample_per_s, "update": p.sample_per_s}
+        for op, rate in rates.items():
+            if rate:
+                rows.append(_row("", "concurrency", op=op, metric="items_per_s", unit="items/s", value=rate, **common))
+        for kind, hold, present in (("insert", 10e-6, actors), ("iteration", 40e-6, learners)):
+            if present:
+                rows.append(_row("", "concurrency", op=kind, metric="lock_hold_s_per_call", unit="s", value=hold,
+                                 **common))
+        rows.append(_row("", "concurrency", op="all", metric="lock_wait_fraction", unit="1", value=0.1, **common))
+    return rows
+
+
 ROLE_SHARES = {"sequential": {"env_step": 0.4, "inference": 0.1, "replay": 0.15, "sgd": 0.25, "other": 0.1},
                "actor": {"env_step": 0.4, "inference": 0.1, "wait": 0.05, "other": 0.02},
                "learner": {"replay": 0.15, "sgd": 0.25, "wait": 0.1, "other": 0.03}}
@@ -251,6 +281,7 @@ def synthetic(tmp_path_factory):
     write_run(root, "20300101T000100Z-sweep-k", "sweep-k", "micro", sweep_rows(rng), grid={"K": [2, 3, 4, 16]})
     write_run(root, "20300101T000200Z-cache", "cache", "cache", cache_rows())
     write_run(root, "20300101T000300Z-concurrency", "concurrency", "concurrency", concurrency_rows(rng))
+    write_run(root, "20300101T000350Z-concurrency-model", "concurrency-model", "concurrency", concurrency_model_rows())
     write_run(root, "20300101T000400Z-training", "training", "training", training_rows(rng))
     write_run(root, "20300101T000500Z-gossip", "gossip", "gossip", gossip_rows())
     write_run(root, "20300101T000600Z-frameworks", "frameworks", "frameworks", frameworks_rows())
@@ -317,24 +348,40 @@ def test_k_sweep_csv_medians_equal_throughput_medians_of_the_rows(drawn, synthet
     assert 3 not in set(got.loc[got["variant"] == "kary-aligned", "K"])  # skipped, not drawn
 
 
-def test_concurrency_aggregate_is_insert_plus_sample_per_repeat(drawn, synthetic):
+def test_concurrency_draws_the_sample_rate_never_a_sum_and_its_ratio_to_global_lock(drawn, synthetic):
     _, _, out = drawn
-    per_repeat = defaultdict(float)
+    per_repeat = defaultdict(list)
     for r in raw_rows(synthetic / "20300101T000300Z-concurrency"):
-        if r["metric"] == "items_per_s" and r["op"] in ("insert", "sample"):
-            key = (r["policy"], r["transitions"], int(r["actors"]), int(r["learners"]), r["repeat"])
-            per_repeat[key] += float(r["value"])
-    expect = defaultdict(list)
-    for (policy, tr, a, l_, _), v in per_repeat.items():
-        expect[policy, tr, a, l_].append(v)
+        if r["metric"] == "items_per_s" and r["op"] == "sample":
+            per_repeat[r["policy"], r["transitions"], int(r["actors"]), int(r["learners"])].append(float(r["value"]))
     got = pd.read_csv(out / "concurrency.csv")
-    got = got[got["metric"] == "aggregate_items_per_s"]
-    assert len(got) == len(expect)
-    for _, g in got.iterrows():
+    got = got[got["run_id"] == "20300101T000300Z-concurrency"]  # (the concurrency-model run is drawn too)
+    rates = got[got["metric"] == "items_per_s"]
+    assert len(rates) == len(per_repeat)
+    for _, g in rates.iterrows():
         key = (g["policy"], g["transitions"], g["actors"], g["learners"])
-        assert g["median"] == pytest.approx(statistics.median(expect[key]), rel=1e-12)
+        assert g["median"] == pytest.approx(statistics.median(per_repeat[key]), rel=1e-12)
         assert g["workers"] == g["actors"] + g["learners"]
         assert bool(g["oversubscribed"]) == (g["workers"] > 2)
+    ratios = got[got["metric"] == "x_global_lock"]
+    assert len(ratios) == len(per_repeat)
+    for _, g in ratios.iterrows():
+        key = (g["policy"], g["transitions"], g["actors"], g["learners"])
+        base = statistics.median(per_repeat[("global-lock", *key[1:])])
+        assert g["median"] == pytest.approx(statistics.median(v / base for v in per_repeat[key]), rel=1e-12)
+
+
+def test_scaling_figure_recovers_the_model_that_made_the_rows(drawn):
+    """The rows of the concurrency-model run are the model's own predictions: fitted from its
+    lone cells, the model predicts every other cell exactly, and the figure draws them all."""
+    _, _, out = drawn
+    got = pd.read_csv(out / "scaling.csv")
+    assert set(got["run_id"]) == {"20300101T000350Z-concurrency-model"}
+    assert {(a, l_) for a, l_ in zip(got["actors"], got["learners"])} == {(1, 0), (0, 1), (0, 2), (1, 1), (1, 2),
+                                                                          (2, 1)}
+    assert np.allclose(got["predicted"], got["measured"], rtol=1e-9)
+    assert set(got.loc[got["input"], "actors"].astype(str) + got.loc[got["input"], "learners"].astype(str)) == {
+        "10", "01", "02"}
 
 
 def test_cache_figure_keeps_unsupported_cells_as_unsupported(drawn):

@@ -515,28 +515,3 @@ def test_worker_killed_mid_insert_is_recovered(policy, where):
         assert buf.total() == pytest.approx(float(buf.tree.leaves().sum()), rel=1e-4)
         assert not np.any(buf.tree.leaves()[buf.ring.stamps_snapshot() < 0] > 0)
         assert buf.ring.in_flight() == []
-
-
-# ----------------------------------------------------------------------------- the benchmark
-def test_concurrency_suite_writes_rows(tmp_path):
-    """`replaybench run --suite concurrency-quick` measures every cell into rows.csv."""
-    from replaybench.bench import results
-
-    proc = subprocess.run([sys.executable, "-m", "replaybench.bench", "run", "--suite", "concurrency-quick", "--out",
-                           str(tmp_path), "--no-progress"], capture_output=True, text=True, timeout=300,
-                          cwd=os.path.dirname(os.path.dirname(__file__)))
-    assert proc.returncode == 0, proc.stderr
-    (run,) = tmp_path.iterdir()
-    rows = results.read_rows(run)
-    assert results.read_meta(run)["complete"] is True
-    assert {r["status"] for r in rows} == {"ok"}
-    cells = {(r["policy"], r["mode"]) for r in rows}
-    assert cells == {(p, m) for p in ("global-lock", "lazy-writing") for m in ("threads", "processes")}
-    for r in rows:
-        assert r["scenario"] == "concurrency" and r["actors"] == 1 and r["learners"] == 1 and r["threads"] == 2
-        if r["metric"] == "items_per_s":
-            assert r["value"] > 0 and r["op"] in ("insert", "sample", "update")
-        else:
-            assert r["metric"] == "lock_wait_fraction" and 0 <= r["value"] <= 1
-    assert len([r for r in rows if r["metric"] == "items_per_s"]) == 4 * 2 * 3  # cells x repeats x ops
-    assert "aggregate/s" in proc.stdout

@@ -1,15 +1,17 @@
-"""Concurrency: aggregate throughput and lock wait against the number of workers, per policy.
+"""Concurrency: per-op throughput, the ratio to global-lock and lock wait against the worker split.
 
 Rows: scenario ``concurrency``, newest run per cell. Each repeat of a configuration (variant,
-policy, transitions, capacity, batch, mode, actors = writer workers, learners = sampler /
-updater workers) gives ``items_per_s`` for its ops and a ``lock_wait_fraction``. Aggregate
-throughput of a repeat = insert + sample items/s (update is not added: it touches the items a
-sample just returned); lock wait of a repeat = the mean of its ops' fractions. Plotted: the
-median over repeats, min-max bars, against the worker split.
+policy, transitions, capacity, batch, mode, actors, learners) gives ``items_per_s`` per op
+kind and a ``lock_wait_fraction``. Plotted per repeat: the *sample* rate (the learners' work;
+insert and sample items are never summed: with a fixed samples-per-insert ratio the insert
+rate follows from it), and for a cell without learners the insert rate; the ratio of that
+rate to global-lock's median in the same run, mode, size and split; the lock wait (mean of
+the repeat's fractions). Runs made before the redesign (no ratio kept between actors and
+learners) load and draw the same way. Plotted: the median over repeats, min-max bars.
 
-One column of panels per transition size (cartpole ~45 B, mujoco, atari ~28 KB); top row
-throughput (linear: within a panel it spans well under 10x), bottom row lock wait. The x axis
-is categorical: one evenly spaced tick per worker split (``2W+1L``: 2 writers, 1 sampler/updater),
+One column of panels per transition size (cartpole ~45 B, mujoco, atari ~28 KB); rows:
+throughput (linear: within a panel it spans well under 10x), ratio to global-lock, lock wait. The x axis
+is categorical: one evenly spaced tick per worker split (``2A+1L``: 2 actors, 1 learner),
 ordered by the number of workers and then of writers, so grids of any size (1-2 workers on the
 project machines, up to 16 on larger ones) stay readable. Colour = policy, line style = mode
 (threads solid, processes dashed), marker = variant. Hollow markers: oversubscribed (more workers
@@ -32,6 +34,11 @@ ORDER = 40
 TITLE = "Concurrency: throughput vs workers"
 
 _SIZES = ["cartpole", "mujoco", "atari"]
+BASELINE = "global-lock"
+#: (metric, column of :func:`aggregate`, y label, scale)
+_METRICS = [("items_per_s", "items_per_s", "work rate (M items/s:\nsample; insert without learners)", 1e6),
+            ("x_global_lock", "x_global_lock", "x global-lock\n(same run and split)", 1.0),
+            ("lock_wait_fraction", "lock_wait_fraction", "lock wait (fraction of time)", 1.0)]
 _CONFIG = ["run_id", "variant", "structure", "K", "policy", "capacity", "batch", "transitions", "mode", "actors",
            "learners"]
 
@@ -41,21 +48,29 @@ def _oversubscribed(params) -> bool:
 
 
 def aggregate(table) -> pd.DataFrame:
-    """Per configuration and repeat: aggregate items/s, mean lock wait, oversubscribed flag."""
+    """Per configuration and repeat: the work rate (sample items/s; insert items/s when the
+    cell has no learners), its ratio to global-lock's median in the same run and split, the
+    mean lock wait, the oversubscribed flag."""
     rows = table[(table["scenario"] == "concurrency") & (table["status"] == "ok")]
     rows = load.latest_per_cell(rows, load.CELL_COLUMNS)  # newest run per cell, of any suite
     if rows.empty:
         return rows
     rows = rows.assign(oversubscribed=rows["params"].map(_oversubscribed))
     keys = [*_CONFIG, "repeat"]
-    tput = rows[(rows["metric"] == "items_per_s") & rows["op"].isin(["insert", "sample"])]
-    agg = tput.groupby(keys, dropna=False).agg(items_per_s=("value", "sum"), ops=("op", "nunique"),
+    learners = rows["learners"].astype(float).fillna(0)
+    work = rows[(rows["metric"] == "items_per_s")
+                & (((learners > 0) & (rows["op"] == "sample")) | ((learners == 0) & (rows["op"] == "insert")))]
+    agg = work.groupby(keys, dropna=False).agg(items_per_s=("value", "first"), op=("op", "first"),
                                                oversubscribed=("oversubscribed", "max")).reset_index()
+    split = [k for k in _CONFIG if k != "policy"]
+    base = (agg[agg["policy"] == BASELINE].groupby(split, dropna=False)["items_per_s"].median()
+            .rename("baseline").reset_index())
+    agg = agg.merge(base, on=split, how="left")
+    agg["x_global_lock"] = agg["items_per_s"] / agg["baseline"]
     wait = rows[rows["metric"] == "lock_wait_fraction"].groupby(keys, dropna=False)["value"].mean()
     agg = agg.merge(wait.rename("lock_wait_fraction").reset_index(), on=keys, how="outer")
-    workers = agg["actors"].astype(float).fillna(0) + agg["learners"].astype(float).fillna(0)
-    agg["workers"] = workers
-    return agg
+    agg["workers"] = agg["actors"].astype(float).fillna(0) + agg["learners"].astype(float).fillna(0)
+    return agg.drop(columns="baseline")
 
 
 def _splits(rows) -> pd.Series:
@@ -69,16 +84,17 @@ def build(table, metas) -> Plot:
     if agg.empty:
         raise NoRows("no concurrency rows (scenario 'concurrency')")
     keys = [*_CONFIG, "workers"]
-    tput = stats.spread(agg.dropna(subset=["items_per_s"]), keys, "items_per_s")
-    wait = stats.spread(agg.dropna(subset=["lock_wait_fraction"]), keys, "lock_wait_fraction")
+    parts = [stats.spread(agg.dropna(subset=[column]), keys, column).assign(metric=metric, unit=unit)
+             for (metric, column, _, _), unit in zip(_METRICS, ("items/s", "1", "1"))
+             if agg[column].notna().any()]
     over = agg.groupby(keys, dropna=False)["oversubscribed"].max().reset_index()
-    data = pd.concat([tput.assign(metric="aggregate_items_per_s", unit="items/s"),
-                      wait.assign(metric="lock_wait_fraction", unit="1")], ignore_index=True)
+    data = pd.concat(parts, ignore_index=True)
     data = data.merge(over, on=keys, how="left")
     line_key = ["variant", "K", "policy", "mode", "capacity", "batch"]
     present = set(data["transitions"].dropna())
     sizes = [s for s in _SIZES if s in present] + sorted(present - set(_SIZES))
-    metrics = [m for m in ("aggregate_items_per_s", "lock_wait_fraction") if m in set(data["metric"])]
+    metrics = [m for m, _, _, _ in _METRICS if m in set(data["metric"])]
+    labels = {m: (label, scale) for m, _, label, scale in _METRICS}
     fig, axes = new_figure(len(metrics), len(sizes), panel=(4.6, 3.4))
     modes = sorted(set(data["mode"].dropna()))
     variants = sorted(set(data["variant"]))
@@ -97,7 +113,7 @@ def build(table, metas) -> Plot:
                 colour = palette.policy_colour(k["policy"])
                 style = "--" if len(modes) > 1 and k["mode"] == "processes" else "-"
                 mark = palette.marker(k["variant"]) if len(variants) > 1 else "o"
-                scale = 1e6 if metric == "aggregate_items_per_s" else 1.0  # drawn in M items/s
+                scale = labels[metric][1]  # throughput drawn in M items/s
                 x, med = line["x"].to_numpy(float), line["median"].to_numpy(float) / scale
                 err = [med - line["min"].to_numpy(float) / scale, line["max"].to_numpy(float) / scale - med]
                 ax.errorbar(x, med, yerr=err, color=colour, linestyle=style, marker="none", capsize=2, linewidth=1.3)
@@ -110,7 +126,7 @@ def build(table, metas) -> Plot:
                 label += f" ({what})"
                 handles.setdefault(label, handle(label, colour, mark, style))
             if splits:
-                ax.set_xticks(range(len(splits)), [f"{w}W+{l_}L" for w, l_ in splits],
+                ax.set_xticks(range(len(splits)), [f"{w}A+{l_}L" for w, l_ in splits],
                               rotation=30 if len(splits) > 4 else 0, fontsize=8)
             for n in cores:
                 within = [i for i, wl in enumerate(splits) if sum(wl) <= n]
@@ -120,17 +136,18 @@ def build(table, metas) -> Plot:
                             fontsize=7, color="0.35")
             ax.grid(alpha=0.3, which="both")
             ax.set_title(f"{size} transitions", fontsize=10)
-            if metric == "aggregate_items_per_s":  # within a panel the values span < 10x: linear
-                ax.set_ylim(0, float(np.nanmax(cell["max"])) / 1e6 * 1.1 if not cell.empty else 1)
-                ax.set_ylabel("aggregate throughput\n(insert + sample, M items/s)")
-            else:
-                ax.set_ylim(0, max(0.05, float(np.nanmax(cell["max"])) * 1.1) if not cell.empty else 1)
-                ax.set_ylabel("lock wait (fraction of time)")
+            label, scale = labels[metric]
+            top = float(np.nanmax(cell["max"])) / scale * 1.1 if not cell.empty else 1.0
+            ax.set_ylim(0, max(0.05, top))  # within a panel the values span < 10x: linear
+            ax.set_ylabel(label)
+            if metric == "x_global_lock":
+                ax.axhline(1.0, color="0.5", linewidth=0.8)
             if r == len(metrics) - 1:
-                ax.set_xlabel("workers: W writers + L samplers/updaters")
+                ax.set_xlabel("workers: A actors (insert) + L learners (sample + update)")
     fig.suptitle("Concurrency: median over repeats, bars = min-max;" + ("\n" if len(sizes) == 1 else " ")
                  + "hollow markers: more workers than cores", fontsize=10)
     legend(fig, list(handles.values()), title="policy (variant, K)")
     data = data.sort_values(["metric", "transitions", "policy", "variant", "workers"]).reset_index(drop=True)
-    return Plot(fig, data, "Aggregate insert + sample throughput and lock-wait fraction against the number of "
-                           "workers, per policy and transition size.")
+    return Plot(fig, data, "Sample throughput (insert throughput for actors alone; never summed), its ratio to "
+                           "global-lock in the same split, and the lock-wait fraction against the actor/learner "
+                           "split, per policy and transition size.")

@@ -4,7 +4,10 @@ A peer module offers ``NAME``, ``STRUCTURE``, ``PARAMS`` (its defaults, as resul
 ``DESCRIPTION``, ``version()`` (raises when the library cannot be imported) and
 ``target(capacity, fields, rng) -> bench.workloads.Target``, and optionally ``MAX_CAPACITY``
 (with ``MAX_CAPACITY_REASON``) when filling larger buffers would take too long: grid cells
-above it are recorded as ``skipped``. Peers are optional extras (``pip install -e .[peers]``):
+above it are recorded as ``skipped``, and ``FORK_AFTER_USE = False`` when the library
+cannot be used in a process that is then forked (torch: its thread pools and locks do not
+survive a fork once an op has run; the micro workers are forked from a manager that has only
+imported such a library, see :mod:`bench.pyperf_worker`). Peers are optional extras (``pip install -e .[peers]``):
 an unavailable one is recorded as such with its import error, never dropped. A peer has fixed
 parameters (``PARAMS``); a grid parameter that differs from them is ``skipped`` for it.
 """
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["PEERS", "PREFIX", "is_peer", "load", "availability", "skip_reason"]
+__all__ = ["PEERS", "PREFIX", "is_peer", "load", "availability", "skip_reason", "fork_after_use"]
 
 PREFIX = "peer:"
 
@@ -54,3 +57,8 @@ def skip_reason(variant: str, capacity: int | None, params: dict) -> str:
         if mod.PARAMS[key] != value:
             return f"{variant} has fixed {key}={mod.PARAMS[key]!r}, not {value!r}"
     return ""
+
+
+def fork_after_use(variant: str) -> bool:
+    """Whether a process may fork after using peer ``variant`` (False: import it only, then fork)."""
+    return getattr(load(variant), "FORK_AFTER_USE", True)

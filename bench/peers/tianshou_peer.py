@@ -37,13 +37,15 @@ import numpy as np
 
 from replaybench.bench.workloads import Target
 
-__all__ = ["NAME", "STRUCTURE", "PARAMS", "DESCRIPTION", "MAX_CAPACITY", "version", "target"]
+__all__ = ["NAME", "STRUCTURE", "PARAMS", "DESCRIPTION", "FORK_AFTER_USE", "MAX_CAPACITY", "version", "target"]
 
 NAME = "tianshou"
 STRUCTURE = "tianshou-segment-tree"
 PARAMS = {"K": 2, "dtype": "float64", "alpha": 0.6, "beta": 0.4, "eps": float(np.finfo(np.float32).eps),
           "weight_norm": "batch-max"}
 DESCRIPTION = "tianshou.data.PrioritizedReplayBuffer, one transition per add (peer library)"
+#: A process that ran torch ops must not fork (workers are forked from an importing manager).
+FORK_AFTER_USE = False
 #: Largest capacity the suites run: filling costs ~45 us per transition, one at a time.
 MAX_CAPACITY = 2**16
 MAX_CAPACITY_REASON = ("tianshou adds one transition per call (~45 s to fill 2**20); "

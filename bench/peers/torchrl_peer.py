@@ -37,12 +37,14 @@ import numpy as np
 
 from replaybench.bench.workloads import Target
 
-__all__ = ["NAME", "STRUCTURE", "PARAMS", "DESCRIPTION", "version", "target"]
+__all__ = ["NAME", "STRUCTURE", "PARAMS", "DESCRIPTION", "FORK_AFTER_USE", "version", "target"]
 
 NAME = "torchrl"
 STRUCTURE = "torchrl-segment-tree"
 PARAMS = {"K": 2, "dtype": "float32", "alpha": 0.6, "beta": 0.4, "eps": 1e-8}
 DESCRIPTION = "torchrl.data.PrioritizedReplayBuffer over LazyTensorStorage (peer library)"
+#: A process that ran torch ops must not fork (workers are forked from an importing manager).
+FORK_AFTER_USE = False
 
 
 def version() -> str:

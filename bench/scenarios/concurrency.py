@@ -1,17 +1,36 @@
-"""The concurrency scenario: P writers and L samplers/updaters on one shared buffer.
+"""The concurrency scenario: actors insert and learners sample + update one shared buffer,
+at a fixed samples-per-insert ratio, as threads and as processes, per policy.
 
-A cell is (variant, policy, transition size, mode, (P, L)): the buffer is created in shared
-memory with that policy, filled to capacity, and the workers of :mod:`bench.concurrency`
-(threads or processes) run ``repeats`` timed windows of ``window_s`` seconds. Rows per window:
-aggregate items/s of insert, sample and update (metric ``items_per_s``) and the share of worker
-time spent waiting for locks (op ``all``, metric ``lock_wait_fraction``). A policy that cannot
-hold the variant's tree (NotImplementedError) gives a ``skipped`` row.
+A cell is (variant, policy, transition size, mode, (actors, learners)): the buffer is created
+in shared memory with that policy, filled to capacity, and the workers of
+:mod:`bench.concurrency` run ``repeats`` timed windows of ``window_s`` seconds. With both
+kinds of worker, a rate limiter keeps ``samples_per_insert`` sampled transitions per inserted
+one (as a training loop does), so a policy cannot look fast by letting one side starve the
+other. Rows per window:
+
+* ``items_per_s`` per op kind (``insert``, ``sample``, ``update``): transitions per second,
+  each kind on its own row (kinds are never summed: an inserted and a sampled transition are
+  different work);
+* per op kind (``insert``; ``iteration`` = one sample and its update): ``busy_s_per_call``
+  (seconds inside a call, waits included), ``lock_wait_s_per_call`` and
+  ``lock_hold_s_per_call`` (the tree lock's), averaged over the window's calls;
+* ``rate_wait_fraction`` (op ``all``): share of worker time spent waiting for the ratio;
+* ``lock_wait_fraction`` (op ``all``): share of worker time spent waiting for locks (as
+  before the redesign, so older readers still find it).
+
+The summary shows per cell the rates and per-call costs and each policy's sample rate as a
+ratio to ``global-lock`` in the same run, mode, size and split (``x global-lock``). meta.json
+holds this machine's memory limits (:mod:`bench.limits`). A policy that cannot hold the
+variant's tree (NotImplementedError) gives a ``skipped`` row. :mod:`impl.concurrent.scaling`
+turns a run into a scaling model (``replaybench plan --run``).
 
 Suite keys (bench/suites/concurrency.json): variants, policies (``"all"``, the default, =
 every policy registered in :mod:`impl.concurrent` when the run starts, so a new policy is
 measured with no edit here; or a list), transitions (``{kind: {capacity, write_batch,
 sample_batch}}`` with kind one of :data:`bench.concurrency.TRANSITIONS`), modes (threads,
-processes), workers (``[[P, L], ...]``), window_s, repeats. Selection: ``--variants``.
+processes), workers (``[[actors, learners], ...]``, or ``"auto"``: :func:`auto_workers` for
+this machine's cores), samples_per_insert (optional; default none: no ratio), window_s,
+repeats. Selection: ``--variants``.
 """
 
 from __future__ import annotations
@@ -20,7 +39,7 @@ import os
 
 from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError
 
-__all__ = ["policy_names", "Concurrency", "SCENARIO"]
+__all__ = ["policy_names", "auto_workers", "Concurrency", "SCENARIO", "format_table"]
 
 MODES = ("threads", "processes")
 
@@ -30,6 +49,19 @@ def policy_names() -> list[str]:
     from replaybench.impl import concurrent
 
     return list(concurrent.names())
+
+
+def auto_workers(cores: int) -> list[list[int]]:
+    """Worker splits from 1 to ``2 * cores`` workers: each kind alone (1 actor; 1 and 2 learners:
+    the model's per-op costs and serial fraction), then for every total ``n`` in 2, 3, 4, 6, 8,
+    12, 16, ... up to ``2 * cores`` the splits with ``n/4``, ``n/2`` and ``3n/4`` actors (every
+    split when ``n <= 4``)."""
+    out = [[1, 0], [0, 1], [0, 2]]
+    totals = [2, 3, 4] + [t for k in range(2, 8) for t in (3 * 2 ** (k - 1), 2 ** (k + 1))]
+    for n in sorted(t for t in set(totals) if t <= max(2, 2 * cores)):
+        actors = range(1, n) if n <= 4 else sorted({max(1, min(n - 1, round(n * f))) for f in (0.25, 0.5, 0.75)})
+        out += [[a, n - a] for a in actors]
+    return out
 
 
 def _check(suite: dict) -> None:
@@ -50,10 +82,15 @@ def _check(suite: dict) -> None:
     if not isinstance(modes, list) or not modes or set(modes) - set(MODES):
         raise SelectionError(f"{where}: 'modes' must be a list of {list(MODES)}, got {modes!r}")
     workers = suite.get("workers")
+    if workers == "auto":
+        workers = auto_workers(os.cpu_count() or 1)
+    spi = suite.get("samples_per_insert")
+    if spi is not None and (isinstance(spi, bool) or not isinstance(spi, (int, float)) or not 0 < spi < float("inf")):
+        raise SelectionError(f"{where}: 'samples_per_insert' must be a positive number, got {spi!r}")
     if not isinstance(workers, list) or not workers or not all(
             isinstance(w, list) and len(w) == 2 and all(isinstance(n, int) and n >= 0 for n in w) and sum(w) > 0
             for w in workers):
-        raise SelectionError(f"{where}: 'workers' must be a list of [writers, learners], got {workers!r}")
+        raise SelectionError(f"{where}: 'workers' must be \"auto\" or a list of [actors, learners], got {workers!r}")
     for key, kind in (("window_s", (int, float)), ("repeats", int)):
         value = suite.get(key)
         if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
@@ -61,7 +98,7 @@ def _check(suite: dict) -> None:
 
 
 class Concurrency(Scenario):
-    """Aggregate throughput and lock waits of the shared buffer (see the module docstring)."""
+    """Per-op rates, per-call costs and lock waits of the shared buffer (see the module docstring)."""
 
     name = "concurrency"
 
@@ -82,6 +119,8 @@ class Concurrency(Scenario):
         except KeyError as err:
             raise SelectionError(f"--variants: {err.args[0]}") from None
         cores = os.cpu_count() or 1
+        splits = auto_workers(cores) if suite["workers"] == "auto" else suite["workers"]
+        spi = suite.get("samples_per_insert")
         cells = []
         for variant in variants:
             v = infos[variant]
@@ -89,24 +128,31 @@ class Concurrency(Scenario):
                 for kind, t in suite["transitions"].items():
                     nbytes = TRANSITIONS[kind]
                     for mode in suite["modes"]:
-                        for P, L in suite["workers"]:
+                        for P, L in splits:
                             params = {**v.params, "oversubscribed": P + L > cores, "write_batch": t["write_batch"],
-                                      "transition_bytes": nbytes + 16}
+                                      "transition_bytes": nbytes + 16, "cores": cores,
+                                      **({"samples_per_insert": spi} if spi is not None and P and L else {})}
                             columns = {"variant": variant, "structure": v.structure, "policy": policy,
                                        "K": v.params.get("K", 2), "dtype": v.params.get("dtype", "float32"),
                                        "params": params, "capacity": t["capacity"], "batch": t["sample_batch"],
                                        "threads": P + L, "transitions": kind, "actors": P, "learners": L,
                                        "mode": mode, "op": "all", "metric": "items_per_s"}
                             cfg = {"nbytes": nbytes, "write_batch": t["write_batch"],
-                                   "sample_batch": t["sample_batch"], "window_s": suite["window_s"]}
+                                   "sample_batch": t["sample_batch"], "window_s": suite["window_s"],
+                                   "samples_per_insert": spi}
                             cells.append(Cell(f"{variant} {policy} {kind} {mode} P={P} L={L}", columns,
                                               (cfg, suite["repeats"])))
         return cells
 
     def meta(self, suite: dict, selection: Selection, cells: list[Cell]) -> dict:
+        from replaybench.bench import limits
+
         return {"policies": list(dict.fromkeys(c.columns["policy"] for c in cells)),
-                "timing": "per window: items over the slowest worker's seconds; workers attach, warm up their "
-                          "kernels and meet at a barrier before each window"}
+                "samples_per_insert": suite.get("samples_per_insert"),
+                "timing": "per window: items over the slowest worker's seconds; per-call costs averaged over "
+                          "the window's calls; workers attach, warm up their kernels and meet at a barrier "
+                          "before each window",
+                "memory_limits": limits.probe()}
 
     def measure(self, cell: Cell, run: RunState) -> list[dict]:
         from replaybench.bench.concurrency import prefill, run_workers, schema
@@ -133,6 +179,10 @@ class Concurrency(Scenario):
 SCENARIO = Concurrency()
 
 
+#: Per-call metrics per op kind, from the workers' ``<kind>_<name>`` totals.
+PER_CALL = {"busy_s_per_call": "busy", "lock_wait_s_per_call": "wait", "lock_hold_s_per_call": "hold"}
+
+
 def _rows(cell: Cell, res: list[dict], windows: int) -> list[dict]:
     rows = []
     for w in range(windows):
@@ -142,36 +192,64 @@ def _rows(cell: Cell, res: list[dict], windows: int) -> list[dict]:
             items = sum(r.get(op, 0) for r in mine)
             if any(op in r for r in mine):
                 rows.append(cell.row("ok", op=op, value=items / seconds, unit="items/s", repeat=w))
-        wait = sum(r["lock_wait"] for r in mine) / sum(r["seconds"] for r in mine)
-        rows.append(cell.row("ok", op="all", metric="lock_wait_fraction", value=wait, unit="1", repeat=w))
+        for kind in ("insert", "iteration"):
+            calls = sum(r.get(f"{kind}_calls", 0) for r in mine)
+            for metric, name in PER_CALL.items():
+                if calls:
+                    value = sum(r.get(f"{kind}_{name}", 0.0) for r in mine) / calls
+                    rows.append(cell.row("ok", op=kind, metric=metric, value=value, unit="s", repeat=w))
+        worker_seconds = sum(r["seconds"] for r in mine)
+        rows.append(cell.row("ok", op="all", metric="lock_wait_fraction", unit="1", repeat=w,
+                             value=sum(r["lock_wait"] for r in mine) / worker_seconds))
+        rows.append(cell.row("ok", op="all", metric="rate_wait_fraction", unit="1", repeat=w,
+                             value=sum(r.get("rate_wait", 0.0) for r in mine) / worker_seconds))
     return rows
 
 
-def format_table(rows: list[dict]) -> str:
-    """Per cell: median items/s of each op and of insert + sample (aggregate), and the median
-    lock-wait share, over the cell's windows; then the cells that did not run."""
+def _medians(rows: list[dict]) -> dict[tuple, dict]:
+    """``{cell: {(op, metric): median over windows}}`` of the ``ok`` rows."""
     import statistics
 
-    from replaybench.bench.summary import format_table as table
-
     keys = ("variant", "policy", "transitions", "mode", "actors", "learners")
-    cells: dict[tuple, dict] = {}
+    values: dict[tuple, dict] = {}
     for r in rows:
         if r.get("status") == "ok":
-            per_window = cells.setdefault(tuple(r[k] for k in keys), {}).setdefault(r["repeat"], {})
-            per_window[r["op"] if r["metric"] == "items_per_s" else "lock wait"] = r["value"]
-    ops = ("insert", "sample", "update")
+            values.setdefault(tuple(r[k] for k in keys), {}).setdefault((r["op"], r["metric"]), []).append(r["value"])
+    return {k: {m: statistics.median(v) for m, v in by.items()} for k, by in values.items()}
 
-    def median(windows, name):
-        values = [w[name] for w in windows if name in w]
-        return f"{statistics.median(values):,.3g}" if values else "-"
+
+def format_table(rows: list[dict]) -> str:
+    """Per cell (medians over windows): items/s of insert, sample and update (each kind on its
+    own), the sample rate as a ratio to global-lock in the same mode, size and split, the
+    per-call busy time, lock wait and lock hold of inserts and of learner iterations, and the
+    share of time spent waiting for locks and for the ratio; then the cells that did not run."""
+    from replaybench.bench.summary import format_table as table
+
+    med = _medians(rows)
+
+    def rate(m, op):
+        x = m.get((op, "items_per_s"))
+        return f"{x:,.3g}" if x is not None else "-"
+
+    def us(m, kind, metric):
+        x = m.get((kind, metric))
+        return f"{1e6 * x:.1f}" if x is not None else "-"
 
     body = []
-    for key, by_window in cells.items():
-        windows = [{**w, "aggregate/s": w.get("insert", 0.0) + w.get("sample", 0.0)} for w in by_window.values()]
-        body.append([str(k) for k in key] + [median(windows, name) for name in (*ops, "aggregate/s", "lock wait")])
-    header = ["variant", "policy", "transitions", "mode", "P", "L", *ops, "aggregate/s", "lock wait"]
-    out = table(header, body, set(range(4, len(header)))) if body else ["(no concurrency rows)"]
+    for key, m in med.items():
+        base = med.get((key[0], "global-lock", *key[2:]), {}).get(("sample", "items_per_s"))
+        mine = m.get(("sample", "items_per_s"))
+        ratio = f"{mine / base:.2f}" if base and mine is not None else "-"
+        frac = [f"{m[('all', f)]:.2f}" if ("all", f) in m else "-" for f in ("lock_wait_fraction", "rate_wait_fraction")]
+        body.append([str(k) for k in key] + [rate(m, "insert"), rate(m, "sample"), rate(m, "update"), ratio]
+                    + [us(m, kind, metric) for kind in ("insert", "iteration")
+                       for metric in ("busy_s_per_call", "lock_wait_s_per_call", "lock_hold_s_per_call")] + frac)
+    header = ["variant", "policy", "transitions", "mode", "A", "L", "insert/s", "sample/s", "update/s",
+              "x global-lock", "ins us", "ins wait", "ins hold", "iter us", "iter wait", "iter hold", "lock wait",
+              "rate wait"]
+    out = ["Per op kind: items/s (never summed); per call (us): busy, lock wait, lock hold; "
+           "iteration = sample + update; x global-lock = sample/s over global-lock's in the same mode and split"]
+    out += table(header, body, set(range(4, len(header)))) if body else ["(no concurrency rows)"]
     missing = [r for r in rows if r.get("status") != "ok"]
     if missing:
         body = [[r["variant"], r["policy"], r["transitions"], r["mode"], str(r["actors"]), str(r["learners"]),

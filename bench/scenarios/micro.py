@@ -326,6 +326,7 @@ class Micro(Scenario):
         return cells
 
     def meta(self, suite: dict, selection: Selection, cells: list[Cell]) -> dict:
+        from replaybench.bench import limits
         from replaybench.impl import registry
 
         items = [c.spec for c in cells if isinstance(c.spec, Item)]
@@ -349,6 +350,7 @@ class Micro(Scenario):
             "plugin_failures": registry.failures(),
             "timing": "pyperf bench_time_func; value = seconds per call averaged over its loops; "
                       "set-up, fill and one call of the op before timing in each worker process",
+            "memory_limits": limits.probe(),  # this machine's latency and gather floor (bench/limits.py)
         }
 
     def measure(self, cell: Cell, run: RunState) -> list[dict]:

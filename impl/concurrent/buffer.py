@@ -256,6 +256,13 @@ class SharedPrioritizedBuffer:
         self._open()
         return self._tree_lock.wait_seconds + self._leaf_lock.wait_seconds
 
+    @property
+    def lock_hold_seconds(self) -> float:
+        """Seconds this object's callers held the tree lock (the lock every policy serialises
+        its tree work on; the leaf lock is only taken inside it)."""
+        self._open()
+        return self._tree_lock.hold_seconds
+
     def counters(self) -> dict:
         """Buffer-wide event counts (all processes): rebuilds, recoveries, stale updates
         skipped, rows redrawn because their slot changed during a copy, slots voided."""

@@ -10,7 +10,9 @@ Waiting: when the holder is another process, up to :data:`SPINS` immediate retri
 critical section ends within them), then :data:`YIELDS` yields of the core, then sleeps that
 double from 50 us to 0.5 ms (so a long wait costs almost no CPU on an oversubscribed
 machine); when the holder is a thread of this process, yields at once (it needs the GIL to
-release). The time spent is counted in :attr:`SharedLock.wait_seconds`.
+release). The time spent is counted in :attr:`SharedLock.wait_seconds`, and the time from
+each acquisition to its release in :attr:`SharedLock.hold_seconds` (two clock reads per
+acquisition, ~0.1 us: what the scaling model uses as the serial part of an operation).
 
 Recovery rule (a holder that died): a waiter that has waited ``check_every`` seconds reads
 the holder's pid; if that process no longer exists (or is a zombie), the waiter takes the
@@ -94,6 +96,8 @@ class SharedLock:
         self.on_recover = on_recover
         self.timeout, self.check_every = float(timeout), float(check_every)
         self.wait_seconds = 0.0  # total time spent waiting (uncontended acquisitions add 0)
+        self.hold_seconds = 0.0  # total time from acquisition to release
+        self._acquired_at = 0.0
         self.acquisitions = 0
         self.contended = 0
         self.recoveries = 0
@@ -103,6 +107,7 @@ class SharedLock:
         seen = cas(self.words, self.index, 0, token)
         self.acquisitions += 1
         if seen == 0:
+            self._acquired_at = time.perf_counter()
             return
         if seen == token:
             raise RuntimeError(f"lock {self.name!r} is already held by this thread (not reentrant)")
@@ -129,14 +134,16 @@ class SharedLock:
             if now - last_check >= self.check_every:
                 last_check = now
                 if not pid_alive(token_pid(seen)) and cas(self.words, self.index, seen, token) == seen:
-                    self.wait_seconds += time.perf_counter() - start
+                    self._acquired_at = time.perf_counter()
+                    self.wait_seconds += self._acquired_at - start
                     self._recover(seen)
                     return
                 if now - start > self.timeout:
                     self.wait_seconds += now - start
                     raise TimeoutError(f"lock {self.name!r} not acquired in {self.timeout:g} s; held by "
                                        f"pid {token_pid(seen)} (token {seen})")
-        self.wait_seconds += time.perf_counter() - start
+        self._acquired_at = time.perf_counter()
+        self.wait_seconds += self._acquired_at - start
 
     def _recover(self, dead_token: int) -> None:
         self.recoveries += 1
@@ -149,10 +156,12 @@ class SharedLock:
 
     def release(self) -> None:
         token = my_token()
+        held = time.perf_counter() - self._acquired_at
         seen = cas(self.words, self.index, token, 0)
         if seen != token:
             raise RuntimeError(f"lock {self.name!r} released by a thread that does not hold it "
                                f"(holder token {seen}, this thread {token})")
+        self.hold_seconds += held
 
     def holder(self) -> int:
         """Token of the current holder, 0 if free (a snapshot)."""

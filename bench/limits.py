@@ -1,0 +1,169 @@
+"""The memory limits of the running machine, measured in a few seconds: ``replaybench limits``.
+
+Two probes, each at working-set sizes from a few KiB (L1) to beyond the last-level cache,
+the sizes a sum tree and its rows span from 2**10 to 2**24 leaves:
+
+* **dependent load latency** (``latency_ns``): a pointer chase through a random cyclic
+  permutation of the working set's 64-byte lines (Sattolo's algorithm, so the chase visits
+  every line of the cycle once per turn; above :data:`MAX_CYCLE` lines, a random subset of
+  them spread over the whole set); each load's address is the previous load's value, so no two
+  misses overlap. This is what one level of a tree descent costs when nothing else is in
+  flight.
+* **independent gather** (``gather_ns``): loads of one word from each of many random lines
+  whose addresses are all known in advance (a precomputed index array), summed so they cannot
+  be skipped; the core overlaps as many misses as it can. This is the floor per random line
+  that any layout pays: touching a random row or leaf cannot be cheaper.
+
+Both are compiled with numba (``nogil``, cached on disk), run after one untimed pass over the
+working set (so page faults are not timed), and report the minimum over ``repeats`` timed
+passes (the machine's capability, least disturbed by other work). The buffers are plain
+NumPy allocations, as the trees' arrays are: with 4 KiB pages, large working sets also pay
+TLB misses, exactly as the trees do.
+
+:func:`bound_ns` turns the table into the bound the summaries quote for a buffer: the
+gather floor (and the dependent latency) at the buffer's working-set size, interpolated
+log-log between the measured sizes. A micro or concurrency run stores :func:`probe`'s result
+in meta.json (``memory_limits``); :mod:`bench.summary` and the report show each op's cost per
+item as a multiple of that floor.
+
+Error bound: on an idle machine repeated probes agree within ~10 % beyond L2 (DRAM latency
+varies with page placement); on a loaded machine the minimum still approaches the idle value,
+but a single run can read high. The probe is a bound of the same machine, not a model.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+__all__ = ["LINE", "DEFAULT_SIZES", "probe", "bound_ns", "working_set_bytes", "format_limits"]
+
+LINE = 64  # bytes per cache line
+#: Working-set sizes probed, bytes: 4 KiB .. 256 MiB in steps of x4 (2**10 .. 2**26 float32 leaves;
+#: a 2**22-slot buffer of CartPole rows and its trees span ~220 MiB).
+DEFAULT_SIZES = tuple(4 * 4**k * 1024 for k in range(9))
+_WORDS = LINE // 8  # int64 words per line
+MAX_CYCLE = 2**20  # lines in a pointer-chase cycle at most (64 MiB of distinct lines)
+
+
+def _kernels():
+    from numba import njit
+
+    @njit(nogil=True, cache=True)
+    def sattolo(n, seed):
+        """A random cyclic permutation of 0..n-1 (one cycle through every element)."""
+        np.random.seed(seed)
+        perm = np.arange(n)
+        for i in range(n - 1, 0, -1):
+            j = np.random.randint(0, i)
+            perm[i], perm[j] = perm[j], perm[i]
+        return perm
+
+    @njit(nogil=True, cache=True)
+    def build_chase(words, lines, perm):
+        # line lines[perm[i]]'s first word holds the word offset of the next line in the cycle
+        for i in range(perm.size):
+            words[lines[perm[i]] * 8] = lines[perm[(i + 1) % perm.size]] * 8
+
+    @njit(nogil=True, cache=True)
+    def chase(words, steps, start):
+        p = start
+        for _ in range(steps):
+            p = words[p]
+        return p
+
+    @njit(nogil=True, cache=True)
+    def gather(words, lines):
+        s = 0
+        for i in range(lines.size):
+            s += words[lines[i] * 8]
+        return s
+
+    return sattolo, build_chase, chase, gather
+
+
+def _timed(fn, *args) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return time.perf_counter() - t0, out
+
+
+def probe(sizes=DEFAULT_SIZES, *, loads: int = 100_000, repeats: int = 3, seed: int = 0) -> dict:
+    """Measure both probes at each working-set size (bytes, each >= 2 lines).
+
+    Returns a JSON-ready dict: ``{"line_bytes", "loads", "repeats", "seconds", "sizes": [{"bytes",
+    "latency_ns", "gather_ns"}, ...]}``. Cost: about ``2 * repeats * loads`` loads per size
+    (~0.1-0.3 s per size beyond the LLC; about 2 s in all on an idle machine) plus building the permutation, and numba's first
+    compilation (cached on disk) the first time on a machine.
+    """
+    sizes = [int(s) for s in sizes]
+    if not sizes or any(s < 2 * LINE for s in sizes):
+        raise ValueError(f"sizes must be working-set sizes of at least {2 * LINE} bytes, got {sizes!r}")
+    if isinstance(loads, bool) or not isinstance(loads, int) or loads < 1:
+        raise ValueError(f"loads must be a positive integer, got {loads!r}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
+    sattolo, build_chase, chase, gather = _kernels()
+    start = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    out = []
+    for size in sizes:
+        n = size // LINE
+        words = np.empty(n * _WORDS, np.int64)
+        words.fill(0)  # writes every page, so no page fault is timed (np.zeros would map them lazily)
+        # the cycle visits MAX_CYCLE random lines at most, spread over the whole set (every page
+        # and far more lines than any cache holds), so building it stays cheap at 256 MiB
+        cycle = np.sort(rng.choice(n, n if n <= MAX_CYCLE else MAX_CYCLE, replace=False))
+        build_chase(words, cycle, sattolo(cycle.size, seed))
+        lines = rng.integers(0, n, loads, dtype=np.int64)
+        first = cycle[0] * _WORDS
+        chase(words, min(cycle.size, loads), first)  # untimed: the set as cached as it can be
+        gather(words, lines)
+        lat = min(_timed(chase, words, loads, first)[0] for _ in range(repeats))
+        gat = min(_timed(gather, words, lines)[0] for _ in range(repeats))
+        out.append({"bytes": size, "latency_ns": 1e9 * lat / loads, "gather_ns": 1e9 * gat / loads})
+    return {"line_bytes": LINE, "loads": loads, "repeats": repeats, "seconds": time.perf_counter() - start,
+            "sizes": out}
+
+
+def working_set_bytes(capacity: int, row_bytes: int, leaf_bytes: int = 4) -> int:
+    """Bytes a buffer of ``capacity`` rows spans: its rows plus a sum and a min tree
+    (about ``capacity * leaf_bytes * 16/15`` each, for K=16; a binary tree is 2x: the
+    difference is small beside the rows)."""
+    return int(capacity * (row_bytes + 2 * leaf_bytes * 16 / 15))
+
+
+def bound_ns(limits: dict, nbytes: int) -> dict:
+    """``{"gather_ns", "latency_ns"}`` at a working set of ``nbytes``: log-log interpolation
+    between the probed sizes, the nearest probed value outside them."""
+    pts = sorted(limits["sizes"], key=lambda s: s["bytes"])
+    if nbytes <= pts[0]["bytes"]:
+        return {k: pts[0][k] for k in ("gather_ns", "latency_ns")}
+    if nbytes >= pts[-1]["bytes"]:
+        return {k: pts[-1][k] for k in ("gather_ns", "latency_ns")}
+    for a, b in zip(pts, pts[1:]):
+        if a["bytes"] <= nbytes <= b["bytes"]:
+            t = (math.log(nbytes) - math.log(a["bytes"])) / (math.log(b["bytes"]) - math.log(a["bytes"]))
+            return {k: math.exp((1 - t) * math.log(a[k]) + t * math.log(b[k])) for k in ("gather_ns", "latency_ns")}
+    raise AssertionError("unreachable: sizes are sorted")
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:g} {unit}"
+    return f"{nbytes} B"
+
+
+def format_limits(limits: dict) -> str:
+    """The probe as a table: per working-set size, dependent-load latency and gather cost per line."""
+    from replaybench.bench.contract import format_table
+
+    body = [[_size(s["bytes"]), f"{s['latency_ns']:.1f}", f"{s['gather_ns']:.2f}",
+             f"{s['latency_ns'] / s['gather_ns']:.1f}"] for s in limits["sizes"]]
+    head = (f"Memory limits of this machine ({limits['loads']} loads per probe, min of {limits['repeats']}; "
+            f"{limits['seconds']:.1f} s)")
+    return "\n".join([head, *format_table(["working set", "dependent load ns", "gather ns/line",
+                                           "overlap (ratio)"], body, {0, 1, 2, 3})])

@@ -1,0 +1,88 @@
+"""``replaybench plan --run results/<id> --cores 4,8,16``: the scaling model of a concurrency run.
+
+For each (variant, policy, mode, transition size) of the run: the model's inputs
+(:func:`impl.concurrent.scaling.costs_from_rows`), its prediction against every measured cell
+of the run (error per cell; the 1-actor, 1- and 2-learner cells are the inputs), and the best
+actor/learner split with its predicted rates and binding bound at each requested core count.
+"""
+
+from __future__ import annotations
+
+import sys
+
+__all__ = ["format_plan", "add_parser"]
+
+DEFAULT_CORES = (4, 8, 16, 32, 64)
+
+
+def format_plan(rows: list[dict], cores: list[int], machine_cores: int | None = None) -> str:
+    """The text ``replaybench plan`` prints for the concurrency ``rows`` of one run."""
+    from replaybench.bench.summary import format_table
+    from replaybench.impl.concurrent import scaling
+
+    configs = sorted({(r["variant"], r["policy"], r["mode"], r["transitions"]) for r in rows
+                      if r.get("scenario") == "concurrency" and r.get("status") == "ok"})
+    if not configs:
+        raise ValueError("the run has no measured concurrency rows")
+    out = []
+    for variant, policy, mode, transitions in configs:
+        where = dict(variant=variant, policy=policy, mode=mode, transitions=transitions)
+        title = f"{policy} / {mode} / {transitions} ({variant})"
+        try:
+            costs = scaling.costs_from_rows(rows, cores=machine_cores, **where)
+        except ValueError as err:
+            out += ["", f"{title}: {err}"]
+            continue
+        c = costs
+        out += ["", title,
+                f"  inputs: insert {1e6 * c.insert_s:.1f} us/call (hold {1e6 * c.insert_hold_s:.1f}), iteration "
+                f"{1e6 * c.iteration_s:.1f} us/call (hold {1e6 * c.iteration_hold_s:.1f}), serial fraction "
+                f"{c.serial_fraction:.2f}, {c.samples_per_insert:g} samples per insert"]
+        checked = scaling.validate(rows, costs, machine_cores or 1, **where)
+        body = [[f"{v['actors']}A+{v['learners']}L", f"{v['measured']:,.3g}", f"{v['predicted']:,.3g}",
+                 f"{100 * v['error']:+.0f}%", v["bound"], "input" if v["input"] else ""] for v in checked]
+        out += ["  " + line for line in format_table(["split", "measured/s", "predicted/s", "error", "bound", ""],
+                                                      body, {1, 2, 3})]
+        body = []
+        for n in cores:
+            if n < 2:
+                continue
+            p = scaling.plan(n, costs)
+            body.append([str(n), f"{p.actors}A+{p.learners}L", f"{p.sample_per_s:,.3g}", f"{p.insert_per_s:,.3g}",
+                         p.bound])
+        if body:
+            out += ["  " + line for line in format_table(["cores", "best split", "sample/s", "insert/s", "bound"],
+                                                          body, {0, 2, 3})]
+    return "\n".join(out).lstrip("\n")
+
+
+def _cmd(args) -> int:
+    from replaybench.bench import contract
+
+    cores = list(args.cores)
+    bad = [n for n in cores if n < 2]
+    if bad:
+        args.parser.error(f"--cores: each core count must be >= 2 (an actor and a learner), got {bad}")
+    try:
+        meta = contract.read_meta(args.run)
+        rows = contract.read_rows(args.run)
+    except (contract.RunError, OSError) as err:
+        print(f"error: --run {args.run}: {err}", file=sys.stderr)
+        return 1
+    machine = (meta.get("machine") or {}).get("usable_cpus")
+    try:
+        print(format_plan(rows, cores, int(machine) if machine else None))
+    except ValueError as err:
+        print(f"error: --run {args.run}: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_parser(sub) -> None:
+    from replaybench.bench import arguments
+
+    p = sub.add_parser("plan", help="scaling model of a concurrency run: predicted vs measured, best split per core count")
+    p.add_argument("--run", required=True, help="a concurrency run folder (results/<run_id>)")
+    p.add_argument("--cores", type=arguments.csv(int), default=list(DEFAULT_CORES),
+                   help="comma-separated core counts to plan for (default 4,8,16,32,64)")
+    p.set_defaults(func=_cmd, parser=p)

@@ -1,0 +1,215 @@
+"""The concurrency scenario (actors + learners at a fixed ratio), the memory-limits probe and
+the scaling model: rows per op kind, per-call costs, the ratio kept, the model's bounds and
+its fit to a run, the `plan` and `limits` commands."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from replaybench.bench import contract, driver, limits, results, suites
+from replaybench.impl.concurrent import scaling
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "replaybench", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
+# ----------------------------------------------------------------------------- the scenario
+@pytest.fixture(scope="module")
+def model_run(tmp_path_factory):
+    """A small run with the model's input cells and two predicted ones, threads only."""
+    out = tmp_path_factory.mktemp("conc")
+    suite = {**suites.load("concurrency-quick"), "name": "concurrency-model", "policies": ["lazy-writing"],
+             "modes": ["threads"], "workers": [[1, 0], [0, 1], [0, 2], [1, 1], [1, 2]], "repeats": 1}
+    (run,) = driver.run_suites(suite, out=str(out), progress=False, echo=lambda *a: None)
+    return run
+
+
+def test_concurrency_quick_rows_are_per_op_kind_with_costs_and_the_ratio_kept(tmp_path):
+    """`replaybench run --suite concurrency-quick`: items/s per op kind (no aggregate), per-call
+    busy / wait / hold per kind, the samples-per-insert ratio held, memory limits in meta."""
+    proc = _cli("run", "--suite", "concurrency-quick", "--out", str(tmp_path), "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    (run,) = tmp_path.iterdir()
+    rows = results.read_rows(run)
+    meta = results.read_meta(run)
+    assert meta["complete"] is True and meta["samples_per_insert"] == 8
+    assert {s["bytes"] for s in meta["memory_limits"]["sizes"]} == set(limits.DEFAULT_SIZES)
+    assert {r["status"] for r in rows} == {"ok"}
+    assert {(r["policy"], r["mode"]) for r in rows} == {(p, m) for p in ("global-lock", "lazy-writing")
+                                                        for m in ("threads", "processes")}
+    metrics = {(r["op"], r["metric"]) for r in rows}
+    assert metrics == {("insert", "items_per_s"), ("sample", "items_per_s"), ("update", "items_per_s"),
+                       *((k, m) for k in ("insert", "iteration")
+                         for m in ("busy_s_per_call", "lock_wait_s_per_call", "lock_hold_s_per_call")),
+                       ("all", "lock_wait_fraction"), ("all", "rate_wait_fraction")}
+    for r in rows:
+        assert r["actors"] == 1 and r["learners"] == 1 and r["value"] >= 0
+        if r["metric"].endswith("fraction"):
+            assert r["value"] <= 1
+    by_window = {}
+    for r in rows:
+        if r["metric"] == "items_per_s":
+            by_window.setdefault((r["policy"], r["mode"], r["repeat"]), {})[r["op"]] = r["value"]
+    for key, w in by_window.items():
+        # sampled = 8 x inserted within the limiter's slack (1 write batch x 8 + 1 sample batch) per window
+        seconds = 0.2
+        slack = (8 * 32 + 64) / seconds
+        assert abs(w["sample"] - 8 * w["insert"]) <= slack * 1.5 + 0.05 * w["sample"], (key, w)
+        assert w["update"] <= w["sample"]
+    for r in rows:  # a lock is held for no longer than the calls that hold it
+        if r["metric"] == "lock_hold_s_per_call":
+            busy = next(x["value"] for x in rows if x["metric"] == "busy_s_per_call" and x["op"] == r["op"]
+                        and (x["policy"], x["mode"], x["repeat"]) == (r["policy"], r["mode"], r["repeat"]))
+            assert r["value"] <= busy * 1.001
+    assert "x global-lock" in proc.stdout and "aggregate" not in proc.stdout
+
+
+def test_auto_workers_cover_one_to_twice_the_cores():
+    from replaybench.bench.scenarios.concurrency import auto_workers
+
+    for cores in (1, 2, 16):
+        splits = auto_workers(cores)
+        assert [1, 0] in splits and [0, 1] in splits and [0, 2] in splits
+        assert max(a + l_ for a, l_ in splits) == max(2, 2 * cores)
+        assert len({tuple(s) for s in splits}) == len(splits)
+    assert [[a, l_] for a, l_ in auto_workers(2) if a and l_] == [[1, 1], [1, 2], [2, 1], [1, 3], [2, 2], [3, 1]]
+
+
+@pytest.mark.parametrize("key,value", [("samples_per_insert", 0), ("samples_per_insert", "8"), ("workers", "all")])
+def test_bad_suite_values_are_refused_before_anything_runs(key, value, tmp_path):
+    from replaybench.bench.scenarios import SelectionError
+
+    suite = {**suites.load("concurrency-quick"), key: value}
+    with pytest.raises(SelectionError, match=key):
+        driver.run_suites(suite, out=str(tmp_path), progress=False, echo=lambda *a: None)
+    assert not any(tmp_path.iterdir())
+
+
+def test_rate_limiter_holds_the_ratio_and_gives_up_at_the_deadline():
+    import time
+
+    from replaybench.bench.concurrency import RateLimiter
+
+    counts = np.zeros(2, np.int64)
+    lim = RateLimiter(counts, samples_per_insert=4, slack=8)
+    assert lim.before_sample(8, time.perf_counter() + 1) == 0.0  # within the slack
+    lim.sampled(8)
+    start = time.perf_counter()
+    waited = lim.before_sample(8, start + 0.05)  # 16 > 4 * 0 + 8: waits until the deadline
+    assert waited >= 0.04
+    lim.inserted(2)  # now 16 <= 4 * 2 + 8
+    assert lim.before_sample(8, time.perf_counter() + 1) == 0.0
+    assert lim.before_insert(1, time.perf_counter() + 1) == 0.0  # 4 * 3 <= 8 + 8
+    assert lim.before_insert(10, time.perf_counter() + 0.01) > 0  # 4 * 12 > 16
+
+
+def test_lock_hold_is_counted_per_object():
+    from replaybench.impl.concurrent.locks import SharedLock
+
+    words = np.zeros(1, np.int64)
+    lock = SharedLock(words, 0, "t")
+    with lock:
+        pass
+    first = lock.hold_seconds
+    with lock:
+        import time
+
+        time.sleep(0.01)
+    assert 0 <= first < 0.01 and lock.hold_seconds - first >= 0.009
+
+
+# ----------------------------------------------------------------------------- the model
+def _costs(**kw):
+    base = dict(insert_s=100e-6, iteration_s=400e-6, insert_hold_s=10e-6, iteration_hold_s=40e-6,
+                serial_fraction=0.0, write_batch=64, sample_batch=256, samples_per_insert=8.0)
+    return scaling.Costs(**{**base, **kw})
+
+
+def test_predict_binds_the_tightest_bound():
+    c = _costs()
+    # one learner: 256 / 400 us = 640k samples/s; its inserts (80k/s) need 0.125 of an actor
+    p = scaling.predict(c, 1, 1, 2)
+    assert p.bound == "learners" and p.sample_per_s == pytest.approx(640e3) and p.insert_per_s == pytest.approx(80e3)
+    # lock: per sampled transition 40/256 us + 1/8 * 10/64 us = 0.15625 + 0.01953 us -> 5.69 M/s
+    p = scaling.predict(c, 4, 60, 64)
+    assert p.bound == "tree lock" and p.sample_per_s == pytest.approx(1 / (40e-6 / 256 + 10e-6 / 64 / 8))
+    # oversubscribed: 4 learners on 2 cores get half a core each
+    assert scaling.predict(c, 0, 4, 2).sample_per_s == pytest.approx(2 * 640e3)
+    # serial fraction 0.5: at most 2 learners' worth of work in total
+    p = scaling.predict(_costs(serial_fraction=0.5, iteration_hold_s=0, insert_hold_s=0), 0, 8, 8)
+    assert p.bound == "serial" and p.sample_per_s == pytest.approx(2 * 640e3)
+    # actors alone insert unthrottled
+    p = scaling.predict(c, 2, 0, 2)
+    assert p.sample_per_s == 0 and p.insert_per_s == pytest.approx(2 * 64 / 100e-6)
+
+
+def test_plan_picks_the_best_split_and_refuses_bad_input():
+    c = _costs(insert_s=2000e-6)  # inserts dear: 8 samples per insert need 1 actor per ~2.5 learners
+    best = scaling.plan(8, c)
+    assert best.actors + best.learners <= 8
+    every = [scaling.predict(c, a, n - a, 8) for n in range(2, 9) for a in range(1, n)]
+    assert best.sample_per_s == pytest.approx(max(p.sample_per_s for p in every))
+    assert best.bound in scaling.BOUNDS
+    with pytest.raises(ValueError, match="cores"):
+        scaling.plan(1, c)
+    with pytest.raises(ValueError, match="insert_s"):
+        _costs(insert_s=-1.0)
+    with pytest.raises(ValueError, match="serial_fraction"):
+        _costs(serial_fraction=1.5)
+    with pytest.raises(ValueError, match="actors"):
+        scaling.predict(c, -1, 1, 2)
+
+
+def test_model_fits_a_run_and_predicts_its_other_cells(model_run):
+    rows = contract.read_rows(model_run)
+    costs = scaling.costs_from_rows(rows, policy="lazy-writing", mode="threads", transitions="cartpole", cores=2)
+    assert costs.samples_per_insert == 8 and costs.write_batch == 32 and costs.sample_batch == 64
+    assert costs.iteration_s > 0 and costs.insert_s > 0 and 0 <= costs.serial_fraction <= 1
+    assert costs.iteration_hold_s <= costs.iteration_s
+    checked = scaling.validate(rows, costs, 2, policy="lazy-writing", mode="threads", transitions="cartpole")
+    assert {(v["actors"], v["learners"]) for v in checked} == {(1, 0), (0, 1), (0, 2), (1, 1), (1, 2)}
+    for v in checked:
+        assert v["input"] == ((v["actors"], v["learners"]) in ((1, 0), (0, 1), (0, 2)))
+        assert v["predicted"] > 0 and math.isfinite(v["error"])
+    for lone in ((0, 1), (1, 0)):  # the per-call costs are these cells' own rates: reproduced exactly
+        assert abs(next(v for v in checked if (v["actors"], v["learners"]) == lone)["error"]) < 1e-9
+    with pytest.raises(ValueError, match="per-call costs"):
+        scaling.costs_from_rows(rows, policy="global-lock", mode="threads", transitions="cartpole")
+
+
+def test_plan_command_prints_validation_and_best_splits(model_run):
+    proc = _cli("plan", "--run", str(model_run), "--cores", "4,16")
+    assert proc.returncode == 0, proc.stderr
+    assert "lazy-writing / threads / cartpole" in proc.stdout and "best split" in proc.stdout
+    assert "1A+1L" in proc.stdout and "input" in proc.stdout
+    bad = _cli("plan", "--run", str(model_run), "--cores", "1")
+    assert bad.returncode == 2 and "--cores" in bad.stderr
+
+
+# ----------------------------------------------------------------------------- the limits probe
+def test_limits_probe_shape_and_bound_interpolation():
+    lim = limits.probe([4096, 2**20], loads=2000, repeats=1)
+    assert [s["bytes"] for s in lim["sizes"]] == [4096, 2**20]
+    for s in lim["sizes"]:
+        assert s["latency_ns"] > 0 and s["gather_ns"] > 0
+    table = {"sizes": [{"bytes": 2**12, "latency_ns": 2.0, "gather_ns": 1.0},
+                       {"bytes": 2**20, "latency_ns": 200.0, "gather_ns": 10.0}]}
+    assert limits.bound_ns(table, 2**10) == {"gather_ns": 1.0, "latency_ns": 2.0}
+    assert limits.bound_ns(table, 2**30) == {"gather_ns": 10.0, "latency_ns": 200.0}
+    mid = limits.bound_ns(table, 2**16)  # halfway in log-log
+    assert mid["gather_ns"] == pytest.approx(10**0.5) and mid["latency_ns"] == pytest.approx(20.0)
+    with pytest.raises(ValueError, match="sizes"):
+        limits.probe([64])
+    with pytest.raises(ValueError, match="loads"):
+        limits.probe([4096], loads=0)
+    assert "dependent load ns" in limits.format_limits(lim)
