@@ -4,7 +4,12 @@
         --actors 2 --learners 1 --steps 50000 --seed 0
 
 One run with a progress bar (env steps/s, updates/s, mean return of the last 20 episodes);
-``--actors 0``, ``--learners 0`` or ``--sequential`` runs the sequential baseline. The run
+``--actors 0``, ``--learners 0`` or ``--sequential`` runs the sequential baseline.
+``--algo a2c`` runs PAAC instead (:mod:`impl.rl.paac`: one learner, ``--envs`` environments
+over ``--workers`` stepping processes, an A2C update every ``--t-max`` steps; the replay
+options do not apply)::
+
+    replaybench train --algo a2c --env CartPole-v1 --envs 32 --workers 2 --t-max 5 --steps 200000 The run
 goes through the driver as a one-cell run of the training scenario
 (:mod:`bench.scenarios.training`, which documents the rows); suites of runs are
 ``replaybench run --suite training``.
@@ -49,7 +54,7 @@ def _key_value(text: str) -> tuple[str, object]:
 def add_parser(sub) -> argparse.ArgumentParser:
     """Add the ``train`` subcommand to ``replaybench``'s subparsers."""
     p = sub.add_parser("train", help="one training run (actor/learner loop) into results/<run_id>/")
-    p.add_argument("--algo", default="dqn", help="dqn (discrete) or td3 (continuous)")
+    p.add_argument("--algo", default="dqn", help="dqn (discrete), td3 (continuous) or a2c (PAAC, discrete)")
     p.add_argument("--env", help="gymnasium id (default: CartPole-v1 for dqn, Pendulum-v1 for td3)")
     p.add_argument("--buffer", default="kary-aligned", help="registered variant (replaybench list)")
     p.add_argument("--policy", default="lazy-writing",
@@ -65,6 +70,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--insert-batch", type=int, help="transitions per buffer add (default 8)")
     p.add_argument("--weight-sync-every", type=int, help="learner updates between weight broadcasts (default 10)")
+    p.add_argument("--envs", type=int, help="a2c: environments stepped in lock step, n_e (preset: A2CConfig)")
+    p.add_argument("--workers", type=int, help="a2c: stepping processes, n_w (capped at the cores; 0: in process)")
+    p.add_argument("--t-max", type=int, help="a2c: steps per environment between updates")
     p.add_argument("--timeout", type=float, help="fail the run after this many seconds")
     p.add_argument("--out", default="results", help="folder that receives <run_id>/ (default: results)")
     p.add_argument("--run-id", type=arguments.run_id, help="default: <UTC time>-train")
@@ -82,19 +90,29 @@ def _validated_config(args):
     sequential = args.sequential or args.actors == 0 or args.learners == 0
     extra = {k: v for k, v in (("insert_batch", args.insert_batch), ("weight_sync_every", args.weight_sync_every),
                                ("timeout_s", args.timeout)) if v is not None}
+    paac = {k: v for k, v in (("n_envs", args.envs), ("n_workers", args.workers), ("t_max", args.t_max))
+            if v is not None}
     try:
+        if paac and args.algo != "a2c":
+            raise ConfigError("algo", args.algo, f"--envs, --workers and --t-max are a2c's, not {args.algo}'s")
+        own_loop = algorithms.get(args.algo).run is not None  # a2c: PAAC has its own processes
         env = args.env or algorithms.get(args.algo).default_env
         cfg = TrainConfig(algo=args.algo, env=env, buffer=args.buffer, policy=args.policy,
-                          buffer_params=dict(args.param or []), actors=0 if sequential else args.actors,
-                          learners=0 if sequential else args.learners, steps=args.steps, seed=args.seed,
-                          overrides=dict(args.overrides or []), **extra)
-        cfg.validate()
+                          buffer_params=dict(args.param or []), actors=0 if sequential or own_loop else args.actors,
+                          learners=0 if sequential or own_loop else args.learners, steps=args.steps, seed=args.seed,
+                          overrides={**dict(args.overrides or []), **paac}, **extra)
+        if args.algo == "a2c":
+            from replaybench.impl.rl import paac as paac_loop
+
+            paac_loop.validate(cfg)  # TrainConfig.validate and the network's fit to the env
+        else:
+            cfg.validate()
     except ConfigError as err:
         # TrainConfig field -> the option that sets it; any other field is the algorithm config's (--set)
         options = {"algo": "--algo", "env": "--env", "buffer": "--buffer", "policy": "--policy",
                    "buffer_params": "--param", "actors": "--actors", "learners": "--learners", "steps": "--steps",
                    "seed": "--seed", "insert_batch": "--insert-batch", "weight_sync_every": "--weight-sync-every",
-                   "timeout_s": "--timeout"}
+                   "timeout_s": "--timeout", "n_envs": "--envs", "n_workers": "--workers", "t_max": "--t-max"}
         args.parser.error(f"argument {options.get(err.field, '--set')}: {err}")
     return cfg
 

@@ -10,6 +10,7 @@ Modules, one job each:
 ==============  ===============================================================
 base            the algorithm contract: AlgoConfig, Actor and Learner protocols, ConfigError
 dqn, td3        the algorithms (config dataclass, network builders, actor, learner)
+a2c             synchronous advantage actor-critic (PAAC's), with its own loop in paac
 algorithms      name -> algorithm
 envs            environments, transition schema, thresholds, episode log, staging, EnvRunner
 config          TrainConfig (the run, validated up front) and TrainResult (what it measured)
@@ -19,6 +20,8 @@ profiler        per-section perf_counter accumulators
 sequential      the one-process baseline loop
 shared          counters, rate limiter and weight broadcast in shared memory
 parallel        A actor + L learner processes over the shared buffer
+stepping        SharedVectorEnv: n_e envs over n_w worker processes in lock step (PAAC's runners)
+paac            the PAAC loop: batched inference over a SharedVectorEnv, one A2C update per t_max steps
 ==============  ===============================================================
 """
 
@@ -31,10 +34,16 @@ __all__ = ["TrainConfig", "TrainResult", "ConfigError", "InjectedFailure", "Work
 
 
 def train(cfg: TrainConfig, progress=None) -> TrainResult:
-    """Run ``cfg``: the sequential baseline when ``actors`` or ``learners`` is 0, else the
-    parallel loop. ``progress(env_steps, updates, recent_mean_return)`` is called a few times
-    per second from this process. A bad ``cfg`` raises ConfigError before any work starts
+    """Run ``cfg``: the algorithm's own loop when it has one (``a2c``: the PAAC loop), else
+    the sequential baseline when ``actors`` or ``learners`` is 0, else the parallel loop.
+    ``progress(env_steps, updates, recent_mean_return)`` is called a few times per second
+    from this process. A bad ``cfg`` raises ConfigError before any work starts
     (:meth:`TrainConfig.validate`)."""
+    from . import algorithms
+
+    own_loop = algorithms.get(cfg.algo).run
+    if own_loop is not None:
+        return own_loop(cfg, progress)
     if cfg.sequential:
         from .sequential import run_sequential
 

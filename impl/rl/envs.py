@@ -19,6 +19,15 @@ Pendulum-v1      -200    ours (gymnasium sets none): a swing-up held upright mos
 ==============  =======  =========================================================
 
 Returns are the training episodes' own (with exploration), as in most RL papers' curves.
+
+What :func:`make_env` adds to ``gym.make`` (so that every loop and every worker process sees
+the same environment):
+
+- Atari ids (``ALE/...``, through ale-py: the ``atari`` extra) get the standard DQN/PAAC
+  preprocessing: no sticky actions, up to 30 no-op starts, 4 frames skipped with the max of the
+  last two, 84x84 grey frames, the last 4 stacked: ``Box(0, 255, (4, 84, 84), uint8)``.
+- Observation spaces that are not a Box (Blackjack-v1's ``Tuple(Discrete(32), Discrete(11),
+  Discrete(2))``) are flattened to float32 vectors (``gym.spaces.flatten``: one-hot per Discrete).
 """
 
 from __future__ import annotations
@@ -30,12 +39,17 @@ import numpy as np
 
 from .base import ConfigError
 
-__all__ = ["THRESHOLDS", "WINDOW", "ACTION_KINDS", "make_env", "transition_fields", "EpisodeLog",
+__all__ = ["THRESHOLDS", "WINDOW", "ATARI_PREFIX", "ACTION_KINDS", "make_env", "transition_fields", "EpisodeLog",
            "TransitionStager", "EnvRunner"]
 
 THRESHOLDS = {"CartPole-v1": 475.0, "LunarLander-v3": 200.0, "Acrobot-v1": -100.0, "Pendulum-v1": -200.0}
 WINDOW = 20
 
+
+#: Ids made with the Atari preprocessing of :func:`_make_atari`.
+ATARI_PREFIX = "ALE/"
+ATARI_FRAME_SKIP = 4
+ATARI_FRAME_STACK = 4
 
 #: Action kind an algorithm declares -> the gymnasium action space it handles.
 ACTION_KINDS = {"discrete": gym.spaces.Discrete, "continuous": gym.spaces.Box}
@@ -46,18 +60,38 @@ def make_env(env_id: str, algo=None) -> gym.Env:
     :class:`~impl.rl.algorithms.Algorithm`), the action space is of its ``action_kind``.
 
     Raises ConfigError (field "env") naming the id otherwise, with the environment closed.
-    Seed it with the first ``reset(seed=...)`` (:meth:`EnvRunner.reset`).
+    Atari ids get the standard preprocessing and non-Box observations are flattened to float32
+    (module docstring). Seed it with the first ``reset(seed=...)`` (:meth:`EnvRunner.reset`).
     """
     try:
-        env = gym.make(env_id)
+        env = _make_atari(env_id) if env_id.startswith(ATARI_PREFIX) else gym.make(env_id)
     except (gym.error.Error, ImportError) as err:  # NameNotFound, DependencyNotInstalled, "module:Id" ...
         raise ConfigError("env", env_id, f"env {env_id!r} cannot be made: {err}") from None
+    if not isinstance(env.observation_space, gym.spaces.Box):
+        env = gym.wrappers.DtypeObservation(gym.wrappers.FlattenObservation(env), np.float32)
     if algo is not None and not isinstance(env.action_space, ACTION_KINDS[algo.action_kind]):
         space = env.action_space
         env.close()
         raise ConfigError("env", env_id, f"{algo.name} needs {algo.action_kind} actions "
                                          f"({ACTION_KINDS[algo.action_kind].__name__}); env {env_id!r} has {space}")
     return env
+
+
+def _make_atari(env_id: str) -> gym.Env:
+    """An ALE game with the preprocessing of the DQN and PAAC papers (see the module docstring).
+
+    The emulator runs every frame (``frameskip=1``) so that the wrapper can max-pool the last
+    two of each 4 (Atari sprites flicker between frames); ``repeat_action_probability=0``
+    turns off v5's sticky actions, as in the PAAC authors' emulator. Raises ImportError
+    without ale-py, or gym.error.Error for an unknown game.
+    """
+    import ale_py  # the `atari` extra; registers the ALE/ ids with gymnasium
+
+    gym.register_envs(ale_py)
+    env = gym.make(env_id, frameskip=1, repeat_action_probability=0.0)
+    env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=ATARI_FRAME_SKIP, screen_size=84,
+                                          grayscale_obs=True, terminal_on_life_loss=False, scale_obs=False)
+    return gym.wrappers.FrameStackObservation(env, ATARI_FRAME_STACK)
 
 
 def transition_fields(env: gym.Env) -> dict:
