@@ -19,7 +19,7 @@ stepped one round at a time with :meth:`round`:
 
 In every backend the server draws the actions (a seeded numpy generator over the action
 space), an environment that ends its episode is reset before the next round, and every env
-is made by :func:`make` (``gymnasium.make``), so they step the same environments. ``workers`` is
+is made by :func:`make` (:func:`impl.rl.envs.make_env`), so they step the same environments. ``workers`` is
 used by ``dataflow`` only.
 """
 
@@ -45,15 +45,11 @@ def random_actions(space, n: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def make(env_id: str):
-    """``gymnasium.make(env_id)``, ALE's ids registered first when asked for. It imports no torch
-    (unlike :mod:`impl.rl`), so 15 env processes start in seconds."""
-    import gymnasium as gym
+    """:func:`impl.rl.envs.make_env`: the environment SharedVectorEnv steps (Atari preprocessed
+    to 4x84x84 frames, Blackjack's tuple flattened), so every backend steps the same one."""
+    from replaybench.impl.rl.envs import make_env
 
-    if env_id.startswith("ALE/"):
-        import ale_py
-
-        gym.register_envs(ale_py)
-    return gym.make(env_id)
+    return make_env(env_id)
 
 
 class _Backend:

@@ -19,14 +19,15 @@ def unavailable() -> str:
 
 @contextlib.contextmanager
 def session(num_cpus: int | None = None):
-    """``ray.init`` on this machine (``num_cpus``: default every core), without dashboard or
-    driver logging; ``ray.shutdown`` on every exit path, which stops every actor process."""
+    """``ray.init`` of a new local instance (``num_cpus``: default every core), without dashboard
+    or driver logging; ``ray.shutdown`` on every exit path, which stops every actor process."""
     import ray
 
     if ray.is_initialized():  # a session left by someone else would change what is measured
         ray.shutdown()
-    ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
+    # address="local": always a new local instance, never a cluster some other process started here
+    ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False,
+             log_to_driver=False, configure_logging=False)
     try:
         yield ray
     finally:

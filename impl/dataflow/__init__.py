@@ -18,7 +18,7 @@ The env side is :class:`~impl.rl.stepping.SharedVectorEnv` (lock-step shared-mem
 
 from .policies import PolicyBank
 from .pql import PQLResult, run_pql
-from .qlearning import REPLAYS, DequeReplay, PQLConfig, QLearner, flat_obs, make_replay
+from .qlearning import REPLAYS, DequeReplay, PQLConfig, QLearner, make_replay
 
-__all__ = ["PQLConfig", "PQLResult", "QLearner", "DequeReplay", "REPLAYS", "make_replay", "flat_obs", "run_pql",
+__all__ = ["PQLConfig", "PQLResult", "QLearner", "DequeReplay", "REPLAYS", "make_replay", "run_pql",
            "PolicyBank"]

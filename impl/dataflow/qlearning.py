@@ -31,7 +31,7 @@ import torch
 from replaybench.impl.rl.base import ConfigError
 from replaybench.impl.rl.nets import flat_params, load_flat_params, mlp, update_target
 
-__all__ = ["PQLConfig", "QLearner", "DequeReplay", "REPLAYS", "make_replay", "transition_fields", "flat_obs",
+__all__ = ["PQLConfig", "QLearner", "DequeReplay", "REPLAYS", "make_replay", "transition_fields",
            "epsilon_greedy", "load_weights", "learn_round"]
 
 #: The replay kinds a run may use.
@@ -97,11 +97,6 @@ class PQLConfig:
         return tuple(f.name for f in fields(cls))
 
 
-def flat_obs(obs) -> np.ndarray:
-    """An observation as a flat float32 vector (Blackjack's tuple of ints becomes 3 numbers)."""
-    return np.asarray(obs, dtype=np.float32).reshape(-1)
-
-
 def transition_fields(obs_dim: int) -> dict:
     """The ``{name: (shape, dtype)}`` of one stored transition."""
     return {"obs": ((obs_dim,), "float32"), "action": ((), "int64"), "reward": ((), "float32"),
@@ -113,7 +108,7 @@ def epsilon_greedy(net: torch.nn.Module, obs: np.ndarray, epsilon: float, n_acti
                    rng: np.random.Generator) -> np.ndarray:
     """Actions for a batch of observations ``(n, obs_dim)``: greedy under ``net`` (one batched
     forward), replaced by a uniform action with probability ``epsilon`` each. int64 ``(n,)``."""
-    actions = net(torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32))).argmax(1).numpy()
+    actions = net(torch.tensor(obs, dtype=torch.float32)).argmax(1).numpy()
     explore = rng.random(len(actions)) < epsilon
     actions[explore] = rng.integers(n_actions, size=int(explore.sum()))
     return actions
