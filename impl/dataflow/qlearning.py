@@ -132,17 +132,18 @@ class QLearner:
         self.updates = 0
 
     def update(self, batch: dict) -> np.ndarray:
-        obs = torch.as_tensor(batch["obs"], dtype=torch.float32)
-        nxt = torch.as_tensor(batch["next_obs"], dtype=torch.float32)
-        act = torch.as_tensor(batch["action"], dtype=torch.int64)
-        rew = torch.as_tensor(batch["reward"], dtype=torch.float32)
-        done = torch.as_tensor(batch["done"], dtype=torch.float32)
+        # copies: a batch may be read-only (Ray's object store), which torch refuses to wrap
+        obs = torch.tensor(batch["obs"], dtype=torch.float32)
+        nxt = torch.tensor(batch["next_obs"], dtype=torch.float32)
+        act = torch.tensor(batch["action"], dtype=torch.int64)
+        rew = torch.tensor(batch["reward"], dtype=torch.float32)
+        done = torch.tensor(batch["done"], dtype=torch.float32)
         q = self.net(obs).gather(1, act[:, None]).squeeze(1)
         with torch.no_grad():
             y = rew + self.cfg.gamma * (1.0 - done) * self.target(nxt).max(1).values
         td = y - q
         if "weights" in batch:  # importance weights of prioritized sampling
-            loss = (torch.as_tensor(batch["weights"], dtype=torch.float32) * td.pow(2)).mean()
+            loss = (torch.tensor(batch["weights"], dtype=torch.float32) * td.pow(2)).mean()
         else:
             loss = td.pow(2).mean()
         self.opt.zero_grad(set_to_none=True)
