@@ -4,9 +4,9 @@ Rows: scenario ``lf`` of the newest run that has any (ratios are only taken with
 :func:`bench.scenarios.lf.ratios` gives, per cell and backend, the median and ``x_ray`` (speed
 over Ray's median in the same cell: rates over Ray's rate, Ray's time over the backend's time).
 One panel per workload (lock-step sampling by environment, parallel Q-learning by actors,
-mini-batch and replay, multi-agent inference by agents), one bar per backend on a log axis;
-the black diamond on our dataflow's bar is the paper's Lingua Franca over Ray ratio for that
-cell. The CSV holds every bar (median, min, max, n, x_ray, paper).
+mini-batch and replay, multi-agent inference by agents), one stem per backend from 1 (Ray) to
+its ratio on a log axis; the black diamond on our dataflow's stem is the paper's Lingua Franca over Ray ratio for that
+cell. The CSV holds every stem (median, min, max, n, x_ray, paper).
 """
 
 from __future__ import annotations
@@ -65,8 +65,9 @@ def build(table, metas) -> Plot:
                     continue
                 e = hit.iloc[0]
                 x = gi - 0.4 + width * (bi + 0.5)
-                ax.bar(x, e["x_ray"], width * 0.9, color=_COLOURS.get(backend, "0.5"))
-                handles.setdefault(backend, handle(backend, _COLOURS.get(backend, "0.5"), "s", ""))
+                ax.plot([x, x], [1.0, e["x_ray"]], color=_COLOURS.get(backend, "0.5"), linewidth=2.5)
+                ax.plot(x, e["x_ray"], marker="o", color=_COLOURS.get(backend, "0.5"), markersize=6)
+                handles.setdefault(backend, handle(backend, _COLOURS.get(backend, "0.5"), "o", ""))
                 if e["paper"] is not None and not pd.isna(e["paper"]):
                     ax.plot(x, e["paper"], marker="D", color="black", markersize=5, linestyle="")
                     handles.setdefault("paper", handle("paper: LF / Ray", "black", "D", ""))

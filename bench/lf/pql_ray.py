@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from replaybench.impl.dataflow.qlearning import (PQLConfig, QLearner, epsilon_greedy, load_weights, make_replay,
-                                                 transition_fields)
+                                                 transition_fields, warm_up)
 from replaybench.impl.dataflow.pql import PQLResult
 
 __all__ = ["RolloutActor", "ReplayActor", "run_pql_ray"]
@@ -70,6 +70,7 @@ class ReplayActor:
 
     def __init__(self, cfg: PQLConfig, obs_dim: int):
         self.cfg = cfg
+        warm_up(cfg.replay, transition_fields(obs_dim))
         self.replay = make_replay(cfg.replay, cfg.replay_capacity, transition_fields(obs_dim), seed=cfg.seed + 1)
 
     def add_and_sample(self, *batches: dict) -> dict | None:

@@ -295,8 +295,8 @@ def ratios(rows: list[dict]) -> list[dict]:
         faster_is_higher = WORKLOADS[op][2]
         ray = statistics.median(by_backend["ray"]) if "ray" in by_backend else None
         paper = PAPER.get((op, env if op == "lockstep" else batch if op == "pql" else actors))
-        if op == "pql" and actors != 16:
-            paper = None  # the paper's times are for 16 actors
+        if (op, actors) not in (("lockstep", 15), ("pql", 16), ("multiagent", 10)):
+            paper = None  # the paper measured 15 envs, 16 rollout actors, 10 agents
         for backend in WORKLOADS[op][0]:
             if backend not in by_backend:
                 continue

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .qlearning import PQLConfig, QLearner, epsilon_greedy, learn_round, load_weights, make_replay, transition_fields
+from .qlearning import (PQLConfig, QLearner, epsilon_greedy, learn_round, load_weights, make_replay, transition_fields,
+                        warm_up)
 
 __all__ = ["PQLResult", "run_pql"]
 
@@ -81,6 +82,7 @@ def _learner_main(cfg: PQLConfig, obs_dim: int, n_actions: int, staging, weights
     try:
         batch = _views(staging)
         weights = np.frombuffer(weights_raw, dtype=np.float32)
+        warm_up(cfg.replay, transition_fields(obs_dim))
         replay = make_replay(cfg.replay, cfg.replay_capacity, transition_fields(obs_dim), seed=cfg.seed + 1)
         learner = QLearner(obs_dim, n_actions, cfg, seed=cfg.seed)
         weights[:] = learner.flat_weights()

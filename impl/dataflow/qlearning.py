@@ -32,7 +32,7 @@ from replaybench.impl.rl.base import ConfigError
 from replaybench.impl.rl.nets import flat_params, load_flat_params, mlp, update_target
 
 __all__ = ["PQLConfig", "QLearner", "DequeReplay", "REPLAYS", "make_replay", "transition_fields",
-           "epsilon_greedy", "load_weights", "learn_round"]
+           "epsilon_greedy", "load_weights", "warm_up", "learn_round"]
 
 #: The replay kinds a run may use.
 REPLAYS = ("prioritized", "deque")
@@ -222,6 +222,18 @@ def make_replay(kind: str, capacity: int, fields: dict, seed=None):
     if kind == "deque":
         return DequeReplay(capacity, fields, seed)
     raise ValueError(f"replay must be one of {REPLAYS}, got {kind!r}")
+
+
+def warm_up(kind: str, fields: dict) -> None:
+    """Add, sample and write priorities once on a tiny replay of ``kind``, so that compiling (or
+    loading from numba's cache) our buffer's kernels happens before the clock starts."""
+    from replaybench.impl.storage import random_batch
+
+    replay = make_replay(kind, 64, fields, seed=0)
+    replay.add(random_batch(fields, 16, np.random.default_rng(0)))
+    out = replay.sample(8)
+    if replay.prioritized:
+        replay.update_priorities(out["indices"], np.ones(8))
 
 
 def learn_round(replay, learner: QLearner, batch: dict, batch_size: int) -> bool:
