@@ -44,18 +44,27 @@ def test_in_process_backends_step_every_env(name):
 
 
 @needs_ray
-def test_ray_backends_step_and_learn_in_one_session():
+def test_ray_lockstep_steps_and_the_session_always_shuts_down():
+    with pytest.raises(RuntimeError, match="inside"):
+        with raysession.session(2) as ray:
+            with lockstep.open_backend("ray", "CartPole-v1", 2, 0, 0) as backend:
+                for _ in range(30):
+                    backend.round()
+            assert ray.is_initialized()
+            raise RuntimeError("inside")
+    assert not ray.is_initialized()
+
+
+@needs_ray
+@pytest.mark.slow
+def test_ray_parallel_q_learning_runs_every_round():
     from replaybench.bench.lf.pql_ray import run_pql_ray
 
-    with raysession.session(2) as ray:
-        with lockstep.open_backend("ray", "CartPole-v1", 2, 0, 0) as backend:
-            for _ in range(5):
-                backend.round()
-        res = run_pql_ray(PQLConfig(actors=2, steps_per_round=10, rounds=2, batch_size=16, replay_capacity=64,
-                                    replay="prioritized"))
-        assert res.rounds == 2 and res.env_steps == 40 and res.updates == 2
-        assert ray.is_initialized()
-    assert not ray.is_initialized()
+    with raysession.session(2):
+        for replay in ("prioritized", "deque"):
+            res = run_pql_ray(PQLConfig(actors=2, steps_per_round=10, rounds=2, batch_size=16, replay_capacity=64,
+                                        replay=replay))
+            assert res.rounds == 2 and res.env_steps == 40 and res.updates == 2 and res.returns
 
 
 def _suite(**blocks):
