@@ -246,15 +246,17 @@ def _lf(outcome) -> list[str]:
         batch = "-" if pd.isna(e["batch"]) else int(e["batch"])
         paper = "-" if e["paper"] is None or pd.isna(e["paper"]) else f"{e['paper']:.2f}x"
         x = "-" if pd.isna(e["x_ray"]) else f"{e['x_ray']:.2f}x"
+        single = "-" if e["x_single"] is None or pd.isna(e["x_single"]) else f"{e['x_single']:.2f}x"
         body.append([e["op"], e["env"], e["policy"], int(e["actors"]), batch, e["backend"],
-                     f"{_g(e['median'])} {unit}", f"{_g(e['min'])}-{_g(e['max'])}", x, paper])
+                     f"{_g(e['median'])} {unit}", f"{_g(e['min'])}-{_g(e['max'])}", x, paper, single])
     return (["## Lingua Franca benchmarks", "",
              f"Run `{data['run_id'].iloc[0]}`. Lock-step sampling (random actions), parallel Q-learning on Blackjack "
              "(time for the run's rounds) and multi-agent inference, every backend in the same run; *x Ray* is the "
              "backend's speed over Ray's median in the same cell; *paper* is Lingua Franca's over Ray's in "
-             "arXiv 2312.04704 (32-core AWS machine), shown on our static dataflow's line.", ""]
+             "arXiv 2312.04704 (32-core AWS machine), shown on our static dataflow's line; *x 1 process* is the speed "
+             "over the one-process backend's (SyncVectorEnv, or the policies one after another).", ""]
             + _table(["workload", "env", "replay", "actors", "batch", "backend", "median", "min-max", "x Ray",
-                      "paper LF/Ray"], body) + [""])
+                      "paper LF/Ray", "x 1 process"], body) + [""])
 
 
 def _figures(outcome, report_path: Path) -> list[str]:

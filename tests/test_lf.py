@@ -104,6 +104,7 @@ def _row(op, backend, value, metric, **cols):
 def test_ratios_are_speed_over_ray_with_the_papers_beside_ours():
     rows = [_row("lockstep", "ray", v, "env_steps_per_s", env="CartPole-v1") for v in (100, 110, 90)]
     rows += [_row("lockstep", "dataflow", v, "env_steps_per_s", env="CartPole-v1") for v in (1000, 900)]
+    rows += [_row("lockstep", "sync", 475.0, "env_steps_per_s", env="CartPole-v1")]
     rows += [_row("pql", "ray", 30.0, "time_s", env="Blackjack-v1", actors=16, batch=500, policy="deque"),
              _row("pql", "dataflow", 10.0, "time_s", env="Blackjack-v1", actors=16, batch=500, policy="deque"),
              _row("pql", "dataflow", 1e6, "env_steps_per_s", env="Blackjack-v1", actors=16, batch=500, policy="deque"),
@@ -111,6 +112,7 @@ def test_ratios_are_speed_over_ray_with_the_papers_beside_ours():
               "status": "failed"}]
     out = {(e["op"], e["backend"]): e for e in ratios(rows)}
     assert out["lockstep", "dataflow"]["x_ray"] == pytest.approx(950 / 100)
+    assert out["lockstep", "dataflow"]["x_single"] == pytest.approx(2.0) and out["pql", "ray"]["x_single"] is None
     assert out["lockstep", "ray"]["x_ray"] == 1.0 and out["lockstep", "ray"]["paper"] is None
     assert out["lockstep", "dataflow"]["paper"] == PAPER["lockstep", "CartPole-v1"]
     assert out["pql", "dataflow"]["x_ray"] == pytest.approx(3.0)  # a time: Ray's over ours

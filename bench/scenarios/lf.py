@@ -18,7 +18,7 @@ Rows: ``variant`` = the backend, ``structure`` = "lf", ``op`` = the workload, ``
 ``actors`` (envs, rollout actors or agents), ``params`` (rounds, workers, cores, ...). A backend
 that cannot run here (Ray or mpe2 not installed, ale-py missing for Atari ids) is an
 ``unavailable`` row with the reason. :func:`ratios` puts each median beside Ray's median of
-the same cell and the paper's ratio (:data:`PAPER`).
+the same cell, the paper's ratio (:data:`PAPER`) and the one-process backend's median.
 
 Suite keys (bench/suites/lf.json): ``lockstep``, ``pql``, ``multiagent``: each a list of
 blocks; a block gives ``backends`` and its grid (lists) and settings (scalars):
@@ -41,7 +41,7 @@ import statistics
 
 from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError
 
-__all__ = ["PAPER", "WORKLOADS", "ratios", "format_table", "LinguaFranca", "SCENARIO"]
+__all__ = ["PAPER", "WORKLOADS", "SINGLE", "ratios", "format_table", "LinguaFranca", "SCENARIO"]
 
 #: The paper's speed ratio of Lingua Franca over Ray (higher = LF faster), by (workload, key):
 #: lock-step steps/s by env (Atari: the mean over Pong, Pacman and SpaceInvaders), parallel
@@ -52,6 +52,9 @@ PAPER = {
     ("pql", 500): 136.95 / 94.22, ("pql", 1000): 148.66 / 95.09, ("pql", 2000): 191.55 / 95.97,
     ("multiagent", 10): 5.12,
 }
+
+#: Workload -> its one-process backend (the bar parallel stepping must clear), for ``x_single``.
+SINGLE = {"lockstep": "sync", "multiagent": "serial"}
 
 #: Workload -> (backends it takes, the metric ratios are taken on, whether higher is faster).
 WORKLOADS = {
@@ -283,7 +286,8 @@ def ratios(rows: list[dict]) -> list[dict]:
     """One entry per (workload, env, replay, actors, mini-batch, backend) with ``ok`` rows of the
     workload's ratio metric (:data:`WORKLOADS`): its median, min, max and count, ``x_ray`` (its
     speed over Ray's in the same cell: Ray's median time over its own, or its median rate over
-    Ray's) and ``paper`` (the paper's LF-over-Ray ratio for that cell, or None)."""
+    Ray's), ``x_single`` (the same over the workload's one-process backend, :data:`SINGLE`) and
+    ``paper`` (the paper's LF-over-Ray ratio for that cell, on our dataflow's entry, or None)."""
     groups: dict[tuple, dict[str, list[float]]] = {}
     for r in rows:
         workload = WORKLOADS.get(r["op"])
@@ -294,6 +298,8 @@ def ratios(rows: list[dict]) -> list[dict]:
         op, env, policy, actors, batch = key
         faster_is_higher = WORKLOADS[op][2]
         ray = statistics.median(by_backend["ray"]) if "ray" in by_backend else None
+        single = by_backend.get(SINGLE.get(op))
+        single = statistics.median(single) if single else None
         paper = PAPER.get((op, env if op == "lockstep" else batch if op == "pql" else actors))
         if (op, actors) not in (("lockstep", 15), ("pql", 16), ("multiagent", 10)):
             paper = None  # the paper measured 15 envs, 16 rollout actors, 10 agents
@@ -305,6 +311,7 @@ def ratios(rows: list[dict]) -> list[dict]:
             x = None if ray is None else (med / ray if faster_is_higher else ray / med)
             out.append({"op": op, "env": env, "policy": policy, "actors": actors, "batch": batch, "backend": backend,
                         "median": med, "min": min(values), "max": max(values), "n": len(values), "x_ray": x,
+                        "x_single": None if single is None else med / single,
                         "paper": paper if backend == "dataflow" else None})
     return out
 
@@ -319,11 +326,12 @@ def format_table(rows: list[dict]) -> str:
 
     body = [[e["op"], str(e["env"]), str(e["policy"]), str(e["actors"]), g(e["batch"], "{}"), e["backend"],
              g(e["median"]), f"{e['min']:,.3g}-{e['max']:,.3g}", str(e["n"]), g(e["x_ray"], "{:.2f}x"),
-             g(e["paper"], "{:.2f}x")] for e in ratios(rows)]
+             g(e["paper"], "{:.2f}x"), g(e["x_single"], "{:.2f}x")] for e in ratios(rows)]
     header = ["workload", "env", "replay", "actors", "batch", "backend", "median", "min-max", "n", "x Ray",
-              "paper LF/Ray"]
+              "paper LF/Ray", "x 1 process"]
     out = table(header, body, set(range(6, len(header)))) if body else ["(no LF rows measured)"]
-    out = ["steps/s (lockstep, multiagent) or seconds (pql); x Ray = speed over Ray's in the same run", *out]
+    out = ["steps/s (lockstep, multiagent) or seconds (pql); x Ray = speed over Ray's in the same run; "
+           "x 1 process = over the one-process backend's (sync, serial)", *out]
     missing = [r for r in rows if r.get("status") != "ok"]
     if missing:
         seen = {}
