@@ -254,7 +254,10 @@ def _lf(outcome) -> list[str]:
              "(time for the run's rounds) and multi-agent inference, every backend in the same run; *x Ray* is the "
              "backend's speed over Ray's median in the same cell; *paper* is Lingua Franca's over Ray's in "
              "arXiv 2312.04704 (32-core AWS machine), shown on our static dataflow's line; *x 1 process* is the speed "
-             "over the one-process backend's (SyncVectorEnv, or the policies one after another).", ""]
+             "over the one-process backend's (SyncVectorEnv, or the policies one after another). On a machine with "
+             "fewer cores than actors, Ray's one process per env, actor or agent time-shares the cores (each message "
+             "also wakes a scheduler), while the dataflow runs min(cores, envs) worker processes; the parallel "
+             "Q-learning rows with 1 to 16 actors show how the gap moves with the number of actors.", ""]
             + _table(["workload", "env", "replay", "actors", "batch", "backend", "median", "min-max", "x Ray",
                       "paper LF/Ray", "x 1 process"], body) + [""])
 
