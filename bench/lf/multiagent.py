@@ -60,10 +60,15 @@ class PolicyActor:
         self.net = PolicyBank(n_agents, obs_dim, n_actions, seed=seed).module(agent)
 
     def act(self, obs) -> int:
-        import torch
+        return _greedy(self.net, obs)
 
-        with torch.no_grad():
-            return int(self.net(torch.as_tensor(obs, dtype=torch.float32)[None]).argmax(-1))
+
+def _greedy(net, obs) -> int:
+    """One agent's action: its network's argmax for its own observation."""
+    import torch
+
+    with torch.no_grad():
+        return int(net(torch.as_tensor(obs, dtype=torch.float32)[None]).argmax(-1))
 
 
 class Serial:
@@ -71,12 +76,10 @@ class Serial:
         from replaybench.impl.dataflow import PolicyBank
 
         bank = PolicyBank(n_agents, obs_dim, n_actions, seed=seed)
-        self.actors = [PolicyActor.__new__(PolicyActor) for _ in range(n_agents)]
-        for i, a in enumerate(self.actors):
-            a.net = bank.module(i)
+        self.nets = [bank.module(i) for i in range(n_agents)]
 
     def act(self, obs: np.ndarray) -> np.ndarray:
-        return np.array([a.act(o) for a, o in zip(self.actors, obs)])
+        return np.array([_greedy(net, o) for net, o in zip(self.nets, obs)])
 
     def close(self):
         pass
