@@ -7,6 +7,9 @@ one DQN update (MSE to a target network synced every ``target_every`` updates, A
 its weights back to the actors; then the next round starts. Rounds are sequential, as in the
 paper's code: round r acts with the weights of update r - 1.
 
+Observations are those of :func:`impl.rl.envs.make_env` in every backend: Blackjack's tuple
+becomes 45 one-hot floats (the paper's code fed the 3 raw numbers to its network).
+
 What differs between backends is only the transport (Ray's object store, or shared memory and
 semaphores); the network, the update and the replays here are the same objects in both, so a
 difference in time is a difference of transport.
