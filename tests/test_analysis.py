@@ -190,9 +190,27 @@ def training_rows(rng, updates_per_step=None):
     return rows
 
 
+def lf_rows(rng):
+    """The LF scenario's cells: lock-step, parallel Q-learning and multi-agent, Ray beside the others."""
+    rows = []
+    common = dict(structure="lf", policy="none")
+    for variant, rate in {"ray": 1e3, "dataflow": 1e5, "sync": 9e4, "async": 1e4, "mp-queues": 8e3}.items():
+        for rep in range(3):
+            rows.append(_row("", "lf", variant=variant, op="lockstep", env="CartPole-v1", actors=15, repeat=rep,
+                             metric="env_steps_per_s", unit="steps/s", value=rate * (1 + 0.02 * rng.random()),
+                             **common))
+    for variant, seconds in {"ray": 60.0, "dataflow": 20.0}.items():
+        rows.append(_row("", "lf", variant=variant, op="pql", env="Blackjack-v1", actors=16, batch=500, repeat=0,
+                         metric="time_s", unit="s", value=seconds, **{**common, "policy": "deque"}))
+    for variant, rate in {"ray": 200.0, "dataflow": 900.0, "serial": 700.0}.items():
+        rows.append(_row("", "lf", variant=variant, op="multiagent", env="simple_spread", actors=10, repeat=0,
+                         metric="steps_per_s", unit="steps/s", value=rate, **common))
+    return rows
+
+
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
-    """Five runs of a made-up machine; returns the results folder."""
+    """Six runs of a made-up machine; returns the results folder."""
     root = tmp_path_factory.mktemp("results")
     rng = np.random.default_rng(7)
     write_run(root, "20300101T000000Z-micro", "micro", "micro", micro_rows(rng))
@@ -200,6 +218,7 @@ def synthetic(tmp_path_factory):
     write_run(root, "20300101T000200Z-cache", "cache", "cache", cache_rows())
     write_run(root, "20300101T000300Z-concurrency", "concurrency", "concurrency", concurrency_rows(rng))
     write_run(root, "20300101T000400Z-training", "training", "training", training_rows(rng))
+    write_run(root, "20300101T000500Z-lf", "lf", "lf", lf_rows(rng))
     return root
 
 
