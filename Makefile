@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first, pinned: the CPU wheel on local disk (see pyproject.toml).
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[test,peers,atari,ray,sb3,tianshou,torchrl]'
+	$(PY) -m pip install --quiet -e '.[test,peers,atari,ray,multiagent,sb3,tianshou,torchrl]'
 	touch $(STAMP)
 
 test: $(STAMP)

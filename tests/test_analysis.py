@@ -272,6 +272,24 @@ def paac_rows():
     return [{k: v for k, v in r.items() if k != "run_id"} for r in results.read_rows(REPO / "results" / "reference-paac")]
 
 
+def lf_rows(rng):
+    """The LF scenario's cells: lock-step, parallel Q-learning and multi-agent, Ray beside the others."""
+    rows = []
+    common = dict(structure="lf", policy="none")
+    for variant, rate in {"ray": 1e3, "dataflow": 1e5, "sync": 9e4, "async": 1e4, "mp-queues": 8e3}.items():
+        for rep in range(3):
+            rows.append(_row("", "lf", variant=variant, op="lockstep", env="CartPole-v1", actors=15, repeat=rep,
+                             metric="env_steps_per_s", unit="steps/s", value=rate * (1 + 0.02 * rng.random()),
+                             **common))
+    for variant, seconds in {"ray": 60.0, "dataflow": 20.0}.items():
+        rows.append(_row("", "lf", variant=variant, op="pql", env="Blackjack-v1", actors=16, batch=500, repeat=0,
+                         metric="time_s", unit="s", value=seconds, **{**common, "policy": "deque"}))
+    for variant, rate in {"ray": 200.0, "dataflow": 900.0, "serial": 700.0}.items():
+        rows.append(_row("", "lf", variant=variant, op="multiagent", env="simple_spread", actors=10, repeat=0,
+                         metric="steps_per_s", unit="steps/s", value=rate, **common))
+    return rows
+
+
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
     """Runs of a made-up machine (one per scenario); returns the results folder."""
@@ -286,6 +304,7 @@ def synthetic(tmp_path_factory):
     write_run(root, "20300101T000500Z-gossip", "gossip", "gossip", gossip_rows())
     write_run(root, "20300101T000600Z-frameworks", "frameworks", "frameworks", frameworks_rows())
     write_run(root, "20300101T000700Z-paac", "paac", "paac", paac_rows())
+    write_run(root, "20300101T000800Z-lf", "lf", "lf", lf_rows(rng))
     return root
 
 

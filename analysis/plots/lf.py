@@ -1,0 +1,83 @@
+"""The Lingua Franca benchmarks: every backend's speed over Ray's, beside the paper's LF/Ray.
+
+Rows: scenario ``lf`` of the newest run that has any (ratios are only taken within one run);
+:func:`bench.scenarios.lf.ratios` gives, per cell and backend, the median and ``x_ray`` (speed
+over Ray's median in the same cell: rates over Ray's rate, Ray's time over the backend's time).
+One panel per workload (lock-step sampling by environment, parallel Q-learning by actors,
+mini-batch and replay, multi-agent inference by agents), one stem per backend from 1 (Ray) to
+its ratio on a log axis; the black diamond on our dataflow's stem is the paper's Lingua Franca over Ray ratio for that
+cell. The CSV holds every stem (median, min, max, n, x_ray, paper).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from replaybench.analysis.plots import NoRows, Plot
+from replaybench.analysis.plots._common import handle, legend, log_y, new_figure
+
+NAME = "lf"
+ORDER = 60
+TITLE = "Lingua Franca benchmarks: speed over Ray"
+
+_COLOURS = {"ray": "#4c72b0", "dataflow": "#c44e52", "sync": "#55a868", "async": "#8172b2", "mp-queues": "#937860",
+            "serial": "#8c8c8c"}
+_TITLES = {"lockstep": "lock-step sampling (random actions)", "pql": "parallel Q-learning (Blackjack)",
+           "multiagent": "multi-agent inference"}
+
+
+def _label(e) -> str:
+    if e["op"] == "lockstep":
+        return f"{e['env']}\n{int(e['actors'])} envs"
+    if e["op"] == "pql":
+        return f"{int(e['actors'])} actors\nbatch {int(e['batch'])}\n{e['policy']}"
+    return f"{e['env']}\n{int(e['actors'])} agents"
+
+
+def build(table, metas) -> Plot:
+    from replaybench.bench.scenarios.lf import WORKLOADS, ratios
+
+    rows = table[table["scenario"] == "lf"] if "scenario" in table else table.iloc[0:0]
+    if rows.empty:
+        raise NoRows("no LF benchmark rows (scenario 'lf')")
+    run_id = sorted(rows["run_id"].unique())[-1]
+    rows = rows[rows["run_id"] == run_id].astype(object)
+    data = pd.DataFrame(ratios(rows.where(rows.notna(), None).to_dict("records")))
+    if data.empty or data["x_ray"].isna().all():
+        raise NoRows(f"run {run_id}: no LF cell measured both Ray and another backend")
+    data.insert(0, "run_id", run_id)
+    ops = [op for op in WORKLOADS if op in set(data["op"])]
+    widths = [max(2, data[data["op"] == op][["env", "policy", "actors", "batch"]].drop_duplicates().shape[0]) for op in ops]
+    fig, axes = new_figure(1, len(ops), panel=(1.2 * max(widths) + 1.5, 3.6))
+    handles = {}
+    for ax, op in zip(axes[0], ops):
+        part = data[data["op"] == op]
+        groups = part[["env", "policy", "actors", "batch"]].drop_duplicates().reset_index(drop=True)
+        backends = [b for b in WORKLOADS[op][0] if b in set(part["backend"])]
+        width = 0.8 / len(backends)
+        for gi, g in groups.iterrows():
+            cell = part[(part["env"] == g["env"]) & (part["policy"] == g["policy"]) & (part["actors"] == g["actors"])
+                        & (part["batch"].fillna(-1) == (-1 if pd.isna(g["batch"]) else g["batch"]))]
+            for bi, backend in enumerate(backends):
+                hit = cell[cell["backend"] == backend]
+                if hit.empty or pd.isna(hit.iloc[0]["x_ray"]):
+                    continue
+                e = hit.iloc[0]
+                x = gi - 0.4 + width * (bi + 0.5)
+                ax.plot([x, x], [1.0, e["x_ray"]], color=_COLOURS.get(backend, "0.5"), linewidth=2.5)
+                ax.plot(x, e["x_ray"], marker="o", color=_COLOURS.get(backend, "0.5"), markersize=6)
+                handles.setdefault(backend, handle(backend, _COLOURS.get(backend, "0.5"), "o", ""))
+                if e["paper"] is not None and not pd.isna(e["paper"]):
+                    ax.plot(x, e["paper"], marker="D", color="black", markersize=5, linestyle="")
+                    handles.setdefault("paper", handle("paper: LF / Ray", "black", "D", ""))
+        ax.axhline(1.0, color="0.4", linewidth=0.8)
+        ax.set_xticks(np.arange(len(groups)), [_label({**g, "op": op}) for _, g in groups.iterrows()], fontsize=7)
+        log_y(ax)
+        ax.set_ylabel("speed over Ray (x, log)")
+        ax.set_title(_TITLES[op], fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(f"LF benchmarks, run {run_id}: medians, each backend's speed over Ray's in the same run", fontsize=10)
+    legend(fig, list(handles.values()), title="backend")
+    return Plot(fig, data, "Each backend's speed over Ray's in the same run (rates over Ray's rate, Ray's time over "
+                           "the backend's time); black diamonds: the paper's Lingua Franca over Ray ratio.")
