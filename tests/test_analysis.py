@@ -702,6 +702,7 @@ def test_palette_is_stable_and_distinct():
 REFERENCE = sorted((REPO / "results").glob("reference-*"))
 
 
+@pytest.mark.slow  # ~50 s: every figure from every committed run (the synthetic runs cover every figure by default)
 def test_the_committed_reference_runs_plot(tmp_path):
     """Every figure draws from the committed reference runs (as `make plots` on a fresh clone),
     and the capacity figure's medians are the medians of the stored rows."""

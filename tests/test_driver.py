@@ -157,7 +157,7 @@ def test_grid_values_are_typed_as_the_variants_declare():
     grid = micro.typed_grid({"eps": [1, 0.5], "K": [4], "batch": [32]}, {}, infos)
     assert grid == {"eps": [1.0, 0.5], "K": [4], "batch": [32]} and isinstance(grid["eps"][0], float)
     for bad, words in (({"stratified": ["yes"]}, "bool"), ({"K": [4.5]}, "int"), ({"K": [True]}, "int"),
-                       ({"dtype": [32]}, "str"), ({"batch": [0]}, "batch"), ({"transitions": ["atari"]}, "atari"),
+                       ({"dtype": [32]}, "str"), ({"batch": [0]}, "batch"), ({"transitions": ["pixels"]}, "pixels"),
                        ({"no_such": [1]}, "no variant of this run takes"), ({"eps": [float("nan")]}, "finite")):
         with pytest.raises(SelectionError, match=words):
             micro.typed_grid(bad, {}, infos)
