@@ -61,8 +61,8 @@ def calls(draw) -> dict:
         call["priorities"] = draw(st.lists(GOOD, min_size=n, max_size=n))
         call["stamps"] = draw(st.sampled_from(["none", "sampled", "sampled", "float", "short"]))
         fault = draw(st.sampled_from([None, None, None, "index", "negative-index", "priority", "length"]))
-        if fault == "priority":
-            call["priorities"][draw(st.integers(0, n - 1))] = draw(BAD)
+        if fault == "priority":  # placed when the call is made: a sampled update may use fewer than n entries
+            call["bad_priority"] = (draw(st.floats(0.0, 0.999)), draw(BAD))
         call["fault"] = fault
         call["bad"] = fault is not None or call["stamps"] in ("float", "short")
     return call
@@ -91,7 +91,10 @@ def perform(buf, call: dict, first_id: int, last_sample):
     else:
         idx, stamps = (np.array(call["where"]) * len(buf)).astype(np.int64), None
     vals = np.array(call["priorities"][:n])
-    if call["fault"] == "index":
+    if call["fault"] == "priority":
+        at, value = call["bad_priority"]
+        vals[int(at * n)] = value
+    elif call["fault"] == "index":
         idx[-1] = len(buf)
     elif call["fault"] == "negative-index":
         idx[0] = -1
