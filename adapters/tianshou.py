@@ -171,7 +171,9 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
     anything is written (Tianshou's fails deep inside, or wraps a negative id, after some
     sub-buffers moved on); ``update_weight`` refuses a slot no sub-buffer has written.
 
-    Costs: add O(rows D) on top of Tianshou's manager add (a Python loop over the rows);
+    Costs: construction O(total_size) (Tianshou's numba ``prev``/``next`` kernels compile at
+    their first call, not here); add O(rows D) on top of Tianshou's manager add (a Python loop
+    over the rows);
     sample and update_weight as :class:`PrioritizedReplayBuffer`; the written-slot check of
     update_weight O(batch).
     """
@@ -189,6 +191,11 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
         self._keep_priorities(index, weight_norm)
         self.options.update(alpha=alpha, beta=beta, weight_norm=weight_norm, variant=variant, eps=eps,
                             stratified=stratified, variant_params=variant_params)
+
+    def _compile(self) -> None:
+        """Nothing: numba compiles Tianshou's ``prev``/``next`` kernels at their first call
+        (n-step returns), not here; Tianshou's manager warms them up in its constructor, which
+        costs seconds per process whether or not they are used."""
 
     def add(self, batch, buffer_ids=None):
         """Write row ``j`` of ``batch`` into sub-buffer ``buffer_ids[j]``; Tianshou's return
