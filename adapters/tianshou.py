@@ -173,9 +173,8 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
 
     Costs: construction O(total_size) (Tianshou's numba ``prev``/``next`` kernels compile at
     their first call, not here); add O(rows D) on top of Tianshou's manager add (a Python loop
-    over the rows);
-    sample and update_weight as :class:`PrioritizedReplayBuffer`; the written-slot check of
-    update_weight O(batch).
+    over the rows); sample and update_weight as :class:`PrioritizedReplayBuffer`, plus O(batch)
+    for update_weight's written-slot check.
     """
 
     def __init__(self, total_size: int, buffer_num: int, alpha: float, beta: float, weight_norm: bool = True, *,
