@@ -13,7 +13,9 @@ module                         what it offers                              extra
                                |TD error| written back)
 ``replaybench.adapters.        ``PrioritizedReplayBuffer`` with Tianshou's   ``[tianshou]``
 tianshou``                     API (``add``, ``sample``, ``get_weight``,
-                               ``update_weight``, ``set_beta``)
+                               ``update_weight``, ``set_beta``), and
+                               ``PrioritizedVectorReplayBuffer`` (one
+                               sub-buffer per vectorised environment)
 ``replaybench.adapters.        ``PrioritizedSampler`` with TorchRL's API,    ``[torchrl]``
 torchrl``                      for a ``TensorDictReplayBuffer``
 =============================  ==========================================  ==================

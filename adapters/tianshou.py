@@ -22,8 +22,9 @@ within the batch when ``weight_norm`` (the default). Differences, on purpose:
   argument, default 42), not from NumPy's global one.
 - ``reset`` also clears the priorities.
 
-Only the single buffer is offered (one environment, or Tianshou's ``Collector`` with one);
-Tianshou's ``PrioritizedVectorReplayBuffer`` is not.
+:class:`PrioritizedVectorReplayBuffer` is the counterpart of Tianshou's
+``PrioritizedVectorReplayBuffer``: one sub-buffer per environment, for a ``Collector`` over a
+``DummyVectorEnv`` / ``SubprocVectorEnv`` (``buffer_num`` = the number of environments).
 """
 
 from __future__ import annotations
@@ -32,12 +33,15 @@ from replaybench.adapters._core import DEFAULT_VARIANT, PriorityIndex, require
 
 require("tianshou")
 
-from typing import Any  # noqa: E402  (after the framework check, on purpose)
+import numbers  # noqa: E402  (after the framework check, on purpose)
+from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
-from tianshou.data import ReplayBuffer, to_numpy  # noqa: E402
+from tianshou.data import ReplayBuffer, ReplayBufferManager, to_numpy  # noqa: E402
 
-__all__ = ["PrioritizedReplayBuffer"]
+from replaybench.impl.trees.base import as_indices  # noqa: E402
+
+__all__ = ["PrioritizedReplayBuffer", "PrioritizedVectorReplayBuffer"]
 
 FLOAT32_EPS = float(np.finfo(np.float32).eps)
 
@@ -71,10 +75,14 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         index = PriorityIndex(variant, size, alpha=alpha, beta=beta, eps=eps, stratified=stratified,
                               seed=kwargs.get("random_seed", 42), **(variant_params or {}))
         ReplayBuffer.__init__(self, size, **kwargs)
-        self.priorities = index
-        self._weight_norm = bool(weight_norm)
+        self._keep_priorities(index, weight_norm)
         self.options.update(alpha=alpha, beta=beta, weight_norm=weight_norm, variant=variant, eps=eps,
                             stratified=stratified, variant_params=variant_params)
+
+    def _keep_priorities(self, index: PriorityIndex, weight_norm: bool) -> None:
+        """Attach ``index`` (one slot per storage slot) once Tianshou's storage is set up."""
+        self.priorities = index
+        self._weight_norm = bool(weight_norm)
 
     def init_weight(self, index) -> None:
         """Give ``index`` the largest priority stored so far (new transitions)."""
@@ -123,3 +131,107 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def reset(self, keep_statistics: bool = False) -> None:
         super().reset(keep_statistics)
         self.priorities.clear()
+
+
+class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager):
+    """Tianshou's ``PrioritizedVectorReplayBuffer`` API: ``buffer_num`` ring sub-buffers of
+    ``ceil(total_size / buffer_num)`` slots each, priorities in one registered variant's tree.
+
+    Tianshou's ``ReplayBufferManager`` keeps the storage: sub-buffer ``b`` owns the slots
+    ``b * size .. (b + 1) * size - 1`` of one contiguous storage, ``add(batch, buffer_ids)``
+    writes row ``j`` of ``batch`` into sub-buffer ``buffer_ids[j]`` (default ``0 ..
+    buffer_num - 1``: one row per environment, as the ``Collector`` passes them), each
+    sub-buffer wraps around on its own, and ``prev``/``next`` stay inside a sub-buffer's episode.
+    Indices (returned by ``add`` and ``sample``, taken by ``get_weight`` and ``update_weight``)
+    are slots of that whole storage.
+
+    Why one tree over the whole storage, not one per sub-buffer: a transition must be drawn
+    with probability ``p_i / sum of every stored p``, whichever environment wrote it. One
+    tree indexed by the storage slot gives exactly that in one descent (slots not yet written
+    hold priority 0 and are never drawn); it is also how Tianshou's own vector buffer draws
+    (one segment tree over the manager). Trees per sub-buffer would need a draw of the
+    sub-buffer by its total first, and the weights' ``p_min`` across all of them; splitting
+    the batch by sub-buffer length instead (what Tianshou's uniform manager does) would make
+    probabilities depend on how transitions are spread over environments.
+
+    Parameters
+    ----------
+    total_size : int
+        Slots asked for in all; each sub-buffer gets ``ceil(total_size / buffer_num)``.
+    buffer_num : int
+        Sub-buffers (the number of environments the ``Collector`` steps).
+    alpha, beta, weight_norm, variant, eps, stratified, variant_params, **kwargs
+        As :class:`PrioritizedReplayBuffer` (``kwargs`` are Tianshou's ``ReplayBuffer``
+        arguments, given to every sub-buffer).
+
+    Differences from Tianshou's, on purpose (besides those of :class:`PrioritizedReplayBuffer`):
+    ``set_beta`` changes the weights (Tianshou 2.0.1's sets it on the sub-buffers, which hold
+    no priorities, so the manager's weights keep the old beta); ``add`` refuses a
+    ``buffer_ids`` that is not one id in ``0 .. buffer_num - 1`` per row of ``batch`` before
+    anything is written (Tianshou's fails deep inside, or wraps a negative id, after some
+    sub-buffers moved on); ``update_weight`` refuses a slot no sub-buffer has written.
+
+    Costs: construction O(total_size) (Tianshou's numba ``prev``/``next`` kernels compile at
+    their first call, not here); add O(rows D) on top of Tianshou's manager add (a Python loop
+    over the rows); sample and update_weight as :class:`PrioritizedReplayBuffer`, plus O(batch)
+    for update_weight's written-slot check.
+    """
+
+    def __init__(self, total_size: int, buffer_num: int, alpha: float, beta: float, weight_norm: bool = True, *,
+                 variant: str = DEFAULT_VARIANT, eps: float = FLOAT32_EPS, stratified: bool = False,
+                 variant_params: dict | None = None, **kwargs: Any) -> None:
+        for name, value in (("total_size", total_size), ("buffer_num", buffer_num)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        size = -(-int(total_size) // int(buffer_num))
+        index = PriorityIndex(variant, size * int(buffer_num), alpha=alpha, beta=beta, eps=eps,
+                              stratified=stratified, seed=kwargs.get("random_seed", 42), **(variant_params or {}))
+        ReplayBufferManager.__init__(self, [ReplayBuffer(size, **kwargs) for _ in range(int(buffer_num))])
+        self._keep_priorities(index, weight_norm)
+        self.options.update(alpha=alpha, beta=beta, weight_norm=weight_norm, variant=variant, eps=eps,
+                            stratified=stratified, variant_params=variant_params)
+
+    def _compile(self) -> None:
+        """Nothing: numba compiles Tianshou's ``prev``/``next`` kernels at their first call
+        (n-step returns), not here; Tianshou's manager warms them up in its constructor, which
+        costs seconds per process whether or not they are used."""
+
+    def add(self, batch, buffer_ids=None):
+        """Write row ``j`` of ``batch`` into sub-buffer ``buffer_ids[j]``; Tianshou's return
+        (the slots written, episode returns, lengths and start slots)."""
+        self._check_buffer_ids(batch, buffer_ids)
+        return super().add(batch, buffer_ids)
+
+    def update_weight(self, index: np.ndarray, new_weight) -> None:
+        """Set priorities from ``new_weight`` (TD errors; their absolute value is used) at
+        ``index``, slots some sub-buffer has written."""
+        idx = as_indices(index, "indices")
+        outside = np.flatnonzero((idx < 0) | (idx >= self.maxsize))
+        if outside.size:
+            b = int(outside[0])
+            raise IndexError(f"indices[{b}] = {int(idx[b])} is out of range: slots are 0 .. {self.maxsize - 1}")
+        buffer = np.searchsorted(self._offset, idx, side="right") - 1
+        unwritten = np.flatnonzero(idx - self._offset[buffer] >= self._lengths[buffer])
+        if unwritten.size:
+            b, i = int(unwritten[0]), int(buffer[unwritten[0]])
+            start, n = int(self._offset[i]), int(self._lengths[i])
+            raise IndexError(f"indices[{b}] = {int(idx[b])} is not written yet: sub-buffer {i} has written "
+                             + (f"slots {start} .. {start + n - 1}" if n else "nothing"))
+        self.priorities.update(idx, np.abs(to_numpy(new_weight)).reshape(-1), n_valid=self.maxsize)
+
+    def _check_buffer_ids(self, batch, buffer_ids) -> None:
+        rows = len(batch)
+        if buffer_ids is None:
+            if rows != self.buffer_num:
+                raise ValueError(f"batch has {rows} rows but buffer_ids is None, which means one row per "
+                                 f"sub-buffer ({self.buffer_num}); pass buffer_ids")
+            return
+        ids = np.asarray(buffer_ids)
+        if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+            raise ValueError(f"buffer_ids must be a 1-D sequence of integers, got {buffer_ids!r}")
+        if ids.size != rows:
+            raise ValueError(f"buffer_ids has {ids.size} ids for a batch of {rows} rows; give one per row")
+        bad = np.flatnonzero((ids < 0) | (ids >= self.buffer_num))
+        if bad.size:
+            raise ValueError(f"buffer_ids[{int(bad[0])}] = {int(ids[bad[0]])} is out of range: "
+                             f"sub-buffers are 0 .. {self.buffer_num - 1}")

@@ -37,5 +37,6 @@ def test_readme_example_runs_as_written(adapter, tmp_path, monkeypatch):
         assert (tmp_path / "replay.pkl").stat().st_size > 0 and namespace["model"].replay_buffer.size() == 1_000
     elif adapter == "tianshou":
         assert len(namespace["buf"]) == 100 and namespace["batch"].weight.shape == (32,)
+        assert namespace["vbuf"].buffer_num == 4 and namespace["vbuf"].maxsize == 2**16
     else:
         assert len(namespace["rb"]) == 100 and namespace["sample"]["priority_weight"].shape == (32,)

@@ -1,7 +1,8 @@
-"""The Tianshou adapter against tianshou.data.PrioritizedReplayBuffer on the same inputs: the
-same priorities after adds, updates and a wrap-around, so the same sampling probabilities
-(chi-square on our draws), the same batch-normalised weights, Tianshou's DQN and trainer run
-with it unchanged, and bad input gets our errors."""
+"""The Tianshou adapters against tianshou.data.PrioritizedReplayBuffer and
+PrioritizedVectorReplayBuffer on the same inputs: the same priorities after adds, updates and a
+wrap-around (per sub-buffer for the vector one), so the same sampling probabilities (chi-square
+on our draws), the same batch-normalised weights, Tianshou's DQN and trainer (and a vector-env
+collector) run with them unchanged, and bad input gets our errors."""
 
 import numpy as np
 import pytest
@@ -12,8 +13,9 @@ pytest.importorskip("tianshou", reason="the tianshou extra is not installed")
 import torch  # noqa: E402
 from tianshou.data import Batch  # noqa: E402
 from tianshou.data import PrioritizedReplayBuffer as TianshouPrioritized  # noqa: E402
+from tianshou.data import PrioritizedVectorReplayBuffer as TianshouPrioritizedVector  # noqa: E402
 
-from replaybench.adapters.tianshou import PrioritizedReplayBuffer  # noqa: E402
+from replaybench.adapters.tianshou import PrioritizedReplayBuffer, PrioritizedVectorReplayBuffer  # noqa: E402
 
 SIZE = 16
 
@@ -40,8 +42,8 @@ def drive(buffers, rng):
                 b.update_weight(idx, td)
 
 
-def their_priorities(rb):
-    return np.array([rb.weight[i] for i in range(SIZE)])
+def their_priorities(rb, size=SIZE):
+    return np.array([rb.weight[i] for i in range(size)])
 
 
 def test_same_priorities_probabilities_and_weights_after_updates_and_a_wrap_around():
@@ -124,3 +126,141 @@ def test_tianshou_dqn_and_trainer_run_with_it():
     assert len(buf) == 64 + 256
     leaves = buf.priorities.tree.leaves()[: len(buf)]
     assert len(np.unique(leaves)) > 20          # |TD error| was written back by the algorithm
+
+
+# PrioritizedVectorReplayBuffer: 3 sub-buffers of 4 slots against Tianshou's on the same rows
+
+ENVS, SUB = 3, 4
+
+
+def rows(t, ids):
+    n = len(ids)
+    return Batch(obs=np.array([[t, j, 0] for j in ids], np.float32), act=np.zeros(n, int), rew=np.full(n, float(t)),
+                 terminated=np.array([t % 5 == 4] * n), truncated=np.zeros(n, bool),
+                 obs_next=np.array([[t + 1, j, 0] for j in ids], np.float32))
+
+
+@pytest.fixture
+def no_prev_next_warm_up(monkeypatch):
+    """Tianshou's manager compiles its numba prev/next kernels in its constructor (seconds of
+    CPU per process); the parity tests never call prev/next, so skip that warm-up."""
+    from tianshou.data import ReplayBufferManager
+
+    monkeypatch.setattr(ReplayBufferManager, "_compile", lambda self: None)
+
+
+def both_vector(alpha=0.6, beta=0.4):
+    return (PrioritizedVectorReplayBuffer(ENVS * SUB, ENVS, alpha, beta, variant="kary-aligned"),
+            TianshouPrioritizedVector(ENVS * SUB, ENVS, alpha=alpha, beta=beta))
+
+
+def drive_vector(buffers, rng):
+    """Uneven rows per environment (env 0 every step: it wraps twice; env 2 from step 4 on) and
+    TD-error updates on written slots; returns the slots the adds wrote (the same in both)."""
+    written = []
+    for t in range(10):
+        ids = [0] + ([1] if t % 2 else []) + ([2] if t >= 4 else [])
+        slots = [b.add(rows(t, ids), buffer_ids=ids)[0] for b in buffers]
+        assert all(np.array_equal(slots[0], s) for s in slots)
+        written.append(slots[0])
+        if t % 3 == 2:
+            idx = rng.choice(np.unique(np.concatenate(written)), 3, replace=False)
+            td = rng.normal(0, 3, 3)
+            for b in buffers:
+                b.update_weight(idx, td)
+    return written
+
+
+def test_vector_same_slots_priorities_probabilities_and_weights_with_a_wrap_around_per_sub_buffer(no_prev_next_warm_up):
+    ours, theirs = both_vector()
+    written = drive_vector([ours, theirs], np.random.default_rng(0))
+    env0 = [int(s[0]) for s in written]
+    assert env0 == [0, 1, 2, 3] * 2 + [0, 1]                       # sub-buffer 0 wrapped inside its slots
+    assert list(ours._lengths) == list(theirs._lengths) == [4, 4, 4] and len(ours) == 12
+    p = their_priorities(theirs, ENVS * SUB)
+    assert np.allclose(ours.priorities.tree.leaves()[: ENVS * SUB], p, rtol=1e-6)
+    draws = np.concatenate([ours.sample(256)[1] for _ in range(40)])   # over all sub-buffers at once
+    counts = np.bincount(draws, minlength=ENVS * SUB)
+    assert stats.chisquare(counts, counts.sum() * p / p.sum()).pvalue > 1e-3
+    idx = np.array([3, 0, 9, 9, 11, 5])
+    assert np.array_equal(ours[idx].obs, theirs[idx].obs)
+    assert np.allclose(ours[idx].weight, theirs[idx].weight, rtol=1e-6)
+    ours.update_weight(idx[:2], np.array([-40.0, 0.0]))                # a new maximum and a near-zero
+    theirs.update_weight(idx[:2], np.array([-40.0, 0.0]))
+    assert np.allclose(ours.priorities.tree.leaves()[: ENVS * SUB], their_priorities(theirs, ENVS * SUB), rtol=1e-6)
+    for b in (ours, theirs):
+        b.add(rows(10, [1]), buffer_ids=[1])                              # gets the new maximum
+    assert np.allclose(ours.priorities.tree.leaves()[: ENVS * SUB], their_priorities(theirs, ENVS * SUB), rtol=1e-6)
+    assert np.allclose(ours[idx].weight, theirs[idx].weight, rtol=1e-6)
+
+
+def test_vector_set_beta_changes_the_weights(no_prev_next_warm_up):
+    ours, theirs = both_vector()
+    drive_vector([ours, theirs], np.random.default_rng(1))
+    idx = np.arange(ENVS * SUB)
+    ours.set_beta(0.9)
+    p = their_priorities(theirs, ENVS * SUB)
+    assert np.allclose(ours[idx].weight, p ** -0.9 / np.max(p ** -0.9), rtol=1e-6)
+    ours.reset()
+    assert len(ours) == 0 and ours.priorities.tree.total() == 0
+
+
+def test_vector_bad_input_gets_our_errors_and_changes_nothing(no_prev_next_warm_up):
+    for kw, msg in (({"total_size": 0}, "total_size must be a positive integer, got 0"),
+                    ({"buffer_num": 2.5}, "buffer_num must be a positive integer, got 2.5")):
+        with pytest.raises(ValueError, match=msg):
+            PrioritizedVectorReplayBuffer(**{"total_size": 8, "buffer_num": 2, "alpha": 0.6, "beta": 0.4, **kw})
+    with pytest.raises(ValueError, match="alpha must be"):
+        PrioritizedVectorReplayBuffer(8, 2, -1.0, 0.4)
+    ours, _ = both_vector()
+    ours.add(rows(0, [0, 2]), buffer_ids=[0, 2])
+    state = ours.priorities.tree.leaves().copy(), ours._lengths.copy(), ours.last_index.copy()
+    for ids, err, msg in (([0, 3], ValueError, r"buffer_ids\[1\] = 3 is out of range: sub-buffers are 0 .. 2"),
+                          ([-1, 0], ValueError, r"buffer_ids\[0\] = -1 is out of range"),
+                          ([0], ValueError, "buffer_ids has 1 ids for a batch of 2 rows"),
+                          (None, ValueError, "batch has 2 rows but buffer_ids is None"),
+                          ([[0, 1]], ValueError, "buffer_ids must be a 1-D sequence of integers")):
+        with pytest.raises(err, match=msg):
+            ours.add(rows(1, [0, 1]), buffer_ids=ids)
+    with pytest.raises(IndexError, match=r"indices\[1\] = 4 is not written yet: sub-buffer 1 has written nothing"):
+        ours.update_weight(np.array([0, 4]), np.array([1.0, 1.0]))
+    with pytest.raises(IndexError, match=r"indices\[0\] = 12 is out of range: slots are 0 .. 11"):
+        ours.update_weight(np.array([12]), np.array([1.0]))
+    with pytest.raises(ValueError, match=r"priorities\[0\] = nan is not finite"):
+        ours.update_weight(np.array([8]), np.array([np.nan]))
+    after = ours.priorities.tree.leaves(), ours._lengths, ours.last_index
+    assert all(np.array_equal(a, b) for a, b in zip(state, after))
+
+
+@pytest.mark.slow  # numba compiles Tianshou's n-step kernels per process; seconds of training
+def test_tianshou_dqn_with_a_vector_env_collector_runs_with_the_vector_buffer():
+    import gymnasium as gym
+    from tianshou.algorithm import DQN
+    from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.data import Collector
+    from tianshou.env import DummyVectorEnv
+    from tianshou.utils.net.common import Net
+    from tianshou.utils.torch_utils import policy_within_training_step
+
+    torch.manual_seed(0)
+    envs = DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(ENVS)])
+    envs.seed(0)
+    space = envs.observation_space[0], envs.action_space[0]
+    policy = DiscreteQLearningPolicy(model=Net(state_shape=space[0].shape, action_shape=space[1].n, hidden_sizes=[16]),
+                                     action_space=space[1], eps_training=0.1)
+    algorithm = DQN(policy=policy, optim=AdamOptimizerFactory(lr=1e-3), target_update_freq=20)
+    buf = PrioritizedVectorReplayBuffer(300, ENVS, alpha=0.6, beta=0.4)
+    collector = Collector(algorithm, envs, buf, exploration_noise=True)
+    collector.reset()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with policy_within_training_step(policy):
+            for _ in range(40):                                    # 40 x 9 env steps: sub-buffers wrap
+                collector.collect(n_step=3 * ENVS)
+                algorithm.update(buffer=buf, sample_size=32)
+    finally:
+        torch.set_num_threads(threads)
+    assert buf.maxsize == 300 and len(buf) == 300 and list(buf._lengths) == [100] * ENVS
+    assert len(np.unique(buf.priorities.tree.leaves())) > 20     # |TD error| written back by the algorithm

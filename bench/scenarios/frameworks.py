@@ -9,8 +9,9 @@ differ only in their buffer.
 - **sb3**: ``DQN`` with SB3's ``ReplayBuffer`` (own; SB3 has no prioritized replay, so its own
   run is uniform) vs ``PrioritizedDQN`` with :class:`replaybench.adapters.sb3.PrioritizedReplayBuffer`
   (beta fixed, as the other frameworks keep it); driven by ``model.learn``.
-- **tianshou**: Tianshou's ``DQN`` algorithm, ``Collector`` and ``PrioritizedReplayBuffer``
-  (own) vs :class:`replaybench.adapters.tianshou.PrioritizedReplayBuffer`; the loop is the one
+- **tianshou**: Tianshou's ``DQN`` algorithm, ``Collector`` over a ``DummyVectorEnv`` and
+  ``PrioritizedVectorReplayBuffer`` (own) vs
+  :class:`replaybench.adapters.tianshou.PrioritizedVectorReplayBuffer`; the loop is the one
   Tianshou's off-policy trainer runs (collect ``train_freq`` steps, then ``algorithm.update``),
   without its epochs, tests and logging.
 - **torchrl**: a ``GymEnv``, ``QValueActor`` + ``EGreedyModule``, ``DQNLoss`` and
@@ -179,12 +180,12 @@ def run_tianshou(env_id: str, buffer: str, seed: int, steps: int, h: dict) -> Ru
     from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
     from tianshou.algorithm.optim import AdamOptimizerFactory
     from tianshou.data import Collector
-    from tianshou.data import PrioritizedReplayBuffer as TianshouPrioritized
+    from tianshou.data import PrioritizedVectorReplayBuffer as TianshouPrioritizedVector
     from tianshou.env import DummyVectorEnv
     from tianshou.utils.net.common import Net
     from tianshou.utils.torch_utils import policy_within_training_step
 
-    from replaybench.adapters.tianshou import PrioritizedReplayBuffer
+    from replaybench.adapters.tianshou import PrioritizedVectorReplayBuffer
 
     torch.manual_seed(seed)
     np.random.seed(seed)
@@ -196,10 +197,13 @@ def run_tianshou(env_id: str, buffer: str, seed: int, steps: int, h: dict) -> Ru
     updates_between_targets = max(1, round(h["target_update"] / h["train_freq"] * h["gradient_steps"]))
     algorithm = DQN(policy=policy, optim=AdamOptimizerFactory(lr=h["lr"]), gamma=h["gamma"],
                     target_update_freq=updates_between_targets, is_double=False)
+    # The vector buffer, one sub-buffer per environment, as Tianshou's own DQN examples build it
     if buffer == OWN:
-        buf = TianshouPrioritized(h["buffer_size"], h["alpha"], h["beta"], random_seed=seed)
+        buf = TianshouPrioritizedVector(h["buffer_size"], envs.env_num, alpha=h["alpha"], beta=h["beta"],
+                                        random_seed=seed)
     else:
-        buf = PrioritizedReplayBuffer(h["buffer_size"], h["alpha"], h["beta"], variant=buffer, random_seed=seed)
+        buf = PrioritizedVectorReplayBuffer(h["buffer_size"], envs.env_num, h["alpha"], h["beta"], variant=buffer,
+                                            random_seed=seed)
     timers = Timers()
     for method, section in (("add", "replay_add"), ("sample", "replay_sample"), ("update_weight", "replay_update")):
         timers.wrap(buf, method, section)
