@@ -1,6 +1,9 @@
-"""One micro benchmark (target x capacity x op) timed by pyperf: ``python -m replaybench.bench.pyperf_worker``.
+"""One micro benchmark (target x capacity x op) timed by pyperf: :func:`run_manager` (or ``python -m
+replaybench.bench.pyperf_worker``).
 
-The micro scenario (:mod:`bench.scenarios.micro`) starts this module once per grid item as a pyperf *manager*;
+The micro scenario (:mod:`bench.scenarios.micro`) runs this module once per grid item as a pyperf *manager*,
+forked from the scenario's own process by :func:`run_manager` (so the interpreter start, the imports
+and, after the first item of a target, its kernels are paid once per run, not once per item);
 pyperf then runs fresh *worker* processes (one calibration worker unless ``--loops`` is given,
 then ``--processes`` value workers), each of which builds the buffer, fills it and times the
 op. So a filled buffer is reused for all warm-ups, values and loops of one worker, but not
@@ -29,17 +32,19 @@ whatever ``--inherit-environ`` names; the scenario passes NUMBA_* and thread-cou
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
 import sys
+import time
 import traceback
 
 import pyperf
 
 from replaybench.bench import workloads
 
-__all__ = ["build_call", "preload", "TimedOp", "ForkingRunner", "main"]
+__all__ = ["build_call", "preload", "TimedOp", "ForkingRunner", "main", "run_manager"]
 
 #: Our options, forwarded from the manager to every worker it spawns.
 _FORWARDED = ("target", "capacity", "op", "batch", "mixed_adds", "transitions", "seed", "error_file", "params")
@@ -182,6 +187,87 @@ def main(argv=None, runner_cls=ForkingRunner) -> None:
         preload(args)
     name = f"{args.target}/{args.capacity}/{args.op}"
     runner.bench_time_func(name, TimedOp(args), inner_loops=1)
+
+
+def run_manager(argv: list[str], timeout_s: float, stderr_path: str) -> int | None:
+    """Run :func:`main` on ``argv`` (a manager's options) in a child forked from this process, in
+    a session of its own; return its exit code, or None after killing its whole process group
+    (the manager and its workers) once ``timeout_s`` has passed. Its stdout is dropped and its
+    stderr written to ``stderr_path``. Any exception here (Ctrl-C) also kills the group first.
+
+    Before forking, this process preloads the target (:func:`preload`), so the child starts
+    with the target's libraries imported and its kernels loaded: the first item of a target
+    pays that once and the later ones inherit it.
+    """
+    preload(_manager_options(argv))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Ctrl-C stays pending across the fork: a child interrupted before it has its own session
+    # would unwind through the caller's stack as a second copy of it.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        pid = os.fork()
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        raise
+    if pid == 0:
+        code = 1
+        try:
+            os.setsid()
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            err = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(devnull, 1)
+            os.dup2(err, 2)
+            main(argv)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    deadline = time.monotonic() + timeout_s
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return os.waitstatus_to_exitcode(status)
+            if time.monotonic() > deadline:
+                _kill_session(pid)
+                return None
+            time.sleep(0.01)
+    except BaseException:
+        _kill_session(pid)
+        raise
+
+
+def _kill_session(pid: int) -> None:
+    """Kill the manager ``pid`` and its workers (its session), or only it if it has none yet."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        os.kill(pid, signal.SIGKILL)
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+def _manager_options(argv: list[str]) -> argparse.Namespace:
+    """Our options (not pyperf's) out of a manager's ``argv``, for :func:`preload`."""
+    p = argparse.ArgumentParser(add_help=False)
+    for name in _FORWARDED:
+        p.add_argument(f"--{name.replace('_', '-')}", dest=name)
+    args, _ = p.parse_known_args(argv)
+    args.capacity = int(args.capacity or 0)
+    for name in ("batch", "mixed_adds", "seed"):
+        setattr(args, name, int(getattr(args, name)))
+    return args
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """The micro scenario: one pyperf benchmark per (variant, capacity, grid parameters, op).
 
-Each cell starts ``python -m replaybench.bench.pyperf_worker`` (a pyperf manager, in its own
-process group) and waits; pyperf spawns the fresh worker processes that set up and time the
-op (:mod:`bench.workloads`). Cells run one at a time, so the workers do not compete for the
+Each cell forks a pyperf manager (:func:`bench.pyperf_worker.run_manager`, in its own session)
+and waits; pyperf spawns the fresh worker processes that set up and time the op
+(:mod:`bench.workloads`). Cells run one at a time, so the workers do not compete for the
 cores. A cell whose process fails or times out gives one ``failed`` row with the error; Ctrl-C
 kills the current cell's process group.
 
@@ -33,14 +33,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import statistics
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from replaybench.bench import peers, results, workloads
+from replaybench.bench import peers, workloads
 from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError, check_memory
 
 __all__ = ["HARNESS", "WORKLOAD_PARAMS", "VariantInfo", "Item", "resolve_variants", "param_grid", "typed_grid",
@@ -385,24 +382,12 @@ def _columns(item: Item) -> dict:
             "op": item.op, "metric": "seconds_per_call", "unit": "s", "items_per_call": spec.items_per_call(suite["batch"])}
 
 
-def _worker_env() -> tuple[dict, list[str]]:
-    env = dict(os.environ)
-    root = str(results.REPO_ROOT)
-    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-    inherit = sorted(k for k in env if k.startswith(_INHERIT_PREFIXES) or k in _INHERIT_NAMES)
-    return env, inherit
+def _inherited_environ() -> list[str]:
+    """Variables the pyperf workers keep besides pyperf's reduced environment."""
+    return sorted(k for k in os.environ if k.startswith(_INHERIT_PREFIXES) or k in _INHERIT_NAMES)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """End the manager we started and the pyperf workers in its process group."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
-def _error_message(err_file: Path, stderr: str, returncode: int) -> str:
+def _error_message(err_file: Path, stderr: str, returncode: int | None) -> str:
     if err_file.exists():
         return err_file.read_text().splitlines()[0]
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
@@ -411,34 +396,32 @@ def _error_message(err_file: Path, stderr: str, returncode: int) -> str:
 
 def _measure(cell: Cell, raw_dir: Path) -> list[dict]:
     """Time one cell in fresh processes; its rows (one per value, or one failed row)."""
+    from replaybench.bench import pyperf_worker
+
     item: Item = cell.spec
     suite, settings = item.suite, item.settings
     out_json = raw_dir / f"{item.slug}.json"
     err_file = raw_dir / f"{item.slug}.error.txt"
-    env, inherit = _worker_env()
-    cmd = [sys.executable, "-m", "replaybench.bench.pyperf_worker", "--quiet", "-o", str(out_json),
-           "--target", item.variant.name, "--capacity", str(item.capacity or 0), "--op", item.op,
-           "--batch", str(suite["batch"]), "--mixed-adds", str(suite["mixed_adds"]),
-           "--transitions", suite["transitions"], "--seed", str(suite["seed"]), "--error-file", str(err_file),
-           "--processes", str(settings["processes"]), "--values", str(settings["values"]),
-           "--warmups", str(settings["warmups"]), "--loops", str(settings["loops"]),
-           "--min-time", str(settings["min_time"])]
+    stderr_file = raw_dir / f"{item.slug}.stderr.txt"
+    argv = ["--quiet", "-o", str(out_json),
+            "--target", item.variant.name, "--capacity", str(item.capacity or 0), "--op", item.op,
+            "--batch", str(suite["batch"]), "--mixed-adds", str(suite["mixed_adds"]),
+            "--transitions", suite["transitions"], "--seed", str(suite["seed"]), "--error-file", str(err_file),
+            "--processes", str(settings["processes"]), "--values", str(settings["values"]),
+            "--warmups", str(settings["warmups"]), "--loops", str(settings["loops"]),
+            "--min-time", str(settings["min_time"])]
     if item.variant_params:
-        cmd += ["--params", json.dumps(item.variant_params, sort_keys=True)]
+        argv += ["--params", json.dumps(item.variant_params, sort_keys=True)]
+    inherit = _inherited_environ()
     if inherit:
-        cmd += ["--inherit-environ", ",".join(inherit)]
-    proc = subprocess.Popen(cmd, cwd=results.REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
-        _, stderr = proc.communicate(timeout=suite["item_timeout_s"])
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        argv += ["--inherit-environ", ",".join(inherit)]
+    code = pyperf_worker.run_manager(argv, suite["item_timeout_s"], str(stderr_file))
+    stderr = stderr_file.read_text() if stderr_file.exists() else ""
+    stderr_file.unlink(missing_ok=True)
+    if code is None:
         return [cell.row("failed", f"timed out after {suite['item_timeout_s']} s")]
-    except BaseException:  # Ctrl-C: leave no process of ours behind
-        _kill_group(proc)
-        raise
-    if proc.returncode != 0 or not out_json.exists():
-        return [cell.row("failed", _error_message(err_file, stderr, proc.returncode))]
+    if code != 0 or not out_json.exists():
+        return [cell.row("failed", _error_message(err_file, stderr, code))]
     import pyperf
 
     bench = pyperf.Benchmark.load(str(out_json))
