@@ -8,7 +8,8 @@ settings. A suite declares::
 
     {"name": ..., "scenario": "gossip", "env": "CartPole-v1", "steps": 200000, "seeds": [0, 1, 2],
      "learners": [1, 2, 4, 8], "learners_per_node": 1,
-     "schemes": [{"scheme": "gossip", "topology": "exponential", "peers": 1, "staleness": 1},
+     "schemes": [{"scheme": "gossip", "topology": "exponential", "peers": 1, "staleness": 1,
+                  "lr_scaling": "sqrt"},
                  {"scheme": "gossip", "label": "gossip-free", "staleness": null},
                  {"scheme": "allreduce"}, {"scheme": "independent"}, {"scheme": "paac"}],
      "stragglers": [1.0, 2.0],              # slowdown of the last learner; 1.0 = none
@@ -22,8 +23,9 @@ checked (:meth:`GossipConfig.validate`) while the suite is expanded, before any 
 
 Rows: variant = the scheme's label (default: its scheme), policy = the gossip topology
 (``exponential/p1/k1``; ``none`` otherwise), learners = N, mode "processes", algo "a2c";
-params hold nodes, learners_per_node, topology, peers, staleness, straggler_slowdown, n_envs
-and steps. Per run:
+params hold nodes, learners_per_node, topology, peers, staleness, lr_scaling (gossip: the
+A2C rate times sqrt(N), or not; see :class:`GossipConfig`), straggler_slowdown, n_envs and
+steps. Per run:
 
 - op "summary": env_steps_per_s (steps/s, all learners), time_to_threshold_s (s; pooled
   episodes of all learners, mean of the last 20 >= the env's threshold; status "skipped"
@@ -51,7 +53,7 @@ SUMMARY_UNITS = {"env_steps_per_s": "steps/s", "time_to_threshold_s": "s", "step
                  "final_consensus": "l2", "max_consensus": "l2", "bytes_per_step": "B/step",
                  "wait_fraction": "fraction", "max_behind": "rounds"}
 
-_SCHEME_KEYS = {"scheme", "label", "topology", "peers", "staleness"}
+_SCHEME_KEYS = {"scheme", "label", "topology", "peers", "staleness", "lr_scaling"}
 
 
 def _label(entry: dict) -> str:
@@ -94,7 +96,7 @@ def configs(suite: dict, variants: list[str] | None = None) -> list[tuple[str, o
                         continue  # a straggler among one learner is just a slower run
                     if n % per_node:
                         raise ValueError(f"learners {n} is not a multiple of learners_per_node {per_node}")
-                    gossip = {k: e[k] for k in ("topology", "peers", "staleness") if k in e}
+                    gossip = {k: e[k] for k in ("topology", "peers", "staleness", "lr_scaling") if k in e}
                     out.append((_label(e), GossipConfig(scheme=e["scheme"], nodes=n // per_node,
                                                         learners_per_node=per_node,
                                                         straggler_slowdown=float(slowdown), **gossip, **base)))
@@ -113,7 +115,8 @@ def _columns(label: str, cfg) -> dict:
               "env_workers": cfg.env_workers, "steps": cfg.steps, "straggler_slowdown": cfg.straggler_slowdown}
     policy = "none"
     if cfg.scheme == "gossip":
-        params.update(topology=cfg.topology, peers=cfg.peers, staleness=cfg.staleness)
+        params.update(topology=cfg.topology, peers=cfg.peers, staleness=cfg.staleness,
+                      lr_scaling=cfg.lr_scaling)
         policy = f"{cfg.topology}/p{cfg.peers}/k{'-' if cfg.staleness is None else cfg.staleness}"
     if cfg.overrides:
         params["overrides"] = cfg.overrides
@@ -282,8 +285,8 @@ SCENARIO = Gossip()
 #: GossipConfig field -> the ``replaybench gossip`` option that sets it.
 OPTIONS = {"scheme": "--scheme", "env": "--env", "steps": "--steps", "seed": "--seed", "nodes": "--nodes",
            "learners_per_node": "--learners-per-node", "topology": "--topology", "peers": "--peers",
-           "staleness": "--staleness", "n_envs": "--n-envs", "env_workers": "--env-workers",
-           "straggler_slowdown": "--straggler-slowdown", "timeout_s": "--timeout", "time_limit_s": "--time-limit",
+           "staleness": "--staleness", "lr_scaling": "--lr-scaling", "n_envs": "--n-envs",
+           "env_workers": "--env-workers", "straggler_slowdown": "--straggler-slowdown", "timeout_s": "--timeout", "time_limit_s": "--time-limit",
            "rdzv_endpoint": "--rdzv-endpoint", "node_rank": "--node-rank", "node_addr": "--node-addr"}
 
 
@@ -315,6 +318,8 @@ def add_parser(sub):
     p.add_argument("--peers", type=int, default=1, help="out-peers per gossip round: 1 or 2")
     p.add_argument("--staleness", type=_staleness, default=1,
                    help="process lock: a learner more than K rounds ahead of an in-peer waits (default 1; none)")
+    p.add_argument("--lr-scaling", default="sqrt",
+                   help="gossip learners' learning rate: sqrt (default: the A2C rate times sqrt(learners)) or none")
     p.add_argument("--n-envs", type=int, default=16, help="environments per learner")
     p.add_argument("--env-workers", type=int, default=0, help="processes stepping each learner's envs (0: in-process)")
     p.add_argument("--straggler-slowdown", type=float, default=1.0, help="slow the last learner this many times")
@@ -343,7 +348,8 @@ def run_command(args) -> int:
     try:
         cfg = GossipConfig(scheme=args.scheme, env=args.env, steps=args.steps, seed=args.seed, nodes=args.nodes,
                            learners_per_node=args.learners_per_node, topology=args.topology, peers=args.peers,
-                           staleness=args.staleness, n_envs=args.n_envs, env_workers=args.env_workers,
+                           staleness=args.staleness, lr_scaling=args.lr_scaling, n_envs=args.n_envs,
+                           env_workers=args.env_workers,
                            straggler_slowdown=args.straggler_slowdown, timeout_s=args.timeout,
                            time_limit_s=args.time_limit, overrides=dict(args.overrides or []))
         cfg.validate()

@@ -26,21 +26,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import pickle
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
 from .base import ConfigError
 from .gossip import TOPOLOGIES, Topology
 
-__all__ = ["SCHEMES", "GossipConfig", "GossipResult", "run_learner", "shared_memory_maps", "summarize", "main"]
+__all__ = ["SCHEMES", "LR_SCALINGS", "GossipConfig", "GossipResult", "run_learner", "shared_memory_maps", "summarize",
+           "main"]
 
 #: The training schemes a run can use.
 SCHEMES = ("gossip", "allreduce", "independent")
+
+#: How a gossip learner's learning rate follows the number of learners (GossipConfig.lr_scaling).
+LR_SCALINGS = ("sqrt", "none")
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,14 @@ class GossipConfig:
     nodes, learners_per_node : the layout; learners = nodes * learners_per_node. Node ``i``'s
         learners listen on 127.0.0.(2 + i) when the launcher runs every node on one machine.
     topology, peers, staleness : the gossip (see :mod:`impl.rl.gossip`); staleness None = no lock.
+    lr_scaling : "sqrt" (default): a gossip learner's RMSProp learning rate is the A2C rate
+        (preset or ``overrides``) times sqrt(learners); "none": the A2C rate. Other schemes
+        always use the A2C rate. Why: each gossip learner normalizes its own gradient, of a
+        batch 1/N of all-reduce's, by its own RMS; where gradient noise dominates that RMS is
+        sqrt(N) times the RMS of the averaged gradient, so the mean of the N gossip steps is
+        all-reduce's step shrunk by sqrt(N). Scaling the rate by sqrt(N) gives the learners'
+        mean model all-reduce's step at the A2C rate (the square-root scaling rule of
+        adaptive optimizers; GALA's example runs 4 learners at twice its A2C rate).
     n_envs : environments per learner; env_workers : processes stepping them (0 = in-process).
     straggler_slowdown : the last learner sleeps ``slowdown - 1`` times the time each of its
         steps (rollout + update + exchange) took, so it runs that many times slower.
@@ -72,6 +85,7 @@ class GossipConfig:
     topology: str = "exponential"
     peers: int = 1
     staleness: int | None = 1
+    lr_scaling: str = "sqrt"
     n_envs: int = 16
     env_workers: int = 0
     straggler_slowdown: float = 1.0
@@ -87,7 +101,8 @@ class GossipConfig:
         return self.nodes * self.learners_per_node
 
     def validate(self):
-        """Check every field; returns the A2CConfig. Raises ConfigError naming the field."""
+        """Check every field; returns the A2CConfig each learner trains with (its ``lr``
+        scaled per ``lr_scaling``). Raises ConfigError naming the field."""
         from .a2c import A2CConfig
         from .envs import make_env
 
@@ -107,6 +122,7 @@ class GossipConfig:
         need(self.topology in TOPOLOGIES, "topology", f"must be one of {', '.join(TOPOLOGIES)}")
         need(self.staleness is None or (is_int(self.staleness) and self.staleness >= 0), "staleness",
              "must be an integer >= 0 or None")
+        need(self.lr_scaling in LR_SCALINGS, "lr_scaling", f"must be one of {', '.join(LR_SCALINGS)}")
         need(is_int(self.n_envs) and self.n_envs >= 1, "n_envs", "must be an integer >= 1")
         need(is_int(self.env_workers) and 0 <= self.env_workers <= self.n_envs, "env_workers",
              "must be an integer in [0, n_envs]")
@@ -127,7 +143,10 @@ class GossipConfig:
             if name in self.overrides:
                 raise ConfigError(name, self.overrides[name], f"{name} is set by the run (n_envs, env_workers), "
                                                               "not by an A2C override")
-        return A2CConfig.for_env(self.env, **self.overrides, n_envs=self.n_envs, n_workers=self.env_workers)
+        acfg = A2CConfig.for_env(self.env, **self.overrides, n_envs=self.n_envs, n_workers=self.env_workers)
+        if self.scheme == "gossip" and self.lr_scaling == "sqrt":
+            acfg = replace(acfg, lr=acfg.lr * math.sqrt(self.learners))
+        return acfg
 
     def to_dict(self) -> dict:
         return asdict(self)
