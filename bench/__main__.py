@@ -110,15 +110,12 @@ def add_commands(sub) -> None:
                         "replaces the suite's grid for that key; values are checked against the type of "
                         "the variants' defaults before anything runs; combinations a variant cannot take "
                         "are recorded as skipped")
-    p.add_argument("--out", default="results", help="folder that receives <run_id>/ (default: results)")
-    p.add_argument("--run-id", type=arguments.run_id,
-                   help="the run folder's name: letters, digits, '.', '_', '-' (default: <UTC time>-<suite>)")
-    p.add_argument("--machine", help="machine label for the rows (default: host name)")
+    arguments.add_output_options(
+        p, "the run folder's name: letters, digits, '.', '_', '-' (default: <UTC time>-<suite>)")
     for flag, kind in (("--processes", arguments.positive_int), ("--values", arguments.positive_int),
                        ("--warmups", arguments.non_negative_int), ("--loops", arguments.non_negative_int),
                        ("--min-time", arguments.positive_float)):
         p.add_argument(flag, type=kind, help="override the suite's pyperf setting (micro suites only)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run, parser=p)
 
     p = sub.add_parser("summary", help="print the summary of a stored run")

@@ -9,6 +9,10 @@ option and the text), so a bad value is refused before any work starts:
 * :func:`grid_value` / :func:`grid_param` -- a parameter grid ``K=2,4,8`` as ``("K", [2, 4, 8])``.
 * :func:`positive_int`, :func:`non_negative_int`, :func:`positive_float` -- counts and durations.
 * :func:`run_id` -- one safe path component (:func:`check_run_id`).
+
+:func:`add_output_options` adds the options every command that writes a run folder has;
+:func:`config_error` words a config's refusal (``ConfigError``, raised by a ``validate``
+after parsing) as the option that sets the refused field, and exits the same way.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import math
 import re
 
 __all__ = ["MAX_CAPACITY", "capacity", "csv", "grid_value", "grid_param", "positive_int", "non_negative_int",
-           "positive_float", "check_run_id", "run_id"]
+           "positive_float", "check_run_id", "run_id", "add_output_options", "config_error"]
 
 #: Largest capacity a command line may ask for: slot indices and ring tickets are int64.
 MAX_CAPACITY = 2**62
@@ -133,3 +137,30 @@ def run_id(text: str) -> str:
         return check_run_id(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def add_output_options(parser: argparse.ArgumentParser, run_id_help: str) -> None:
+    """Add ``--out``, ``--run-id`` (help ``run_id_help``), ``--machine`` and ``--no-progress``:
+    where the run folder goes, its name, the machine label of its rows, and no progress bar."""
+    parser.add_argument("--out", default="results", help="folder that receives <run_id>/ (default: results)")
+    parser.add_argument("--run-id", type=run_id, help=run_id_help)
+    parser.add_argument("--machine", help="machine label for the rows (default: host name)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def config_error(parser: argparse.ArgumentParser, err, fields, renamed: dict | None = None):
+    """Exit with status 2 (``parser.error``): ``argument OPTION: err``, OPTION the option that
+    sets ``err.field`` (``err`` an ``impl.rl.base.ConfigError``).
+
+    OPTION is ``renamed[field]`` where the command names the field differently, else
+    ``--field-name`` (underscores as dashes) for a field in ``fields`` (the fields the
+    command's own options set), else ``--set`` (a field only ``--set KEY=VALUE`` sets).
+    """
+    renamed = renamed or {}
+    if err.field in renamed:
+        option = renamed[err.field]
+    elif err.field in fields:
+        option = "--" + err.field.replace("_", "-")
+    else:
+        option = "--set"
+    parser.error(f"argument {option}: {err}")

@@ -84,12 +84,16 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "Ray cluster (needs the 'ray' extra)")
     p.add_argument("--ray-address", help="Ray backend: address of a running Ray cluster (default: a local Ray "
                                          "started for the run)")
-    p.add_argument("--out", default="results", help="folder that receives <run_id>/ (default: results)")
-    p.add_argument("--run-id", type=arguments.run_id, help="default: <UTC time>-train")
-    p.add_argument("--machine", help="machine label for the rows (default: host name)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    arguments.add_output_options(p, "default: <UTC time>-train")
     p.set_defaults(func=cmd_train, parser=p)
     return p
+
+
+#: TrainConfig (and a2c config) fields set by the option of the same name (``--insert-batch``) ...
+_OPTION_FIELDS = ("algo", "env", "buffer", "policy", "actors", "learners", "steps", "seed", "insert_batch",
+                  "weight_sync_every", "envs_per_actor", "t_max", "backend", "ray_address")
+#: ... and those whose option is named otherwise.
+_RENAMED = {"buffer_params": "--param", "timeout_s": "--timeout", "n_envs": "--envs", "n_workers": "--workers"}
 
 
 def _validated_config(args):
@@ -122,13 +126,7 @@ def _validated_config(args):
         else:
             cfg.validate()
     except ConfigError as err:
-        # TrainConfig field -> the option that sets it; any other field is the algorithm config's (--set)
-        options = {"algo": "--algo", "env": "--env", "buffer": "--buffer", "policy": "--policy",
-                   "buffer_params": "--param", "actors": "--actors", "learners": "--learners", "steps": "--steps",
-                   "seed": "--seed", "insert_batch": "--insert-batch", "weight_sync_every": "--weight-sync-every",
-                   "timeout_s": "--timeout", "envs_per_actor": "--envs-per-actor", "n_envs": "--envs",
-                   "n_workers": "--workers", "t_max": "--t-max", "backend": "--backend", "ray_address": "--ray-address"}
-        args.parser.error(f"argument {options.get(err.field, '--set')}: {err}")
+        arguments.config_error(args.parser, err, _OPTION_FIELDS, _RENAMED)
     return cfg
 
 

@@ -18,6 +18,7 @@ tests/toy/toy_sort.py is a fuller one (failed and skipped cells, an interrupted 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import pkgutil
@@ -25,14 +26,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Scenario", "Cell", "Selection", "RunState", "SelectionError", "OPTIONS", "names", "load",
-           "check_memory"]
+__all__ = ["Scenario", "Cell", "Selection", "RunState", "SelectionError", "suite_errors", "OPTIONS", "names",
+           "load", "check_memory"]
 
 
 class SelectionError(ValueError):
     """A suite or a selection that cannot run (unknown variant, op or scenario; a value no
     variant can take; an option the scenario does not honour). Raised while expanding the
     suite, before anything is created or measured; the message names the option and value."""
+
+
+@contextlib.contextmanager
+def suite_errors(suite: dict):
+    """Inside, expand ``suite``: a KeyError (a key the suite lacks), TypeError or ValueError
+    (a value of the wrong kind) becomes a :class:`SelectionError` naming the suite and what
+    is wrong, raised from None (the traceback of the expansion is no help to the user)."""
+    try:
+        yield
+    except KeyError as err:
+        raise SelectionError(f"suite {suite['name']!r} lacks {err.args[0]!r}") from None
+    except (TypeError, ValueError) as err:
+        raise SelectionError(f"suite {suite['name']!r}: {err}") from None
 
 
 #: The run-wide options a scenario may honour, by :class:`Selection` field, with the flag that sets each.

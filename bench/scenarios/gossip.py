@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import statistics
 
-from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError
+from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError, suite_errors
 
 __all__ = ["Gossip", "SCENARIO", "configs", "result_rows", "format_table", "add_parser", "run_command"]
 
@@ -169,12 +169,8 @@ class Gossip(Scenario):
     def cells(self, suite: dict, selection: Selection) -> list[Cell]:
         from replaybench.impl.rl import ConfigError, TrainConfig, paac
 
-        try:
+        with suite_errors(suite):
             grid = configs(suite, selection.variants)
-        except KeyError as err:
-            raise SelectionError(f"suite {suite['name']!r} lacks {err.args[0]!r}") from None
-        except (TypeError, ValueError) as err:
-            raise SelectionError(f"suite {suite['name']!r}: {err}") from None
         cells = []
         for label, spec in grid:
             columns = {**_columns(label, spec), "op": "summary", "metric": "env_steps_per_s", "unit": "steps/s"}
@@ -282,12 +278,11 @@ SCENARIO = Gossip()
 
 
 # ---------------------------------------------------------------------------------------------- command
-#: GossipConfig field -> the ``replaybench gossip`` option that sets it.
-OPTIONS = {"scheme": "--scheme", "env": "--env", "steps": "--steps", "seed": "--seed", "nodes": "--nodes",
-           "learners_per_node": "--learners-per-node", "topology": "--topology", "peers": "--peers",
-           "staleness": "--staleness", "lr_scaling": "--lr-scaling", "n_envs": "--n-envs",
-           "env_workers": "--env-workers", "straggler_slowdown": "--straggler-slowdown", "timeout_s": "--timeout", "time_limit_s": "--time-limit",
-           "rdzv_endpoint": "--rdzv-endpoint", "node_rank": "--node-rank", "node_addr": "--node-addr"}
+#: GossipConfig fields (and the launch's) set by the ``replaybench gossip`` option of the same name ...
+_OPTION_FIELDS = ("scheme", "env", "steps", "seed", "nodes", "learners_per_node", "topology", "peers", "staleness",
+                  "lr_scaling", "n_envs", "env_workers", "straggler_slowdown", "rdzv_endpoint", "node_rank", "node_addr")
+#: ... and those whose option is named otherwise.
+_RENAMED = {"timeout_s": "--timeout", "time_limit_s": "--time-limit"}
 
 
 def _staleness(text: str):
@@ -327,10 +322,7 @@ def add_parser(sub):
     p.add_argument("--time-limit", type=float, help="stop every learner after this many seconds")
     p.add_argument("--set", type=_key_value, action="append", metavar="KEY=VALUE", dest="overrides",
                    help="A2C config field, repeatable (lr=7e-4, hidden=64,64)")
-    p.add_argument("--out", default="results", help="folder that receives <run_id>/ (default: results)")
-    p.add_argument("--run-id", type=arguments.run_id, help="default: <UTC time>-gossip")
-    p.add_argument("--machine", help="machine label for the rows (default: host name)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    arguments.add_output_options(p, "default: <UTC time>-gossip")
     p.set_defaults(func=run_command, parser=p)
     return p
 
@@ -340,7 +332,7 @@ def run_command(args) -> int:
     (node 0, or every node) or just this node's learners (``--node-rank`` > 0)."""
     import sys
 
-    from replaybench.bench import driver, results
+    from replaybench.bench import arguments, driver, results
     from replaybench.impl.rl import ConfigError
     from replaybench.impl.rl.gossip_launch import launch, parse_endpoint
     from replaybench.impl.rl.gossip_train import GossipConfig
@@ -358,14 +350,14 @@ def run_command(args) -> int:
             raise ConfigError("node_rank", args.node_rank, f"--node-rank must be in [0, {cfg.nodes}), "
                                                             f"got {args.node_rank}")
     except ConfigError as err:
-        args.parser.error(f"argument {OPTIONS.get(err.field, '--set')}: {err}")
+        arguments.config_error(args.parser, err, _OPTION_FIELDS, _RENAMED)
     if args.node_rank not in (None, 0):  # this node's learners only; node 0 writes the results
         from replaybench.impl.rl.gossip_launch import LaunchFailed
 
         try:
             launch(cfg, rdzv_endpoint=args.rdzv_endpoint, node_rank=args.node_rank, node_addr=args.node_addr)
         except ConfigError as err:
-            args.parser.error(f"argument {OPTIONS.get(err.field, '--set')}: {err}")
+            arguments.config_error(args.parser, err, _OPTION_FIELDS, _RENAMED)
         except LaunchFailed as err:
             print(f"error: {err}", file=sys.stderr)
             return 1

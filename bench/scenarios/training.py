@@ -45,7 +45,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError
+from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError, suite_errors
 
 __all__ = ["SUMMARY_UNITS", "run_base", "result_rows", "ProgressBar", "format_table", "suite_configs", "Training",
            "SCENARIO", "run_configs"]
@@ -265,12 +265,8 @@ class Training(Scenario):
     unit = "run"
 
     def cells(self, suite: dict, selection: Selection) -> list[Cell]:
-        try:
+        with suite_errors(suite):
             configs = suite_configs(suite, selection.variants)
-        except KeyError as err:
-            raise SelectionError(f"suite {suite['name']!r} lacks {err.args[0]!r}") from None
-        except (TypeError, ValueError) as err:
-            raise SelectionError(f"suite {suite['name']!r}: {err}") from None
         return cells_for(configs)
 
     def meta(self, suite: dict, selection: Selection, cells: list[Cell]) -> dict:

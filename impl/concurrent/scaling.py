@@ -165,16 +165,19 @@ def plan(cores: int, costs: Costs, max_workers: int | None = None) -> Prediction
 
 
 # ---------------------------------------------------------------------------- from a run's rows
+def _matching(rows, where: dict):
+    """The concurrency rows whose columns hold the values of ``where`` (column -> value)."""
+    return (r for r in rows if r.get("scenario") == "concurrency" and all(r.get(k) == v for k, v in where.items()))
+
+
 def _medians(rows, **where) -> dict[tuple, float]:
     """``{(actors, learners, op, metric): median over windows}`` of the ``ok`` concurrency rows
     matching ``where`` (column -> value)."""
     import statistics
 
     groups: dict[tuple, list[float]] = {}
-    for r in rows:
-        if r.get("scenario") != "concurrency" or r.get("status") != "ok":
-            continue
-        if any(r.get(k) != v for k, v in where.items()):
+    for r in _matching(rows, where):
+        if r.get("status") != "ok":
             continue
         key = (int(r["actors"] or 0), int(r["learners"] or 0), r["op"], r["metric"])
         groups.setdefault(key, []).append(float(r["value"]))
@@ -184,12 +187,11 @@ def _medians(rows, **where) -> dict[tuple, float]:
 def _param(rows, name, **where):
     import json
 
-    for r in rows:
-        if r.get("scenario") == "concurrency" and all(r.get(k) == v for k, v in where.items()):
-            params = r.get("params")
-            params = json.loads(params) if isinstance(params, str) else (params or {})
-            if name in params:
-                return params[name]
+    for r in _matching(rows, where):
+        params = r.get("params")
+        params = json.loads(params) if isinstance(params, str) else (params or {})
+        if name in params:
+            return params[name]
     return None
 
 
@@ -214,8 +216,7 @@ def costs_from_rows(rows, *, policy: str, mode: str, transitions: str, variant: 
                          "of the redesigned concurrency scenario (workers 'auto')")
     spi = _param(rows, "samples_per_insert", **where)
     write_batch = _param(rows, "write_batch", **where)
-    batch = next((int(r["batch"]) for r in rows if r.get("scenario") == "concurrency"
-                  and all(r.get(k) == v for k, v in where.items()) and r.get("batch")), None)
+    batch = next((int(r["batch"]) for r in _matching(rows, where) if r.get("batch")), None)
     if spi is None or write_batch is None or batch is None:
         raise ValueError(f"run does not say samples_per_insert, write_batch and batch for {what}")
     # seconds per call from the lone worker's rate: its whole loop (making the batch, the call),

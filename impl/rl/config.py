@@ -22,6 +22,7 @@ from replaybench.impl import concurrent, registry
 from . import algorithms
 from .base import AlgoConfig, ConfigError
 from .envs import THRESHOLDS, WINDOW, make_env
+from .profiler import SECTIONS
 
 __all__ = ["TrainConfig", "TrainResult", "InjectedFailure", "WorkerFailed", "total_updates", "allowed_updates"]
 
@@ -258,6 +259,32 @@ class TrainResult:
     actor_restarts: int = 0           # ray backend: actor processes that died and were restarted
     dropped_batches: int = 0          # ray backend: per actor death, the batch it was staging (0 to insert_batch - 1
     #                                   rows, lost with the process), plus each insert of a dead life arriving late
+
+    @classmethod
+    def from_workers(cls, actors: list, learners: list, **fields) -> TrainResult:
+        """A result of a multi-process run, from each actor's and each learner's final stats.
+
+        Fills the fields that both process backends (:mod:`impl.rl.parallel`,
+        :mod:`impl.rl.ray_backend`) compute alike from the workers' stats dicts: ``profiles``
+        (seconds per section summed over each role), ``processes``, ``updates``,
+        ``sample_calls``, ``sample_latency_s`` (a learner's mean seconds per sample call,
+        averaged over learners), ``learner_digests`` and ``actor_ids_sampled`` (summed over
+        learners). Every learner does the same number of updates, so learner 0's count is the
+        run's. ``fields`` gives the rest, which the backends measure differently. Cost:
+        O((actors + learners) * sections + learners * actors).
+        """
+        profiles = {role: {k: sum(s["profile"][k] for s in group) for k in SECTIONS}
+                    for role, group in (("actor", actors), ("learner", learners))}
+        updates = learners[0]["updates"]
+        sample_s = sum(s["sample_s"] for s in learners) / len(learners)
+        actor_ids: dict[int, int] = {}
+        for s in learners:
+            for a, count in enumerate(s["actor_ids"]):
+                actor_ids[a] = actor_ids.get(a, 0) + count
+        return cls(updates=updates, sample_calls=updates * len(learners),
+                   sample_latency_s=sample_s / updates if updates else None, profiles=profiles,
+                   processes={"actor": len(actors), "learner": len(learners)},
+                   learner_digests=[s["digest"] for s in learners], actor_ids_sampled=actor_ids, **fields)
 
     @property
     def env_steps_per_s(self) -> float:

@@ -41,7 +41,7 @@ from . import algorithms
 from .base import ConfigError
 from .config import InjectedFailure, TrainConfig, TrainResult, WorkerFailed, total_updates
 from .envs import EnvRunner, EpisodeLog, TransitionStager, make_env, stage_rows, transition_fields
-from .profiler import SECTIONS, SectionProfiler
+from .profiler import SectionProfiler
 from .replay import buffer_kwargs
 from .seeding import RunSeeds
 from .shared import RateLimiter, SharedState, SharedWeights, Stopped
@@ -381,22 +381,11 @@ def run_parallel(cfg: TrainConfig, progress=None) -> TrainResult:
 def _result(cfg, acfg, stats: dict, log: EpisodeLog, final: dict, inserted: int, parent_lock_wait: float):
     actors = [stats[f"actor-{r}"] for r in range(cfg.actors)]
     learners = [stats[f"learner-{r}"] for r in range(cfg.learners)]
-    wall = max(s["end_s"] for s in actors + learners)
-    profiles = {role: {k: sum(s["profile"][k] for s in group) for k in SECTIONS}
-                for role, group in (("actor", actors), ("learner", learners))}
-    samples = learners[0]["updates"]
-    sample_s = sum(s["sample_s"] for s in learners) / len(learners)
-    actor_ids: dict[int, int] = {}
-    for s in learners:
-        for a, count in enumerate(s["actor_ids"]):
-            actor_ids[a] = actor_ids.get(a, 0) + count
-    return TrainResult(
-        mode="parallel", env_steps=sum(s["steps"] for s in actors), updates=samples, wall_s=wall,
-        episodes=log.episodes, threshold=log.threshold, window=log.window,
-        time_to_threshold_s=log.time_to_threshold_s, steps_to_threshold=log.steps_to_threshold,
-        sample_calls=samples * len(learners), sample_latency_s=sample_s / samples if samples else None,
+    return TrainResult.from_workers(
+        actors, learners, mode="parallel", env_steps=sum(s["steps"] for s in actors),
+        wall_s=max(s["end_s"] for s in actors + learners), episodes=log.episodes, threshold=log.threshold,
+        window=log.window, time_to_threshold_s=log.time_to_threshold_s, steps_to_threshold=log.steps_to_threshold,
         actor_wait_s=sum(s["wait_s"] for s in actors), learner_wait_s=sum(s["wait_s"] for s in learners),
-        profiles=profiles, processes={"actor": len(actors), "learner": len(learners)},
         buffer_lock_wait_s=sum(s["lock_wait_s"] for s in actors + learners) + parent_lock_wait,
-        learner_digests=[s["digest"] for s in learners], actor_steps=[s["steps"] for s in actors],
-        actor_ids_sampled=actor_ids, inserted=inserted, final_weight_min=float(np.min(final["weights"])))
+        actor_steps=[s["steps"] for s in actors], inserted=inserted,
+        final_weight_min=float(np.min(final["weights"])))

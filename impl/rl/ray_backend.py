@@ -37,7 +37,6 @@ import time
 
 from .base import ConfigError
 from .config import TrainConfig, TrainResult, WorkerFailed
-from .profiler import SECTIONS
 
 __all__ = ["run_ray", "unavailable_reason"]
 
@@ -289,23 +288,11 @@ def run_ray(cfg: TrainConfig, progress=None) -> TrainResult:
 def _result(cfg, acfg, stats: dict, server: dict, wall: float, restarts: list) -> TrainResult:
     actors = [stats[("actor", i)] for i in range(cfg.actors)]
     learners = [stats[("learner", r)] for r in range(cfg.learners)]
-    profiles = {role: {k: sum(s["profile"][k] for s in group) for k in SECTIONS}
-                for role, group in (("actor", actors), ("learner", learners))}
-    updates = learners[0]["updates"]
-    sample_s = sum(s["sample_s"] for s in learners) / len(learners)
-    actor_ids: dict[int, int] = {}
-    for s in learners:
-        for a, count in enumerate(s["actor_ids"]):
-            actor_ids[a] = actor_ids.get(a, 0) + count
-    return TrainResult(
-        mode="ray", env_steps=sum(server["actor_steps"]), updates=updates, wall_s=wall, episodes=server["episodes"],
-        threshold=cfg.resolved_threshold(), window=cfg.window, time_to_threshold_s=server["time_to_threshold_s"],
-        steps_to_threshold=server["steps_to_threshold"], sample_calls=updates * len(learners),
-        sample_latency_s=sample_s / updates if updates else None, actor_wait_s=sum(server["actor_wait"]),
-        learner_wait_s=sum(server["learner_wait"]), profiles=profiles,
-        processes={"actor": len(actors), "learner": len(learners)},
+    return TrainResult.from_workers(
+        actors, learners, mode="ray", env_steps=sum(server["actor_steps"]), wall_s=wall,
+        episodes=server["episodes"], threshold=cfg.resolved_threshold(), window=cfg.window,
+        time_to_threshold_s=server["time_to_threshold_s"], steps_to_threshold=server["steps_to_threshold"],
+        actor_wait_s=sum(server["actor_wait"]), learner_wait_s=sum(server["learner_wait"]),
         buffer_lock_wait_s=sum(s["lock_wait_s"] for s in learners) + server["lock_wait_s"],
-        learner_digests=[s["digest"] for s in learners], actor_steps=server["actor_steps"],
-        actor_ids_sampled=actor_ids, inserted=server["inserted"], final_weight_min=server["final_weight_min"],
-        actor_nodes=[s["node"] for s in actors],
-        actor_restarts=sum(restarts), dropped_batches=server["dropped"])
+        actor_steps=server["actor_steps"], inserted=server["inserted"], final_weight_min=server["final_weight_min"],
+        actor_nodes=[s["node"] for s in actors], actor_restarts=sum(restarts), dropped_batches=server["dropped"])
