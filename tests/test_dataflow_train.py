@@ -1,0 +1,141 @@
+"""The training loop on the static-dataflow backend (impl/dataflow/train.py, ``--backend dataflow``).
+
+Short real runs (one server, env worker processes, one learner): every env step reported is
+inserted and counted for the env worker that stepped it, the learner's weights move and its
+priorities stay finite (the buffer refuses a non-finite one, which would fail the run), and
+every process, env workers included, has exited and no /dev/shm segment is left, after a
+normal end, an env worker raising and the learner raising. Bad options are refused before
+any process starts.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import numpy as np
+import pytest
+
+from replaybench.impl.concurrent import leaked_segments
+from replaybench.impl.rl import ConfigError, TrainConfig, WorkerFailed, algorithms, train
+from replaybench.impl.rl.config import total_updates
+from replaybench.impl.rl.envs import make_env
+from replaybench.impl.rl.seeding import RunSeeds
+
+STEPS = 400
+TINY = dict(hidden=(16, 16), batch_size=16, learning_starts=100, buffer_capacity=1024, updates_per_step=0.5)
+
+
+def tiny(**kw) -> TrainConfig:
+    base = dict(algo="dqn", env="CartPole-v1", buffer="kary-aligned", policy="lazy-writing", steps=STEPS, seed=3,
+                actors=2, learners=1, envs_per_actor=2, overrides=dict(TINY), backend="dataflow", timeout_s=120,
+                join_timeout_s=5)
+    return TrainConfig(**{**base, **kw})
+
+
+def own_segments() -> list[str]:
+    return [name for name in leaked_segments() if f"_{os.getpid()}_" in name]
+
+
+def assert_exited(pids) -> None:
+    """Every pid has exited and been reaped (no /proc entry)."""
+    deadline = time.monotonic() + 5
+    alive = [p for p in pids if os.path.exists(f"/proc/{p}")]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [p for p in alive if os.path.exists(f"/proc/{p}")]
+    assert not alive, f"processes still there: {alive}"
+
+
+def test_short_run_inserts_every_step_it_reports_and_learns():
+    cfg = tiny()
+    acfg = cfg.algo_config()
+    env = make_env(cfg.env)
+    initial = algorithms.get("dqn").learner_cls((env.observation_space, env.action_space), acfg,
+                                                RunSeeds(cfg.seed).networks).digest()
+    result = train(cfg)
+    assert result.mode == "dataflow"
+    # no lost insert: what the run reports, the buffer received; each env worker stepped its share
+    assert result.env_steps == result.inserted == STEPS
+    assert result.actor_steps == [STEPS // 2, STEPS // 2]
+    assert sorted(result.actor_ids_sampled) == [0, 1] and min(result.actor_ids_sampled.values()) > 0
+    assert result.updates == total_updates(STEPS, acfg.updates_per_step, acfg.learning_starts) > 0
+    # the learner moved its weights; priorities (|TD|) moved off the initial maximum and are finite
+    assert result.learner_digests != [initial]
+    assert math.isfinite(result.final_weight_min) and 0 < result.final_weight_min < 0.999
+    assert result.episodes and all(0 < steps <= STEPS and ret >= 1 for steps, _, ret in result.episodes)
+    assert [s for s, _, _ in result.episodes] == sorted(s for s, _, _ in result.episodes)
+    assert result.processes == {"actor": 1, "learner": 1, "env_worker": 2}
+    assert result.profiles["actor"]["inference"] > 0 and result.profiles["env_worker"]["env_step"] > 0
+    assert result.profiles["learner"]["sgd"] > 0
+    assert len(result.worker_pids) == 4  # server, learner, two env workers
+    assert_exited(result.worker_pids)
+    assert own_segments() == []
+
+
+@pytest.mark.parametrize("env, fail, worker, message", [
+    ("_stepping_envs:FailAt-v0", None, "server-0", "RuntimeError: injected failure"),  # an env worker's env raises
+    ("CartPole-v1", "learner:0:3", "learner-0", "InjectedFailure"),
+])
+def test_a_failure_stops_the_run_and_releases_everything(env, fail, worker, message):
+    cfg = tiny(env=env, fail=fail, actors=1, envs_per_actor=2)
+    with pytest.raises(WorkerFailed) as info:
+        train(cfg)
+    err = info.value
+    assert err.worker == worker and message in err.detail and "Traceback" in err.detail
+    if worker == "server-0":
+        assert "stepping-0" in err.detail  # the env worker is named in the server's report
+    assert len(err.pids) == 3  # server, learner, one env worker
+    assert_exited(err.pids)
+    assert own_segments() == []
+
+
+@pytest.fixture
+def no_processes(monkeypatch):
+    """Process.start refuses to run; returns what tried."""
+    import multiprocessing.process
+
+    tried = []
+
+    def refuse(*args, **kwargs):
+        tried.append(args)
+        raise AssertionError("Process.start called")
+
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
+    return tried
+
+
+@pytest.mark.parametrize("kw, field", [(dict(actors=0), "backend"), (dict(learners=0), "backend"),
+                                       (dict(algo="a2c"), "backend"), (dict(envs_per_actor=0), "envs_per_actor")])
+def test_bad_options_are_refused_before_any_process_starts(kw, field, no_processes):
+    with pytest.raises(ConfigError) as info:
+        train(tiny(**kw))
+    assert info.value.field == field and no_processes == []
+
+
+@pytest.mark.parametrize("args, reason", [
+    (["--actors", "0"], "actors=0"), (["--sequential"], "actors=0"), (["--algo", "a2c"], "replay loop"),
+])
+def test_train_command_refuses_bad_dataflow_options(args, reason, no_processes, tmp_path, capsys):
+    from replaybench.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--backend", "dataflow", *args, "--out", str(tmp_path), "--no-progress"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "argument --backend: " in err and reason in err, err
+    assert no_processes == [] and list(tmp_path.iterdir()) == []
+
+
+def test_training_suite_runs_each_layout_on_every_backend():
+    import json
+    from pathlib import Path
+
+    from replaybench.bench.scenarios.training import suite_configs
+
+    suite = json.loads((Path(__file__).resolve().parent.parent / "bench/suites/training-dataflow.json").read_text())
+    configs = suite_configs(suite)
+    parallel = [(c.seed, c.actors, c.learners, c.envs_per_actor, c.backend) for c in configs if not c.sequential]
+    for seed, a, l, e, _ in parallel:
+        assert {b for s, a2, l2, e2, b in parallel if (s, a2, l2, e2) == (seed, a, l, e)} == set(suite["backends"])
+    assert np.all([c.algo_config().updates_per_step == 0.0625 for c in configs])
