@@ -83,8 +83,9 @@ def _server_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: 
     prof = SectionProfiler()
     inference, env_step, replay = prof.section("inference"), prof.section("env_step"), prof.section("replay")
     buf.warm_up()
+    # half the parent's start-up limit: env workers that do not start fail the server, which says why
     venv = SharedVectorEnv(cfg.env, n_envs, cfg.actors, seed=seeds.env, start_method=cfg.start_method,
-                           timeout_s=STARTUP_TIMEOUT_S)
+                           timeout_s=STARTUP_TIMEOUT_S / 2)
     try:
         owner = np.repeat(np.arange(cfg.actors, dtype=np.int32), venv.envs_per_worker)  # env -> its worker
         obs = np.array(venv.reset(), dtype=np.float32)
