@@ -5,11 +5,13 @@ inserted and counted for the env worker that stepped it, the learner's weights m
 priorities stay finite (the buffer refuses a non-finite one, which would fail the run), and
 every process, env workers included, has exited and no /dev/shm segment is left, after a
 normal end, an env worker raising and the learner raising. Bad options are refused before
-any process starts.
+any process starts. The training scenario writes the dataflow's rows (mode, vs_process, the
+env workers' profile) and the suite runs every layout on every backend.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -128,7 +130,6 @@ def test_train_command_refuses_bad_dataflow_options(args, reason, no_processes, 
 
 
 def test_training_suite_runs_each_layout_on_every_backend():
-    import json
     from pathlib import Path
 
     from replaybench.bench.scenarios.training import suite_configs
@@ -139,3 +140,32 @@ def test_training_suite_runs_each_layout_on_every_backend():
     for seed, a, l, e, _ in parallel:
         assert {b for s, a2, l2, e2, b in parallel if (s, a2, l2, e2) == (seed, a, l, e)} == set(suite["backends"])
     assert np.all([c.algo_config().updates_per_step == 0.0625 for c in configs])
+
+
+def test_training_scenario_writes_dataflow_rows_beside_the_process_backends(monkeypatch, tmp_path):
+    """The scenario's wiring, with the loop replaced by canned results: mode "dataflow", its
+    vs_process against the process run of the same configuration, its env_worker profile."""
+    from replaybench.bench import results
+    from replaybench.bench.scenarios.training import run_configs
+    from replaybench.impl import rl
+    from replaybench.impl.rl import TrainResult
+
+    def fake_train(cfg, progress=None):
+        wall = {"process": 2.0, "dataflow": 1.0}[cfg.backend]  # the dataflow run: twice the env steps/s
+        roles = {"actor": 1, "learner": 1, **({"env_worker": cfg.actors} if cfg.backend == "dataflow" else {})}
+        return TrainResult(mode={"process": "parallel", "dataflow": "dataflow"}[cfg.backend], env_steps=cfg.steps,
+                           updates=10, wall_s=wall, episodes=[], threshold=None, window=20, time_to_threshold_s=None,
+                           steps_to_threshold=None, sample_calls=10, sample_latency_s=1e-4, actor_wait_s=0.0,
+                           learner_wait_s=0.0, profiles={role: {"env_step": 0.5} for role in roles}, processes=roles,
+                           buffer_lock_wait_s=0.0, learner_digests=["d"], actor_steps=[cfg.steps],
+                           actor_ids_sampled={0: 1}, inserted=cfg.steps, final_weight_min=0.5)
+
+    monkeypatch.setattr(rl, "train", fake_train)
+    configs = [tiny(backend="process", steps=1000), tiny(steps=1000)]
+    rows = results.read_rows(run_configs(configs, out=tmp_path, run_id="df", progress=False))
+    summary = {(r["mode"], r["metric"]): r for r in rows if r["op"] == "summary"}
+    assert ("processes", "vs_process") not in summary
+    assert float(summary[("dataflow", "vs_process")]["value"]) == pytest.approx(2.0)
+    roles = {json.loads(r["params"])["role"]: json.loads(r["params"])["processes"]
+             for r in rows if r["op"] == "profile" and r["mode"] == "dataflow"}
+    assert roles == {"actor": 1, "learner": 1, "env_worker": 2}
