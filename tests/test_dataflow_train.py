@@ -6,7 +6,9 @@ priorities stay finite (the buffer refuses a non-finite one, which would fail th
 every process, env workers included, has exited and no /dev/shm segment is left, after a
 normal end, an env worker raising and the learner raising. Bad options are refused before
 any process starts. The training scenario writes the dataflow's rows (mode, vs_process, the
-env workers' profile) and the suite runs every layout on every backend.
+env workers' profile) and the suite runs every layout on every backend. Slow (``make
+test-slow``, a fresh interpreter each): the parent interrupted (SIGINT) or killed (SIGKILL)
+mid-run leaves no process of its tree behind and no segment.
 """
 
 from __future__ import annotations
@@ -109,7 +111,8 @@ def no_processes(monkeypatch):
 
 
 @pytest.mark.parametrize("kw, field", [(dict(actors=0), "backend"), (dict(learners=0), "backend"),
-                                       (dict(algo="a2c"), "backend"), (dict(envs_per_actor=0), "envs_per_actor")])
+                                       (dict(algo="a2c"), "backend"), (dict(envs_per_actor=0), "envs_per_actor"),
+                                       (dict(fail="actor:0:5"), "fail")])
 def test_bad_options_are_refused_before_any_process_starts(kw, field, no_processes):
     with pytest.raises(ConfigError) as info:
         train(tiny(**kw))
@@ -169,3 +172,63 @@ def test_training_scenario_writes_dataflow_rows_beside_the_process_backends(monk
     roles = {json.loads(r["params"])["role"]: json.loads(r["params"])["processes"]
              for r in rows if r["op"] == "profile" and r["mode"] == "dataflow"}
     assert roles == {"actor": 1, "learner": 1, "env_worker": 2}
+
+
+_PARENT = """
+import sys
+from replaybench.impl.rl import TrainConfig, train
+
+if __name__ == "__main__":
+    cfg = TrainConfig(algo="dqn", env="CartPole-v1", steps=10_000_000, actors=2, learners=1, envs_per_actor=2,
+                      backend="dataflow", overrides={"hidden": (16,), "updates_per_step": 0.0625})
+    started = []
+
+    def progress(steps, updates, recent):
+        if steps > 0 and not started:
+            started.append(steps)
+            print("running", flush=True)
+
+    train(cfg, progress)
+"""
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc's parent links)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGINT", "SIGKILL"])
+def test_every_process_exits_when_the_parent_is_interrupted_or_killed(tmp_path, how):
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "parent.py"
+    script.write_text(_PARENT)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout.readline().strip() == "running", parent.stderr.read()
+        tree = _descendants(parent.pid)  # fork servers, resource trackers, server, learner, env workers
+        assert len(tree) >= 5
+        os.kill(parent.pid, getattr(signal, how))
+        parent.wait(60)
+        assert_exited(tree)
+        assert not [name for name in leaked_segments() if f"_{parent.pid}_" in name]
+    finally:
+        if parent.poll() is None:
+            parent.kill()

@@ -185,6 +185,9 @@ class TrainConfig:
                                                            f"actors >= 1 (its env worker processes) and learners "
                                                            f">= 1, got actors={self.actors}, "
                                                            f"learners={self.learners}")
+            if self.fail is not None and self._parse_fail()[0] == "actor":
+                raise ConfigError("fail", self.fail, f"backend 'dataflow' has no actor processes (its roles: "
+                                                     f"'server', 'learner'), got fail={self.fail!r}")
         if self.ray_address is not None and (self.backend != "ray" or not isinstance(self.ray_address, str)
                                              or not self.ray_address.strip()):
             raise ConfigError("ray_address", self.ray_address,
