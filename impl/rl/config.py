@@ -247,7 +247,7 @@ def total_updates(steps: int, ratio: float, learning_starts: int) -> int:
 class TrainResult:
     """What one run measured. Seconds are wall-clock from the first env step ("go")."""
 
-    mode: str                         # "sequential", "parallel" or "ray"
+    mode: str                         # "sequential", "parallel", "ray" or "dataflow"
     env_steps: int
     updates: int
     wall_s: float
