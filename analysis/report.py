@@ -416,8 +416,10 @@ def _paac(res) -> list[str]:
         prof = prof[prof["metric"].isin(["env_step", "inference"]) & acting_role]
         acting = prof.groupby([*keys, "envs_per_actor", "seed"], dropna=False).agg(
             s=("value", "sum"), params=("params", "first")).reset_index()
-        acting["value"] = [contract.params_of(p)["steps"] * max(1, int(a or 0)) / s if s > 0 else None
-                           for p, a, s in zip(acting["params"], acting["actors"], acting["s"])]
+        # s sums the acting processes' seconds (params "processes": the actors, or a dataflow run's server)
+        procs = [contract.params_of(p).get("processes") or a for p, a in zip(acting["params"], acting["actors"])]
+        acting["value"] = [contract.params_of(p)["steps"] * max(1, int(n or 0)) / s if s > 0 else None
+                           for p, n, s in zip(acting["params"], procs, acting["s"])]
         acting = acting.groupby([*keys, "envs_per_actor"], dropna=False)["value"].median().rename("acting")
         med = steps.groupby([*keys, "envs_per_actor"], dropna=False)["value"].agg(["median", "min", "max"])
         med = med.join(acting).reset_index()

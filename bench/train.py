@@ -6,7 +6,10 @@
 One run with a progress bar (env steps/s, updates/s, mean return of the last 20 episodes);
 ``--actors 0``, ``--learners 0`` or ``--sequential`` runs the sequential baseline;
 ``--backend ray [--ray-address ADDR]`` runs the actors as Ray actors on any node of a Ray
-cluster (:mod:`impl.rl.ray_backend`; a local Ray without an address).
+cluster (:mod:`impl.rl.ray_backend`; a local Ray without an address); ``--backend dataflow``
+runs the actor side as a static dataflow (:mod:`impl.dataflow.train`: one server process
+with one batched forward for all ``--actors`` x ``--envs-per-actor`` environments, stepped
+in lock step by ``--actors`` env worker processes; same learners, buffer and rate limit).
 ``--algo a2c`` runs PAAC instead (:mod:`impl.rl.paac`: one learner, ``--envs`` environments
 over ``--workers`` stepping processes, an A2C update every ``--t-max`` steps; the replay
 and backend options do not apply)::
@@ -79,8 +82,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, help="a2c: stepping processes, n_w (capped at the cores; 0: in process)")
     p.add_argument("--t-max", type=int, help="a2c: steps per environment between updates")
     p.add_argument("--timeout", type=float, help="fail the run after this many seconds")
-    p.add_argument("--backend", default="process", choices=("process", "ray"),
-                   help="engine of the parallel loop: processes on this machine, or Ray actors on any node of a "
+    p.add_argument("--backend", default="process", choices=("process", "ray", "dataflow"),
+                   help="engine of the parallel loop: processes on this machine; dataflow: one server infers for "
+                        "all actors x envs-per-actor envs, stepped in lock step by --actors env processes; or Ray "
+                        "actors on any node of a "
                         "Ray cluster (needs the 'ray' extra)")
     p.add_argument("--ray-address", help="Ray backend: address of a running Ray cluster (default: a local Ray "
                                          "started for the run)")

@@ -11,9 +11,10 @@ Two entry points, both run by the driver (:mod:`bench.driver`) into ``results/<r
   baseline included, one run after another. Selection: ``--variants`` keeps the suite's
   buffers of those variants. A suite's ``backends`` (default ``["process"]``) runs each
   parallel layout on each engine of the loop, the process backend first
-  (bench/suites/training-ray.json: Ray against processes in one run).
+  (bench/suites/training-ray.json: Ray against processes in one run;
+  bench/suites/training-dataflow.json: processes, the static dataflow and Ray).
 
-Rows (scenario "training", mode "processes", or "ray" for the Ray backend; the sequential
+Rows (scenario "training", mode "processes", or "ray" / "dataflow" for those backends; the sequential
 baseline has actors = learners = 0, policy "none" and ``"baseline": true`` in params;
 params.envs_per_actor is E, the environments each actor, and the sequential loop, steps with
 one batched forward), per run:
@@ -24,15 +25,16 @@ one batched forward), per run:
   same), actor_wait_s and learner_wait_s (s, summed over the processes of the role: blocked on
   the rate limiter), buffer_lock_wait_s (s, summed; absent for the lock-free baseline),
   speedup (x: env_steps_per_s over the baseline's with the same buffer, seed and E, when the
-  baseline is in the same run; 1.0 for the baseline itself); vs_process (x, Ray runs only:
-  env_steps_per_s over the process backend's run of the same configuration in the same run);
+  baseline is in the same run; 1.0 for the baseline itself); vs_process (x, Ray and dataflow
+  runs: env_steps_per_s over the process backend's run of the same configuration in the same run);
   actor_restarts and dropped_batches (Ray runs only: actor processes restarted, batches lost
   with them);
 - op "episode", metric "return": one row per finished episode, with env_steps and wall_s
   (seconds since the first env step) and ``repeat`` = the episode's index;
 - op "profile", metric env_step / inference / replay / sgd / wait / other: seconds, summed over
   the processes of one role, named in params (``"role"``: "sequential", "actor" or "learner",
-  and ``"processes"``). Sum over roles for a run's total process time.
+  and ``"processes"``; dataflow runs: "actor" is the server, "env_worker" its env processes).
+  Sum over roles for a run's total process time.
 
 A run that fails (a worker raised, a timeout) is one row (op "summary", metric
 env_steps_per_s) with status "failed" and the error; the suite goes on with the next run.
@@ -68,7 +70,7 @@ def _structure_and_k(variant: str, buffer_params: dict):
     return v.structure, buffer_params.get("K", v.params.get("K"))
 
 
-_MODES = {"process": "processes", "ray": "ray"}  # TrainConfig.backend -> the rows' mode
+_MODES = {"process": "processes", "ray": "ray", "dataflow": "dataflow"}  # TrainConfig.backend -> the rows' mode
 
 
 def run_base(cfg, acfg, base: dict) -> dict:
@@ -199,7 +201,7 @@ def suite_configs(suite: dict, variants: list[str] | None = None) -> list:
     ratios (updates_per_step values, each a grid point with its own baseline; default: the
     algorithm's preset), envs_per_actor (E values, each a grid point with its own sequential
     baseline stepping E envs too; default [1]), backends (engines of the parallel layouts,
-    "process" and/or "ray"; default ["process"]; the baseline runs once), overrides (algorithm
+    "process", "ray" and/or "dataflow"; default ["process"]; the baseline runs once), overrides (algorithm
     config), insert_batch, weight_sync_every, ratio_tolerance, timeout_s, start_method.
     """
     from replaybench.impl.rl import TrainConfig
@@ -245,7 +247,7 @@ def cells_for(configs: list) -> list[Cell]:
     cells = []
     for cfg in configs:
         label = (f"{cfg.buffer}/{cfg.policy} A={cfg.actors} L={cfg.learners} seed={cfg.seed}"
-                 + (" ray" if cfg.backend == "ray" else "")
+                 + ("" if cfg.backend == "process" else f" {cfg.backend}")
                  if not cfg.sequential else f"{cfg.buffer} sequential seed={cfg.seed}")
         if cfg.envs_per_actor != 1:
             label += f" E={cfg.envs_per_actor}"
@@ -292,7 +294,7 @@ class Training(Scenario):
         layout = (*key, cfg.policy, cfg.actors, cfg.learners)
         if not cfg.sequential and cfg.backend == "process":
             engines[layout] = result.env_steps_per_s
-        vs_process = (result.env_steps_per_s / engines[layout] if cfg.backend == "ray" and layout in engines
+        vs_process = (result.env_steps_per_s / engines[layout] if cfg.backend != "process" and layout in engines
                       else None)
         return result_rows(result, cell.columns, speedup, vs_process)
 

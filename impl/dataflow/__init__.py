@@ -11,7 +11,9 @@ semaphore posts. Modules:
   config, the Q-network learner, the two replays: our prioritized buffer or a plain deque);
 - :mod:`.pql`: the parallel Q-learning topology (env workers, server, replay, learner);
 - :mod:`.policies`: a bank of per-agent policies evaluated in one batched forward (the
-  multi-agent inference node).
+  multi-agent inference node);
+- :mod:`.train`: the training loop's actor side as a dataflow (one server, env workers in
+  lock step) for the process backend's learners (``replaybench train --backend dataflow``).
 
 The env side is :class:`~impl.rl.stepping.SharedVectorEnv` (lock-step shared-memory stepping).
 """
@@ -19,6 +21,7 @@ The env side is :class:`~impl.rl.stepping.SharedVectorEnv` (lock-step shared-mem
 from .policies import PolicyBank
 from .pql import PQLResult, run_pql
 from .qlearning import REPLAYS, DequeReplay, PQLConfig, QLearner, make_replay
+from .train import run_dataflow
 
 __all__ = ["PQLConfig", "PQLResult", "QLearner", "DequeReplay", "REPLAYS", "make_replay", "run_pql",
-           "PolicyBank"]
+           "PolicyBank", "run_dataflow"]

@@ -40,7 +40,7 @@ __all__ = ["TrainConfig", "TrainResult", "ConfigError", "InjectedFailure", "Work
 def train(cfg: TrainConfig, progress=None) -> TrainResult:
     """Run ``cfg``: the algorithm's own loop when it has one (``a2c``: the PAAC loop), else
     the sequential baseline when ``actors`` or ``learners`` is 0, else the parallel loop on
-    ``cfg.backend`` (processes, or Ray). ``progress(env_steps, updates, recent_mean_return)``
+    ``cfg.backend`` (processes, Ray, or the static dataflow). ``progress(env_steps, updates, recent_mean_return)``
     is called a few times per second from this process. A bad ``cfg`` raises ConfigError
     before any work starts (:meth:`TrainConfig.validate`)."""
     from . import algorithms
@@ -56,6 +56,10 @@ def train(cfg: TrainConfig, progress=None) -> TrainResult:
         from .ray_backend import run_ray
 
         return run_ray(cfg, progress)
+    if cfg.backend == "dataflow":
+        from replaybench.impl.dataflow.train import run_dataflow
+
+        return run_dataflow(cfg, progress)
     from .parallel import run_parallel
 
     return run_parallel(cfg, progress)

@@ -27,7 +27,7 @@ from .profiler import SECTIONS
 __all__ = ["TrainConfig", "TrainResult", "InjectedFailure", "WorkerFailed", "total_updates", "allowed_updates"]
 
 START_METHODS = ("forkserver", "spawn")
-BACKENDS = ("process", "ray")
+BACKENDS = ("process", "ray", "dataflow")
 
 
 class InjectedFailure(RuntimeError):
@@ -99,11 +99,14 @@ class TrainConfig:
     """Test hook "role:rank:count": that worker raises InjectedFailure after ``count`` env
     steps (role "actor" or "sequential") or updates (role "learner"). The Ray backend also
     takes "actor-kill" (that actor's process SIGKILLs itself after ``count`` env steps, in its
-    first life only) and "server-kill" (the replay server's, at its ``count``-th insert)."""
+    first life only) and "server-kill" (the replay server's, at its ``count``-th insert); the
+    dataflow backend has role "server" (its one acting process) instead of "actor"."""
     # --- backend of the parallel loop (impl.rl.ray_backend) ---------------------------------
     backend: str = "process"
-    """Engine of the parallel loop: "process" (:mod:`impl.rl.parallel`, one machine) or "ray"
-    (:mod:`impl.rl.ray_backend`: actors anywhere in a Ray cluster)."""
+    """Engine of the parallel loop: "process" (:mod:`impl.rl.parallel`, one machine), "ray"
+    (:mod:`impl.rl.ray_backend`: actors anywhere in a Ray cluster) or "dataflow"
+    (:mod:`impl.dataflow.train`: one server process infers for all ``actors x envs_per_actor``
+    environments, stepped in lock step by ``actors`` env worker processes)."""
     ray_address: str | None = None
     """Ray backend: address of a running cluster for ``ray.init`` (None: a local Ray started
     for the run and shut down after it)."""
@@ -174,6 +177,18 @@ class TrainConfig:
                 or self.actor_max_restarts < 0:
             raise ConfigError("actor_max_restarts", self.actor_max_restarts,
                               f"actor_max_restarts must be an integer >= 0, got {self.actor_max_restarts!r}")
+        if self.backend == "dataflow":
+            if algorithms.get(self.algo).run is not None:
+                raise ConfigError("backend", self.backend, f"backend 'dataflow' runs the replay loop; algo "
+                                                           f"{self.algo!r} runs its own processes")
+            if self.sequential:
+                raise ConfigError("backend", self.backend, f"backend 'dataflow' runs the parallel loop: it needs "
+                                                           f"actors >= 1 (its env worker processes) and learners "
+                                                           f">= 1, got actors={self.actors}, "
+                                                           f"learners={self.learners}")
+            if self.fail is not None and self._parse_fail()[0] == "actor":
+                raise ConfigError("fail", self.fail, f"backend 'dataflow' has no actor processes (its roles: "
+                                                     f"'server', 'learner'), got fail={self.fail!r}")
         if self.ray_address is not None and (self.backend != "ray" or not isinstance(self.ray_address, str)
                                              or not self.ray_address.strip()):
             raise ConfigError("ray_address", self.ray_address,
@@ -233,7 +248,7 @@ def total_updates(steps: int, ratio: float, learning_starts: int) -> int:
 class TrainResult:
     """What one run measured. Seconds are wall-clock from the first env step ("go")."""
 
-    mode: str                         # "sequential", "parallel" or "ray"
+    mode: str                         # "sequential", "parallel", "ray" or "dataflow"
     env_steps: int
     updates: int
     wall_s: float

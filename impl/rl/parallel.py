@@ -26,14 +26,20 @@ wait loop checks it), joins with a timeout, terminates and then kills what is le
 ``finally`` closes (unlinks) the buffer; the counters and weights live in anonymous shared
 memory that vanishes with the last process. A failed worker surfaces as
 :class:`~impl.rl.config.WorkerFailed` carrying the worker's traceback.
+
+The lifecycle (:func:`run_workers`) takes the actor side as a :class:`Role`: the A actor
+processes here, one server process in the static-dataflow backend (:mod:`impl.dataflow.train`).
 """
 
 from __future__ import annotations
 
+import functools
 import queue as queue_mod
 import socket
 import time
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -46,7 +52,7 @@ from .replay import buffer_kwargs
 from .seeding import RunSeeds
 from .shared import RateLimiter, SharedState, SharedWeights, Stopped
 
-__all__ = ["run_parallel"]
+__all__ = ["run_parallel", "run_workers", "Role", "WorkerRun"]
 
 PROGRESS_EVERY_S = 0.25
 STARTUP_TIMEOUT_S = 180.0  # imports, numba cache loads and gloo rendezvous, on a loaded 2-core machine
@@ -122,7 +128,7 @@ def _actor_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: S
             env.close()
 
 
-def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: SharedWeights, out,
+def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: SharedWeights, out, *,
                   port: int) -> dict:
     import torch.distributed as dist
 
@@ -191,9 +197,25 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
             dist.destroy_process_group()
 
 
-def _worker(role: str, rank: int, cfg: TrainConfig, handle, state: SharedState, weights: SharedWeights, out,
-            port: int) -> None:
-    """Process entry point: run one actor or learner, report done / stopped / error, detach."""
+@dataclass(frozen=True)
+class Role:
+    """``count`` worker processes named ``name-rank`` that each run
+    ``loop(cfg, rank, buf, state, weights, out) -> stats`` over an attachment of the shared
+    buffer. ``loop`` must be a module-level function (or a ``functools.partial`` of one): it
+    reaches the process by name. A loop puts ``("ready", name[, child_pids])`` on ``out`` once
+    set up (``child_pids``: processes it started itself, counted as the run's workers), waits
+    for :meth:`SharedState.wait_for_go`, and returns its stats dict; ``daemon=False`` for a
+    loop that starts processes of its own (a daemonic process may not have children)."""
+
+    name: str
+    count: int
+    loop: Callable
+    daemon: bool = True
+
+
+def _worker(role: str, rank: int, loop, cfg: TrainConfig, handle, state: SharedState, weights: SharedWeights,
+            out) -> None:
+    """Process entry point: run one worker's loop, report done / stopped / error, detach."""
     import torch
 
     torch.set_num_threads(1)
@@ -203,13 +225,9 @@ def _worker(role: str, rank: int, cfg: TrainConfig, handle, state: SharedState, 
         from replaybench.impl.concurrent import SharedPrioritizedBuffer
 
         seeds = RunSeeds(cfg.seed)
-        buf = SharedPrioritizedBuffer.attach(handle, seed=seeds.actor(rank).buffer if role == "actor"
-                                             else seeds.learner(rank))
-        if role == "actor":
-            stats = _actor_loop(cfg, rank, buf, state, weights, out)
-        else:
-            stats = _learner_loop(cfg, rank, buf, state, weights, out, port)
-        out.put(("done", name, stats))
+        buf = SharedPrioritizedBuffer.attach(handle, seed=seeds.learner(rank) if role == "learner"
+                                             else seeds.actor(rank).buffer)
+        out.put(("done", name, loop(cfg, rank, buf, state, weights, out)))
     except Stopped:
         out.put(("stopped", name))
     except BaseException:
@@ -232,6 +250,7 @@ class _Monitor:
         self.progress = progress
         self.timeout_s = timeout_s
         self.ready: set[str] = set()
+        self.child_pids: list[int] = []  # processes the workers started themselves
         self.stats: dict[str, dict] = {}
         self.failure: tuple[str, str] | None = None
 
@@ -241,6 +260,7 @@ class _Monitor:
             self.log.record(*msg[1:])
         elif kind == "ready":
             self.ready.add(msg[1])
+            self.child_pids.extend(msg[2] if len(msg) > 2 else ())
         elif kind == "done":
             self.stats[msg[1]] = msg[2]
         elif kind == "error" and self.failure is None:
@@ -318,14 +338,40 @@ def run_parallel(cfg: TrainConfig, progress=None) -> TrainResult:
     worker "parent" when the workers were not ready within STARTUP_TIMEOUT_S or the run passed
     ``cfg.timeout_s``; every process has exited and the shared buffer is unlinked by then.
     """
-    import multiprocessing as mp
-
-    from replaybench.impl.concurrent import SharedPrioritizedBuffer
-
     acfg = cfg.validate()
     if cfg.sequential:
         raise ConfigError("actors" if cfg.actors < 1 else "learners", min(cfg.actors, cfg.learners),
                           f"the parallel loop needs actors >= 1 and learners >= 1, got {cfg.actors}, {cfg.learners}")
+    run = run_workers(cfg, acfg, Role("actor", cfg.actors, _actor_loop), progress)
+    result = _result(cfg, acfg, run.stats, run.log, run.final, run.inserted, run.lock_wait_s)
+    result.worker_pids = run.pids
+    return result
+
+
+@dataclass
+class WorkerRun:
+    """What :func:`run_workers` hands back: each worker's stats by name, the episode log, a
+    final sample of 1024 rows (beta 1), the buffer's insert count and the parent's lock wait,
+    and the pids of every worker process (all exited)."""
+
+    stats: dict
+    log: EpisodeLog
+    final: dict
+    inserted: int
+    lock_wait_s: float
+    pids: list
+
+
+def run_workers(cfg: TrainConfig, acfg, actor_side: Role, progress=None) -> WorkerRun:
+    """The parallel loop's lifecycle with ``actor_side`` as the processes that insert and
+    ``cfg.learners`` learner processes (:func:`_learner_loop`) over one shared buffer: create the
+    buffer, the shared state (``cfg.actors`` actor slots) and the weights, start every process,
+    wait for "ready", say "go", watch, shut down, unlink (module docstring: the exit paths).
+    ``cfg`` is validated by the caller. Raises WorkerFailed as :func:`run_parallel` does."""
+    import multiprocessing as mp
+
+    from replaybench.impl.concurrent import SharedPrioritizedBuffer
+
     algo = algorithms.get(cfg.algo)
     seeds = RunSeeds(cfg.seed)
     env = make_env(cfg.env, algo)
@@ -335,8 +381,9 @@ def run_parallel(cfg: TrainConfig, progress=None) -> TrainResult:
                                    seeds.networks).get_flat_weights().numel()
 
     ctx = mp.get_context(cfg.start_method)
-    if cfg.start_method == "forkserver":
-        ctx.set_forkserver_preload(["torch", "replaybench.impl.concurrent", "replaybench.impl.rl.parallel"])  # imported once
+    if cfg.start_method == "forkserver":  # imported once
+        ctx.set_forkserver_preload(["torch", "replaybench.impl.concurrent", "replaybench.impl.rl.parallel",
+                                    getattr(actor_side.loop, "__module__", __name__)])
     log = EpisodeLog(cfg.resolved_threshold(), cfg.window)
     buf = SharedPrioritizedBuffer.create(acfg.buffer_capacity, fields, variant=cfg.buffer, policy=cfg.policy,
                                          seed=seeds.buffer, **buffer_kwargs(cfg, acfg))
@@ -346,10 +393,11 @@ def run_parallel(cfg: TrainConfig, progress=None) -> TrainResult:
         weights = SharedWeights(ctx, state, policy_size)
         out = ctx.Queue()
         port = _free_port() if cfg.learners > 1 else 0
-        for role, count in (("learner", cfg.learners), ("actor", cfg.actors)):
-            for rank in range(count):
-                procs.append(ctx.Process(target=_worker, name=f"{role}-{rank}", daemon=True,
-                                         args=(role, rank, cfg, buf.handle, state, weights, out, port)))
+        learners = Role("learner", cfg.learners, functools.partial(_learner_loop, port=port))
+        for role in (learners, actor_side):
+            for rank in range(role.count):
+                procs.append(ctx.Process(target=_worker, name=f"{role.name}-{rank}", daemon=role.daemon,
+                                         args=(role.name, rank, role.loop, cfg, buf.handle, state, weights, out)))
         monitor = _Monitor(procs, state, out, log, progress, cfg.timeout_s)
         try:
             for p in procs:
@@ -360,7 +408,7 @@ def run_parallel(cfg: TrainConfig, progress=None) -> TrainResult:
                 monitor.wait_done(state.t0)
         finally:
             monitor.shutdown(cfg.join_timeout_s if monitor.failure is None else min(cfg.join_timeout_s, 5.0))
-        pids = [p.pid for p in procs if p.pid is not None]
+        pids = [p.pid for p in procs if p.pid is not None] + monitor.child_pids
         if monitor.failure is not None:
             worker, detail = monitor.failure
             raise WorkerFailed(worker, detail, pids)
@@ -373,9 +421,7 @@ def run_parallel(cfg: TrainConfig, progress=None) -> TrainResult:
         buf.close()
         if state is not None:
             state.close()
-    result = _result(cfg, acfg, monitor.stats, log, final, inserted, lock_wait)
-    result.worker_pids = pids
-    return result
+    return WorkerRun(monitor.stats, log, final, inserted, lock_wait, pids)
 
 
 def _result(cfg, acfg, stats: dict, log: EpisodeLog, final: dict, inserted: int, parent_lock_wait: float):
