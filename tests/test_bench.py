@@ -2,7 +2,11 @@
 
 The runs use the 'quick' suite (capacity 2**10, one worker process per item, fixed loops),
 so each takes seconds once numba's kernels are in the on-disk cache. The module fixture runs
-the whole quick suite, every variant and peer: what `make bench-quick` runs.
+the quick suite on every variant and peer, but only the ops :data:`COVER_OPS` (a pyperf manager
+process per item is most of the cost); every variant x op's workload is built and called in
+process by ``test_every_variant_runs_every_quick_op``, and the whole quick suite (what `make
+bench-quick` runs, every variant x op through pyperf) is the slow test
+``test_whole_quick_suite_measures_every_variant_and_op``.
 """
 
 import csv
@@ -16,12 +20,16 @@ from pathlib import Path
 
 import pytest
 
-from replaybench.bench import driver, results, suites, summary
+from replaybench.bench import driver, results, suites, summary, workloads
 from replaybench.bench.scenarios import Selection
 from replaybench.impl import registry
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK_OPS = ["insert_one", "insert_batch", "sample", "update", "mixed"]
+#: The ops the default run's quick fixture measures on every variant: 'mixed' calls add, sample and
+#: update; 'sample' is the summary's headline op. (binary's other ops go through pyperf in
+#: test_bench_params, test_driver and the failure and interrupt tests below.)
+COVER_OPS = ["sample", "mixed"]
 PEERS = ["peer:cpprb", "peer:tianshou", "peer:torchrl"]
 
 
@@ -36,13 +44,24 @@ def only_run_dir(out: Path) -> Path:
     return dirs[0]
 
 
-@pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("results")
+def run_quick(out: Path, ops: list[str]):
+    """`replaybench run` of the quick suite limited to ``ops`` (the peers keep the suite's
+    peer_ops): (the finished process, its run folder)."""
+    suite = suites.load("quick")
+    args = ["--suite", "quick"]
+    if ops != suite["ops"]:
+        path = out.parent / f"{out.name}-quick.json"  # the quick suite as a file, with fewer ops
+        path.write_text(json.dumps({**suite, "ops": ops}))
+        args = ["--suite", str(path)]
     # a hang guard, not a speed check: the whole grid takes a minute on 2 idle cores, many on busy ones
-    proc = bench_cmd("run", "--suite", "quick", "--out", str(out), "--no-progress", timeout=900)
+    proc = bench_cmd("run", *args, "--out", str(out), "--no-progress", timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc, only_run_dir(out)
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    return run_quick(tmp_path_factory.mktemp("results"), COVER_OPS)
 
 
 def test_list_shows_every_registered_variant_and_the_peer():
@@ -55,8 +74,32 @@ def test_list_shows_every_registered_variant_and_the_peer():
 
 
 def test_quick_run_writes_tidy_rows(quick_run):
-    """The whole quick suite's rows validate against the schema."""
-    _, run_dir = quick_run
+    """The quick run's rows validate against the schema, one measured row per value of every
+    variant x op."""
+    check_quick_rows(quick_run[1], COVER_OPS)
+
+
+@pytest.mark.slow  # ~80 s: 34 pyperf managers; the default run covers each variant and op (see the docstring)
+def test_whole_quick_suite_measures_every_variant_and_op(tmp_path):
+    """`make bench-quick`: every variant x op and every peer measured, rows and meta complete."""
+    _, run_dir = run_quick(tmp_path / "results", QUICK_OPS)
+    check_quick_rows(run_dir, QUICK_OPS)
+    check_quick_meta(run_dir, QUICK_OPS)
+
+
+@pytest.mark.parametrize("op", QUICK_OPS)
+@pytest.mark.parametrize("variant", registry.names())
+def test_every_variant_runs_every_quick_op(variant, op):
+    """Each variant x op of the quick suite, in process: the worker's untimed set-up (build,
+    fill, input pools, one call) and its timed loop, on the suite's own workload settings."""
+    suite = suites.load("quick")
+    call = workloads.warmed_call(op, variant, capacity=suite["capacities"][0], fields=workloads.SCHEMAS[suite["transitions"]],
+                                 batch=suite["batch"], mixed_adds=suite["mixed_adds"], seed=suite["seed"])
+    assert 0 < workloads.time_calls(call, 4) < 10
+
+
+def check_quick_rows(run_dir: Path, ops: list[str]) -> None:
+    """The rows of a quick run of ``ops`` (every variant and peer) validate against the schema."""
     with open(run_dir / "rows.csv", newline="") as fh:
         reader = csv.DictReader(fh)
         assert reader.fieldnames == results.COLUMNS
@@ -72,7 +115,7 @@ def test_quick_run_writes_tidy_rows(quick_run):
     per_item = settings["processes"] * settings["values"]
     suite = suites.load("quick")
     for variant in [*registry.names(), *PEERS]:
-        for op in suite["peer_ops"] if variant in PEERS else QUICK_OPS:
+        for op in suite["peer_ops"] if variant in PEERS else ops:
             mine = [r for r in rows if r["variant"] == variant and r["op"] == op]
             if variant in unavailable:
                 assert [r["status"] for r in mine] == ["unavailable"] and mine[0]["error"]
@@ -102,20 +145,25 @@ def test_quick_run_writes_tidy_rows(quick_run):
 
 
 def test_quick_run_meta_and_raw_pyperf(quick_run):
+    check_quick_meta(quick_run[1], COVER_OPS)
+
+
+def check_quick_meta(run_dir: Path, ops: list[str]) -> None:
+    """meta.json and the raw pyperf files of a quick run of ``ops``."""
     import pyperf
 
-    _, run_dir = quick_run
     meta = results.read_meta(run_dir)
     assert meta["complete"] is True and meta["interrupted"] is False
     assert meta["run_id"] == run_dir.name and meta["schema_version"] == results.SCHEMA_VERSION
     for key in ("start_time", "end_time", "command", "git_sha", "dirty", "suite", "pyperf_settings"):
         assert key in meta, key
-    assert "--suite" in meta["command"] and "quick" in meta["command"]
+    suite_arg = meta["command"][meta["command"].index("--suite") + 1]  # the name, or the path of the test's copy
+    assert suite_arg.endswith(("quick", "-quick.json")) and meta["suite"]["name"] == "quick"
     assert meta["machine"]["cpu_model"] and meta["machine"]["logical_cpus"] >= 1
     assert isinstance(meta["machine"]["caches"], list)
     for lib in ("numpy", "numba", "pyperf", "cpprb", "python"):
         assert lib in meta["libraries"]
-    n_items = 1 + len(registry.names()) * len(QUICK_OPS) + len(PEERS) * len(suites.load("quick")["peer_ops"])
+    n_items = 1 + len(registry.names()) * len(ops) + len(PEERS) * len(suites.load("quick")["peer_ops"])
     assert meta["items_total"] == meta["items_done"] == n_items
     assert 0 < meta["timing_overhead_s_per_call"] < 1e-5
     raw = sorted((run_dir / "pyperf").glob("*.json"))
