@@ -2,9 +2,11 @@
 
 The runs use the 'quick' suite (capacity 2**10, one worker process per item, fixed loops),
 so each takes seconds once numba's kernels are in the on-disk cache. The module fixture runs
-the quick suite on every variant and peer, but only the ops :data:`COVER_OPS` (a pyperf manager
-process per item is most of the cost); every variant x op's workload is built and called in
-process by ``test_every_variant_runs_every_quick_op``, and the whole quick suite (what `make
+the quick suite on every variant, but only the ops :data:`COVER_OPS` and the peers
+:data:`COVER_PEERS` (a pyperf manager process per item, and a torch import per torch-based peer's
+worker, are most of the cost); every variant x op's and peer's workload is built and timed in
+process by ``test_every_variant_runs_every_quick_op`` and ``test_every_peer_runs_its_quick_ops``;
+the whole quick suite (what `make
 bench-quick` runs, every variant x op through pyperf) is the slow test
 ``test_whole_quick_suite_measures_every_variant_and_op``.
 """
@@ -31,6 +33,9 @@ QUICK_OPS = ["insert_one", "insert_batch", "sample", "update", "mixed"]
 #: test_bench_params, test_driver and the failure and interrupt tests below.)
 COVER_OPS = ["sample", "mixed"]
 PEERS = ["peer:cpprb", "peer:tianshou", "peer:torchrl"]
+#: The peer the default run's quick fixture measures through pyperf: the torch-based peers cost a
+#: fresh torch import per worker; all peers are built and timed in process below.
+COVER_PEERS = ["peer:cpprb"]
 
 
 def bench_cmd(*args, env=None, timeout=180):
@@ -44,14 +49,14 @@ def only_run_dir(out: Path) -> Path:
     return dirs[0]
 
 
-def run_quick(out: Path, ops: list[str]):
-    """`replaybench run` of the quick suite limited to ``ops`` (the peers keep the suite's
-    peer_ops): (the finished process, its run folder)."""
+def run_quick(out: Path, ops: list[str], peers: list[str]):
+    """`replaybench run` of the quick suite limited to ``ops`` and ``peers`` (the peers keep the
+    suite's peer_ops): (the finished process, its run folder)."""
     suite = suites.load("quick")
     args = ["--suite", "quick"]
-    if ops != suite["ops"]:
-        path = out.parent / f"{out.name}-quick.json"  # the quick suite as a file, with fewer ops
-        path.write_text(json.dumps({**suite, "ops": ops}))
+    if ops != suite["ops"] or peers != PEERS:
+        path = out.parent / f"{out.name}-quick.json"  # the quick suite as a file, with fewer ops or peers
+        path.write_text(json.dumps({**suite, "ops": ops, "peers": [p.removeprefix("peer:") for p in peers]}))
         args = ["--suite", str(path)]
     # a hang guard, not a speed check: the whole grid takes a minute on 2 idle cores, many on busy ones
     proc = bench_cmd("run", *args, "--out", str(out), "--no-progress", timeout=900)
@@ -61,7 +66,7 @@ def run_quick(out: Path, ops: list[str]):
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
-    return run_quick(tmp_path_factory.mktemp("results"), COVER_OPS)
+    return run_quick(tmp_path_factory.mktemp("results"), COVER_OPS, COVER_PEERS)
 
 
 def test_list_shows_every_registered_variant_and_the_peer():
@@ -76,15 +81,15 @@ def test_list_shows_every_registered_variant_and_the_peer():
 def test_quick_run_writes_tidy_rows(quick_run):
     """The quick run's rows validate against the schema, one measured row per value of every
     variant x op."""
-    check_quick_rows(quick_run[1], COVER_OPS)
+    check_quick_rows(quick_run[1], COVER_OPS, COVER_PEERS)
 
 
 @pytest.mark.slow  # ~80 s: 34 pyperf managers; the default run covers each variant and op (see the docstring)
 def test_whole_quick_suite_measures_every_variant_and_op(tmp_path):
     """`make bench-quick`: every variant x op and every peer measured, rows and meta complete."""
-    _, run_dir = run_quick(tmp_path / "results", QUICK_OPS)
-    check_quick_rows(run_dir, QUICK_OPS)
-    check_quick_meta(run_dir, QUICK_OPS)
+    _, run_dir = run_quick(tmp_path / "results", QUICK_OPS, PEERS)
+    check_quick_rows(run_dir, QUICK_OPS, PEERS)
+    check_quick_meta(run_dir, QUICK_OPS, PEERS)
 
 
 @pytest.mark.parametrize("op", QUICK_OPS)
@@ -98,8 +103,24 @@ def test_every_variant_runs_every_quick_op(variant, op):
     assert 0 < workloads.time_calls(call, 4) < 10
 
 
-def check_quick_rows(run_dir: Path, ops: list[str]) -> None:
-    """The rows of a quick run of ``ops`` (every variant and peer) validate against the schema."""
+@pytest.mark.parametrize("peer", PEERS)
+def test_every_peer_runs_its_quick_ops(peer):
+    """Each peer on the quick suite's peer_ops, in process (as test_every_variant_runs_every_quick_op)."""
+    from replaybench.bench import peers
+
+    suite = suites.load("quick")
+    try:
+        peers.load(peer).version()
+    except ImportError as err:
+        pytest.skip(f"{peer} is not installed: {err}")
+    for op in suite["peer_ops"]:
+        call = workloads.warmed_call(op, peer, capacity=suite["capacities"][0], fields=workloads.SCHEMAS[suite["transitions"]],
+                                     batch=suite["batch"], mixed_adds=suite["mixed_adds"], seed=suite["seed"])
+        assert 0 < workloads.time_calls(call, 4) < 10
+
+
+def check_quick_rows(run_dir: Path, ops: list[str], peers: list[str]) -> None:
+    """The rows of a quick run of ``ops`` and ``peers`` (every variant) validate against the schema."""
     with open(run_dir / "rows.csv", newline="") as fh:
         reader = csv.DictReader(fh)
         assert reader.fieldnames == results.COLUMNS
@@ -107,15 +128,15 @@ def check_quick_rows(run_dir: Path, ops: list[str]) -> None:
     rows = results.read_rows(run_dir)
     assert len(rows) == len(raw) > 0
     assert all(isinstance(json.loads(r["params"]), dict) for r in raw)
-    assert {r["variant"] for r in rows} == {"harness", *registry.names(), *PEERS}
+    assert {r["variant"] for r in rows} == {"harness", *registry.names(), *peers}
     meta = results.read_meta(run_dir)
     unavailable = {v for v, info in meta["variants"].items() if not info["available"]}
-    assert unavailable <= set(PEERS)  # only an optional peer may be missing, and then it says why
+    assert unavailable <= set(peers)  # only an optional peer may be missing, and then it says why
     settings = suites.load("quick")["pyperf"]
     per_item = settings["processes"] * settings["values"]
     suite = suites.load("quick")
-    for variant in [*registry.names(), *PEERS]:
-        for op in suite["peer_ops"] if variant in PEERS else ops:
+    for variant in [*registry.names(), *peers]:
+        for op in suite["peer_ops"] if variant in peers else ops:
             mine = [r for r in rows if r["variant"] == variant and r["op"] == op]
             if variant in unavailable:
                 assert [r["status"] for r in mine] == ["unavailable"] and mine[0]["error"]
@@ -145,11 +166,11 @@ def check_quick_rows(run_dir: Path, ops: list[str]) -> None:
 
 
 def test_quick_run_meta_and_raw_pyperf(quick_run):
-    check_quick_meta(quick_run[1], COVER_OPS)
+    check_quick_meta(quick_run[1], COVER_OPS, COVER_PEERS)
 
 
-def check_quick_meta(run_dir: Path, ops: list[str]) -> None:
-    """meta.json and the raw pyperf files of a quick run of ``ops``."""
+def check_quick_meta(run_dir: Path, ops: list[str], peers: list[str]) -> None:
+    """meta.json and the raw pyperf files of a quick run of ``ops`` and ``peers``."""
     import pyperf
 
     meta = results.read_meta(run_dir)
@@ -163,7 +184,7 @@ def check_quick_meta(run_dir: Path, ops: list[str]) -> None:
     assert isinstance(meta["machine"]["caches"], list)
     for lib in ("numpy", "numba", "pyperf", "cpprb", "python"):
         assert lib in meta["libraries"]
-    n_items = 1 + len(registry.names()) * len(ops) + len(PEERS) * len(suites.load("quick")["peer_ops"])
+    n_items = 1 + len(registry.names()) * len(ops) + len(peers) * len(suites.load("quick")["peer_ops"])
     assert meta["items_total"] == meta["items_done"] == n_items
     assert 0 < meta["timing_overhead_s_per_call"] < 1e-5
     raw = sorted((run_dir / "pyperf").glob("*.json"))
