@@ -2,7 +2,13 @@
 
 The runs use the 'quick' suite (capacity 2**10, one worker process per item, fixed loops),
 so each takes seconds once numba's kernels are in the on-disk cache. The module fixture runs
-the whole quick suite, every variant and peer: what `make bench-quick` runs.
+the quick suite on every variant, but only the ops :data:`COVER_OPS` and the peers
+:data:`COVER_PEERS` (a pyperf manager process per item, and a torch import per torch-based peer's
+worker, are most of the cost); every variant x op's and peer's workload is built and timed in
+process by ``test_every_variant_runs_every_quick_op`` and ``test_every_peer_runs_its_quick_ops``;
+the whole quick suite (what `make
+bench-quick` runs, every variant x op through pyperf) is the slow test
+``test_whole_quick_suite_measures_every_variant_and_op``.
 """
 
 import csv
@@ -16,13 +22,20 @@ from pathlib import Path
 
 import pytest
 
-from replaybench.bench import driver, results, suites, summary
+from replaybench.bench import driver, results, suites, summary, workloads
 from replaybench.bench.scenarios import Selection
 from replaybench.impl import registry
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK_OPS = ["insert_one", "insert_batch", "sample", "update", "mixed"]
+#: The ops the default run's quick fixture measures on every variant: 'mixed' calls add, sample and
+#: update; 'sample' is the summary's headline op. (binary's other ops go through pyperf in
+#: test_bench_params, test_driver and the failure and interrupt tests below.)
+COVER_OPS = ["sample", "mixed"]
 PEERS = ["peer:cpprb", "peer:tianshou", "peer:torchrl"]
+#: The peer the default run's quick fixture measures through pyperf: the torch-based peers cost a
+#: fresh torch import per worker; all peers are built and timed in process below.
+COVER_PEERS = ["peer:cpprb"]
 
 
 def bench_cmd(*args, env=None, timeout=180):
@@ -36,13 +49,24 @@ def only_run_dir(out: Path) -> Path:
     return dirs[0]
 
 
-@pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("results")
+def run_quick(out: Path, ops: list[str], peers: list[str]):
+    """`replaybench run` of the quick suite limited to ``ops`` and ``peers`` (the peers keep the
+    suite's peer_ops): (the finished process, its run folder)."""
+    suite = suites.load("quick")
+    args = ["--suite", "quick"]
+    if ops != suite["ops"] or peers != PEERS:
+        path = out.parent / f"{out.name}-quick.json"  # the quick suite as a file, with fewer ops or peers
+        path.write_text(json.dumps({**suite, "ops": ops, "peers": [p.removeprefix("peer:") for p in peers]}))
+        args = ["--suite", str(path)]
     # a hang guard, not a speed check: the whole grid takes a minute on 2 idle cores, many on busy ones
-    proc = bench_cmd("run", "--suite", "quick", "--out", str(out), "--no-progress", timeout=900)
+    proc = bench_cmd("run", *args, "--out", str(out), "--no-progress", timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc, only_run_dir(out)
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    return run_quick(tmp_path_factory.mktemp("results"), COVER_OPS, COVER_PEERS)
 
 
 def test_list_shows_every_registered_variant_and_the_peer():
@@ -55,8 +79,48 @@ def test_list_shows_every_registered_variant_and_the_peer():
 
 
 def test_quick_run_writes_tidy_rows(quick_run):
-    """The whole quick suite's rows validate against the schema."""
-    _, run_dir = quick_run
+    """The quick run's rows validate against the schema, one measured row per value of every
+    variant x op."""
+    check_quick_rows(quick_run[1], COVER_OPS, COVER_PEERS)
+
+
+@pytest.mark.slow  # ~80 s: 34 pyperf managers; the default run covers each variant and op (see the docstring)
+def test_whole_quick_suite_measures_every_variant_and_op(tmp_path):
+    """`make bench-quick`: every variant x op and every peer measured, rows and meta complete."""
+    _, run_dir = run_quick(tmp_path / "results", QUICK_OPS, PEERS)
+    check_quick_rows(run_dir, QUICK_OPS, PEERS)
+    check_quick_meta(run_dir, QUICK_OPS, PEERS)
+
+
+@pytest.mark.parametrize("op", QUICK_OPS)
+@pytest.mark.parametrize("variant", registry.names())
+def test_every_variant_runs_every_quick_op(variant, op):
+    """Each variant x op of the quick suite, in process: the worker's untimed set-up (build,
+    fill, input pools, one call) and its timed loop, on the suite's own workload settings."""
+    suite = suites.load("quick")
+    call = workloads.warmed_call(op, variant, capacity=suite["capacities"][0], fields=workloads.SCHEMAS[suite["transitions"]],
+                                 batch=suite["batch"], mixed_adds=suite["mixed_adds"], seed=suite["seed"])
+    assert 0 < workloads.time_calls(call, 4) < 10
+
+
+@pytest.mark.parametrize("peer", PEERS)
+def test_every_peer_runs_its_quick_ops(peer):
+    """Each peer on the quick suite's peer_ops, in process (as test_every_variant_runs_every_quick_op)."""
+    from replaybench.bench import peers
+
+    suite = suites.load("quick")
+    try:
+        peers.load(peer).version()
+    except ImportError as err:
+        pytest.skip(f"{peer} is not installed: {err}")
+    for op in suite["peer_ops"]:
+        call = workloads.warmed_call(op, peer, capacity=suite["capacities"][0], fields=workloads.SCHEMAS[suite["transitions"]],
+                                     batch=suite["batch"], mixed_adds=suite["mixed_adds"], seed=suite["seed"])
+        assert 0 < workloads.time_calls(call, 4) < 10
+
+
+def check_quick_rows(run_dir: Path, ops: list[str], peers: list[str]) -> None:
+    """The rows of a quick run of ``ops`` and ``peers`` (every variant) validate against the schema."""
     with open(run_dir / "rows.csv", newline="") as fh:
         reader = csv.DictReader(fh)
         assert reader.fieldnames == results.COLUMNS
@@ -64,15 +128,15 @@ def test_quick_run_writes_tidy_rows(quick_run):
     rows = results.read_rows(run_dir)
     assert len(rows) == len(raw) > 0
     assert all(isinstance(json.loads(r["params"]), dict) for r in raw)
-    assert {r["variant"] for r in rows} == {"harness", *registry.names(), *PEERS}
+    assert {r["variant"] for r in rows} == {"harness", *registry.names(), *peers}
     meta = results.read_meta(run_dir)
     unavailable = {v for v, info in meta["variants"].items() if not info["available"]}
-    assert unavailable <= set(PEERS)  # only an optional peer may be missing, and then it says why
+    assert unavailable <= set(peers)  # only an optional peer may be missing, and then it says why
     settings = suites.load("quick")["pyperf"]
     per_item = settings["processes"] * settings["values"]
     suite = suites.load("quick")
-    for variant in [*registry.names(), *PEERS]:
-        for op in suite["peer_ops"] if variant in PEERS else QUICK_OPS:
+    for variant in [*registry.names(), *peers]:
+        for op in suite["peer_ops"] if variant in peers else ops:
             mine = [r for r in rows if r["variant"] == variant and r["op"] == op]
             if variant in unavailable:
                 assert [r["status"] for r in mine] == ["unavailable"] and mine[0]["error"]
@@ -102,20 +166,25 @@ def test_quick_run_writes_tidy_rows(quick_run):
 
 
 def test_quick_run_meta_and_raw_pyperf(quick_run):
+    check_quick_meta(quick_run[1], COVER_OPS, COVER_PEERS)
+
+
+def check_quick_meta(run_dir: Path, ops: list[str], peers: list[str]) -> None:
+    """meta.json and the raw pyperf files of a quick run of ``ops`` and ``peers``."""
     import pyperf
 
-    _, run_dir = quick_run
     meta = results.read_meta(run_dir)
     assert meta["complete"] is True and meta["interrupted"] is False
     assert meta["run_id"] == run_dir.name and meta["schema_version"] == results.SCHEMA_VERSION
     for key in ("start_time", "end_time", "command", "git_sha", "dirty", "suite", "pyperf_settings"):
         assert key in meta, key
-    assert "--suite" in meta["command"] and "quick" in meta["command"]
+    suite_arg = meta["command"][meta["command"].index("--suite") + 1]  # the name, or the path of the test's copy
+    assert suite_arg.endswith(("quick", "-quick.json")) and meta["suite"]["name"] == "quick"
     assert meta["machine"]["cpu_model"] and meta["machine"]["logical_cpus"] >= 1
     assert isinstance(meta["machine"]["caches"], list)
     for lib in ("numpy", "numba", "pyperf", "cpprb", "python"):
         assert lib in meta["libraries"]
-    n_items = 1 + len(registry.names()) * len(QUICK_OPS) + len(PEERS) * len(suites.load("quick")["peer_ops"])
+    n_items = 1 + len(registry.names()) * len(ops) + len(peers) * len(suites.load("quick")["peer_ops"])
     assert meta["items_total"] == meta["items_done"] == n_items
     assert 0 < meta["timing_overhead_s_per_call"] < 1e-5
     raw = sorted((run_dir / "pyperf").glob("*.json"))
