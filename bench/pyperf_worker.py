@@ -216,6 +216,7 @@ def run_manager(argv: list[str], timeout_s: float, stderr_path: str) -> int | No
             os.setsid()
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            _own_resource_tracker()
             devnull = os.open(os.devnull, os.O_WRONLY)
             err = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.dup2(devnull, 1)
@@ -244,6 +245,23 @@ def run_manager(argv: list[str], timeout_s: float, stderr_path: str) -> int | No
     except BaseException:
         _kill_session(pid)
         raise
+
+
+def _own_resource_tracker() -> None:
+    """Give this forked manager multiprocessing's resource tracker state of a fresh interpreter.
+
+    Peers create multiprocessing locks in every worker (TorchRL's buffers do), and the workers
+    leave by ``os._exit``; with the caller's tracker inherited, those registrations pile up in
+    the caller's one tracker, which reports them all as leaked when the run ends (on Linux the
+    semaphores are already unlinked at creation: nothing is left behind). A tracker of the
+    manager's own session (started on first use, ended with the session) keeps that per cell,
+    as when every manager was a new interpreter. (``_fd`` is the tracker's private state.)
+    """
+    from multiprocessing import resource_tracker
+
+    tracker = getattr(resource_tracker, "_resource_tracker", None)
+    if tracker is not None and hasattr(tracker, "_fd"):
+        tracker._fd = None
 
 
 def _kill_session(pid: int) -> None:
