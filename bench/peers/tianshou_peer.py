@@ -53,7 +53,7 @@ DESCRIPTION = "tianshou.data.PrioritizedReplayBuffer, one transition per add (pe
 FORK_AFTER_USE = True
 #: Largest capacity the suites run: the bulk fill still walks every index in Python.
 MAX_CAPACITY = 2**16
-MAX_CAPACITY_REASON = ("tianshou adds one transition per call (~45 s to fill 2**20); "
+MAX_CAPACITY_REASON = ("tianshou's fill walks every index in Python (~20 s per worker process for 2**20); "
                        f"capacities above 2**{MAX_CAPACITY.bit_length() - 1} are not run")
 
 #: benchmark field -> Tianshou's reserved key.
