@@ -223,7 +223,9 @@ def _concurrency(outcome) -> list[str]:
     if data is None:
         return []
     rate = data[data["metric"] == "items_per_s"]
-    ratio = data[data["metric"] == "x_global_lock"].set_index([*_CONCURRENCY_KEY, "actors", "learners"])["median"]
+    # several runs may hold the same cell (concurrency and concurrency-scaling): one ratio per cell
+    ratio = (data[data["metric"] == "x_global_lock"]
+             .groupby([*_CONCURRENCY_KEY, "actors", "learners"], dropna=False)["median"].median())
     body = []
     for key, g in rate.groupby(_CONCURRENCY_KEY, dropna=False, sort=True):
         g = g.sort_values(["workers", "actors"])
