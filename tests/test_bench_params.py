@@ -178,7 +178,7 @@ def test_peer_capacity_limit_is_a_skip(tmp_path, monkeypatch):
     cells = micro.SCENARIO.cells(suites.load("quick"), Selection(variants=["peer:tianshou"],
                                                                   capacities=[2**16, 2**20], ops=["sample"]))
     assert [bool(c.skip) for c in cells[1:]] == [False, True]
-    assert "one transition per call" in cells[2].skip
+    assert cells[2].skip == tianshou_peer.MAX_CAPACITY_REASON and "walks every index" in cells[2].skip
 
 
 def test_summary_best_peer_ratio(tmp_path):
