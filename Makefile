@@ -20,7 +20,7 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
-# `make bench` runs the composite suite bench/suites/default.json (today: micro, with the peers);
+# `make bench` runs the composite suite bench/suites/default.json (today: micro with the peers, threads, cache-model);
 # to add a suite to it (e.g. the cache-miss meters), add its name to that file's "suites" list.
 bench: $(STAMP)
 	$(VENV)/bin/replaybench run --suite default

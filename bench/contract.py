@@ -304,10 +304,10 @@ def item_name(op: str) -> str:
 
 
 def comparison_group(cell: Mapping) -> tuple:
-    """What a cell's ratios compare within: run, op, capacity and workload (batch, transitions and
-    the ``mixed_adds`` parameter). Missing entries count as None."""
+    """What a cell's ratios compare within: run, op, capacity and workload (batch, transitions,
+    threads and the ``mixed_adds`` parameter). Missing entries count as None (threads as 1)."""
     return (cell.get("run_id"), cell.get("op"), cell.get("capacity"), cell.get("batch"), cell.get("transitions"),
-            params_of(cell.get("params")).get("mixed_adds"))
+            cell.get("threads") or 1, params_of(cell.get("params")).get("mixed_adds"))
 
 
 def reference_ratios(cells: Sequence[Mapping]) -> list[dict]:

@@ -47,7 +47,8 @@ from replaybench.bench import workloads
 __all__ = ["build_call", "preload", "TimedOp", "ForkingRunner", "main", "run_manager"]
 
 #: Our options, forwarded from the manager to every worker it spawns.
-_FORWARDED = ("target", "capacity", "op", "batch", "mixed_adds", "transitions", "seed", "error_file", "params")
+_FORWARDED = ("target", "capacity", "op", "batch", "mixed_adds", "transitions", "seed", "error_file", "params",
+              "threads")
 #: Capacity of the manager's warm-up buffer: large enough for a batch, small enough to fill at once.
 _PRELOAD_CAPACITY = 1024
 
@@ -59,12 +60,15 @@ def _forward(cmd: list[str], args) -> None:
             cmd.extend([f"--{name.replace('_', '-')}", str(value)])
 
 
-def build_call(args, capacity: int | None = None):
-    """Build the target and the op's call function (the untimed set-up) and run it once."""
-    return workloads.warmed_call(args.op, args.target, capacity=args.capacity if capacity is None else capacity,
-                                 fields=workloads.SCHEMAS[args.transitions], batch=args.batch,
-                                 mixed_adds=args.mixed_adds, seed=args.seed,
-                                 params=json.loads(args.params) if args.params else None)
+def build_call(args, capacity: int | None = None, threads: int = 1):
+    """Build the target and the op's call function (the untimed set-up) and run it once; with
+    ``threads`` > 1, a list of that many, each on its own buffer (seeds ``seed``, ``seed + 1`` ...)."""
+    calls = [workloads.warmed_call(args.op, args.target, capacity=args.capacity if capacity is None else capacity,
+                                   fields=workloads.SCHEMAS[args.transitions], batch=args.batch,
+                                   mixed_adds=args.mixed_adds, seed=args.seed + t,
+                                   params=json.loads(args.params) if args.params else None)
+             for t in range(threads)]
+    return calls if threads > 1 else calls[0]
 
 
 def preload(args) -> None:
@@ -95,13 +99,15 @@ class TimedOp:
     def __call__(self, loops: int) -> float:
         if self.call is None:
             try:
-                self.call = build_call(self.args)
+                self.call = build_call(self.args, threads=self.args.threads)
             except BaseException:
                 if self.args.error_file:
                     err = sys.exc_info()[1]
                     with open(self.args.error_file, "w") as fh:
                         fh.write(f"{type(err).__name__}: {err}\n\n{traceback.format_exc()}")
                 raise
+        if isinstance(self.call, list):
+            return workloads.time_threads(self.call, loops)
         return workloads.time_calls(self.call, loops)
 
 
@@ -182,6 +188,7 @@ def main(argv=None, runner_cls=ForkingRunner) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--error-file", help="where a worker writes its set-up error")
     p.add_argument("--params", help="JSON object of variant parameters for registry.create (K, dtype, ...)")
+    p.add_argument("--threads", type=int, default=1, help="threads running the op at once, each on its own buffer")
     args = runner.parse_args(argv)
     if not args.worker:
         preload(args)
@@ -285,6 +292,7 @@ def _manager_options(argv: list[str]) -> argparse.Namespace:
     args.capacity = int(args.capacity or 0)
     for name in ("batch", "mixed_adds", "seed"):
         setattr(args, name, int(getattr(args, name)))
+    args.threads = int(args.threads or 1)
     return args
 
 

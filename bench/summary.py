@@ -18,14 +18,14 @@ from pathlib import Path
 from replaybench.bench import contract, workloads
 from replaybench.bench.contract import format_table  # the one text-table formatter, named here for bench's tables
 
-__all__ = ["summarize", "summarize_cells", "format_table", "format_rows", "bound_rows", "format_bound", "format_run",
-           "format_headline"]
+__all__ = ["summarize", "summarize_cells", "format_table", "format_rows", "thread_ratios", "format_threads",
+           "bound_rows", "format_bound", "format_run", "format_headline"]
 
 #: Ops shown against the memory floor: one random row or leaf per item is what they cannot avoid.
 BOUND_OPS = ("sample", "update", "insert_batch")
 
 #: Grid parameters that are columns of their own (the others are in ``params``).
-_WORKLOAD_COLUMNS = ("batch", "transitions")
+_WORKLOAD_COLUMNS = ("batch", "transitions", "threads")
 
 
 def _timings(rows: list[dict]):
@@ -49,12 +49,15 @@ def summarize_cells(rows: list[dict]) -> dict[tuple, dict]:
 
 
 def summarize(rows: list[dict]) -> dict[tuple, dict]:
-    """``{(op, capacity, variant): {"median", "min", "max", "n"}}`` of throughput in items/s.
+    """``{(op, capacity, variant): {"median", "min", "max", "n"}}`` of throughput in items/s, one
+    thread's rows only (rows of more threads are cells of their own: :func:`format_threads`).
 
     For runs with a parameter grid use :func:`summarize_cells` (this merges the grid's cells).
     """
     groups: dict[tuple, list[float]] = {}
     for r, x in _timings(rows):
+        if (r.get("threads") or 1) > 1:
+            continue
         groups.setdefault((r["op"], r["capacity"], r["variant"]), []).append(x)
     return {k: _spread(v) for k, v in groups.items()}
 
@@ -147,6 +150,9 @@ def format_rows(rows: list[dict], meta: dict | None = None) -> str:
                   *(t for t, _ in refs), *(["x best peer", "best peer"] if has_peer else [])]
         first = 3 if varying else 2
         out.extend(format_table(header, body, right={0, *range(first, first + 2 + len(refs) + (1 if has_peer else 0))}))
+    threads = format_threads(cells)
+    if threads:
+        out += ["", *threads]
     if meta.get("memory_limits"):
         out += ["", *format_bound(stats, rows, meta["memory_limits"])]
     missing = [r for r in rows if r.get("status") not in (None, contract.MEASURED)]
@@ -158,6 +164,37 @@ def format_rows(rows: list[dict], meta: dict | None = None) -> str:
         header = ["variant", "capacity", "op", *(["params"] if varying else []), "status", "error"]
         out.extend(format_table(header, body, right={1}))
     return "\n".join(out)
+
+
+def thread_ratios(cells: dict[tuple, dict]) -> list[dict]:
+    """Thread scaling: per cell run by T > 1 threads (each on its own buffer), its throughput over
+    the same cell's with one thread: ``{"row", "x", "lo", "hi"}`` with ``x`` the median over the
+    median and ``lo``-``hi`` the ratio of the extremes (so the widest it can be). Cells with no
+    one-thread counterpart are left out."""
+    one = {_without_threads(c["row"]): c for c in cells.values() if (c["row"].get("threads") or 1) == 1}
+    out = []
+    for c in cells.values():
+        base = one.get(_without_threads(c["row"])) if (c["row"].get("threads") or 1) > 1 else None
+        if base is not None:
+            out.append({"row": c["row"], "x": c["median"] / base["median"], "lo": c["min"] / base["max"],
+                        "hi": c["max"] / base["min"]})
+    return out
+
+
+def format_threads(cells: dict[tuple, dict]) -> list[str]:
+    """:func:`thread_ratios` as a table (empty when no cell has more than one thread)."""
+    body = [[t["row"]["op"], str(t["row"]["capacity"]), t["row"]["variant"], str(t["row"]["threads"]),
+             f"{t['x']:.2f}", f"{t['lo']:.2f}-{t['hi']:.2f}"] for t in thread_ratios(cells)]
+    if not body:
+        return []
+    return ["Threads, each on its own buffer: throughput over one thread's, same run",
+            *format_table(["op", "capacity", "variant", "threads", "x 1 thread", "min-max"], body, right={1, 3, 4, 5})]
+
+
+def _without_threads(row: dict) -> tuple:
+    """The cell key less what the thread count changes (threads, and items per call with it)."""
+    skip = ("threads", "items_per_call")
+    return tuple(v for c, v in zip(contract.CELL_COLUMNS, contract.cell_key(row)) if c not in skip)
 
 
 def bound_rows(stats: dict, rows: list[dict], memory_limits: dict) -> list[dict]:
@@ -220,17 +257,23 @@ def format_headline(run_dirs, capacity: int = 2**20) -> str:
     """One table across the runs of a composite suite (``make bench``): per variant at
     ``capacity``, the median throughput of each micro op, the model's cache misses per
     transition for sample and update (tree only; L1d / LL), and the sample ratio to binary
-    and to the best peer. Runs without micro or cache rows simply leave those columns empty;
+    and to the best peer, and from a run of several threads (the ``threads`` suite) the sample
+    throughput of 2 threads over 1. Runs without such rows simply leave those columns empty;
     folders without a rows.csv are skipped.
     """
-    rows = [r for d in run_dirs if (Path(d) / "rows.csv").exists() for r in contract.read_rows(d)]
+    runs = [contract.read_rows(d) for d in run_dirs if (Path(d) / "rows.csv").exists()]
+    threaded = [any((r.get("threads") or 1) > 1 for r in rs) for rs in runs]
+    rows = [r for rs, t in zip(runs, threaded) if not t for r in rs]  # one thread's ratios: one run's
     stats = summarize(rows)
+    two_threads = {t["row"]["variant"]: t["x"] for t in thread_ratios(summarize_cells(
+        [r for rs, t in zip(runs, threaded) if t for r in rs]))
+        if t["row"]["op"] == "sample" and t["row"]["capacity"] == capacity and t["row"]["threads"] == 2}
     misses = {}
     for r in rows:
         if (r.get("scenario") == "cache" and r.get("method") == "model" and r.get("stream") == "tree"
                 and r.get("status") == contract.MEASURED and r.get("capacity") == capacity):
             misses[r["variant"], r["op"], r["level"]] = r["value"] / r["items_per_call"]
-    variants = sorted({k[2] for k in stats if k[1] == capacity} | {k[0] for k in misses},
+    variants = sorted({k[2] for k in stats if k[1] == capacity} | {k[0] for k in misses} | set(two_threads),
                       key=lambda v: (v.startswith(contract.PEER_PREFIX), v))
     if not variants:
         return ""
@@ -240,7 +283,8 @@ def format_headline(run_dirs, capacity: int = 2**20) -> str:
               for (op, cap, v), s in stats.items() if op == "sample" and cap == capacity]
     ratios = {c["variant"]: x for c, x in zip(sample, contract.reference_ratios(sample))}
     header = ["variant"] + [title for _, _, title in ops] + [
-        "sample miss/tr L1d", "LL", "update miss/tr L1d", "LL", "sample x binary", "sample x best peer"]
+        "sample miss/tr L1d", "LL", "update miss/tr L1d", "LL", "sample x binary", "sample x best peer",
+        "sample 2 threads x 1"]
     body = []
     for v in variants:
         line = [v]
@@ -253,6 +297,7 @@ def format_headline(run_dirs, capacity: int = 2**20) -> str:
                 line.append(f"{m:.2f}" if m is not None else "-")
         x = ratios.get(v, {})
         line += [f"{x[key]:.2f}" if x.get(key) is not None else "-" for key in ("x_binary", "x_best_peer")]
+        line.append(f"{two_threads[v]:.2f}" if v in two_threads else "-")
         body.append(line)
     title = (f"Headline at capacity 2^{capacity.bit_length() - 1}: medians from the micro run, misses per "
              f"transition from the cache model (tree only), ratios within the same run")

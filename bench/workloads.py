@@ -31,6 +31,7 @@ descends varied paths; insert ops then overwrite the ring, which stays full.
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -40,7 +41,7 @@ import numpy as np
 from replaybench.impl.storage import random_batch
 
 __all__ = ["SCHEMAS", "OPS", "OpSpec", "Target", "row_bytes", "random_batch", "variant_target", "fill", "make_call",
-           "warmed_call", "time_calls", "gil_share"]
+           "warmed_call", "time_calls", "time_threads", "gil_share"]
 
 #: Transition schemas by name: ``{field: (shape, dtype)}`` as impl.storage takes them.
 SCHEMAS = {
@@ -246,6 +247,34 @@ def time_calls(call: Callable[[int], object], loops: int) -> float:
     for i in calls:
         call(i)
     return time.perf_counter() - t0
+
+
+def time_threads(calls: list[Callable[[int], object]], loops: int) -> float:
+    """Seconds for each of ``calls`` to run ``call(0) ... call(loops - 1)``, each in its own
+    thread, all released at once: from the release to the last thread's end (starting the
+    threads is not timed). An exception in a thread is raised here after all have ended."""
+    release = threading.Barrier(len(calls) + 1)
+    errors: list[BaseException] = []
+
+    def run(call):
+        release.wait()
+        try:
+            for i in range(loops):
+                call(i)
+        except BaseException as err:  # re-raised in the timing thread, which pyperf reports
+            errors.append(err)
+
+    threads = [threading.Thread(target=run, args=(call,), daemon=True) for call in calls]
+    for t in threads:
+        t.start()
+    release.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return elapsed
 
 
 def gil_share(name: str, capacity: int, *, batch: int = 256, transitions: str = "cartpole", calls: int = 2000,

@@ -232,10 +232,56 @@ def test_headline_joins_micro_and_cache_rows(tmp_path):
         {"scenario": "cache", "variant": "kary-aligned", "op": "sample", "metric": "misses_per_op", "method": "model",
          "stream": "tree", "level": level, "value": value, "items_per_call": 256}
         for level, value in (("L1d", 512.0), ("LL", 128.0))])
-    text = summary.format_headline([micro, cache, tmp_path / "missing"])
+    threads = write("t", [
+        {"scenario": "micro", "variant": "kary-aligned", "op": "sample", "metric": "seconds_per_call", "value": sec,
+         "threads": t, "items_per_call": 256 * t} for t, sec in ((1, 64e-6), (2, 80e-6))])
+    text = summary.format_headline([micro, cache, threads, tmp_path / "missing"])
     line = next(ln for ln in text.splitlines() if ln.startswith("kary-aligned"))
     cells = line.split()
-    assert cells[1] == "2.00"          # 256 / 128e-6 = 2 M/s
+    assert cells[1] == "2.00"          # 256 / 128e-6 = 2 M/s: the threads run's one-thread rows are not merged in
     assert cells[5:7] == ["2.00", "0.50"]  # misses per transition: 512/256, 128/256
-    assert cells[-2:] == ["2.00", "4.00"]  # x binary (1 M/s), x best peer (0.5 M/s)
+    assert cells[-3:] == ["2.00", "4.00", "1.60"]  # x binary (1 M/s), x best peer (0.5 M/s), 2 threads x 1
     assert summary.format_headline([tmp_path / "missing"]) == ""
+
+
+def test_threads_workload_runs_each_thread_on_its_own_buffer(tmp_path):
+    """threads=2: the worker times two threads at once, a call counts both threads' items, and the
+    summary gives 2 threads over 1 of the same cell."""
+    suite = {**suites.load("quick"), "name": "thr", "params": {"threads": [1, 2]}}
+    path = tmp_path / "thr.json"
+    path.write_text(json.dumps(suite))
+    run_dir = driver.run(suites.load(str(path)), Selection(variants=["kary-prefix"], ops=["sample"]),
+                         out=tmp_path / "r", progress=False, echo=quiet)
+    rows = [r for r in results.read_rows(run_dir) if r["variant"] == "kary-prefix"]
+    by = {r["threads"]: r for r in rows}
+    assert set(by) == {1, 2} and {r["status"] for r in rows} == {"ok"}
+    assert by[2]["items_per_call"] == 2 * by[1]["items_per_call"]
+    assert "threads" not in json.loads(by[2]["params"] or "{}")  # a column of its own
+    text = summary.format_run(run_dir)
+    assert "threads=2" in text and "x 1 thread" in text
+    line = next(ln for ln in text.splitlines() if ln.startswith("sample") and " kary-prefix " in ln)
+    assert float(line.split()[4]) > 0
+
+
+def test_bad_threads_is_refused_before_anything_runs(tmp_path):
+    suite = {**suites.load("quick"), "name": "thr", "threads": 0}
+    path = tmp_path / "thr.json"
+    path.write_text(json.dumps(suite))
+    with pytest.raises(SelectionError, match="threads=0"):
+        driver.plan(suites.load(str(path)))
+    with pytest.raises(SelectionError, match="threads"):
+        driver.plan(suites.load("quick"), Selection(params={"threads": [1, "x"]}))
+
+
+def test_thread_scaling_table_pairs_each_cell_with_its_one_thread_cell():
+    base = {"scenario": "micro", "op": "sample", "capacity": 1024, "batch": 256, "transitions": "cartpole",
+            "metric": "seconds_per_call", "unit": "s", "status": "ok", "variant": "v"}
+    rows = [{**base, "threads": 1, "items_per_call": 256, "value": 1e-4},
+            {**base, "threads": 1, "items_per_call": 256, "value": 2e-4},
+            {**base, "threads": 2, "items_per_call": 512, "value": 1e-4},
+            {**base, "threads": 2, "items_per_call": 512, "value": 1e-4},
+            {**base, "variant": "w", "threads": 2, "items_per_call": 512, "value": 1e-4}]  # no 1-thread cell
+    lines = summary.format_threads(summary.summarize_cells(rows))
+    body = [ln.split() for ln in lines[3:]]
+    assert body == [["sample", "1024", "v", "2", f"{5.12e6 / 1.92e6:.2f}", "2.00-4.00"]]
+    assert summary.summarize(rows)[("sample", 1024, "v")]["n"] == 2  # one thread's rows only

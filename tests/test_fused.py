@@ -246,3 +246,25 @@ def test_gil_share_method_measures_a_share():
     assert r["call_s"] > 0 and r["kernel_s"] > 0
     assert 0.0 <= r["gil_share"] <= 1.0
     assert r["params"] == {"prefetch": True}
+
+
+def test_time_threads_runs_every_call_in_its_own_thread_and_raises_their_errors():
+    from replaybench.bench.workloads import time_threads
+
+    seen = {}
+
+    def recorder(name):
+        def call(i):
+            seen.setdefault(name, []).append((i, threading.get_ident()))
+        return call
+
+    assert time_threads([recorder("a"), recorder("b")], 5) >= 0.0
+    assert [i for i, _ in seen["a"]] == [0, 1, 2, 3, 4] == [i for i, _ in seen["b"]]
+    assert seen["a"][0][1] != seen["b"][0][1] != threading.get_ident()
+
+    def failing(i):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        time_threads([recorder("c"), failing], 3)
+    assert len(seen["c"]) == 3  # the other thread ran to its end first

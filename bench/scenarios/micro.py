@@ -24,8 +24,13 @@ lookup, nothing else) recorded as variant ``harness``. Its median is stored in m
 
 Suite keys (bench/suites/micro.json): variants (``"all"`` = every registered one), peers,
 capacities, ops, batch, mixed_adds, transitions, seed, item_timeout_s, pyperf (processes,
-values, warmups, loops with 0 = calibrate, min_time), and optionally params and peer_ops (the
-ops the peers run when fewer than ``ops``).
+values, warmups, loops with 0 = calibrate, min_time), and optionally params, peer_ops (the
+ops the peers run when fewer than ``ops``) and threads (default 1).
+
+Threads (``threads`` = T > 1, as a suite key or a grid parameter): each pyperf worker builds
+and fills T buffers and times T threads running the op at once, each on its own buffer; a call
+is one op in every thread, so ``items_per_call`` is T times the op's and the row's ``threads``
+column is T. Against the same cell at T = 1 this is what the GIL leaves of thread scaling.
 """
 
 from __future__ import annotations
@@ -45,8 +50,9 @@ __all__ = ["HARNESS", "WORKLOAD_PARAMS", "VariantInfo", "Item", "resolve_variant
 
 HARNESS = "harness"
 
-#: Grid parameters that change the workload (suite keys), not the variant.
-WORKLOAD_PARAMS = ("batch", "mixed_adds", "transitions")
+#: Grid parameters that change the workload (suite keys), not the variant. ``threads``: that many
+#: threads, each with its own buffer, run the op at once (:func:`bench.workloads.time_threads`).
+WORKLOAD_PARAMS = ("batch", "mixed_adds", "transitions", "threads")
 
 #: Grid parameters stored in typed result columns, whatever the variants declare.
 _COLUMN_TYPES = {"K": int, "dtype": str, "batch": int}
@@ -169,7 +175,7 @@ def _check_workload(key: str, value, where: str) -> None:
         if value not in workloads.SCHEMAS:
             raise SelectionError(f"{where}: transitions={value!r} is not one of {sorted(workloads.SCHEMAS)}")
         return
-    low = 1 if key == "batch" else 0
+    low = 1 if key in ("batch", "threads") else 0
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise SelectionError(f"{where}: {key}={value!r} must be an integer >= {low}")
 
@@ -249,6 +255,8 @@ def _check_suite(suite: dict) -> None:
         value = suite.get(key)
         if isinstance(value, bool) or not isinstance(value, kind):
             raise SelectionError(f"suite {suite.get('name')!r}: {key!r} must be {kind}, got {value!r}")
+    if "threads" in suite:
+        _check_workload("threads", suite["threads"], f"suite {suite.get('name')!r}")
     if not isinstance(suite.get("params", {}), dict):
         raise SelectionError(f"suite {suite['name']!r}: 'params' must map each parameter to a non-empty list "
                              f"of values, got {suite['params']!r}")
@@ -297,7 +305,8 @@ class Micro(Scenario):
         grid = typed_grid({**suite_params, **selection.params}, origin, infos)
         _check_workload("transitions", suite["transitions"], f"suite {suite['name']!r}")
         row = max(workloads.row_bytes(workloads.SCHEMAS[t]) for t in grid.get("transitions", [suite["transitions"]]))
-        check_memory(capacities, row + 8)  # a row and at least a float64 leaf per slot
+        threads = max(grid.get("threads", [suite.get("threads", 1)]))
+        check_memory(capacities, threads * (row + 8))  # a row and at least a float64 leaf per slot, per thread
 
         harness = VariantInfo(HARNESS, "none", {}, "timing loop with an empty op")
         items = [(harness, None, "empty", {}, "")]
@@ -378,8 +387,10 @@ def _columns(item: Item) -> dict:
         for key in ("K", "dtype"):
             if key in vparams:
                 columns[key] = vparams[key]
-    return {**columns, "capacity": item.capacity, "batch": batch, "threads": 1, "transitions": suite["transitions"],
-            "op": item.op, "metric": "seconds_per_call", "unit": "s", "items_per_call": spec.items_per_call(suite["batch"])}
+    threads = suite.get("threads", 1)  # a call is one op in each of that many threads
+    return {**columns, "capacity": item.capacity, "batch": batch, "threads": threads,
+            "transitions": suite["transitions"], "op": item.op, "metric": "seconds_per_call", "unit": "s",
+            "items_per_call": threads * spec.items_per_call(suite["batch"])}
 
 
 def _inherited_environ() -> list[str]:
@@ -412,6 +423,8 @@ def _measure(cell: Cell, raw_dir: Path) -> list[dict]:
             "--min-time", str(settings["min_time"])]
     if item.variant_params:
         argv += ["--params", json.dumps(item.variant_params, sort_keys=True)]
+    if suite.get("threads", 1) > 1:
+        argv += ["--threads", str(suite["threads"])]
     inherit = _inherited_environ()
     if inherit:
         argv += ["--inherit-environ", ",".join(inherit)]
