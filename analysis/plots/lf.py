@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from replaybench.analysis.plots import NoRows, Plot
-from replaybench.analysis.plots._common import handle, legend, log_y, new_figure
+from replaybench.analysis.plots._common import handle, legend, log_y
 
 NAME = "lf"
 ORDER = 60
@@ -48,8 +49,10 @@ def build(table, metas) -> Plot:
         raise NoRows(f"run {run_id}: no LF cell measured both Ray and another backend")
     data.insert(0, "run_id", run_id)
     ops = [op for op in WORKLOADS if op in set(data["op"])]
+    # each panel as wide as its groups need, about 0.6 inch a group: one row that fits a page
     widths = [max(2, data[data["op"] == op][["env", "policy", "actors", "batch"]].drop_duplicates().shape[0]) for op in ops]
-    fig, axes = new_figure(1, len(ops), panel=(1.2 * max(widths) + 1.5, 3.6))
+    fig = Figure(figsize=(0.6 * sum(widths) + 1.2 * len(ops) + 1.5, 4.2), layout="constrained")
+    axes = fig.subplots(1, len(ops), squeeze=False, gridspec_kw={"width_ratios": widths})
     handles = {}
     for ax, op in zip(axes[0], ops):
         part = data[data["op"] == op]
