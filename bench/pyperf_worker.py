@@ -145,15 +145,13 @@ def _forking_manager():
     return ForkingManager
 
 
-def _worker_child(read_fd: int, env: dict, argv: list[str]) -> None:
-    """In the forked worker: pyperf's worker on ``argv``, in pyperf's reduced environment; never returns."""
+def _run_child(body) -> None:
+    """In a forked child: run ``body()`` and exit with its status (0, a SystemExit's code, or 1
+    after printing the traceback), flushing stdout and stderr first; never returns, so the
+    child never unwinds into its parent's stack."""
     code = 1
     try:
-        os.close(read_fd)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.environ.clear()
-        os.environ.update(env)
-        main(argv, runner_cls=pyperf.Runner)
+        body()
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
@@ -163,6 +161,19 @@ def _worker_child(read_fd: int, env: dict, argv: list[str]) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def _worker_child(read_fd: int, env: dict, argv: list[str]) -> None:
+    """In the forked worker: pyperf's worker on ``argv``, in pyperf's reduced environment; never returns."""
+
+    def body():
+        os.close(read_fd)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.environ.clear()
+        os.environ.update(env)
+        main(argv, runner_cls=pyperf.Runner)
+
+    _run_child(body)
 
 
 class ForkingRunner(pyperf.Runner):
@@ -218,8 +229,8 @@ def run_manager(argv: list[str], timeout_s: float, stderr_path: str) -> int | No
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         raise
     if pid == 0:
-        code = 1
-        try:
+
+        def body():
             os.setsid()
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
@@ -229,15 +240,8 @@ def run_manager(argv: list[str], timeout_s: float, stderr_path: str) -> int | No
             os.dup2(devnull, 1)
             os.dup2(err, 2)
             main(argv)
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
+
+        _run_child(body)
     deadline = time.monotonic() + timeout_s
     try:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)

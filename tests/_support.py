@@ -7,6 +7,9 @@ without editing this suite.
 
 from __future__ import annotations
 
+import os
+import time
+
 import numpy as np
 
 from replaybench.impl import registry, trees
@@ -156,3 +159,20 @@ def assert_same_snapshot(before: dict, after: dict) -> None:
         assert before["total"] == after["total"]
         assert before["min"] == after["min"]
         assert before["max_priority"] == after["max_priority"]
+
+
+def own_segments() -> list[str]:
+    """Shared-memory segments created by this process (the owner's pid is in the name)."""
+    from replaybench.impl.concurrent import leaked_segments
+
+    return [name for name in leaked_segments() if f"_{os.getpid()}_" in name]
+
+
+def assert_exited(pids) -> None:
+    """Every pid has exited and been reaped within 5 s (no /proc entry; a zombie would still have one)."""
+    deadline = time.monotonic() + 5
+    alive = [p for p in pids if os.path.exists(f"/proc/{p}")]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [p for p in alive if os.path.exists(f"/proc/{p}")]
+    assert not alive, f"worker processes still there: {alive}"

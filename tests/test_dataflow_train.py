@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 
 import numpy as np
 import pytest
@@ -27,6 +26,8 @@ from replaybench.impl.rl.config import total_updates
 from replaybench.impl.rl.envs import make_env
 from replaybench.impl.rl.seeding import RunSeeds
 
+from _support import assert_exited, own_segments
+
 STEPS = 400
 TINY = dict(hidden=(16, 16), batch_size=16, learning_starts=100, buffer_capacity=1024, updates_per_step=0.5)
 
@@ -36,20 +37,6 @@ def tiny(**kw) -> TrainConfig:
                 actors=2, learners=1, envs_per_actor=2, overrides=dict(TINY), backend="dataflow", timeout_s=120,
                 join_timeout_s=5)
     return TrainConfig(**{**base, **kw})
-
-
-def own_segments() -> list[str]:
-    return [name for name in leaked_segments() if f"_{os.getpid()}_" in name]
-
-
-def assert_exited(pids) -> None:
-    """Every pid has exited and been reaped (no /proc entry)."""
-    deadline = time.monotonic() + 5
-    alive = [p for p in pids if os.path.exists(f"/proc/{p}")]
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.05)
-        alive = [p for p in alive if os.path.exists(f"/proc/{p}")]
-    assert not alive, f"processes still there: {alive}"
 
 
 def test_short_run_inserts_every_step_it_reports_and_learns():

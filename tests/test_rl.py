@@ -10,7 +10,6 @@ the shared memory is released, also when one worker raises. About a minute on 2 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -20,13 +19,14 @@ import numpy as np
 import pytest
 
 from replaybench.bench import results
-from replaybench.impl.concurrent import leaked_segments
 from replaybench.impl.rl import ConfigError, InjectedFailure, TrainConfig, WorkerFailed, train
 from replaybench.impl.rl.config import total_updates
 from replaybench.impl.rl.envs import EnvRunner, EpisodeLog, TransitionStager, make_env, transition_fields
 from replaybench.impl.rl.profiler import SectionProfiler
 from replaybench.impl.rl.seeding import RunSeeds
 from replaybench.impl.rl.shared import RateLimiter, SharedState, SharedWeights, Stopped
+
+from _support import assert_exited, own_segments
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,21 +43,6 @@ def tiny(algo: str, **kw) -> TrainConfig:
     base = dict(algo=algo, env=ENVS[algo], buffer="kary-aligned", policy="lazy-writing", steps=STEPS, seed=3,
                 overrides=dict(TINY[algo]), timeout_s=120)
     return TrainConfig(**{**base, **kw})
-
-
-def own_segments() -> list[str]:
-    """Shared-memory segments created by this process (the owner's pid is in the name)."""
-    return [name for name in leaked_segments() if f"_{os.getpid()}_" in name]
-
-
-def assert_exited(pids) -> None:
-    """Every pid has exited and been reaped (no /proc entry; a zombie would still have one)."""
-    deadline = time.monotonic() + 5
-    alive = [p for p in pids if os.path.exists(f"/proc/{p}")]
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.05)
-        alive = [p for p in alive if os.path.exists(f"/proc/{p}")]
-    assert not alive, f"worker processes still there: {alive}"
 
 
 # ---------------------------------------------------------------------------------------- parallel
