@@ -105,6 +105,21 @@ def sweep_rows(rng):
     return rows
 
 
+def memory_rows(rng):
+    """A prefetch x hugepages grid: prefetch halves the time at 2^20, huge pages change nothing."""
+    rows = []
+    for prefetch in (False, True):
+        for huge in (False, True):
+            params = {"K": 16, "dtype": "float32", "prefetch": prefetch, "hugepages": huge}
+            for rep in range(4):
+                sec = 256e-7 * (0.5 if prefetch else 1.0) * (1 + 0.01 * rep)
+                rows.append(_row("", "micro", variant="kary-aligned", structure="kary-aligned", policy="none", K=16,
+                                 dtype="float32", params=params, capacity=2**20, batch=256, threads=1,
+                                 transitions="cartpole", op="sample", metric="seconds_per_call", value=sec, unit="s",
+                                 items_per_call=256, repeat=rep, loops=10))
+    return rows
+
+
 def cache_rows():
     rows = []
     for variant in ("binary", "kary-aligned"):
@@ -297,6 +312,8 @@ def synthetic(tmp_path_factory):
     rng = np.random.default_rng(7)
     write_run(root, "20300101T000000Z-micro", "micro", "micro", micro_rows(rng))
     write_run(root, "20300101T000100Z-sweep-k", "sweep-k", "micro", sweep_rows(rng), grid={"K": [2, 3, 4, 16]})
+    write_run(root, "20300101T000150Z-sweep-memory", "sweep-memory", "micro", memory_rows(rng),
+              grid={"prefetch": [False, True], "hugepages": [False, True]})
     write_run(root, "20300101T000200Z-cache", "cache", "cache", cache_rows())
     write_run(root, "20300101T000300Z-concurrency", "concurrency", "concurrency", concurrency_rows(rng))
     write_run(root, "20300101T000350Z-concurrency-model", "concurrency-model", "concurrency", concurrency_model_rows())
@@ -365,6 +382,18 @@ def test_k_sweep_csv_medians_equal_throughput_medians_of_the_rows(drawn, synthet
     for _, g in got.iterrows():
         assert g["median"] == pytest.approx(statistics.median(expect[g["variant"], g["op"], g["K"]]), rel=1e-12)
     assert 3 not in set(got.loc[got["variant"] == "kary-aligned", "K"])  # skipped, not drawn
+
+
+def test_grid_effects_are_ratios_to_the_default_setting_in_the_same_run(drawn):
+    _, _, out = drawn
+    got = pd.read_csv(out / "grid_effects.csv").set_index("setting")
+    assert set(got["suite"]) == {"sweep-memory"}  # the K sweep's K is not a speed parameter of this figure
+    assert got.loc["prefetch=False hugepages=False", "x_default"] == pytest.approx(1.0)
+    assert got.loc["prefetch=True hugepages=False", "x_default"] == pytest.approx(2.0)
+    assert got.loc["prefetch=False hugepages=True", "x_default"] == pytest.approx(1.0)
+    median = (1e7 / 1.01 + 1e7 / 1.02) / 2  # throughputs of 256 items in 256e-7 s x 1, 1.01, 1.02, 1.03
+    assert got.loc["prefetch=False hugepages=False", "median"] == pytest.approx(median, rel=1e-9)
+    assert got.loc["prefetch=True hugepages=True", "x_lo"] == pytest.approx(1 / (0.5 * 1.03), rel=1e-9)
 
 
 def test_concurrency_draws_the_sample_rate_never_a_sum_and_its_ratio_to_global_lock(drawn, synthetic):
