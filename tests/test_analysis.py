@@ -669,6 +669,7 @@ def test_report_lists_machine_runs_tables_and_figures(drawn, tmp_path):
     for run_id in res.metas:
         assert f"`{run_id}`" in text
     assert "### sample (M transitions/s)" in text and "x best peer" in text and "min-max" in text
+    assert "## Speed parameters and threads" in text and "prefetch=True hugepages=False" in text
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert sorted(Path(link).stem for link in links) == sorted(outcome.written)
     for link in links:
