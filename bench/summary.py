@@ -150,7 +150,7 @@ def format_rows(rows: list[dict], meta: dict | None = None) -> str:
                   *(t for t, _ in refs), *(["x best peer", "best peer"] if has_peer else [])]
         first = 3 if varying else 2
         out.extend(format_table(header, body, right={0, *range(first, first + 2 + len(refs) + (1 if has_peer else 0))}))
-    threads = format_threads(cells)
+    threads = format_threads(cells, meta.get("gil_share"))
     if threads:
         out += ["", *threads]
     if meta.get("memory_limits"):
@@ -181,14 +181,25 @@ def thread_ratios(cells: dict[tuple, dict]) -> list[dict]:
     return out
 
 
-def format_threads(cells: dict[tuple, dict]) -> list[str]:
-    """:func:`thread_ratios` as a table (empty when no cell has more than one thread)."""
-    body = [[t["row"]["op"], str(t["row"]["capacity"]), t["row"]["variant"], str(t["row"]["threads"]),
-             f"{t['x']:.2f}", f"{t['lo']:.2f}-{t['hi']:.2f}"] for t in thread_ratios(cells)]
+def format_threads(cells: dict[tuple, dict], gil_shares: list[dict] | None = None) -> list[str]:
+    """:func:`thread_ratios` as a table (empty when no cell has more than one thread). With the
+    run's ``gil_share`` measurements (meta.json), the sample rows add the share g of a call that
+    holds the GIL and the bound it sets on T threads, ``T / (1 + (T - 1) g)`` (Amdahl's law with
+    the GIL-held part serial)."""
+    shares = {(g["variant"], g["capacity"]): g.get("gil_share") for g in gil_shares or ()}
+    body = []
+    for t in thread_ratios(cells):
+        r = t["row"]
+        g = shares.get((r["variant"], r["capacity"])) if r["op"] == "sample" else None
+        n = r["threads"]
+        body.append([r["op"], str(r["capacity"]), r["variant"], str(n), f"{t['x']:.2f}", f"{t['lo']:.2f}-{t['hi']:.2f}",
+                     f"{g:.2f}" if g is not None else "-", f"{n / (1 + (n - 1) * g):.2f}" if g is not None else "-"])
     if not body:
         return []
-    return ["Threads, each on its own buffer: throughput over one thread's, same run",
-            *format_table(["op", "capacity", "variant", "threads", "x 1 thread", "min-max"], body, right={1, 3, 4, 5})]
+    return ["Threads, each on its own buffer: throughput over one thread's, same run; GIL share of a sample call "
+            "and the bound it sets",
+            *format_table(["op", "capacity", "variant", "threads", "x 1 thread", "min-max", "GIL share", "bound"], body,
+                          right={1, 3, 4, 5, 6, 7})]
 
 
 def _without_threads(row: dict) -> tuple:

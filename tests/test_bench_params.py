@@ -259,6 +259,9 @@ def test_threads_workload_runs_each_thread_on_its_own_buffer(tmp_path):
     assert "threads" not in json.loads(by[2]["params"] or "{}")  # a column of its own
     text = summary.format_run(run_dir)
     assert "threads=2" in text and "x 1 thread" in text
+    shares = results.read_meta(run_dir)["gil_share"]  # measured for the threaded sample cell's variant
+    assert [(g["variant"], g["capacity"]) for g in shares] == [("kary-prefix", 1024)]
+    assert 0.0 <= shares[0]["gil_share"] <= 1.0
     line = next(ln for ln in text.splitlines() if ln.startswith("sample") and " kary-prefix " in ln)
     assert float(line.split()[4]) > 0
 
@@ -283,5 +286,8 @@ def test_thread_scaling_table_pairs_each_cell_with_its_one_thread_cell():
             {**base, "variant": "w", "threads": 2, "items_per_call": 512, "value": 1e-4}]  # no 1-thread cell
     lines = summary.format_threads(summary.summarize_cells(rows))
     body = [ln.split() for ln in lines[3:]]
-    assert body == [["sample", "1024", "v", "2", f"{5.12e6 / 1.92e6:.2f}", "2.00-4.00"]]
+    assert body == [["sample", "1024", "v", "2", f"{5.12e6 / 1.92e6:.2f}", "2.00-4.00", "-", "-"]]
     assert summary.summarize(rows)[("sample", 1024, "v")]["n"] == 2  # one thread's rows only
+    shares = [{"variant": "v", "capacity": 1024, "gil_share": 0.25}]
+    line = summary.format_threads(summary.summarize_cells(rows), shares)[3].split()
+    assert line[-2:] == ["0.25", f"{2 / 1.25:.2f}"]  # Amdahl with the GIL-held quarter serial

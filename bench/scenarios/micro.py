@@ -357,6 +357,7 @@ class Micro(Scenario):
             "timing": "pyperf bench_time_func; value = seconds per call averaged over its loops; "
                       "set-up, fill and one call of the op before timing in each worker process",
             "memory_limits": limits.probe(),  # this machine's latency and gather floor (bench/limits.py)
+            **({"gil_share": _gil_shares(items)} if any(i.suite.get("threads", 1) > 1 for i in items) else {}),
         }
 
     def measure(self, cell: Cell, run: RunState) -> list[dict]:
@@ -372,6 +373,28 @@ class Micro(Scenario):
 
 
 SCENARIO = Micro()
+
+
+def _gil_shares(items: list[Item]) -> list[dict]:
+    """For a run with several threads: per registered variant and capacity of its threaded
+    sample cells, the share of a ``sample`` call that holds the GIL
+    (:func:`bench.workloads.gil_share`; what a second thread cannot overlap). A few seconds per
+    variant, measured while the run's meta is written, before any cell; a variant it cannot
+    measure gets its error instead."""
+    out = []
+    seen = set()
+    for i in items:
+        key = (i.variant.name, i.capacity)
+        if (i.op != "sample" or i.suite.get("threads", 1) < 2 or peers.is_peer(i.variant.name)
+                or i.variant.name == HARNESS or key in seen):
+            continue
+        seen.add(key)
+        try:
+            out.append(workloads.gil_share(i.variant.name, i.capacity, batch=i.suite["batch"],
+                                           transitions=i.suite["transitions"], calls=1000, **i.variant_params))
+        except Exception as err:  # recorded, not fatal: the timed cells are what the run is for
+            out.append({"variant": i.variant.name, "capacity": i.capacity, "error": f"{type(err).__name__}: {err}"})
+    return out
 
 
 def _columns(item: Item) -> dict:
