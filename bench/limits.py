@@ -13,6 +13,11 @@ the sizes a sum tree and its rows span from 2**10 to 2**24 leaves:
   whose addresses are all known in advance (a precomputed index array), summed so they cannot
   be skipped; the core overlaps as many misses as it can. This is the floor per random line
   that any layout pays: touching a random row or leaf cannot be cheaper.
+* **the same gather in two threads** (``gather_ns_2threads``): two threads, each gathering
+  from its own copy of the working set, timed together; ns per line of the two threads'
+  combined throughput. About half of ``gather_ns`` when each core has its own capacity for
+  misses in flight; about ``gather_ns`` when the two share one bottleneck (two hyperthreads
+  of one core, or the memory controller): what bounds threads that each own a buffer.
 
 Both are compiled with numba (``nogil``, cached on disk), run after one untimed pass over the
 working set (so page faults are not timed), and report the minimum over ``repeats`` timed
@@ -94,10 +99,13 @@ def probe(sizes=DEFAULT_SIZES, *, loads: int = 100_000, repeats: int = 3, seed: 
     """Measure both probes at each working-set size (bytes, each >= 2 lines).
 
     Returns a JSON-ready dict: ``{"line_bytes", "loads", "repeats", "seconds", "sizes": [{"bytes",
-    "latency_ns", "gather_ns"}, ...]}``. Cost: about ``2 * repeats * loads`` loads per size
-    (~0.1-0.3 s per size beyond the LLC; about 2 s in all on an idle machine) plus building the permutation, and numba's first
-    compilation (cached on disk) the first time on a machine.
+    "latency_ns", "gather_ns", "gather_ns_2threads"}, ...]}``. Cost: about ``4 * repeats * loads``
+    loads per size (~0.1-0.4 s per size beyond the LLC; about 3 s in all on an idle machine) plus
+    building the permutation, twice the largest size in memory, and numba's first compilation
+    (cached on disk) the first time on a machine.
     """
+    from replaybench.bench.workloads import time_threads
+
     sizes = [int(s) for s in sizes]
     if not sizes or any(s < 2 * LINE for s in sizes):
         raise ValueError(f"sizes must be working-set sizes of at least {2 * LINE} bytes, got {sizes!r}")
@@ -123,7 +131,12 @@ def probe(sizes=DEFAULT_SIZES, *, loads: int = 100_000, repeats: int = 3, seed: 
         gather(words, lines)
         lat = min(_timed(chase, words, loads, first)[0] for _ in range(repeats))
         gat = min(_timed(gather, words, lines)[0] for _ in range(repeats))
-        out.append({"bytes": size, "latency_ns": 1e9 * lat / loads, "gather_ns": 1e9 * gat / loads})
+        other, other_lines = words.copy(), rng.integers(0, n, loads, dtype=np.int64)
+        gather(other, other_lines)
+        pair = [lambda i: gather(words, lines), lambda i: gather(other, other_lines)]
+        gat2 = min(time_threads(pair, 1) for _ in range(repeats))
+        out.append({"bytes": size, "latency_ns": 1e9 * lat / loads, "gather_ns": 1e9 * gat / loads,
+                    "gather_ns_2threads": 1e9 * gat2 / (2 * loads)})
     return {"line_bytes": LINE, "loads": loads, "repeats": repeats, "seconds": time.perf_counter() - start,
             "sizes": out}
 
@@ -136,17 +149,20 @@ def working_set_bytes(capacity: int, row_bytes: int, leaf_bytes: int = 4) -> int
 
 
 def bound_ns(limits: dict, nbytes: int) -> dict:
-    """``{"gather_ns", "latency_ns"}`` at a working set of ``nbytes``: log-log interpolation
-    between the probed sizes, the nearest probed value outside them."""
+    """``{"gather_ns", "latency_ns"}`` (and ``"gather_ns_2threads"`` when every probed size has
+    it) at a working set of ``nbytes``: log-log interpolation between the probed sizes, the
+    nearest probed value outside them."""
     pts = sorted(limits["sizes"], key=lambda s: s["bytes"])
+    both = all("gather_ns_2threads" in p for p in pts)  # older runs probed one thread only
+    keys = ("gather_ns", "latency_ns") + (("gather_ns_2threads",) if both else ())
     if nbytes <= pts[0]["bytes"]:
-        return {k: pts[0][k] for k in ("gather_ns", "latency_ns")}
+        return {k: pts[0][k] for k in keys}
     if nbytes >= pts[-1]["bytes"]:
-        return {k: pts[-1][k] for k in ("gather_ns", "latency_ns")}
+        return {k: pts[-1][k] for k in keys}
     for a, b in zip(pts, pts[1:]):
         if a["bytes"] <= nbytes <= b["bytes"]:
             t = (math.log(nbytes) - math.log(a["bytes"])) / (math.log(b["bytes"]) - math.log(a["bytes"]))
-            return {k: math.exp((1 - t) * math.log(a[k]) + t * math.log(b[k])) for k in ("gather_ns", "latency_ns")}
+            return {k: math.exp((1 - t) * math.log(a[k]) + t * math.log(b[k])) for k in keys}
     raise AssertionError("unreachable: sizes are sorted")
 
 
@@ -162,8 +178,11 @@ def format_limits(limits: dict) -> str:
     from replaybench.bench.contract import format_table
 
     body = [[_size(s["bytes"]), f"{s['latency_ns']:.1f}", f"{s['gather_ns']:.2f}",
-             f"{s['latency_ns'] / s['gather_ns']:.1f}"] for s in limits["sizes"]]
+             f"{s['latency_ns'] / s['gather_ns']:.1f}",
+             f"{s['gather_ns_2threads']:.2f}" if "gather_ns_2threads" in s else "-",  # older runs lack it
+             f"{s['gather_ns'] / s['gather_ns_2threads']:.2f}" if "gather_ns_2threads" in s else "-"]
+            for s in limits["sizes"]]
     head = (f"Memory limits of this machine ({limits['loads']} loads per probe, min of {limits['repeats']}; "
             f"{limits['seconds']:.1f} s)")
-    return "\n".join([head, *format_table(["working set", "dependent load ns", "gather ns/line",
-                                           "overlap (ratio)"], body, {0, 1, 2, 3})])
+    return "\n".join([head, *format_table(["working set", "dependent load ns", "gather ns/line", "overlap (ratio)",
+                                           "2 threads ns/line", "2 threads x 1"], body, {0, 1, 2, 3, 4, 5})])

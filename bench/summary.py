@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from replaybench.bench import contract, workloads
+from replaybench.bench import contract, limits, workloads
 from replaybench.bench.contract import format_table  # the one text-table formatter, named here for bench's tables
 
 __all__ = ["summarize", "summarize_cells", "format_table", "format_rows", "thread_ratios", "format_threads",
@@ -150,7 +150,7 @@ def format_rows(rows: list[dict], meta: dict | None = None) -> str:
                   *(t for t, _ in refs), *(["x best peer", "best peer"] if has_peer else [])]
         first = 3 if varying else 2
         out.extend(format_table(header, body, right={0, *range(first, first + 2 + len(refs) + (1 if has_peer else 0))}))
-    threads = format_threads(cells, meta.get("gil_share"))
+    threads = format_threads(cells, meta.get("gil_share"), meta.get("memory_limits"))
     if threads:
         out += ["", *threads]
     if meta.get("memory_limits"):
@@ -181,25 +181,35 @@ def thread_ratios(cells: dict[tuple, dict]) -> list[dict]:
     return out
 
 
-def format_threads(cells: dict[tuple, dict], gil_shares: list[dict] | None = None) -> list[str]:
+def format_threads(cells: dict[tuple, dict], gil_shares: list[dict] | None = None,
+                   memory_limits: dict | None = None) -> list[str]:
     """:func:`thread_ratios` as a table (empty when no cell has more than one thread). With the
     run's ``gil_share`` measurements (meta.json), the sample rows add the share g of a call that
     holds the GIL and the bound it sets on T threads, ``T / (1 + (T - 1) g)`` (Amdahl's law with
-    the GIL-held part serial)."""
+    the GIL-held part serial). With a memory probe that timed two threads
+    (:func:`bench.limits.probe`), 2-thread rows add what two threads gathering random lines,
+    each from its own working set of the buffer's size, got over one (the memory system's own
+    scaling at that size)."""
     shares = {(g["variant"], g["capacity"]): g.get("gil_share") for g in gil_shares or ()}
     body = []
     for t in thread_ratios(cells):
         r = t["row"]
         g = shares.get((r["variant"], r["capacity"])) if r["op"] == "sample" else None
         n = r["threads"]
+        memory = None
+        if memory_limits and n == 2 and r.get("transitions") in workloads.SCHEMAS:
+            b = limits.bound_ns(memory_limits, limits.working_set_bytes(
+                r["capacity"], workloads.row_bytes(workloads.SCHEMAS[r["transitions"]])))
+            memory = b["gather_ns"] / b["gather_ns_2threads"] if "gather_ns_2threads" in b else None
         body.append([r["op"], str(r["capacity"]), r["variant"], str(n), f"{t['x']:.2f}", f"{t['lo']:.2f}-{t['hi']:.2f}",
-                     f"{g:.2f}" if g is not None else "-", f"{n / (1 + (n - 1) * g):.2f}" if g is not None else "-"])
+                     f"{g:.2f}" if g is not None else "-", f"{n / (1 + (n - 1) * g):.2f}" if g is not None else "-",
+                     f"{memory:.2f}" if memory is not None else "-"])
     if not body:
         return []
     return ["Threads, each on its own buffer: throughput over one thread's, same run; GIL share of a sample call "
-            "and the bound it sets",
-            *format_table(["op", "capacity", "variant", "threads", "x 1 thread", "min-max", "GIL share", "bound"], body,
-                          right={1, 3, 4, 5, 6, 7})]
+            "and the bound it sets; random gathers of 2 threads over 1 at the buffer's size",
+            *format_table(["op", "capacity", "variant", "threads", "x 1 thread", "min-max", "GIL share", "bound",
+                           "memory 2 thr x 1"], body, right={1, 3, 4, 5, 6, 7, 8})]
 
 
 def _without_threads(row: dict) -> tuple:
@@ -212,8 +222,6 @@ def bound_rows(stats: dict, rows: list[dict], memory_limits: dict) -> list[dict]
     """Per (op in :data:`BOUND_OPS`, capacity, variant): ns per item (median), the gather
     floor and dependent-load latency at the buffer's working set (:func:`bench.limits.bound_ns`),
     and ``x_floor`` = ns per item / floor."""
-    from replaybench.bench import limits
-
     transitions = {(r["variant"], r["capacity"]): r.get("transitions") for r in rows if r.get("capacity")}
     out = []
     for (op, capacity, variant), s in sorted(stats.items(), key=lambda kv: (kv[0][1] or 0, kv[0][0], kv[0][2])):

@@ -286,8 +286,10 @@ def test_thread_scaling_table_pairs_each_cell_with_its_one_thread_cell():
             {**base, "variant": "w", "threads": 2, "items_per_call": 512, "value": 1e-4}]  # no 1-thread cell
     lines = summary.format_threads(summary.summarize_cells(rows))
     body = [ln.split() for ln in lines[3:]]
-    assert body == [["sample", "1024", "v", "2", f"{5.12e6 / 1.92e6:.2f}", "2.00-4.00", "-", "-"]]
+    assert body == [["sample", "1024", "v", "2", f"{5.12e6 / 1.92e6:.2f}", "2.00-4.00", "-", "-", "-"]]
     assert summary.summarize(rows)[("sample", 1024, "v")]["n"] == 2  # one thread's rows only
     shares = [{"variant": "v", "capacity": 1024, "gil_share": 0.25}]
-    line = summary.format_threads(summary.summarize_cells(rows), shares)[3].split()
-    assert line[-2:] == ["0.25", f"{2 / 1.25:.2f}"]  # Amdahl with the GIL-held quarter serial
+    memory = {"sizes": [{"bytes": 2**10, "latency_ns": 5.0, "gather_ns": 2.0, "gather_ns_2threads": 1.25},
+                        {"bytes": 2**30, "latency_ns": 5.0, "gather_ns": 2.0, "gather_ns_2threads": 1.25}]}
+    line = summary.format_threads(summary.summarize_cells(rows), shares, memory)[3].split()
+    assert line[-3:] == ["0.25", f"{2 / 1.25:.2f}", "1.60"]  # Amdahl with the GIL-held quarter serial; 2 / 1.25

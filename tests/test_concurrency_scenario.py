@@ -201,7 +201,7 @@ def test_limits_probe_shape_and_bound_interpolation():
     lim = limits.probe([4096, 2**20], loads=2000, repeats=1)
     assert [s["bytes"] for s in lim["sizes"]] == [4096, 2**20]
     for s in lim["sizes"]:
-        assert s["latency_ns"] > 0 and s["gather_ns"] > 0
+        assert s["latency_ns"] > 0 and s["gather_ns"] > 0 and s["gather_ns_2threads"] > 0
     table = {"sizes": [{"bytes": 2**12, "latency_ns": 2.0, "gather_ns": 1.0},
                        {"bytes": 2**20, "latency_ns": 200.0, "gather_ns": 10.0}]}
     assert limits.bound_ns(table, 2**10) == {"gather_ns": 1.0, "latency_ns": 2.0}
@@ -212,4 +212,6 @@ def test_limits_probe_shape_and_bound_interpolation():
         limits.probe([64])
     with pytest.raises(ValueError, match="loads"):
         limits.probe([4096], loads=0)
-    assert "dependent load ns" in limits.format_limits(lim)
+    assert "dependent load ns" in limits.format_limits(lim) and "2 threads x 1" in limits.format_limits(lim)
+    old = {**lim, "sizes": [{k: v for k, v in s.items() if k != "gather_ns_2threads"} for s in lim["sizes"]]}
+    assert "-" in limits.format_limits(old).splitlines()[-1].split()  # a run from before the 2-thread probe
