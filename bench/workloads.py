@@ -26,6 +26,9 @@ update pool holds up to 2**20 indices, so at large capacities the tree paths it 
 all stay cached across calls. Before timing, the buffer is filled to capacity in chunks of
 2**16 transitions and every slot gets a random priority (uniform in [0, 1)), so sampling
 descends varied paths; insert ops then overwrite the ring, which stays full.
+
+:func:`time_calls` times a call in a loop; :func:`time_threads` times several calls, each in its
+own thread on its own buffer, released together (the ``threads`` workload parameter).
 """
 
 from __future__ import annotations
