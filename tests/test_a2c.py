@@ -12,6 +12,7 @@ import torch
 
 from replaybench.impl.rl import ConfigError
 from replaybench.impl.rl.a2c import A2CConfig, A2CLearner, Rollout, make_network, n_step_returns
+from replaybench.impl.rl.optim import TFRMSprop
 
 GAMMA = 0.9
 VECTOR = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
@@ -78,6 +79,37 @@ def test_update_clips_anneals_and_moves_the_weights():
     assert learner.env_steps == 4 and learner.digest() != before
     assert learner.update(_two_step_rollout())["lr"] == pytest.approx(0.005)  # 4 of 8 annealing steps done
     assert learner.cfg.lr_at(8) == 0.0 and learner.cfg.lr_at(100) == 0.0
+
+
+def test_tf_rmsprop_by_hand_and_against_torchs():
+    # loss = p^2 at p = 1: g = 2. lr 0.1, alpha 0.9, eps 0.1; the mean square starts at 1.
+    p = torch.nn.Parameter(torch.tensor([1.0], dtype=torch.float64))
+    opt = TFRMSprop([p], lr=0.1, alpha=0.9, eps=0.1)
+    want, ms = 1.0, 1.0
+    for _ in range(3):
+        opt.zero_grad()
+        (p**2).sum().backward()
+        g = 2 * want
+        ms = 0.9 * ms + 0.1 * g * g
+        want -= 0.1 * g / math.sqrt(ms + 0.1)
+        opt.step()
+        assert float(p) == pytest.approx(want, rel=1e-12)
+    assert float(p) == pytest.approx(0.5869, abs=1e-4)   # 1 - 0.1690 - 0.1337 - 0.1104
+    # torch's RMSprop (ms from 0, eps outside the root) takes a 1.6x larger first step here
+    q = torch.nn.Parameter(torch.tensor([1.0], dtype=torch.float64))
+    torch_opt = torch.optim.RMSprop([q], lr=0.1, alpha=0.9, eps=0.1)
+    (q**2).sum().backward()
+    torch_opt.step()
+    assert 1.0 - float(q) == pytest.approx(0.1 * 2 / (math.sqrt(0.4) + 0.1), rel=1e-12)
+    for bad in (dict(lr=0.0), dict(lr=0.1, alpha=1.5), dict(lr=0.1, eps=-1.0)):
+        with pytest.raises(ValueError, match=next(iter(bad.keys() - {"lr"}), "lr")):
+            TFRMSprop([q], **bad)
+
+
+def test_learner_uses_the_authors_rmsprop_unless_a_preset_says_torchs():
+    assert isinstance(_uniform_learner().optimizer, TFRMSprop)
+    assert isinstance(_uniform_learner(rmsprop_tf=False).optimizer, torch.optim.RMSprop)
+    assert not A2CConfig.for_env("CartPole-v1").rmsprop_tf and A2CConfig.for_env("ALE/Pong-v5").rmsprop_tf
 
 
 def test_act_samples_the_softmax_in_one_forward():

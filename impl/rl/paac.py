@@ -21,7 +21,8 @@ An episode is logged when the rollout it ended in is done (its env steps and wal
 those of that rollout's end: at most one rollout late). Seeds: environment ``i`` starts from
 ``RunSeeds(seed).actor(0).env + i``; the network and the action draws from
 ``RunSeeds(seed).networks``. Stepping is the same for any ``n_workers`` (bit for bit); the
-learner's arithmetic may not be, as torch's thread count follows the cores the workers leave.
+learner's arithmetic may not be across machines (torch's thread count follows the cores) or
+with halves (its inference gets the cores the workers leave).
 
 Exit paths are the SharedVectorEnv's: a worker that fails raises WorkerFailed here after every
 process has exited; Ctrl-C or a timeout closes the workers on the way out.
@@ -79,14 +80,19 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
     """Train A2C on ``cfg.env`` the PAAC way (module docstring) for ``cfg.steps`` env steps.
 
     ``n_workers`` is capped at :func:`usable_cores` (and the config refuses more than
-    ``n_envs``); the learner uses the cores left over for torch (at least one thread).
+    ``n_envs``). Torch uses every core for the update and the inference (the workers sleep
+    meanwhile), except the inference with halves, which gets the cores the workers leave
+    (at least one thread).
     ``progress(env_steps, updates, recent_mean_return)`` is called about every 0.25 s.
     Raises ConfigError before any process starts (:func:`validate`), WorkerFailed when a
     stepping worker fails, TimeoutError past ``cfg.timeout_s``.
     """
     acfg = validate(cfg)
-    n_workers = min(acfg.n_workers, usable_cores())
-    torch.set_num_threads(max(1, usable_cores() - n_workers))
+    cores = usable_cores()
+    n_workers = min(acfg.n_workers, cores)
+    # torch's threads: the workers sleep on their pipes while the master infers and updates, so
+    # both get every core; with halves the inference overlaps the stepping and gets what is left.
+    act_threads = max(1, cores - n_workers) if acfg.halves else cores
     seeds = RunSeeds(cfg.seed)
     log = EpisodeLog(cfg.resolved_threshold(), cfg.window)
     prof = SectionProfiler()
@@ -100,8 +106,10 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
         prof.restart()
         next_report, steps = t0, 0
         while steps < cfg.steps:
+            torch.set_num_threads(act_threads)
             rollout, obs = collect(venv, learner, obs, acfg.t_max, prof)
             with sgd:
+                torch.set_num_threads(cores)
                 learner.update(rollout)
             steps += rollout.n_steps
             now = time.perf_counter()

@@ -1,0 +1,60 @@
+"""RMSProp as TensorFlow 1 computes it, for reproducing TF-era papers (PAAC's A2C).
+
+``torch.optim.RMSprop`` and TF1's ``RMSPropOptimizer`` differ in two places that matter with
+the large epsilon those papers use (0.1):
+
+- torch adds ``eps`` outside the square root, TF1 inside: ``g / (sqrt(ms) + eps)`` against
+  ``g / sqrt(ms + eps)``. With eps 0.1 and small mean squares torch's step is up to
+  1 / sqrt(0.1) = 3.2x larger.
+- torch starts the mean square at 0, TF1 at 1. After the first update torch's ``ms`` is
+  ``(1 - alpha) g^2``, so its first steps are near ``lr / sqrt(1 - alpha)`` = 10 lr per
+  weight whatever the gradient's size; TF1's are about ``lr * g``.
+
+With PAAC's learning rate (0.0224) torch's early steps are large enough to collapse the
+policy's entropy within a few dozen updates on Pong, which is why the A2C config chooses.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["TFRMSprop"]
+
+
+class TFRMSprop(torch.optim.Optimizer):
+    """RMSProp without momentum, as TF1's ``RMSPropOptimizer``::
+
+        ms <- alpha * ms + (1 - alpha) * g^2        (ms starts at 1)
+        p  <- p - lr * g / sqrt(ms + eps)
+
+    Same constructor arguments as ``torch.optim.RMSprop`` (``lr``, ``alpha``, ``eps``); the
+    learning rate may be changed per step through ``param_groups``. Cost per step: a few
+    elementwise passes over the parameters; state: one tensor per parameter.
+    """
+
+    def __init__(self, params, lr: float, alpha: float = 0.99, eps: float = 1e-10):
+        if not lr > 0:
+            raise ValueError(f"lr must be > 0, got {lr!r}")
+        if not 0.0 <= alpha <= 1.0:
+            raise ValueError(f"alpha must be in [0, 1], got {alpha!r}")
+        if not eps >= 0:
+            raise ValueError(f"eps must be >= 0, got {eps!r}")
+        super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["square_avg"] = torch.ones_like(p)
+                ms = state["square_avg"]
+                ms.mul_(group["alpha"]).addcmul_(p.grad, p.grad, value=1.0 - group["alpha"])
+                p.addcdiv_(p.grad, (ms + group["eps"]).sqrt_(), value=-group["lr"])
+        return loss
