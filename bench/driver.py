@@ -81,12 +81,16 @@ def execute(p: Plan, *, out="results", run_id: str | None = None, machine: str |
             progress: bool = True, command=None, echo=print) -> Path:
     """Measure a plan's cells into ``<out>/<run_id>/`` (the lifecycle in the module docstring).
 
-    Returns the run folder. Raises SelectionError for a bad ``run_id`` before creating
-    anything, and KeyboardInterrupt after recording what finished when interrupted.
+    Returns the run folder. Raises ValueError for a malformed ``run_id`` and SelectionError
+    for one whose folder exists, both before creating anything, and KeyboardInterrupt after
+    recording what finished when interrupted.
     """
     from tqdm import tqdm
 
     run_id = arguments.check_run_id(run_id) if run_id is not None else results.new_run_id(p.suite["name"])
+    if (Path(out) / run_id).exists():  # a run folder is written once: never mix two runs' rows
+        raise SelectionError(f"--run-id {run_id!r}: {Path(out) / run_id} exists already; "
+                             "choose another id or remove that folder")
     machine = machine or results.machine_info()["hostname"]
     writer = results.RunWriter(out, run_id, _meta(p, machine, command))
     # the run's own columns, on every row whatever the scenario wrote

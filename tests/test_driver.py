@@ -132,6 +132,18 @@ def test_run_id_is_one_safe_path_component(tmp_path, bad):
     assert not any(out.iterdir())
 
 
+def test_an_existing_run_id_is_refused_and_left_alone(tmp_path):
+    out = tmp_path / "results"
+    (out / "taken").mkdir(parents=True)
+    (out / "taken" / "rows.csv").write_text("kept\n")
+    proc = replaybench("run", "--suite", "quick", "--variants", "binary", "--ops", "sample", "--out", str(out),
+                       "--run-id", "taken", "--no-progress")
+    assert proc.returncode == 2 and "--run-id 'taken'" in proc.stderr and "exists already" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert [f.name for f in (out / "taken").iterdir()] == ["rows.csv"]
+    assert (out / "taken" / "rows.csv").read_text() == "kept\n"
+
+
 def test_safe_run_ids_are_accepted():
     for good in ("20261122T010203Z-quick", "r1", "a.b_c-9", "-x"):
         assert arguments.check_run_id(good) == good
