@@ -7,8 +7,9 @@ import multiprocessing as mp
 from pathlib import Path
 
 import pytest
+import torch
 
-from replaybench.impl.rl import ConfigError, TrainConfig, train
+from replaybench.impl.rl import ConfigError, TrainConfig, train, paac
 from replaybench.impl.rl.paac import run_paac
 
 from test_stepping import _gone, _shm_entries
@@ -34,7 +35,15 @@ def test_a_short_run_reports_and_leaves_nothing_behind():
     reports = []
     cfg = TrainConfig(algo="a2c", env="CartPole-v1", steps=390, seed=1,
                       overrides={"n_envs": 4, "n_workers": 2, "t_max": 5})
-    result = train(cfg, lambda *args: reports.append(args))
+    seen_threads, threads_before = [], torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        result = train(cfg, lambda *args: (reports.append(args), seen_threads.append(torch.get_num_threads())))
+        threads_after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(threads_before)
+    # torch had every core while the workers slept, and the caller's setting is back afterwards
+    assert seen_threads[0] == paac.usable_cores() and threads_after == 1
     assert result.mode == "paac" and result.env_steps == 400 and result.updates == 20  # rounded up to rollouts
     assert sum(result.actor_steps) == 400 and result.processes == {"paac": 1, "stepping": 2}
     assert len(result.episodes) >= 4 and all(1 <= r <= 500 for _, _, r in result.episodes)

@@ -97,35 +97,39 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
     log = EpisodeLog(cfg.resolved_threshold(), cfg.window)
     prof = SectionProfiler()
     sgd = prof.section("sgd")
-    with SharedVectorEnv(cfg.env, acfg.n_envs, n_workers, seed=seeds.actor(0).env, halves=acfg.halves,
-                         start_method=cfg.start_method, timeout_s=cfg.timeout_s or 120.0) as venv:
-        learner = A2CLearner(venv.single_observation_space, venv.single_action_space, acfg, seeds.networks)
-        obs = venv.reset()
-        busy0 = venv.worker_busy_s
-        t0 = time.perf_counter()
-        prof.restart()
-        next_report, steps = t0, 0
-        while steps < cfg.steps:
-            torch.set_num_threads(act_threads)
-            rollout, obs = collect(venv, learner, obs, acfg.t_max, prof)
-            with sgd:
-                torch.set_num_threads(cores)
-                learner.update(rollout)
-            steps += rollout.n_steps
-            now = time.perf_counter()
-            for _, ret, _ in venv.pop_episodes():
-                log.record(steps, now - t0, ret)
-            if now >= next_report:
-                next_report = now + PROGRESS_EVERY_S
-                if progress is not None:
-                    progress(steps, learner.updates, log.recent_mean())
-                if cfg.timeout_s is not None and now - t0 > cfg.timeout_s:
-                    raise TimeoutError(f"PAAC run passed its {cfg.timeout_s} s limit at step {steps}")
-            if cfg.stop_at_threshold and log.reached:
-                break
-        wall = time.perf_counter() - t0
-        busy = venv.worker_busy_s - busy0
-        pids, envs_per_worker = venv.worker_pids, venv.envs_per_worker
+    threads_before = torch.get_num_threads()
+    try:
+        with SharedVectorEnv(cfg.env, acfg.n_envs, n_workers, seed=seeds.actor(0).env, halves=acfg.halves,
+                             start_method=cfg.start_method, timeout_s=cfg.timeout_s or 120.0) as venv:
+            learner = A2CLearner(venv.single_observation_space, venv.single_action_space, acfg, seeds.networks)
+            obs = venv.reset()
+            busy0 = venv.worker_busy_s
+            t0 = time.perf_counter()
+            prof.restart()
+            next_report, steps = t0, 0
+            while steps < cfg.steps:
+                torch.set_num_threads(act_threads)
+                rollout, obs = collect(venv, learner, obs, acfg.t_max, prof)
+                with sgd:
+                    torch.set_num_threads(cores)
+                    learner.update(rollout)
+                steps += rollout.n_steps
+                now = time.perf_counter()
+                for _, ret, _ in venv.pop_episodes():
+                    log.record(steps, now - t0, ret)
+                if now >= next_report:
+                    next_report = now + PROGRESS_EVERY_S
+                    if progress is not None:
+                        progress(steps, learner.updates, log.recent_mean())
+                    if cfg.timeout_s is not None and now - t0 > cfg.timeout_s:
+                        raise TimeoutError(f"PAAC run passed its {cfg.timeout_s} s limit at step {steps}")
+                if cfg.stop_at_threshold and log.reached:
+                    break
+            wall = time.perf_counter() - t0
+            busy = venv.worker_busy_s - busy0
+            pids, envs_per_worker = venv.worker_pids, venv.envs_per_worker
+    finally:
+        torch.set_num_threads(threads_before)  # the caller's setting again, on every exit path
     if progress is not None:
         progress(steps, learner.updates, log.recent_mean())
 
