@@ -7,11 +7,13 @@ the large epsilon those papers use (0.1):
   ``g / sqrt(ms + eps)``. With eps 0.1 and small mean squares torch's step is up to
   1 / sqrt(0.1) = 3.2x larger.
 - torch starts the mean square at 0, TF1 at 1. After the first update torch's ``ms`` is
-  ``(1 - alpha) g^2``, so its first steps are near ``lr / sqrt(1 - alpha)`` = 10 lr per
-  weight whatever the gradient's size; TF1's are about ``lr * g``.
+  ``(1 - alpha) g^2``, so its first step is ``lr g / (sqrt(1 - alpha) |g| + eps)``: with
+  alpha 0.99 and eps 0.1 that is 10 lr g for small gradients (and 10 lr for large ones), where
+  TF1's is ``lr g / sqrt(1 + eps)``, about lr g.
 
-With PAAC's learning rate (0.0224) torch's early steps are large enough to collapse the
-policy's entropy within a few dozen updates on Pong, which is why the A2C config chooses.
+With PAAC's learning rate (0.0224) torch's early steps collapsed the policy's entropy on Pong
+within 20 updates (1.79 -> 0.15 nats), so A2C uses this one by default
+(``A2CConfig.rmsprop_tf``).
 """
 
 from __future__ import annotations
