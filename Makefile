@@ -26,7 +26,7 @@ bench: $(STAMP)
 	$(VENV)/bin/replaybench run --suite default
 
 bench-quick: $(STAMP)
-	$(VENV)/bin/replaybench run --suite quick
+	$(VENV)/bin/replaybench run --suite micro-quick
 
 # Quick per-op regression check of every registered variant with pytest-benchmark (not part of
 # `make test`): add ARGS=--benchmark-autosave to store a run, ARGS=--benchmark-compare to compare.

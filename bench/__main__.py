@@ -4,8 +4,8 @@ commands ``plots | report | compare`` are analysis/__main__.py's; replaybench/cl
     replaybench list                              # registered variants and peers, with parameters
     replaybench run --suite default               # what `make bench` runs (micro, and later more)
     replaybench run --suite micro                 # the micro grid (about 10 minutes on 2 cores)
-    replaybench run --suite sweep-k --param K=4,16 --capacities 2**16
-    replaybench run --suite quick --variants binary,kary-aligned --out /tmp/r
+    replaybench run --suite micro-sweep-k --param K=4,16 --capacities 2**16
+    replaybench run --suite micro-quick --variants binary,kary-aligned --out /tmp/r
     replaybench summary results/<run_id>          # reprint a stored run's summary
     replaybench limits                            # this machine's memory latency and gather floor
     replaybench plan --run results/<id> --cores 8,16   # scaling model of a concurrency run
@@ -98,7 +98,7 @@ def add_commands(sub) -> None:
 
     p = sub.add_parser("run", help="run a suite and write results/<run_id>/")
     p.add_argument("--suite", default="default",
-                   help="suite name in bench/suites/ (default, micro, quick, sweep-*, cache, concurrency, "
+                   help="suite name in bench/suites/ (default, micro, micro-quick, micro-sweep-*, cache, concurrency, "
                         "training, ...) or a .json path")
     p.add_argument("--variants", type=arguments.csv(), help="comma-separated variant names (peer:cpprb for the peer); "
                                                    "default: the suite's")
@@ -142,9 +142,9 @@ def add_commands(sub) -> None:
 
 def main(argv=None) -> int:
     """``python -m replaybench.bench``: the benchmark commands alone (``replaybench`` has them all)."""
-    from replaybench.cli import main as cli_main
+    from replaybench import commands
 
-    return cli_main(argv, groups=(add_commands,), prog="python -m replaybench.bench")
+    return commands.run(argv, (add_commands,), prog="python -m replaybench.bench")
 
 
 if __name__ == "__main__":

@@ -150,7 +150,7 @@ def add_output_options(parser: argparse.ArgumentParser, run_id_help: str) -> Non
 
 def config_error(parser: argparse.ArgumentParser, err, fields, renamed: dict | None = None):
     """Exit with status 2 (``parser.error``): ``argument OPTION: err``, OPTION the option that
-    sets ``err.field`` (``err`` an ``impl.rl.base.ConfigError``).
+    sets ``err.field`` (``err`` an ``impl.rl.algorithms.base.ConfigError``).
 
     OPTION is ``renamed[field]`` where the command names the field differently, else
     ``--field-name`` (underscores as dashes) for a field in ``fields`` (the fields the

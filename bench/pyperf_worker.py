@@ -113,7 +113,7 @@ class TimedOp:
 
 def _forking_manager():
     """pyperf's Manager with its one spawning method replaced by a fork (pyperf's module is
-    private API: ``pyperf>=2.6`` keeps ``Manager.worker_cmd``/``spawn_worker`` and the pipe helpers)."""
+    private API, so pyproject.toml pins pyperf exactly: 2.11.0's ``Manager.spawn_worker`` and pipe helpers)."""
     from pyperf._bench import _load_suite_from_pipe
     from pyperf._manager import Manager
     from pyperf._utils import create_environ, create_pipe

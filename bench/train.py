@@ -6,11 +6,11 @@
 One run with a progress bar (env steps/s, updates/s, mean return of the last 20 episodes);
 ``--actors 0``, ``--learners 0`` or ``--sequential`` runs the sequential baseline;
 ``--backend ray [--ray-address ADDR]`` runs the actors as Ray actors on any node of a Ray
-cluster (:mod:`impl.rl.ray_backend`; a local Ray without an address); ``--backend dataflow``
-runs the actor side as a static dataflow (:mod:`impl.dataflow.train`: one server process
+cluster (:mod:`impl.rl.engines.ray.driver`; a local Ray without an address); ``--backend dataflow``
+runs the actor side as a static dataflow (:mod:`impl.rl.engines.dataflow`: one server process
 with one batched forward for all ``--actors`` x ``--envs-per-actor`` environments, stepped
 in lock step by ``--actors`` env worker processes; same learners, buffer and rate limit).
-``--algo a2c`` runs PAAC instead (:mod:`impl.rl.paac`: one learner, ``--envs`` environments
+``--algo a2c`` runs PAAC instead (:mod:`impl.rl.engines.paac`: one learner, ``--envs`` environments
 over ``--workers`` stepping processes, an A2C update every ``--t-max`` steps; the replay
 and backend options do not apply)::
 
@@ -115,21 +115,13 @@ def _validated_config(args):
     try:
         if paac and args.algo != "a2c":
             raise ConfigError("algo", args.algo, f"--envs, --workers and --t-max are a2c's, not {args.algo}'s")
-        own_loop = algorithms.get(args.algo).run is not None  # a2c: PAAC has its own processes
+        own_loop = algorithms.get(args.algo).engine is not None  # a2c: runs on its own engine (paac)
         env = args.env or algorithms.get(args.algo).default_env
         cfg = TrainConfig(algo=args.algo, env=env, buffer=args.buffer, policy=args.policy,
                           buffer_params=dict(args.param or []), actors=0 if sequential or own_loop else args.actors,
                           learners=0 if sequential or own_loop else args.learners, steps=args.steps, seed=args.seed,
                           overrides={**dict(args.overrides or []), **paac}, backend=args.backend, **extra)
-        if own_loop and args.backend != "process":
-            raise ConfigError("backend", args.backend, f"{args.algo} runs its own processes; --backend applies to "
-                                                       "the replay loop only")
-        if args.algo == "a2c":
-            from replaybench.impl.rl import paac as paac_loop
-
-            paac_loop.validate(cfg)  # TrainConfig.validate and the network's fit to the env
-        else:
-            cfg.validate()
+        cfg.validate()  # every field, then the engine's own checks (PAAC: the network's fit to the env)
     except ConfigError as err:
         arguments.config_error(args.parser, err, _OPTION_FIELDS, _RENAMED)
     return cfg

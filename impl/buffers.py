@@ -31,12 +31,16 @@ from .trees import kernels, ops
 from .trees.array_trees import ArraySumTree
 from .trees.base import SumTree, as_indices, as_priorities, raise_for_status
 
-__all__ = ["ReplayBuffer", "UniformReplayBuffer", "PrioritizedReplayBuffer", "SampleOut", "check_buffer_params"]
+__all__ = ["ReplayBuffer", "UniformReplayBuffer", "PrioritizedReplayBuffer", "SampleOut", "check_buffer_params",
+           "check_priorities"]
 
 
-def _check_priorities(idx: np.ndarray, priorities, n_valid: int) -> None:
-    """The trees' input checks, in NumPy, for callers that do not pass through a tree:
-    the first bad entry in batch order is reported, as the tree kernels do."""
+def check_priorities(idx: np.ndarray, priorities, n_valid: int) -> None:
+    """Check a priority update before any state changes: ``idx`` (int64) in ``[0, n_valid)``,
+    ``priorities`` finite and >= 0, one per index. The trees' own checks, in NumPy, for
+    callers that do not pass through a tree (the shared buffer's protocol writes leaves
+    itself); the first bad entry in batch order is reported, as the tree kernels do, with a
+    ValueError naming it. Cost: O(batch) vectorised."""
     vals = as_priorities(priorities, idx.shape[0])
     out_of_range = (idx < 0) | (idx >= n_valid)
     bad = np.flatnonzero(out_of_range | ~np.isfinite(vals) | (vals < 0))
@@ -151,7 +155,7 @@ class ReplayBuffer:
             return _NO_PRIORITIES
         vals = as_priorities(priorities, n)
         if keep < n:
-            _check_priorities(np.zeros(n, np.int64), vals, 1)
+            check_priorities(np.zeros(n, np.int64), vals, 1)
             vals = vals[n - keep :]
         return vals
 
@@ -248,7 +252,7 @@ class UniformReplayBuffer(ReplayBuffer):
 
     def _new_priorities(self, priorities, n, keep):
         if priorities is not None:
-            _check_priorities(np.zeros(n, np.int64), priorities, 1)
+            check_priorities(np.zeros(n, np.int64), priorities, 1)
         return _NO_PRIORITIES
 
     def _add_rows(self, start, values, rows, keep):
@@ -263,7 +267,7 @@ class UniformReplayBuffer(ReplayBuffer):
 
     def update_priorities(self, indices, priorities) -> None:
         """Validates like the prioritized buffer, then ignores the priorities."""
-        _check_priorities(as_indices(indices), priorities, self._size)
+        check_priorities(as_indices(indices), priorities, self._size)
 
 
 

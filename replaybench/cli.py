@@ -9,8 +9,9 @@ neither package imports the other.
 
 from __future__ import annotations
 
-import argparse
 import sys
+
+from replaybench import commands
 
 __all__ = ["main"]
 
@@ -24,14 +25,7 @@ def _all_groups():
 
 def main(argv=None, groups=None, prog: str = "replaybench") -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``) and run the chosen command; returns its exit code."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(prog=prog, description="replaybench: prioritized-replay benchmarks")
-    sub = parser.add_subparsers(dest="command", required=True)
-    for add in groups or _all_groups():
-        add(sub)
-    args = parser.parse_args(argv)
-    args.argv = argv
-    return args.func(args)
+    return commands.run(argv, groups or _all_groups(), prog)
 
 
 if __name__ == "__main__":

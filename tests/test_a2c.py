@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from replaybench.impl.rl import ConfigError
-from replaybench.impl.rl.a2c import A2CConfig, A2CLearner, Rollout, make_network, n_step_returns
-from replaybench.impl.rl.optim import TFRMSprop
+from replaybench.impl.rl.algorithms.a2c import A2CConfig, A2CLearner, Rollout, make_network, n_step_returns
+from replaybench.impl.rl.algorithms.optim import TFRMSprop
 
 GAMMA = 0.9
 VECTOR = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
@@ -155,8 +155,8 @@ def test_config_presets_and_refusals():
 
 @pytest.mark.parametrize("n_workers", [0, 2])
 def test_collect_with_halves_gives_the_rollouts_of_one_batch(n_workers):
-    from replaybench.impl.rl.a2c import collect
-    from replaybench.impl.rl.stepping import SharedVectorEnv
+    from replaybench.impl.rl.algorithms.a2c import collect
+    from replaybench.impl.rl.common.stepping import SharedVectorEnv
 
     rollouts = {}
     for halves in (False, True):

@@ -239,7 +239,7 @@ def gossip_rows():
     """As bench/scenarios/gossip.py writes them (its own result_rows of made-up results): gossip,
     all-reduce and independent at 2 and 4 learners, 3 seeds, and a 2x straggler at 4."""
     from replaybench.bench.scenarios.gossip import _columns, result_rows
-    from replaybench.impl.rl.gossip_train import GossipConfig, GossipResult
+    from replaybench.impl.rl.gossip.learner import GossipConfig, GossipResult
 
     rows = []
     for scheme, n, slow, seed in [(s, n, 1.0, seed) for s in ("gossip", "allreduce", "independent")

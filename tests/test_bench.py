@@ -52,8 +52,8 @@ def only_run_dir(out: Path) -> Path:
 def run_quick(out: Path, ops: list[str], peers: list[str]):
     """`replaybench run` of the quick suite limited to ``ops`` and ``peers`` (the peers keep the
     suite's peer_ops): (the finished process, its run folder)."""
-    suite = suites.load("quick")
-    args = ["--suite", "quick"]
+    suite = suites.load("micro-quick")
+    args = ["--suite", "micro-quick"]
     if ops != suite["ops"] or peers != PEERS:
         path = out.parent / f"{out.name}-quick.json"  # the quick suite as a file, with fewer ops or peers
         path.write_text(json.dumps({**suite, "ops": ops, "peers": [p.removeprefix("peer:") for p in peers]}))
@@ -97,7 +97,7 @@ def test_whole_quick_suite_measures_every_variant_and_op(tmp_path):
 def test_every_variant_runs_every_quick_op(variant, op):
     """Each variant x op of the quick suite, in process: the worker's untimed set-up (build,
     fill, input pools, one call) and its timed loop, on the suite's own workload settings."""
-    suite = suites.load("quick")
+    suite = suites.load("micro-quick")
     call = workloads.warmed_call(op, variant, capacity=suite["capacities"][0], fields=workloads.SCHEMAS[suite["transitions"]],
                                  batch=suite["batch"], mixed_adds=suite["mixed_adds"], seed=suite["seed"])
     assert 0 < workloads.time_calls(call, 4) < 10
@@ -108,7 +108,7 @@ def test_every_peer_runs_its_quick_ops(peer):
     """Each peer on the quick suite's peer_ops, in process (as test_every_variant_runs_every_quick_op)."""
     from replaybench.bench import peers
 
-    suite = suites.load("quick")
+    suite = suites.load("micro-quick")
     try:
         peers.load(peer).version()
     except ImportError as err:
@@ -132,9 +132,9 @@ def check_quick_rows(run_dir: Path, ops: list[str], peers: list[str]) -> None:
     meta = results.read_meta(run_dir)
     unavailable = {v for v, info in meta["variants"].items() if not info["available"]}
     assert unavailable <= set(peers)  # only an optional peer may be missing, and then it says why
-    settings = suites.load("quick")["pyperf"]
+    settings = suites.load("micro-quick")["pyperf"]
     per_item = settings["processes"] * settings["values"]
-    suite = suites.load("quick")
+    suite = suites.load("micro-quick")
     for variant in [*registry.names(), *peers]:
         for op in suite["peer_ops"] if variant in peers else ops:
             mine = [r for r in rows if r["variant"] == variant and r["op"] == op]
@@ -184,7 +184,7 @@ def check_quick_meta(run_dir: Path, ops: list[str], peers: list[str]) -> None:
     assert isinstance(meta["machine"]["caches"], list)
     for lib in ("numpy", "numba", "pyperf", "cpprb", "python"):
         assert lib in meta["libraries"]
-    n_items = 1 + len(registry.names()) * len(ops) + len(peers) * len(suites.load("quick")["peer_ops"])
+    n_items = 1 + len(registry.names()) * len(ops) + len(peers) * len(suites.load("micro-quick")["peer_ops"])
     assert meta["items_total"] == meta["items_done"] == n_items
     assert 0 < meta["timing_overhead_s_per_call"] < 1e-5
     raw = sorted((run_dir / "pyperf").glob("*.json"))
@@ -227,7 +227,7 @@ def test_failing_variant_is_recorded_and_the_rest_goes_on(tmp_path):
     assert "failing" in listed.stdout
 
     out = tmp_path / "results"
-    proc = bench_cmd("run", "--suite", "quick", "--variants", "failing,binary", "--ops", "sample,update",
+    proc = bench_cmd("run", "--suite", "micro-quick", "--variants", "failing,binary", "--ops", "sample,update",
                      "--out", str(out), "--no-progress", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir = only_run_dir(out)
@@ -250,7 +250,7 @@ def test_unavailable_peer_is_recorded_not_dropped(tmp_path, monkeypatch):
         raise ImportError("No module named 'cpprb' (simulated)")
 
     monkeypatch.setattr(cpprb_peer, "version", broken)
-    suite = suites.load("quick")
+    suite = suites.load("micro-quick")
     run_dir = driver.run(suite, Selection(variants=["peer:cpprb"]), out=tmp_path, progress=False, echo=lambda *a: None)
     rows = results.read_rows(run_dir)
     peer_rows = [r for r in rows if r["variant"] == "peer:cpprb"]
@@ -263,7 +263,7 @@ def test_unavailable_peer_is_recorded_not_dropped(tmp_path, monkeypatch):
 
 
 def test_unknown_variant_is_an_error_before_anything_runs(tmp_path):
-    proc = bench_cmd("run", "--suite", "quick", "--variants", "no-such-variant", "--out", str(tmp_path))
+    proc = bench_cmd("run", "--suite", "micro-quick", "--variants", "no-such-variant", "--out", str(tmp_path))
     assert proc.returncode == 2
     assert "no-such-variant" in proc.stderr
     assert not any(tmp_path.iterdir())
@@ -297,7 +297,7 @@ def interrupt_run(cmd: list, out: Path, ready, env=None) -> tuple[int, str]:
 
 
 def test_interrupted_run_keeps_finished_items(tmp_path):
-    cmd = [sys.executable, "-m", "replaybench.bench", "run", "--suite", "quick", "--variants", "binary",
+    cmd = [sys.executable, "-m", "replaybench.bench", "run", "--suite", "micro-quick", "--variants", "binary",
            "--out", str(tmp_path), "--no-progress"]
     code, output = interrupt_run(cmd, tmp_path, lambda rows: len({r["op"] for r in rows}) >= 2)  # two items on disk
     assert code == 130, output

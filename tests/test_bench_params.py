@@ -1,6 +1,6 @@
 """Parameter grids, skipped combinations, peers and Ctrl-C in the micro scenario.
 
-Runs use the quick suite narrowed to one or two ops, so each takes a few seconds.
+Runs use the micro-quick suite narrowed to one or two ops, so each takes a few seconds.
 """
 
 import csv
@@ -57,7 +57,7 @@ def test_param_reaches_the_worker_and_the_rows(tmp_path):
     """--param K=... goes to registry.create in the pyperf worker and into the K/params columns."""
     env = plugin_env(tmp_path, ECHO_PLUGIN, "rb_echo_variant", "echo")
     out = tmp_path / "results"
-    proc = bench_cmd("run", "--suite", "quick", "--variants", "echo,kary-aligned", "--ops", "sample",
+    proc = bench_cmd("run", "--suite", "micro-quick", "--variants", "echo,kary-aligned", "--ops", "sample",
                      "--param", "K=4,8", "--out", str(out), "--no-progress", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir = only_run_dir(out)
@@ -76,7 +76,7 @@ def test_param_reaches_the_worker_and_the_rows(tmp_path):
 
 
 def test_combinations_a_variant_cannot_take_are_skipped_with_the_reason(tmp_path):
-    suite = suites.load("quick")
+    suite = suites.load("micro-quick")
     run_dir = driver.run(suite, Selection(variants=["binary", "kary-aligned", "kary", "peer:cpprb"], ops=["update"],
                                           params={"K": [2, 3]}), out=tmp_path, progress=False, echo=quiet)
     rows = results.read_rows(run_dir)
@@ -101,7 +101,7 @@ def test_combinations_a_variant_cannot_take_are_skipped_with_the_reason(tmp_path
 
 
 def test_suite_params_grid_as_data_and_workload_params(tmp_path):
-    suite = {**suites.load("quick"), "name": "grid", "params": {"batch": [32, 64]}}
+    suite = {**suites.load("micro-quick"), "name": "grid", "params": {"batch": [32, 64]}}
     path = tmp_path / "grid.json"
     path.write_text(json.dumps(suite))
     loaded = suites.load(str(path))
@@ -120,12 +120,12 @@ def test_suite_params_grid_as_data_and_workload_params(tmp_path):
 
 
 def test_sweep_suites_and_default_are_declared():
-    for name in ("sweep-capacity", "sweep-k", "sweep-batch"):
+    for name in ("micro-sweep-capacity", "micro-sweep-k", "micro-sweep-batch"):
         s = suites.load(name)
         assert s["scenario"] == "micro"
-    assert suites.load("sweep-capacity")["capacities"] == [2**k for k in range(10, 25, 2)]
-    assert suites.load("sweep-k")["params"]["K"][0] == 2 and suites.load("sweep-k")["params"]["K"][-1] == 64
-    assert suites.load("sweep-batch")["params"]["batch"] == [32, 64, 128, 256, 512, 1024]
+    assert suites.load("micro-sweep-capacity")["capacities"] == [2**k for k in range(10, 25, 2)]
+    assert suites.load("micro-sweep-k")["params"]["K"][0] == 2 and suites.load("micro-sweep-k")["params"]["K"][-1] == 64
+    assert suites.load("micro-sweep-batch")["params"]["batch"] == [32, 64, 128, 256, 512, 1024]
     default = suites.load("default")
     assert "micro" in default["suites"]  # what `make bench` runs
 
@@ -148,10 +148,10 @@ def test_composite_suite_runs_each_sub_suite_and_outside_scenarios(tmp_path, mon
     monkeypatch.syspath_prepend(str(tmp_path))
     hook = tmp_path / "hooked.json"
     hook.write_text(json.dumps({"name": "hooked", "scenario": "rb_custom_scenario"}))
-    composite = {"name": "both", "suites": ["quick", str(hook)]}
+    composite = {"name": "both", "suites": ["micro-quick", str(hook)]}
     out = driver.run_suites(composite, run_id="r", echo=quiet)
-    assert calls == [("quick", "micro", "r-quick"), ("hooked", "custom", "r-hooked")]
-    assert out == [tmp_path / "quick", tmp_path / "hooked"]
+    assert calls == [("micro-quick", "micro", "r-micro-quick"), ("hooked", "custom", "r-hooked")]
+    assert out == [tmp_path / "micro-quick", tmp_path / "hooked"]
     hook.write_text(json.dumps({"name": "old", "runner": "rb_custom_scenario:run"}))
     with pytest.raises(ValueError, match="runner"):  # the pre-driver hook is refused, not silently ignored
         suites.load(str(hook))
@@ -159,7 +159,7 @@ def test_composite_suite_runs_each_sub_suite_and_outside_scenarios(tmp_path, mon
 
 def test_bogus_peer_is_recorded_unavailable(tmp_path, monkeypatch):
     monkeypatch.setitem(peers.PEERS, "bogus", "replaybench.bench.peers.no_such_adapter_module")
-    suite = {**suites.load("quick"), "peers": ["bogus"]}
+    suite = {**suites.load("micro-quick"), "peers": ["bogus"]}
     run_dir = driver.run(suite, Selection(variants=["peer:bogus", "binary"], ops=["sample"]), out=tmp_path,
                          progress=False, echo=quiet)
     rows = {r["variant"]: r for r in results.read_rows(run_dir)}
@@ -175,7 +175,7 @@ def test_peer_capacity_limit_is_a_skip(tmp_path, monkeypatch):
     from replaybench.bench.peers import tianshou_peer
 
     monkeypatch.setattr(tianshou_peer, "version", lambda: "0.0 (simulated)")  # available without running it
-    cells = micro.SCENARIO.cells(suites.load("quick"), Selection(variants=["peer:tianshou"],
+    cells = micro.SCENARIO.cells(suites.load("micro-quick"), Selection(variants=["peer:tianshou"],
                                                                   capacities=[2**16, 2**20], ops=["sample"]))
     assert [bool(c.skip) for c in cells[1:]] == [False, True]
     assert cells[2].skip == tianshou_peer.MAX_CAPACITY_REASON and "walks every index" in cells[2].skip
@@ -203,7 +203,7 @@ def test_summary_best_peer_ratio(tmp_path):
 
 
 def test_sigint_after_first_item_leaves_readable_incomplete_run(tmp_path):
-    cmd = [sys.executable, "-m", "replaybench.bench", "run", "--suite", "quick", "--out", str(tmp_path), "--no-progress"]
+    cmd = [sys.executable, "-m", "replaybench.bench", "run", "--suite", "micro-quick", "--out", str(tmp_path), "--no-progress"]
     code, output = interrupt_run(cmd, tmp_path, bool)  # the first item (timing-loop overhead) is on disk
     assert code == 130, output
     run_dir = only_run_dir(tmp_path)
@@ -247,7 +247,7 @@ def test_headline_joins_micro_and_cache_rows(tmp_path):
 def test_threads_workload_runs_each_thread_on_its_own_buffer(tmp_path):
     """threads=2: the worker times two threads at once, a call counts both threads' items, and the
     summary gives 2 threads over 1 of the same cell."""
-    suite = {**suites.load("quick"), "name": "thr", "params": {"threads": [1, 2]}}
+    suite = {**suites.load("micro-quick"), "name": "thr", "params": {"threads": [1, 2]}}
     path = tmp_path / "thr.json"
     path.write_text(json.dumps(suite))
     run_dir = driver.run(suites.load(str(path)), Selection(variants=["kary-prefix"], ops=["sample"]),
@@ -267,13 +267,13 @@ def test_threads_workload_runs_each_thread_on_its_own_buffer(tmp_path):
 
 
 def test_bad_threads_is_refused_before_anything_runs(tmp_path):
-    suite = {**suites.load("quick"), "name": "thr", "threads": 0}
+    suite = {**suites.load("micro-quick"), "name": "thr", "threads": 0}
     path = tmp_path / "thr.json"
     path.write_text(json.dumps(suite))
     with pytest.raises(SelectionError, match="threads=0"):
         driver.plan(suites.load(str(path)))
     with pytest.raises(SelectionError, match="threads"):
-        driver.plan(suites.load("quick"), Selection(params={"threads": [1, "x"]}))
+        driver.plan(suites.load("micro-quick"), Selection(params={"threads": [1, "x"]}))
 
 
 def test_thread_scaling_table_pairs_each_cell_with_its_one_thread_cell():

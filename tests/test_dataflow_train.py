@@ -1,4 +1,4 @@
-"""The training loop on the static-dataflow backend (impl/dataflow/train.py, ``--backend dataflow``).
+"""The training loop on the static-dataflow backend (impl/rl/engines/dataflow.py, ``--backend dataflow``).
 
 Short real runs (one server, env worker processes, one learner): every env step reported is
 inserted and counted for the env worker that stepped it, the learner's weights move and its
@@ -22,9 +22,9 @@ import pytest
 
 from replaybench.impl.concurrent import leaked_segments
 from replaybench.impl.rl import ConfigError, TrainConfig, WorkerFailed, algorithms, train
-from replaybench.impl.rl.config import total_updates
-from replaybench.impl.rl.envs import make_env
-from replaybench.impl.rl.seeding import RunSeeds
+from replaybench.impl.rl.common.result import total_updates
+from replaybench.impl.rl.common.envs import make_env
+from replaybench.impl.rl.common.seeding import RunSeeds
 
 from _support import assert_exited, own_segments
 
@@ -46,7 +46,7 @@ def test_short_run_inserts_every_step_it_reports_and_learns():
     initial = algorithms.get("dqn").learner_cls((env.observation_space, env.action_space), acfg,
                                                 RunSeeds(cfg.seed).networks).digest()
     result = train(cfg)
-    assert result.mode == "dataflow"
+    assert result.engine == "dataflow"
     # no lost insert: what the run reports, the buffer received; each env worker stepped its share
     assert result.env_steps == result.inserted == STEPS
     assert result.actor_steps == [STEPS // 2, STEPS // 2]
@@ -143,7 +143,7 @@ def test_training_scenario_writes_dataflow_rows_beside_the_process_backends(monk
     def fake_train(cfg, progress=None):
         wall = {"process": 2.0, "dataflow": 1.0}[cfg.backend]  # the dataflow run: twice the env steps/s
         roles = {"actor": 1, "learner": 1, **({"env_worker": cfg.actors} if cfg.backend == "dataflow" else {})}
-        return TrainResult(mode={"process": "parallel", "dataflow": "dataflow"}[cfg.backend], env_steps=cfg.steps,
+        return TrainResult(engine=cfg.backend, env_steps=cfg.steps,
                            updates=10, wall_s=wall, episodes=[], threshold=None, window=20, time_to_threshold_s=None,
                            steps_to_threshold=None, sample_calls=10, sample_latency_s=1e-4, actor_wait_s=0.0,
                            learner_wait_s=0.0, profiles={role: {"env_step": 0.5} for role in roles}, processes=roles,

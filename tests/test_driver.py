@@ -121,13 +121,13 @@ def test_scenario_that_does_not_take_an_option_refuses_it(tmp_path):
 def test_run_id_is_one_safe_path_component(tmp_path, bad):
     out = tmp_path / "results"
     out.mkdir()
-    proc = replaybench("run", "--suite", "quick", "--variants", "binary", "--ops", "sample", "--out", str(out),
+    proc = replaybench("run", "--suite", "micro-quick", "--variants", "binary", "--ops", "sample", "--out", str(out),
                        "--run-id", bad, "--no-progress")
     assert proc.returncode == 2, proc.stdout
     assert "--run-id" in proc.stderr and repr(bad) in proc.stderr
     assert not any(out.iterdir()) and not any(tmp_path.parent.glob("escaped"))
     with pytest.raises(ValueError, match="--run-id"):  # the driver refuses it too, before creating anything
-        driver.run(suites.load("quick"), Selection(variants=["binary"], ops=["sample"]), out=out, run_id=bad,
+        driver.run(suites.load("micro-quick"), Selection(variants=["binary"], ops=["sample"]), out=out, run_id=bad,
                    progress=False, echo=quiet)
     assert not any(out.iterdir())
 
@@ -136,7 +136,7 @@ def test_an_existing_run_id_is_refused_and_left_alone(tmp_path):
     out = tmp_path / "results"
     (out / "taken").mkdir(parents=True)
     (out / "taken" / "rows.csv").write_text("kept\n")
-    proc = replaybench("run", "--suite", "quick", "--variants", "binary", "--ops", "sample", "--out", str(out),
+    proc = replaybench("run", "--suite", "micro-quick", "--variants", "binary", "--ops", "sample", "--out", str(out),
                        "--run-id", "taken", "--no-progress")
     assert proc.returncode == 2 and "--run-id 'taken'" in proc.stderr and "exists already" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -151,12 +151,12 @@ def test_safe_run_ids_are_accepted():
 
 # ------------------------------------------------------------------------------------------ issue 11.5
 def test_grid_value_of_the_wrong_type_is_refused_before_any_cell(tmp_path):
-    proc = replaybench("run", "--suite", "quick", "--variants", "kary", "--ops", "sample", "--capacities", "2**10",
+    proc = replaybench("run", "--suite", "micro-quick", "--variants", "kary", "--ops", "sample", "--capacities", "2**10",
                        "--param", "K=abc", "--out", str(tmp_path), "--no-progress")
     assert proc.returncode == 2, proc.stdout
     assert "--param" in proc.stderr and "K='abc'" in proc.stderr and "kary" in proc.stderr
     assert not any(tmp_path.iterdir())
-    suite = {**suites.load("quick"), "name": "bad-grid", "params": {"K": [4, "abc"]}}
+    suite = {**suites.load("micro-quick"), "name": "bad-grid", "params": {"K": [4, "abc"]}}
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(suite))
     proc = replaybench("run", "--suite", str(path), "--variants", "kary", "--out", str(tmp_path / "r"))
@@ -165,7 +165,7 @@ def test_grid_value_of_the_wrong_type_is_refused_before_any_cell(tmp_path):
 
 
 def test_grid_values_are_typed_as_the_variants_declare():
-    infos = micro.resolve_variants(suites.load("quick"), ["binary", "kary"])
+    infos = micro.resolve_variants(suites.load("micro-quick"), ["binary", "kary"])
     grid = micro.typed_grid({"eps": [1, 0.5], "K": [4], "batch": [32]}, {}, infos)
     assert grid == {"eps": [1.0, 0.5], "K": [4], "batch": [32]} and isinstance(grid["eps"][0], float)
     for bad, words in (({"stratified": ["yes"]}, "bool"), ({"K": [4.5]}, "int"), ({"K": [True]}, "int"),
@@ -181,7 +181,7 @@ def test_grid_values_are_typed_as_the_variants_declare():
                                         ("--processes", "0"), ("--values", "0"), ("--loops", "-1"),
                                         ("--warmups", "-2"), ("--min-time", "0"), ("--min-time", "nan")])
 def test_impossible_settings_are_refused_naming_the_argument(tmp_path, flag, value):
-    proc = replaybench("run", "--suite", "quick", "--variants", "binary", "--ops", "sample", flag, value,
+    proc = replaybench("run", "--suite", "micro-quick", "--variants", "binary", "--ops", "sample", flag, value,
                        "--out", str(tmp_path), "--no-progress", timeout=60)
     assert proc.returncode == 2, proc.stdout
     assert flag in proc.stderr and repr(value) in proc.stderr
@@ -190,11 +190,11 @@ def test_impossible_settings_are_refused_naming_the_argument(tmp_path, flag, val
 
 def test_capacity_beyond_this_machines_memory_is_refused():
     with pytest.raises(SelectionError, match="--capacities"):
-        driver.plan(suites.load("quick"), Selection(variants=["binary"], capacities=[2**60]))
+        driver.plan(suites.load("micro-quick"), Selection(variants=["binary"], capacities=[2**60]))
 
 
 def test_impossible_suite_settings_are_refused(tmp_path):
-    suite = {**suites.load("quick"), "name": "bad-settings"}
+    suite = {**suites.load("micro-quick"), "name": "bad-settings"}
     suite["pyperf"] = {**suite["pyperf"], "processes": -1}
     with pytest.raises(SelectionError, match="pyperf.processes"):
         driver.plan(suite)
@@ -282,3 +282,31 @@ def test_one_random_batch():
     b = workloads.random_batch(CARTPOLE_FIELDS, 8, np.random.default_rng(1), int_high=100)
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
     assert workloads.row_bytes(CARTPOLE_FIELDS) == 16 + 8 + 4 + 16 + 1
+
+
+# ------------------------------------------------------------------------------------- suite names
+def test_every_suite_is_named_by_its_scenario_and_a_quick_one_is_quick():
+    """``<scenario>-<what>[-quick]`` (or the scenario alone), an ``expected_minutes`` on each,
+    and a ``-quick`` suite expected under a minute (the tests run them)."""
+    from replaybench.bench import suites
+
+    for name in suites.available():
+        suite = suites.load(name)
+        assert suite["name"] == name
+        minutes = suite.get("expected_minutes")
+        assert isinstance(minutes, (int, float)) and minutes > 0, f"{name}: expected_minutes {minutes!r}"
+        if "suites" in suite:  # composite: its parts' scenarios
+            continue
+        scenario = suite["scenario"].rsplit(".", 1)[-1]
+        assert name == scenario or name.startswith(f"{scenario}-"), f"suite {name!r} runs scenario {scenario!r}"
+        if name.endswith("-quick"):
+            assert minutes <= 1, f"{name} is a -quick suite expected to take {minutes} minutes"
+
+
+def test_a_suite_with_a_bad_expected_minutes_is_refused(tmp_path):
+    from replaybench.bench import suites
+
+    path = tmp_path / "s.json"
+    path.write_text('{"name": "s", "scenario": "micro", "expected_minutes": "soon"}')
+    with pytest.raises(ValueError, match="expected_minutes.*'soon'"):
+        suites.load(str(path))

@@ -1,4 +1,4 @@
-"""Gossip mixing (impl/rl/gossip.py): topologies, the average kept, consensus on a ring, failures.
+"""Gossip mixing (impl/rl/gossip/exchange.py): topologies, the average kept, consensus on a ring, failures.
 
 The exchanges run as threads of this process, each with its own gloo process group over one
 in-memory store: the same sockets and threads as learners in separate processes, without
@@ -13,8 +13,8 @@ import threading
 import pytest
 import torch
 
-from replaybench.impl.rl.base import ConfigError
-from replaybench.impl.rl.gossip import GossipExchange, PeerFailed, Topology, consensus_distance, make_group
+from replaybench.impl.rl.common.errors import ConfigError
+from replaybench.impl.rl.gossip.exchange import GossipExchange, PeerFailed, Topology, consensus_distance, make_group
 
 
 def _groups(n: int, timeout_s: float = 10.0):

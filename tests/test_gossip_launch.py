@@ -1,4 +1,4 @@
-"""Gossip learners as real processes on loopback nodes (impl/rl/gossip_launch.py, gossip_train.py):
+"""Gossip learners as real processes on loopback nodes (impl/rl/gossip/launch.py, gossip_train.py):
 no shared memory, a dead peer named and every process gone, bad arguments refused up front,
 and the scenario and command end to end."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from replaybench.impl.rl.base import ConfigError
-from replaybench.impl.rl.gossip_launch import LaunchFailed, launch
-from replaybench.impl.rl.gossip_train import GossipConfig, shared_memory_maps
+from replaybench.impl.rl.common.errors import ConfigError
+from replaybench.impl.rl.gossip.launch import LaunchFailed, launch
+from replaybench.impl.rl.gossip.learner import GossipConfig, shared_memory_maps
 
 SMALL = {"n_envs": 4, "overrides": {"hidden": [16, 16]}, "snapshot_every": 2}
 

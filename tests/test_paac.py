@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from replaybench.impl.rl import ConfigError, TrainConfig, train, paac
-from replaybench.impl.rl.paac import run_paac
+from replaybench.impl.rl import ConfigError, TrainConfig, train
+from replaybench.impl.rl.engines import paac
+from replaybench.impl.rl.engines.paac import run_paac
 
 from test_stepping import _gone, _shm_entries
 
@@ -44,7 +45,7 @@ def test_a_short_run_reports_and_leaves_nothing_behind():
         torch.set_num_threads(threads_before)
     # torch had every core while the workers slept, and the caller's setting is back afterwards
     assert seen_threads[0] == paac.usable_cores() and threads_after == 1
-    assert result.mode == "paac" and result.env_steps == 400 and result.updates == 20  # rounded up to rollouts
+    assert result.engine == "paac" and result.env_steps == 400 and result.updates == 20  # rounded up to rollouts
     assert sum(result.actor_steps) == 400 and result.processes == {"paac": 1, "stepping": 2}
     assert len(result.episodes) >= 4 and all(1 <= r <= 500 for _, _, r in result.episodes)
     assert [s for s, _, _ in result.episodes] == sorted(s for s, _, _ in result.episodes)

@@ -21,7 +21,7 @@ def test_wheel_installs_one_top_level_name(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert top == {"replaybench"}
-    for sub in ("impl/registry.py", "impl/variants/binary.py", "bench/__main__.py", "bench/suites/quick.json",
+    for sub in ("impl/registry.py", "impl/variants/binary.py", "bench/__main__.py", "bench/suites/micro-quick.json",
                 "analysis/plots/capacity.py", "cli.py"):
         assert f"replaybench/{sub}" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))

@@ -1,4 +1,4 @@
-"""The Ray backend of the training loop (impl/rl/ray_backend.py, ray_workers.py).
+"""The Ray backend of the training loop (impl/rl/engines/ray/driver.py, ray_workers.py).
 
 Ray runs here on a two-node ``ray.cluster_utils.Cluster`` (one CPU per node, both on this
 machine), so an actor asking for one CPU each really lands on both nodes. Default run: the
@@ -17,7 +17,7 @@ import pytest
 
 from replaybench.impl.concurrent import leaked_segments
 from replaybench.impl.rl import ConfigError, TrainConfig, WorkerFailed, train
-from replaybench.impl.rl.config import total_updates
+from replaybench.impl.rl.common.result import total_updates
 
 ray = pytest.importorskip("ray", reason="the Ray backend's tests need the 'ray' extra")
 
@@ -97,7 +97,7 @@ def test_ray_run_places_actors_on_both_nodes_and_keeps_the_loop_contracts(cluste
     acfg = cfg.algo_config()
     reports = []
     result = train(cfg, lambda *a: reports.append(a))
-    assert result.mode == "ray" and not ray.is_initialized()  # disconnected after the run
+    assert result.engine == "ray" and not ray.is_initialized()  # disconnected after the run
     nodes = {node.node_id for node in [cluster.head_node, *cluster.worker_nodes]}
     assert len(nodes) == 2 and set(result.actor_nodes) == nodes  # one actor on each node
     # every env step reached the buffer, every actor's rows were sampled

@@ -20,11 +20,11 @@ import pytest
 
 from replaybench.bench import results
 from replaybench.impl.rl import ConfigError, InjectedFailure, TrainConfig, WorkerFailed, train
-from replaybench.impl.rl.config import total_updates
-from replaybench.impl.rl.envs import EnvRunner, EpisodeLog, TransitionStager, make_env, transition_fields
-from replaybench.impl.rl.profiler import SectionProfiler
-from replaybench.impl.rl.seeding import RunSeeds
-from replaybench.impl.rl.shared import RateLimiter, SharedState, SharedWeights, Stopped
+from replaybench.impl.rl.common.result import total_updates
+from replaybench.impl.rl.common.envs import EnvRunner, EpisodeLog, TransitionStager, make_env, transition_fields
+from replaybench.impl.rl.common.profiler import SectionProfiler
+from replaybench.impl.rl.common.seeding import RunSeeds
+from replaybench.impl.rl.common.shared_state import RateLimiter, SharedState, SharedWeights, Stopped
 
 from _support import assert_exited, own_segments
 
@@ -59,7 +59,7 @@ def test_parallel_smoke(algo, actors, learners):
     cfg = tiny(algo, actors=actors, learners=learners)
     acfg = cfg.algo_config()
     result = train(cfg)
-    assert result.mode == "parallel"
+    assert result.engine == "process"
     # every env step of every actor was inserted, and the learners sampled every actor's rows
     assert result.env_steps == STEPS and sum(result.actor_steps) == STEPS and result.inserted == STEPS
     assert len(result.actor_steps) == actors and min(result.actor_steps) >= STEPS // actors
@@ -99,7 +99,7 @@ def test_sequential_smoke(algo):
     cfg = tiny(algo)
     acfg = cfg.algo_config()
     result = train(cfg)
-    assert result.mode == "sequential" and result.env_steps == STEPS
+    assert result.engine == "sequential" and result.env_steps == STEPS
     assert result.updates == total_updates(STEPS, acfg.updates_per_step, acfg.learning_starts)
     assert result.final_weight_min < 0.999
     assert result.episodes and all(s <= STEPS for s, _, _ in result.episodes)
@@ -131,7 +131,7 @@ def test_sequential_run_is_reproducible_from_its_seed():
 def test_env_runner_steps_every_env_with_one_batched_forward():
     """E envs, n vector steps: E x n rows, one act_batch call per step, env j's rows (j, j+E,
     ...) a trajectory of env j seeded with its own ActorSeeds.env_seed(j)."""
-    from replaybench.impl.rl.dqn import DQNActor, DQNConfig
+    from replaybench.impl.rl.algorithms.dqn import DQNActor, DQNConfig
 
     n_envs, n_steps = 3, 40
     envs = [make_env("CartPole-v1") for _ in range(n_envs)]
@@ -165,8 +165,8 @@ def test_env_runner_steps_every_env_with_one_batched_forward():
 
 def test_act_batch_is_the_per_row_policy_in_one_forward():
     """A batch's greedy actions are each row's own; exploration rows are drawn per row."""
-    from replaybench.impl.rl.dqn import DQNActor, DQNConfig
-    from replaybench.impl.rl.td3 import TD3Actor, TD3Config
+    from replaybench.impl.rl.algorithms.dqn import DQNActor, DQNConfig
+    from replaybench.impl.rl.algorithms.td3 import TD3Actor, TD3Config
 
     obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
     env, penv = make_env("CartPole-v1"), make_env("Pendulum-v1")
@@ -305,7 +305,7 @@ def test_run_seeds_are_positional_and_distinct():
 def test_update_target_hard_and_soft():
     import torch
 
-    from replaybench.impl.rl.nets import mlp, params_digest, update_target
+    from replaybench.impl.rl.algorithms.nets import mlp, params_digest, update_target
 
     torch.manual_seed(0)
     online, target = mlp([3, 4, 2]), mlp([3, 4, 2])
@@ -326,8 +326,8 @@ def test_uniform_takes_and_ignores_the_per_arguments():
 
 
 def test_algo_config_overrides_are_checked_and_typed():
-    from replaybench.impl.rl.dqn import DQNConfig
-    from replaybench.impl.rl.td3 import TD3Config
+    from replaybench.impl.rl.algorithms.dqn import DQNConfig
+    from replaybench.impl.rl.algorithms.td3 import TD3Config
 
     cfg = DQNConfig.for_env("CartPole-v1", hidden=64, lr=1, learning_starts=2e3, max_grad_norm=None)
     assert cfg.hidden == (64,) and cfg.lr == 1.0 and isinstance(cfg.lr, float)
@@ -408,7 +408,7 @@ def test_bad_config_is_refused_before_any_worker_starts(cell, field, no_workers)
 def test_learners_with_the_same_seed_start_identical():
     import gymnasium as gym
 
-    from replaybench.impl.rl.dqn import DQNConfig, DQNLearner
+    from replaybench.impl.rl.algorithms.dqn import DQNConfig, DQNLearner
 
     env = gym.make("CartPole-v1")
     spaces = (env.observation_space, env.action_space)

@@ -1,9 +1,9 @@
 """Learning checks (``make test-slow``): the agents reach their reward thresholds.
 
-DQN on CartPole-v1 with the preset in impl/rl/dqn.py must reach a mean return of 475 over 20
+DQN on CartPole-v1 with the preset in impl/rl/algorithms/dqn.py must reach a mean return of 475 over 20
 consecutive training episodes within BUDGET = 80,000 env steps, seed SEED = 1. The sequential
 loop is deterministic for a fixed seed on one machine (environment, networks, exploration and
-buffer sampling all seeded from it through impl/rl/seeding.py; one torch thread), so this is a
+buffer sampling all seeded from it through impl/rl/common/seeding.py; one torch thread), so this is a
 regression test of the algorithm, not a statistical one: here it reaches the threshold at
 31,840 steps and stops. Across seeds the preset is less sure, as DQN on CartPole is: seeds 1,
 2 and 4 reached it within 80k steps (at 31.8k, 42.7k, 53.1k), seeds 0, 3 and 5 did not (best

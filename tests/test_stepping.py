@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from replaybench.impl.rl import ConfigError, WorkerFailed
-from replaybench.impl.rl.envs import make_env
-from replaybench.impl.rl.stepping import SharedVectorEnv
+from replaybench.impl.rl.common.envs import make_env
+from replaybench.impl.rl.common.stepping import SharedVectorEnv
 
 TESTS = Path(__file__).parent
 FS = "forkserver"
@@ -257,7 +257,7 @@ def test_interrupt_during_a_step_and_close_mid_step(toy_envs):
 
 _MASTER = textwrap.dedent("""
     import sys, numpy as np
-    from replaybench.impl.rl.stepping import SharedVectorEnv
+    from replaybench.impl.rl.common.stepping import SharedVectorEnv
     if __name__ == "__main__":
         venv = SharedVectorEnv("CartPole-v1", 4, 2, seed=0, start_method=sys.argv[1])
         venv.reset()

@@ -8,7 +8,7 @@ stepped one round at a time with :meth:`round`:
 ``ray``           one ``@ray.remote`` actor per environment, ``ray.get([env.step.remote(a) ...])``
                   per round, as the paper's Ray code drives it (results pickled via the object
                   store)
-``dataflow``      ours: :class:`~impl.rl.stepping.SharedVectorEnv` over ``workers`` processes
+``dataflow``      ours: :class:`~impl.rl.common.stepping.SharedVectorEnv` over ``workers`` processes
                   (shared-memory arrays, one start/done signal per worker per round)
 ``sync``          gymnasium ``SyncVectorEnv``: every env in the server's process, the bar any
                   parallel stepping must clear
@@ -19,7 +19,7 @@ stepped one round at a time with :meth:`round`:
 
 In every backend the server draws the actions (a seeded numpy generator over the action
 space), an environment that ends its episode is reset before the next round, and every env
-is made by :func:`make` (:func:`impl.rl.envs.make_env`), so they step the same environments. ``workers`` is
+is made by :func:`make` (:func:`impl.rl.common.envs.make_env`), so they step the same environments. ``workers`` is
 used by ``dataflow`` only.
 """
 
@@ -45,9 +45,9 @@ def random_actions(space, n: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def make(env_id: str):
-    """:func:`impl.rl.envs.make_env`: the environment SharedVectorEnv steps (Atari preprocessed
+    """:func:`impl.rl.common.envs.make_env`: the environment SharedVectorEnv steps (Atari preprocessed
     to 4x84x84 frames, Blackjack's tuple flattened), so every backend steps the same one."""
-    from replaybench.impl.rl.envs import make_env
+    from replaybench.impl.rl.common.envs import make_env
 
     return make_env(env_id)
 
@@ -117,7 +117,7 @@ class Dataflow(_Backend):
     name = "dataflow"
 
     def __init__(self, env_id, n_envs, seed, workers):
-        from replaybench.impl.rl.stepping import SharedVectorEnv
+        from replaybench.impl.rl.common.stepping import SharedVectorEnv
 
         super().__init__(env_id, n_envs, seed, workers)
         self._venv = SharedVectorEnv(env_id, n_envs, workers, seed=seed)

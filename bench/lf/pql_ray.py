@@ -30,8 +30,8 @@ class RolloutActor:
     def __init__(self, cfg: PQLConfig, index: int):
         import torch
 
-        from replaybench.impl.rl.envs import make_env
-        from replaybench.impl.rl.nets import mlp
+        from replaybench.impl.rl.common.envs import make_env
+        from replaybench.impl.rl.algorithms.nets import mlp
 
         torch.set_num_threads(1)
         self.cfg = cfg
@@ -91,7 +91,7 @@ def run_pql_ray(cfg: PQLConfig, progress=None) -> PQLResult:
     import ray
     import torch
 
-    from replaybench.impl.rl.envs import make_env
+    from replaybench.impl.rl.common.envs import make_env
 
     cfg.validate()
     torch.set_num_threads(1)

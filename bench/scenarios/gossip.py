@@ -1,8 +1,8 @@
 """Gossip actor-learners against their baselines, in one run (scenario "gossip").
 
-Each cell is one training run started by :func:`impl.rl.gossip_launch.launch` (fresh learner
+Each cell is one training run started by :func:`impl.rl.gossip.launch.launch` (fresh learner
 processes, node ``i`` on 127.0.0.(2 + i)), or, for the scheme ``paac``, one run of
-:func:`impl.rl.paac.run_paac`: one learner whose ``n_envs`` environments are stepped by
+:func:`impl.rl.engines.paac.run_paac`: one learner whose ``n_envs`` environments are stepped by
 ``paac_workers`` worker processes (default 2) through shared memory, with the same A2C
 settings. A suite declares::
 
@@ -63,7 +63,7 @@ def _label(entry: dict) -> str:
 def configs(suite: dict, variants: list[str] | None = None) -> list[tuple[str, object]]:
     """The suite's grid as (label, GossipConfig, or TrainConfig for paac), in run order."""
     from replaybench.impl.rl import TrainConfig
-    from replaybench.impl.rl.gossip_train import GossipConfig
+    from replaybench.impl.rl.gossip.learner import GossipConfig
 
     schemes = [e for e in suite["schemes"] if variants is None or _label(e) in variants]
     if variants is not None and not schemes:
@@ -163,11 +163,11 @@ class Gossip(Scenario):
 
     name = "gossip"
     unit = "run"
-    #: Keyword arguments of :func:`impl.rl.gossip_launch.launch` besides the config.
+    #: Keyword arguments of :func:`impl.rl.gossip.launch.launch` besides the config.
     launch_args: dict = {}
 
     def cells(self, suite: dict, selection: Selection) -> list[Cell]:
-        from replaybench.impl.rl import ConfigError, TrainConfig, paac
+        from replaybench.impl.rl import ConfigError
 
         with suite_errors(suite):
             grid = configs(suite, selection.variants)
@@ -177,10 +177,7 @@ class Gossip(Scenario):
             text = (f"{label} N={columns['learners']} straggler={columns['params']['straggler_slowdown']:g} "
                     f"seed={columns['seed']}")
             try:
-                if isinstance(spec, TrainConfig):
-                    paac.validate(spec)
-                else:
-                    spec.validate()
+                spec.validate()
             except ConfigError as err:
                 raise SelectionError(f"gossip run {text}: {err}") from None
             cells.append(Cell(text, columns, spec))
@@ -193,7 +190,7 @@ class Gossip(Scenario):
 
     def measure(self, cell: Cell, run: RunState) -> list[dict]:
         from replaybench.impl.rl import TrainConfig
-        from replaybench.impl.rl.gossip_launch import launch
+        from replaybench.impl.rl.gossip.launch import launch
 
         cfg = cell.spec
         bar = _StepBar(run, cell, cfg.steps)
@@ -210,9 +207,9 @@ class Gossip(Scenario):
 
 
 def _paac_result(cfg, progress):
-    """A PAAC run (impl/rl/paac.py) as a one-learner GossipResult: no messages, no waits."""
-    from replaybench.impl.rl.gossip_train import GossipResult
-    from replaybench.impl.rl.paac import run_paac
+    """A PAAC run (impl/rl/engines/paac.py) as a one-learner GossipResult: no messages, no waits."""
+    from replaybench.impl.rl.gossip.learner import GossipResult
+    from replaybench.impl.rl.engines.paac import run_paac
 
     r = run_paac(cfg, lambda steps, updates, recent: progress(steps))
     return GossipResult(env_steps=r.env_steps, wall_s=r.wall_s, env_steps_per_s=r.env_steps / r.wall_s,
@@ -334,8 +331,8 @@ def run_command(args) -> int:
 
     from replaybench.bench import arguments, driver, results
     from replaybench.impl.rl import ConfigError
-    from replaybench.impl.rl.gossip_launch import launch, parse_endpoint
-    from replaybench.impl.rl.gossip_train import GossipConfig
+    from replaybench.impl.rl.gossip.launch import launch, parse_endpoint
+    from replaybench.impl.rl.gossip.learner import GossipConfig
 
     try:
         cfg = GossipConfig(scheme=args.scheme, env=args.env, steps=args.steps, seed=args.seed, nodes=args.nodes,
@@ -352,7 +349,7 @@ def run_command(args) -> int:
     except ConfigError as err:
         arguments.config_error(args.parser, err, _OPTION_FIELDS, _RENAMED)
     if args.node_rank not in (None, 0):  # this node's learners only; node 0 writes the results
-        from replaybench.impl.rl.gossip_launch import LaunchFailed
+        from replaybench.impl.rl.gossip.launch import LaunchFailed
 
         try:
             launch(cfg, rdzv_endpoint=args.rdzv_endpoint, node_rank=args.node_rank, node_addr=args.node_addr)

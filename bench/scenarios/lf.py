@@ -40,6 +40,7 @@ import os
 import statistics
 
 from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError
+from replaybench.bench import suites
 
 __all__ = ["PAPER", "WORKLOADS", "SINGLE", "ratios", "format_table", "LinguaFranca", "SCENARIO"]
 
@@ -185,7 +186,7 @@ class LinguaFranca(Scenario):
     takes = frozenset()
 
     def cells(self, suite: dict, selection: Selection) -> list[Cell]:
-        unknown = set(suite) - {"name", "scenario", "description", "ray_num_cpus", *WORKLOADS}
+        unknown = set(suite) - {*suites.COMMON_KEYS, "ray_num_cpus", *WORKLOADS}
         if unknown:
             raise SelectionError(f"suite {suite['name']!r}: unknown keys {sorted(unknown)}")
         ray_cpus = suite.get("ray_num_cpus")

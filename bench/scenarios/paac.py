@@ -5,14 +5,14 @@ Three kinds of cell, each declared by a section of the suite (bench/suites/paac.
 
 ``stepping``: a list of blocks ``{"env", "methods", "n_envs", "n_workers", "steps", "repeats",
 "overrides"}``. One cell per (env, method, n_e, n_w): the method drives n_e environments with
-the SAME network (A2C's :func:`~impl.rl.a2c.make_network` for the env, built from
+the SAME network (A2C's :func:`~impl.rl.algorithms.a2c.make_network` for the env, built from
 ``A2CConfig.for_env(env, **overrides)``: an MLP for vectors, the paper's conv net for Atari
-frames; actions sampled by :meth:`~impl.rl.a2c.A2CLearner.act`) and one torch thread per
+frames; actions sampled by :meth:`~impl.rl.algorithms.a2c.A2CLearner.act`) and one torch thread per
 process. It warms up for one window, then times ``repeats`` windows of ``steps`` env steps
 each (rounded up to whole vector steps), each window one row. Methods (the ``variant`` column):
 
 ==============  =========================================================================
-paac            :class:`~impl.rl.stepping.SharedVectorEnv`, n_w worker processes, ONE
+paac            :class:`~impl.rl.common.stepping.SharedVectorEnv`, n_w worker processes, ONE
                 batched forward per step in the master (PAAC's synchronous loop)
 paac-halves     the same with ``halves=True``: the forward of one half of the envs
                 overlaps the stepping of the other half
@@ -39,7 +39,7 @@ actor stepping n_e envs).
 training run through :func:`impl.rl.train` (``stop_at_threshold``: PAAC and the sequential loop
 end at the threshold, the parallel PAL loop runs its ``steps``, a run's own or the section's,
 and records when it got there): ``algo: "a2c"`` is PAAC
-(:mod:`impl.rl.paac`), ``"dqn"`` the PAL loop (actor and learner processes over the shared
+(:mod:`impl.rl.engines.paac`), ``"dqn"`` the PAL loop (actor and learner processes over the shared
 prioritized buffer). Give both the same cores (PAAC's n_w + 1 processes, the PAL loop's
 actors + learners).
 
@@ -102,8 +102,8 @@ class _Policy:
     def __init__(self, env_id: str, overrides: dict, seed: int = 0):
         import torch
 
-        from replaybench.impl.rl.a2c import A2CConfig, A2CLearner
-        from replaybench.impl.rl.envs import make_env
+        from replaybench.impl.rl.algorithms.a2c import A2CConfig, A2CLearner
+        from replaybench.impl.rl.common.envs import make_env
 
         torch.set_num_threads(1)
         env = make_env(env_id)
@@ -167,7 +167,7 @@ def _batched_loop(venv_step, policy: _Policy, obs, timing: dict):
 
 
 def _measure_paac(spec: SteppingSpec, policy: _Policy, profile: dict) -> list[float]:
-    from replaybench.impl.rl.stepping import SharedVectorEnv
+    from replaybench.impl.rl.common.stepping import SharedVectorEnv
 
     halves = spec.method == "paac-halves"
     timing = {"inference": 0.0, "wait": 0.0}
@@ -217,7 +217,7 @@ class _PerEnvActor:
     weights), one forward per env step. :meth:`window` returns (wall, inference, env_step) s."""
 
     def __init__(self, env_id: str, overrides: dict, seeds: list):
-        from replaybench.impl.rl.envs import make_env
+        from replaybench.impl.rl.common.envs import make_env
 
         self.policy = _Policy(env_id, overrides)
         self.envs = [make_env(env_id) for _ in seeds]
@@ -263,7 +263,7 @@ def _per_env_worker(conn, env_id: str, overrides: dict, seeds: list, windows: in
 def _measure_per_env(spec: SteppingSpec, profile: dict) -> list[float]:
     import multiprocessing as mp
 
-    from replaybench.impl.rl.seeding import RunSeeds
+    from replaybench.impl.rl.common.seeding import RunSeeds
 
     seeds = RunSeeds(spec.seed).actor(0)
     if spec.n_workers == 0:  # in this process
@@ -331,7 +331,7 @@ def _measure_per_env(spec: SteppingSpec, profile: dict) -> list[float]:
 def _measure_gym(spec: SteppingSpec, policy: _Policy, profile: dict) -> list[float]:
     import gymnasium as gym
 
-    from replaybench.impl.rl.envs import make_env
+    from replaybench.impl.rl.common.envs import make_env
 
     fns = [lambda: make_env(spec.env) for _ in range(spec.n_envs)]
     venv = gym.vector.SyncVectorEnv(fns) if spec.method == "gym-sync" else gym.vector.AsyncVectorEnv(fns)
@@ -382,7 +382,7 @@ def measure_stepping(spec: SteppingSpec) -> tuple[list[float], dict]:
 def _env_problem(env_id: str) -> str | None:
     """None when ``env_id`` can be made here, else why not."""
     from replaybench.impl.rl import ConfigError
-    from replaybench.impl.rl.envs import make_env
+    from replaybench.impl.rl.common.envs import make_env
 
     try:
         make_env(env_id).close()

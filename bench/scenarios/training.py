@@ -94,7 +94,7 @@ def run_base(cfg, acfg, base: dict) -> dict:
 
 def result_rows(result, row: dict, speedup: float | None = None, vs_process: float | None = None) -> list[dict]:
     """Summary, episode and profile rows of one finished run (``row``: its shared columns)."""
-    ray = result.mode == "ray"
+    ray = result.engine == "ray"
     values = {"env_steps_per_s": result.env_steps_per_s, "updates_per_s": result.updates_per_s,
               "sample_latency_s": result.sample_latency_s, "time_to_threshold_s": result.time_to_threshold_s,
               "steps_to_threshold": result.steps_to_threshold, "actor_wait_s": result.actor_wait_s,

@@ -2,11 +2,15 @@
 
 A suite names its ``scenario`` (a module of bench/scenarios/, or a dotted module path: see
 :mod:`bench.scenarios`) and that scenario's grid; the scenario checks its own keys when the
-suite is expanded (:mod:`bench.driver`). The micro suites (micro, quick, sweep-*) declare
+suite is expanded (:mod:`bench.driver`). The micro suites (micro, micro-quick, micro-threads, micro-sweep-*) declare
 variants, peers, capacities, ops, batch, transition schema, seed, a per-item timeout, pyperf
 settings and an optional ``params`` grid (asv-style); cache, concurrency and training suites
 declare their own grids (see each scenario's docstring). ``load`` also accepts a path to a
 JSON file.
+
+Every suite names itself ``<scenario>-<what>[-quick]`` (``micro-sweep-k``, ``training-ray``;
+the scenario alone for its main grid) and states ``expected_minutes``, the wall time of a
+whole run on 2 idle cores; a ``-quick`` suite (the tests' smoke grids) takes under a minute.
 
 A *composite* suite ``{"name": ..., "suites": ["micro", ...]}`` names sub-suites run one after
 the other (``default.json``: what ``make bench`` runs; add a suite there to put it in ``make
@@ -19,9 +23,12 @@ import json
 import re
 from pathlib import Path
 
-__all__ = ["SUITE_DIR", "available", "load"]
+__all__ = ["SUITE_DIR", "COMMON_KEYS", "available", "load"]
 
 SUITE_DIR = Path(__file__).resolve().parent
+
+#: The keys every suite may have, whatever its scenario.
+COMMON_KEYS = frozenset({"name", "scenario", "description", "expected_minutes"})
 
 _NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")  # a suite's name starts its default run id
 
@@ -40,6 +47,9 @@ def load(name_or_path: str) -> dict:
     suite = json.loads(path.read_text())
     if not isinstance(suite, dict) or not isinstance(suite.get("name"), str) or not _NAME.fullmatch(suite["name"]):
         raise ValueError(f"suite {path}: 'name' must be letters, digits, '.', '_' and '-', not starting with '.'")
+    minutes = suite.get("expected_minutes")
+    if minutes is not None and (isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not minutes > 0):
+        raise ValueError(f"suite {path}: 'expected_minutes' must be a number > 0, got {minutes!r}")
     if "suites" in suite:
         if not isinstance(suite["suites"], list) or not all(isinstance(n, str) for n in suite["suites"]):
             raise ValueError(f"suite {path}: a composite suite's 'suites' must be a list of suite names")

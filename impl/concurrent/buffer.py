@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import registry
-from ..buffers import PrioritizedReplayBuffer, _check_priorities
+from ..buffers import PrioritizedReplayBuffer, check_priorities
 from ..trees import kernels
 from ..trees.base import as_indices, as_priorities, raise_for_status
 from .locks import SharedLock
@@ -322,7 +322,7 @@ class SharedPrioritizedBuffer:
         self._open()
         idx = as_indices(indices)
         vals = as_priorities(priorities, idx.shape[0])
-        _check_priorities(idx, vals, len(self))
+        check_priorities(idx, vals, len(self))
         if stamps is not None:
             stamps = np.asarray(stamps)
             if stamps.shape != idx.shape or stamps.dtype.kind not in "iu":

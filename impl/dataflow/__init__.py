@@ -11,17 +11,18 @@ semaphore posts. Modules:
   config, the Q-network learner, the two replays: our prioritized buffer or a plain deque);
 - :mod:`.pql`: the parallel Q-learning topology (env workers, server, replay, learner);
 - :mod:`.policies`: a bank of per-agent policies evaluated in one batched forward (the
-  multi-agent inference node);
-- :mod:`.train`: the training loop's actor side as a dataflow (one server, env workers in
-  lock step) for the process backend's learners (``replaybench train --backend dataflow``).
+  multi-agent inference node).
 
-The env side is :class:`~impl.rl.stepping.SharedVectorEnv` (lock-step shared-memory stepping).
+The training loop's actor side as a dataflow (one server, env workers in lock step, for the
+process engine's learners; ``replaybench train --backend dataflow``) is the engine
+:mod:`impl.rl.engines.dataflow`.
+
+The env side is :class:`~impl.rl.common.stepping.SharedVectorEnv` (lock-step shared-memory stepping).
 """
 
 from .policies import PolicyBank
 from .pql import PQLResult, run_pql
 from .qlearning import REPLAYS, DequeReplay, PQLConfig, QLearner, make_replay
-from .train import run_dataflow
 
 __all__ = ["PQLConfig", "PQLResult", "QLearner", "DequeReplay", "REPLAYS", "make_replay", "run_pql",
-           "PolicyBank", "run_dataflow"]
+           "PolicyBank"]

@@ -6,7 +6,7 @@ Topology, declared before the first step::
          ^                                      |  ^                                |
          +------------ actions ----------------+  +------- weights (flat vector) --+
 
-- **env workers**: :class:`~impl.rl.stepping.SharedVectorEnv`, ``actors`` environments over
+- **env workers**: :class:`~impl.rl.common.stepping.SharedVectorEnv`, ``actors`` environments over
   ``workers`` processes, stepped in lock step through shared arrays;
 - **server** (this process): the actors' policy, one batched epsilon-greedy forward for all
   ``actors`` environments per step, writing each transition into the staging block;
@@ -111,8 +111,8 @@ def run_pql(cfg: PQLConfig, progress=None) -> PQLResult:
     import torch
     from torch import nn
 
-    from replaybench.impl.rl.nets import mlp
-    from replaybench.impl.rl.stepping import SharedVectorEnv
+    from replaybench.impl.rl.algorithms.nets import mlp
+    from replaybench.impl.rl.common.stepping import SharedVectorEnv
 
     cfg.validate()
     torch.set_num_threads(1)

@@ -7,7 +7,7 @@ one DQN update (MSE to a target network synced every ``target_every`` updates, A
 its weights back to the actors; then the next round starts. Rounds are sequential, as in the
 paper's code: round r acts with the weights of update r - 1.
 
-Observations are those of :func:`impl.rl.envs.make_env` in every backend: Blackjack's tuple
+Observations are those of :func:`impl.rl.common.envs.make_env` in every backend: Blackjack's tuple
 becomes 45 one-hot floats (the paper's code fed the 3 raw numbers to its network).
 
 What differs between backends is only the transport (Ray's object store, or shared memory and
@@ -31,8 +31,8 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 import torch
 
-from replaybench.impl.rl.base import ConfigError
-from replaybench.impl.rl.nets import flat_params, load_flat_params, mlp, update_target
+from replaybench.impl.rl.common.errors import ConfigError
+from replaybench.impl.rl.algorithms.nets import flat_params, load_flat_params, mlp, update_target
 
 __all__ = ["PQLConfig", "QLearner", "DequeReplay", "REPLAYS", "make_replay", "transition_fields",
            "epsilon_greedy", "load_weights", "warm_up", "learn_round"]

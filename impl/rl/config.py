@@ -1,15 +1,15 @@
-"""What a training run is asked to do (:class:`TrainConfig`) and what it measured (:class:`TrainResult`).
+"""What a training run is asked to do: :class:`TrainConfig`.
 
-``actors == 0`` or ``learners == 0`` selects the sequential baseline (:mod:`impl.rl.sequential`);
-otherwise :mod:`impl.rl.parallel` runs ``actors`` actor processes and ``learners`` learner
-processes over a shared-memory buffer (with ``backend="ray"``, :mod:`impl.rl.ray_backend` runs
-them as Ray actors on a Ray cluster). Every loop does the same number of learner updates for
-the same ``steps`` (:func:`total_updates`), so their throughputs compare at the same ratio.
+The run's engine (:attr:`TrainConfig.engine`, :mod:`impl.rl.engines`) is the algorithm's own
+when it names one (a2c: ``paac``); else ``actors == 0`` or ``learners == 0`` selects the
+sequential baseline; else ``backend`` names the parallel loop's engine ("process", "ray",
+"dataflow"). What a run measured is :class:`~impl.rl.common.result.TrainResult`.
 
-:meth:`TrainConfig.validate` checks a run before anything starts (both loops call it first):
-every field, the algorithm config with its overrides, and that the environment exists and
-has the action space the algorithm handles. A bad value raises
-:class:`~impl.rl.base.ConfigError` naming the field and the value.
+:meth:`TrainConfig.validate` checks a run before anything starts (every engine calls it
+first): every field, the algorithm config with its overrides, the engine's own checks and
+what it needs installed, and that the environment exists and has the action space the
+algorithm handles. A bad value raises :class:`~impl.rl.common.errors.ConfigError` naming the
+field and the value.
 """
 
 from __future__ import annotations
@@ -18,31 +18,14 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from replaybench.impl import concurrent, registry
+from replaybench.impl.rl import algorithms, engines
+from replaybench.impl.rl.algorithms.base import AlgoConfig
+from replaybench.impl.rl.common.envs import THRESHOLDS, WINDOW, make_env
+from replaybench.impl.rl.common.errors import ConfigError
 
-from . import algorithms
-from .base import AlgoConfig, ConfigError
-from .envs import THRESHOLDS, WINDOW, make_env
-from .profiler import SECTIONS
-
-__all__ = ["TrainConfig", "TrainResult", "InjectedFailure", "WorkerFailed", "total_updates", "allowed_updates"]
+__all__ = ["TrainConfig"]
 
 START_METHODS = ("forkserver", "spawn")
-BACKENDS = ("process", "ray", "dataflow")
-
-
-class InjectedFailure(RuntimeError):
-    """Raised on purpose by a worker when :attr:`TrainConfig.fail` names it (tests)."""
-
-
-class WorkerFailed(RuntimeError):
-    """A worker process raised or died; ``worker`` names it, ``detail`` holds its traceback,
-    ``pids`` the process ids of all the run's workers (every one has exited by then)."""
-
-    def __init__(self, worker: str, detail: str, pids: tuple = ()):
-        super().__init__(f"worker {worker} failed:\n{detail}")
-        self.worker = worker
-        self.detail = detail
-        self.pids = tuple(pids)
 
 
 @dataclass
@@ -69,14 +52,14 @@ class TrainConfig:
     """Environments each actor process steps (the sequential loop too), with ONE batched
     policy forward per vector step (``--envs-per-actor``); each actor inserts its E
     transitions per step into the buffer, staged in whole vector steps
-    (:func:`~impl.rl.envs.stage_rows`). Env seeds: :meth:`~impl.rl.seeding.ActorSeeds.env_seed`."""
+    (:func:`~impl.rl.common.envs.stage_rows`). Env seeds: :meth:`~impl.rl.common.seeding.ActorSeeds.env_seed`."""
     seed: int = 0
     """Seeds environments, networks, exploration and buffer sampling."""
     overrides: dict = field(default_factory=dict)
     """Fields of the algorithm's config to change from its preset for ``env`` (typed by the
     fields: ``{"hidden": 64}`` becomes ``(64,)``, ``{"lr": 1}`` 1.0)."""
     threshold: float | None = None
-    """Reward threshold timed to (None: :data:`impl.rl.envs.THRESHOLDS` for ``env``)."""
+    """Reward threshold timed to (None: :data:`impl.rl.common.envs.THRESHOLDS` for ``env``)."""
     window: int = WINDOW
     """Episodes averaged for the threshold."""
     stop_at_threshold: bool = False
@@ -88,7 +71,7 @@ class TrainConfig:
     ratio_tolerance: float = 32.0
     """How many updates the learners may fall behind ``updates_per_step * steps`` before
     actors wait (raised to ``1 + ratio * rows`` when smaller, ``rows`` the transitions per buffer add
-    (:func:`~impl.rl.envs.stage_rows`), which rules out deadlock)."""
+    (:func:`~impl.rl.common.envs.stage_rows`), which rules out deadlock)."""
     start_method: str = "forkserver"
     """multiprocessing start method of the workers: "forkserver" or "spawn"."""
     timeout_s: float | None = None
@@ -101,11 +84,11 @@ class TrainConfig:
     takes "actor-kill" (that actor's process SIGKILLs itself after ``count`` env steps, in its
     first life only) and "server-kill" (the replay server's, at its ``count``-th insert); the
     dataflow backend has role "server" (its one acting process) instead of "actor"."""
-    # --- backend of the parallel loop (impl.rl.ray_backend) ---------------------------------
+    # --- backend of the parallel loop (impl.rl.engines.ray.driver) ---------------------------------
     backend: str = "process"
-    """Engine of the parallel loop: "process" (:mod:`impl.rl.parallel`, one machine), "ray"
-    (:mod:`impl.rl.ray_backend`: actors anywhere in a Ray cluster) or "dataflow"
-    (:mod:`impl.dataflow.train`: one server process infers for all ``actors x envs_per_actor``
+    """Engine of the parallel loop: "process" (:mod:`impl.rl.engines.process`, one machine), "ray"
+    (:mod:`impl.rl.engines.ray.driver`: actors anywhere in a Ray cluster) or "dataflow"
+    (:mod:`impl.rl.engines.dataflow`: one server process infers for all ``actors x envs_per_actor``
     environments, stepped in lock step by ``actors`` env worker processes)."""
     ray_address: str | None = None
     """Ray backend: address of a running cluster for ``ray.init`` (None: a local Ray started
@@ -167,47 +150,49 @@ class TrainConfig:
             self._parse_fail()
         self._validate_backend()
         acfg = self.algo_config()
+        engines.get(self.engine).check(self, acfg)
         make_env(self.env, algo).close()
         return acfg
 
+    @property
+    def engine(self) -> str:
+        """The engine this run runs on (:mod:`impl.rl.engines`): the algorithm's own when it
+        names one, else "sequential" when ``actors`` or ``learners`` is 0, else ``backend``.
+        ConfigError (field "algo" or "backend") for a name that is neither."""
+        self._check_backend_name()
+        own = algorithms.get(self.algo).engine
+        return own or ("sequential" if self.sequential else self.backend)
+
+    def _check_backend_name(self) -> None:
+        parallel = engines.parallel_names()
+        if self.backend not in parallel:
+            raise ConfigError("backend", self.backend, f"backend must be one of {parallel}, got {self.backend!r}")
+
     def _validate_backend(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ConfigError("backend", self.backend, f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        """The backend field and what the chosen engine needs installed (its own checks,
+        :attr:`Engine.check`, follow once the algorithm config is known)."""
+        engine = self.engine  # refuses an unknown backend
         if not isinstance(self.actor_max_restarts, int) or isinstance(self.actor_max_restarts, bool) \
                 or self.actor_max_restarts < 0:
             raise ConfigError("actor_max_restarts", self.actor_max_restarts,
                               f"actor_max_restarts must be an integer >= 0, got {self.actor_max_restarts!r}")
-        if self.backend == "dataflow":
-            if algorithms.get(self.algo).run is not None:
-                raise ConfigError("backend", self.backend, f"backend 'dataflow' runs the replay loop; algo "
-                                                           f"{self.algo!r} runs its own processes")
-            if self.sequential:
-                raise ConfigError("backend", self.backend, f"backend 'dataflow' runs the parallel loop: it needs "
-                                                           f"actors >= 1 (its env worker processes) and learners "
-                                                           f">= 1, got actors={self.actors}, "
-                                                           f"learners={self.learners}")
-            if self.fail is not None and self._parse_fail()[0] == "actor":
-                raise ConfigError("fail", self.fail, f"backend 'dataflow' has no actor processes (its roles: "
-                                                     f"'server', 'learner'), got fail={self.fail!r}")
         if self.ray_address is not None and (self.backend != "ray" or not isinstance(self.ray_address, str)
                                              or not self.ray_address.strip()):
             raise ConfigError("ray_address", self.ray_address,
                               f"ray_address must be a non-empty string and needs backend 'ray', got "
                               f"{self.ray_address!r} with backend {self.backend!r}")
-        if self.backend == "ray":
+        if self.backend != "process":  # the default names no choice; any other backend is one
+            if algorithms.get(self.algo).engine is not None:
+                raise ConfigError("backend", self.backend, f"backend {self.backend!r} runs the replay loop; algo "
+                                                           f"{self.algo!r} runs its own engine "
+                                                           f"({algorithms.get(self.algo).engine!r})")
             if self.sequential:
-                raise ConfigError("backend", self.backend, f"backend 'ray' runs the parallel loop: it needs "
-                                                           f"actors >= 1 and learners >= 1, got {self.actors}, "
-                                                           f"{self.learners}")
-            if self.envs_per_actor != 1:  # its actors step one env each (impl.rl.ray_workers)
-                raise ConfigError("envs_per_actor", self.envs_per_actor, f"backend 'ray' steps one environment per "
-                                                                         f"actor, got envs_per_actor "
-                                                                         f"{self.envs_per_actor}")
-            from .ray_backend import unavailable_reason
-
-            reason = unavailable_reason()
-            if reason is not None:
-                raise ConfigError("backend", self.backend, f"backend 'ray' is unavailable: {reason}")
+                raise ConfigError("backend", self.backend, f"backend {self.backend!r} runs the parallel loop: it "
+                                                           f"needs actors >= 1 and learners >= 1, got "
+                                                           f"actors={self.actors}, learners={self.learners}")
+        reason = engines.get(engine).unavailable_reason()
+        if reason is not None:
+            raise ConfigError("backend", self.backend, f"backend {self.backend!r} is unavailable: {reason}")
 
     def _parse_fail(self) -> tuple[str, str, int]:
         try:
@@ -234,86 +219,3 @@ class TrainConfig:
         return asdict(self)
 
 
-def allowed_updates(env_steps: int, ratio: float, learning_starts: int) -> int:
-    """Learner updates due after ``env_steps`` stored steps: floor(ratio * (steps - starts))."""
-    return max(0, int(ratio * (env_steps - learning_starts)))
-
-
-def total_updates(steps: int, ratio: float, learning_starts: int) -> int:
-    """Updates a run of ``steps`` env steps does in either loop."""
-    return allowed_updates(steps, ratio, learning_starts)
-
-
-@dataclass
-class TrainResult:
-    """What one run measured. Seconds are wall-clock from the first env step ("go")."""
-
-    mode: str                         # "sequential", "parallel", "ray" or "dataflow"
-    env_steps: int
-    updates: int
-    wall_s: float
-    episodes: list                    # (env_steps, wall_s, return) per finished episode
-    threshold: float | None
-    window: int
-    time_to_threshold_s: float | None
-    steps_to_threshold: int | None
-    sample_calls: int
-    sample_latency_s: float | None    # mean seconds per buffer.sample call (learners)
-    actor_wait_s: float               # summed over actors: blocked by the rate limiter
-    learner_wait_s: float             # summed over learners
-    profiles: dict                    # role -> {section: seconds}, summed over that role's processes
-    processes: dict                   # role -> number of processes
-    buffer_lock_wait_s: float | None  # summed over processes (shared buffer), None when unknown
-    learner_digests: list             # one params_digest per learner at the end
-    actor_steps: list                 # env steps per actor
-    actor_ids_sampled: dict           # actor id -> times a learner sampled one of its transitions
-    inserted: int                     # transitions the buffer received
-    final_weight_min: float | None    # smallest importance weight in a final sample (1.0: all equal)
-    worker_pids: list = field(default_factory=list)  # parallel loop: the (exited) worker processes (ray: server first)
-    actor_nodes: list = field(default_factory=list)  # ray backend: the node id each actor ran on (last life)
-    actor_restarts: int = 0           # ray backend: actor processes that died and were restarted
-    dropped_batches: int = 0          # ray backend: per actor death, the batch it was staging (0 to insert_batch - 1
-    #                                   rows, lost with the process), plus each insert of a dead life arriving late
-
-    @classmethod
-    def from_workers(cls, actors: list, learners: list, **fields) -> TrainResult:
-        """A result of a multi-process run, from each actor's and each learner's final stats.
-
-        Fills the fields that both process backends (:mod:`impl.rl.parallel`,
-        :mod:`impl.rl.ray_backend`) compute alike from the workers' stats dicts: ``profiles``
-        (seconds per section summed over each role), ``processes``, ``updates``,
-        ``sample_calls``, ``sample_latency_s`` (a learner's mean seconds per sample call,
-        averaged over learners), ``learner_digests`` and ``actor_ids_sampled`` (summed over
-        learners). Every learner does the same number of updates, so learner 0's count is the
-        run's. ``fields`` gives the rest, which the backends measure differently. Cost:
-        O((actors + learners) * sections + learners * actors).
-        """
-        profiles = {role: {k: sum(s["profile"][k] for s in group) for k in SECTIONS}
-                    for role, group in (("actor", actors), ("learner", learners))}
-        updates = learners[0]["updates"]
-        sample_s = sum(s["sample_s"] for s in learners) / len(learners)
-        actor_ids: dict[int, int] = {}
-        for s in learners:
-            for a, count in enumerate(s["actor_ids"]):
-                actor_ids[a] = actor_ids.get(a, 0) + count
-        return cls(updates=updates, sample_calls=updates * len(learners),
-                   sample_latency_s=sample_s / updates if updates else None, profiles=profiles,
-                   processes={"actor": len(actors), "learner": len(learners)},
-                   learner_digests=[s["digest"] for s in learners], actor_ids_sampled=actor_ids, **fields)
-
-    @property
-    def env_steps_per_s(self) -> float:
-        return self.env_steps / self.wall_s if self.wall_s > 0 else float("nan")
-
-    @property
-    def updates_per_s(self) -> float:
-        return self.updates / self.wall_s if self.wall_s > 0 else float("nan")
-
-    @property
-    def reached(self) -> bool:
-        return self.time_to_threshold_s is not None
-
-    def recent_mean(self, window: int | None = None) -> float | None:
-        window = window or self.window
-        rets = [r for _, _, r in self.episodes[-window:]]
-        return sum(rets) / len(rets) if rets else None

@@ -1,0 +1,212 @@
+"""DQN with proportional prioritized replay, for discrete-action gymnasium environments.
+
+Deep Q-learning (Mnih et al., 2015) with double-Q targets (van Hasselt et al., 2016), a Huber
+loss weighted by importance-sampling weights and |TD error| as the new priority (Schaul et al.,
+2016). Read top to bottom:
+
+1. :class:`DQNConfig`: every argument, documented, with per-environment presets.
+2. :func:`build_q_network`: the MLP ``obs -> Q(obs, .)``.
+3. :class:`DQNActor`: epsilon-greedy ``act_batch(obs, env_steps)`` (one forward for a batch
+   of observations) on a CPU copy of the Q network.
+   Actor processes hold one each and refresh it with :meth:`DQNActor.set_flat_weights`.
+4. :class:`DQNLearner`: online and target networks and the optimizer;
+   ``learn(batch) -> (loss, new_priorities)``; ``get_flat_weights()`` for the broadcast.
+
+The replay loop around them lives in :mod:`impl.rl.engines.sequential` and :mod:`impl.rl.engines.process`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from replaybench.impl.rl.algorithms.base import Actor, AlgoConfig, Learner, check_range
+from replaybench.impl.rl.algorithms.nets import load_flat_params, mlp, update_target
+from torch import nn
+
+__all__ = ["DQNConfig", "build_q_network", "DQNActor", "DQNLearner"]
+
+
+@dataclass
+class DQNConfig(AlgoConfig):
+    """Arguments of DQN with prioritized replay. The replay-loop fields (``batch_size``,
+    ``buffer_capacity``, ``learning_starts``, ``updates_per_step``, ``per_*``) and their
+    documentation are :class:`~impl.rl.algorithms.base.AlgoConfig`'s; DQN keeps its defaults."""
+
+    lr: float = 1e-3
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor."""
+    hidden: tuple[int, ...] = (128, 128)
+    """Hidden layer widths of the Q network."""
+    target_update_every: int = 500
+    """Learner updates between target-network updates."""
+    tau: float = 1.0
+    """Target update: ``target <- tau * online + (1 - tau) * target`` (1.0 = hard copy)."""
+    eps_start: float = 1.0
+    """Exploration: epsilon of the epsilon-greedy policy at step 0 ..."""
+    eps_end: float = 0.05
+    """... falling linearly to this ..."""
+    eps_decay_steps: int = 10_000
+    """... over this many env steps, then constant."""
+    double_q: bool = True
+    """Select the next action with the online network, evaluate it with the target network."""
+    max_grad_norm: float | None = 10.0
+    """Clip the gradient's global norm (None: no clipping)."""
+
+    PRESETS = {}  # filled below the class: env id -> overrides
+
+    def validate(self) -> None:
+        super().validate()
+        check_range(self, "lr", 0.0, low_open=True)
+        check_range(self, "gamma", 0.0, 1.0)
+        check_range(self, "hidden", 1)
+        check_range(self, "target_update_every", 1)
+        check_range(self, "tau", 0.0, 1.0, low_open=True)
+        check_range(self, "eps_start", 0.0, 1.0)
+        check_range(self, "eps_end", 0.0, 1.0)
+
+    def epsilon(self, env_steps: int) -> float:
+        frac = min(1.0, env_steps / max(1, self.eps_decay_steps))
+        return self.eps_start + frac * (self.eps_end - self.eps_start)
+
+
+# Presets. CartPole: tuned here so that a fixed seed reaches a mean return of 475 over 20
+# episodes well inside tests/test_rl_slow.py's budget. LunarLander and Acrobot follow the
+# rl-baselines3-zoo DQN settings (lr 6.3e-4, batch 128, 256x256, one update per 4 steps,
+# target every 250 updates, epsilon 1 -> 0.1 over the first 12% of 100k steps).
+DQNConfig.PRESETS.update({
+    "CartPole-v1": dict(lr=1e-3, batch_size=64, hidden=(128, 128), buffer_capacity=100_000, target_update_every=1,
+                        tau=0.01, eps_end=0.02, eps_decay_steps=10_000, learning_starts=1_000,
+                        updates_per_step=0.5, per_beta_steps=50_000),
+    "LunarLander-v3": dict(lr=6.3e-4, batch_size=128, hidden=(256, 256), buffer_capacity=50_000,
+                           target_update_every=250, eps_end=0.1, eps_decay_steps=12_000, learning_starts=1_000,
+                           updates_per_step=0.25, per_beta_steps=100_000),
+    "Acrobot-v1": dict(lr=6.3e-4, batch_size=128, hidden=(256, 256), buffer_capacity=50_000,
+                       target_update_every=250, eps_end=0.1, eps_decay_steps=12_000, learning_starts=1_000,
+                       updates_per_step=0.25, per_beta_steps=100_000),
+})
+
+
+def build_q_network(obs_dim: int, n_actions: int, hidden) -> nn.Sequential:
+    """MLP ``obs (obs_dim) -> Q values (n_actions)``."""
+    return mlp([obs_dim, *hidden, n_actions])
+
+
+def _spaces(env_or_spaces):
+    obs_space, act_space = env_or_spaces
+    return int(np.prod(obs_space.shape)), int(act_space.n)
+
+
+class DQNActor(Actor):
+    """Epsilon-greedy policy over a Q network (an :class:`~impl.rl.algorithms.base.Actor`).
+
+    Parameters
+    ----------
+    spaces : (observation_space, action_space)
+    cfg : DQNConfig
+    seed : int or numpy.random.SeedSequence
+        Seeds the exploration draws.
+    net : nn.Module, optional
+        Share this Q network (the sequential loop passes the learner's); otherwise a new CPU
+        copy is built, to be filled with :meth:`set_flat_weights`.
+
+    Cost per ``act_batch``: one forward pass of the batch. Thread-safety: none.
+    """
+
+    def __init__(self, spaces, cfg: DQNConfig, seed, net: nn.Module | None = None):
+        obs_dim, self.n_actions = _spaces(spaces)
+        self.cfg = cfg
+        self.q = net if net is not None else build_q_network(obs_dim, self.n_actions, cfg.hidden)
+        self.rng = np.random.default_rng(seed)
+
+    def act_batch(self, obs: np.ndarray, env_steps: int) -> np.ndarray:
+        """Actions (int64, one per row of ``obs``): each random with probability
+        epsilon(env_steps), else argmax Q; one forward pass for the rows that need it."""
+        explore = self.rng.random(len(obs)) < self.cfg.epsilon(env_steps)
+        actions = np.empty(len(obs), dtype=np.int64)
+        if not explore.all():
+            with torch.inference_mode():
+                actions[:] = self.q(torch.from_numpy(obs)).argmax(1).numpy()
+        actions[explore] = self.rng.integers(self.n_actions, size=int(explore.sum()))
+        return actions
+
+    @staticmethod
+    def env_action(action: int) -> int:
+        """The action as the environment takes it (discrete: unchanged)."""
+        return action
+
+    def set_flat_weights(self, flat) -> None:
+        """Load the Q network from a vector made by :meth:`DQNLearner.get_flat_weights`."""
+        load_flat_params(self.q, flat)
+
+
+class DQNLearner(Learner):
+    """Online and target Q networks, Adam, and one update per :meth:`learn` call (a
+    :class:`~impl.rl.algorithms.base.Learner`; ``seed`` seeds torch, so equal seeds give equal networks).
+
+    ``grad_hook(params)``, when set, is called between backward and the optimizer step: the
+    parallel loop sets it to a :class:`~impl.rl.algorithms.nets.GradientAverager` so L learners apply the
+    same averaged gradient. Cost per ``learn``: forward of 3 networks (online on obs and
+    next_obs, target on next_obs), one backward, one Adam step. Thread-safety: none.
+    """
+
+    def __init__(self, spaces, cfg: DQNConfig, seed: int):
+        obs_dim, n_actions = _spaces(spaces)
+        self.cfg = cfg
+        torch.manual_seed(seed)  # same seed -> same initial weights on every learner
+        self.q = build_q_network(obs_dim, n_actions, cfg.hidden)
+        self.target = build_q_network(obs_dim, n_actions, cfg.hidden)
+        self.target.load_state_dict(self.q.state_dict())
+        self.target.requires_grad_(False)
+        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=cfg.lr, fused=True)  # fused: ~3x faster on CPU
+        self.grad_hook = None
+        self.updates = 0
+
+    def modules(self) -> list[nn.Module]:
+        """Every network whose weights learners must agree on (for :func:`params_digest`)."""
+        return [self.q, self.target]
+
+    def learn(self, batch: dict) -> tuple[float, np.ndarray]:
+        """One gradient step on ``batch`` (a buffer sample); returns (loss, |TD errors|).
+
+        ``batch`` holds ``obs, action, reward, next_obs, done`` and ``weights`` (importance
+        weights); the returned priorities line up with ``batch["indices"]``.
+        """
+        cfg = self.cfg
+        obs = torch.from_numpy(batch["obs"])
+        actions = torch.from_numpy(batch["action"]).long().unsqueeze(1)
+        rewards = torch.from_numpy(batch["reward"])
+        next_obs = torch.from_numpy(batch["next_obs"])
+        not_done = 1.0 - torch.from_numpy(batch["done"]).float()
+        weights = torch.from_numpy(batch["weights"])
+
+        with torch.no_grad():
+            if cfg.double_q:
+                next_actions = self.q(next_obs).argmax(1, keepdim=True)
+                next_q = self.target(next_obs).gather(1, next_actions).squeeze(1)
+            else:
+                next_q = self.target(next_obs).max(1).values
+            td_target = rewards + cfg.gamma * not_done * next_q
+        q = self.q(obs).gather(1, actions).squeeze(1)
+        loss = (weights * F.smooth_l1_loss(q, td_target, reduction="none")).mean()
+
+        self.optimizer.zero_grad()
+        loss.backward()
+        if self.grad_hook is not None:
+            self.grad_hook(self.q.parameters())
+        if cfg.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(self.q.parameters(), cfg.max_grad_norm)
+        self.optimizer.step()
+
+        self.updates += 1
+        if self.updates % cfg.target_update_every == 0:
+            update_target(self.target, self.q, cfg.tau)
+        return float(loss.detach()), (td_target - q).detach().abs().numpy().astype(np.float64)
+
+    @property
+    def policy_net(self) -> nn.Module:
+        """The network actors run (the online Q network)."""
+        return self.q

@@ -1,0 +1,98 @@
+"""What a training run measured (:class:`TrainResult`) and the update schedule every engine keeps.
+
+Every engine does the same number of learner updates for the same ``steps``
+(:func:`total_updates`), so their throughputs compare at the same ratio.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from replaybench.impl.rl.common.profiler import SECTIONS
+
+__all__ = ["TrainResult", "allowed_updates", "total_updates"]
+
+
+def allowed_updates(env_steps: int, ratio: float, learning_starts: int) -> int:
+    """Learner updates due after ``env_steps`` stored steps: floor(ratio * (steps - starts))."""
+    return max(0, int(ratio * (env_steps - learning_starts)))
+
+
+def total_updates(steps: int, ratio: float, learning_starts: int) -> int:
+    """Updates a run of ``steps`` env steps does in either loop."""
+    return allowed_updates(steps, ratio, learning_starts)
+
+
+@dataclass
+class TrainResult:
+    """What one run measured. Seconds are wall-clock from the first env step ("go")."""
+
+    engine: str                       # the engine that ran it: "sequential", "process", "ray", "dataflow", "paac"
+    env_steps: int
+    updates: int
+    wall_s: float
+    episodes: list                    # (env_steps, wall_s, return) per finished episode
+    threshold: float | None
+    window: int
+    time_to_threshold_s: float | None
+    steps_to_threshold: int | None
+    sample_calls: int
+    sample_latency_s: float | None    # mean seconds per buffer.sample call (learners)
+    actor_wait_s: float               # summed over actors: blocked by the rate limiter
+    learner_wait_s: float             # summed over learners
+    profiles: dict                    # role -> {section: seconds}, summed over that role's processes
+    processes: dict                   # role -> number of processes
+    buffer_lock_wait_s: float | None  # summed over processes (shared buffer), None when unknown
+    learner_digests: list             # one params_digest per learner at the end
+    actor_steps: list                 # env steps per actor
+    actor_ids_sampled: dict           # actor id -> times a learner sampled one of its transitions
+    inserted: int                     # transitions the buffer received
+    final_weight_min: float | None    # smallest importance weight in a final sample (1.0: all equal)
+    worker_pids: list = field(default_factory=list)  # parallel loop: the (exited) worker processes (ray: server first)
+    actor_nodes: list = field(default_factory=list)  # ray backend: the node id each actor ran on (last life)
+    actor_restarts: int = 0           # ray backend: actor processes that died and were restarted
+    dropped_batches: int = 0          # ray backend: per actor death, the batch it was staging (0 to insert_batch - 1
+    #                                   rows, lost with the process), plus each insert of a dead life arriving late
+
+    @classmethod
+    def from_workers(cls, actors: list, learners: list, **fields) -> TrainResult:
+        """A result of a multi-process run, from each actor's and each learner's final stats.
+
+        Fills the fields that both process backends (:mod:`impl.rl.engines.process`,
+        :mod:`impl.rl.engines.ray.driver`) compute alike from the workers' stats dicts: ``profiles``
+        (seconds per section summed over each role), ``processes``, ``updates``,
+        ``sample_calls``, ``sample_latency_s`` (a learner's mean seconds per sample call,
+        averaged over learners), ``learner_digests`` and ``actor_ids_sampled`` (summed over
+        learners). Every learner does the same number of updates, so learner 0's count is the
+        run's. ``fields`` gives the rest, which the backends measure differently. Cost:
+        O((actors + learners) * sections + learners * actors).
+        """
+        profiles = {role: {k: sum(s["profile"][k] for s in group) for k in SECTIONS}
+                    for role, group in (("actor", actors), ("learner", learners))}
+        updates = learners[0]["updates"]
+        sample_s = sum(s["sample_s"] for s in learners) / len(learners)
+        actor_ids: dict[int, int] = {}
+        for s in learners:
+            for a, count in enumerate(s["actor_ids"]):
+                actor_ids[a] = actor_ids.get(a, 0) + count
+        return cls(updates=updates, sample_calls=updates * len(learners),
+                   sample_latency_s=sample_s / updates if updates else None, profiles=profiles,
+                   processes={"actor": len(actors), "learner": len(learners)},
+                   learner_digests=[s["digest"] for s in learners], actor_ids_sampled=actor_ids, **fields)
+
+    @property
+    def env_steps_per_s(self) -> float:
+        return self.env_steps / self.wall_s if self.wall_s > 0 else float("nan")
+
+    @property
+    def updates_per_s(self) -> float:
+        return self.updates / self.wall_s if self.wall_s > 0 else float("nan")
+
+    @property
+    def reached(self) -> bool:
+        return self.time_to_threshold_s is not None
+
+    def recent_mean(self, window: int | None = None) -> float | None:
+        window = window or self.window
+        rets = [r for _, _, r in self.episodes[-window:]]
+        return sum(rets) / len(rets) if rets else None

@@ -1,0 +1,151 @@
+"""PAAC: one learner, ``n_envs`` environments over ``n_workers`` processes, A2C updates.
+
+    master (this process)                                  n_workers stepping processes
+      venv = SharedVectorEnv(env, n_envs, n_workers)  ──►  make their envs, reset seed + i
+      obs = venv.reset()
+      loop until cfg.steps env steps:
+        for t in range(t_max):                             (collect)
+          actions = learner.act(obs)       inference: ONE forward pass for all n_envs states
+          obs, r, term, trunc = venv.step(actions)  ─►     each steps its slice in place
+        learner.update(rollout)            sgd: one A2C update on the t_max x n_envs batch
+        episodes -> EpisodeLog (time and steps to the threshold)
+
+The algorithm and its settings are :mod:`impl.rl.algorithms.a2c` (``A2CConfig.for_env(env, **overrides)``
+through :meth:`TrainConfig.algo_config`); the processes and the shared memory are
+:class:`~impl.rl.common.stepping.SharedVectorEnv`. Runs through :func:`impl.rl.train` with
+``TrainConfig(algo="a2c", ...)``; its replay fields (buffer, policy, actors, learners,
+insert_batch, weight_sync_every) do not apply.
+
+Counting: ``cfg.steps`` is rounded up to whole rollouts (``n_envs * t_max`` env steps each).
+An episode is logged when the rollout it ended in is done (its env steps and wall time are
+those of that rollout's end: at most one rollout late). Seeds: environment ``i`` starts from
+``RunSeeds(seed).actor(0).env + i``; the network and the action draws from
+``RunSeeds(seed).networks``. Stepping is the same for any ``n_workers`` (bit for bit); the
+learner's arithmetic may not be across machines (torch's thread count follows the cores) or
+with halves (its inference gets the cores the workers leave).
+
+Exit paths are the SharedVectorEnv's: a worker that fails raises WorkerFailed here after every
+process has exited; Ctrl-C or a timeout closes the workers on the way out.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import torch
+from replaybench.impl.rl.algorithms.a2c import (
+    A2CConfig,
+    A2CLearner,
+    collect,
+    make_network,
+)
+from replaybench.impl.rl.common.envs import EpisodeLog, make_env
+from replaybench.impl.rl.common.errors import ConfigError
+from replaybench.impl.rl.common.processes import PROGRESS_EVERY_S, usable_cores
+from replaybench.impl.rl.common.profiler import SectionProfiler
+from replaybench.impl.rl.common.result import TrainResult
+from replaybench.impl.rl.common.seeding import RunSeeds
+from replaybench.impl.rl.common.stepping import SharedVectorEnv
+
+if TYPE_CHECKING:  # the config module imports the engines to check a run against them
+    from replaybench.impl.rl.config import TrainConfig
+
+__all__ = ["check", "run_paac"]
+
+
+
+
+def check(cfg: TrainConfig, acfg: A2CConfig) -> None:
+    """The PAAC engine's checks, after :meth:`TrainConfig.validate`'s (fields,
+    ``n_envs``/``n_workers``/``t_max`` and the other A2C fields as overrides, Discrete
+    actions): the network can take the env's observations (``make_network``), and no failure
+    hook (``fail``: the replay loops' test hook). Raises ConfigError naming the field. Cost:
+    one ``gym.make``.
+    """
+    if cfg.algo != "a2c":
+        raise ConfigError("algo", cfg.algo, f"the PAAC loop runs algo 'a2c', got {cfg.algo!r}")
+    if cfg.fail is not None:
+        raise ConfigError("fail", cfg.fail, "the PAAC loop has no failure hook (test a failing environment instead)")
+    env = make_env(cfg.env)
+    try:
+        make_network(env.observation_space, env.action_space, acfg)
+    except ConfigError as err:
+        raise ConfigError("env", cfg.env, f"env {cfg.env!r}: {err}") from None
+    finally:
+        env.close()
+
+
+def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
+    """Train A2C on ``cfg.env`` the PAAC way (module docstring) for ``cfg.steps`` env steps.
+
+    ``n_workers`` is capped at :func:`usable_cores` (and the config refuses more than
+    ``n_envs``). Torch uses every core for the update and the inference (the workers sleep
+    meanwhile), except the inference with halves, which gets the cores the workers leave
+    (at least one thread).
+    ``progress(env_steps, updates, recent_mean_return)`` is called about every 0.25 s.
+    Raises ConfigError before any process starts (:func:`validate`), WorkerFailed when a
+    stepping worker fails, TimeoutError past ``cfg.timeout_s``.
+    """
+    acfg = cfg.validate()
+    cores = usable_cores()
+    n_workers = min(acfg.n_workers, cores)
+    # torch's threads: the workers sleep on their pipes while the master infers and updates, so
+    # both get every core; with halves the inference overlaps the stepping and gets what is left.
+    act_threads = max(1, cores - n_workers) if acfg.halves else cores
+    seeds = RunSeeds(cfg.seed)
+    log = EpisodeLog(cfg.resolved_threshold(), cfg.window)
+    prof = SectionProfiler()
+    sgd = prof.section("sgd")
+    threads_before = torch.get_num_threads()
+    try:
+        with SharedVectorEnv(cfg.env, acfg.n_envs, n_workers, seed=seeds.actor(0).env, halves=acfg.halves,
+                             start_method=cfg.start_method, timeout_s=cfg.timeout_s or 120.0) as venv:
+            learner = A2CLearner(venv.single_observation_space, venv.single_action_space, acfg, seeds.networks)
+            obs = venv.reset()
+            busy0 = venv.worker_busy_s
+            t0 = time.perf_counter()
+            prof.restart()
+            next_report, steps = t0, 0
+            while steps < cfg.steps:
+                torch.set_num_threads(act_threads)
+                rollout, obs = collect(venv, learner, obs, acfg.t_max, prof)
+                with sgd:
+                    torch.set_num_threads(cores)
+                    learner.update(rollout)
+                steps += rollout.n_steps
+                now = time.perf_counter()
+                for _, ret, _ in venv.pop_episodes():
+                    log.record(steps, now - t0, ret)
+                if now >= next_report:
+                    next_report = now + PROGRESS_EVERY_S
+                    if progress is not None:
+                        progress(steps, learner.updates, log.recent_mean())
+                    if cfg.timeout_s is not None and now - t0 > cfg.timeout_s:
+                        raise TimeoutError(f"PAAC run passed its {cfg.timeout_s} s limit at step {steps}")
+                if cfg.stop_at_threshold and log.reached:
+                    break
+            wall = time.perf_counter() - t0
+            busy = venv.worker_busy_s - busy0
+            pids, envs_per_worker = venv.worker_pids, venv.envs_per_worker
+    finally:
+        torch.set_num_threads(threads_before)  # the caller's setting again, on every exit path
+    if progress is not None:
+        progress(steps, learner.updates, log.recent_mean())
+
+    profiles = {"paac": prof.breakdown(wall)}
+    processes = {"paac": 1}
+    if n_workers:
+        # the stepping processes: stepping their envs, else waiting for the master (its inference and update)
+        profiles["stepping"] = {"env_step": float(busy.sum()), "inference": 0.0, "replay": 0.0, "sgd": 0.0,
+                                "wait": max(0.0, n_workers * wall - float(busy.sum())), "other": 0.0}
+        processes["stepping"] = n_workers
+    per_worker = [steps // acfg.n_envs * n for n in envs_per_worker]
+    return TrainResult(
+        engine="paac", env_steps=steps, updates=learner.updates, wall_s=wall, episodes=log.episodes,
+        threshold=log.threshold, window=log.window, time_to_threshold_s=log.time_to_threshold_s,
+        steps_to_threshold=log.steps_to_threshold, sample_calls=0, sample_latency_s=None, actor_wait_s=0.0,
+        learner_wait_s=0.0, profiles=profiles, processes=processes, buffer_lock_wait_s=None,
+        learner_digests=[learner.digest()], actor_steps=per_worker, actor_ids_sampled={}, inserted=0,
+        final_weight_min=None, worker_pids=pids)
+

@@ -1,0 +1,440 @@
+"""A actor processes and L learner processes over one shared-memory prioritized buffer.
+
+    parent ── creates SharedPrioritizedBuffer (owner), SharedState, SharedWeights, a queue;
+       │      starts the workers, waits for "ready" from all, then says "go" (the clock starts)
+       ├── actor i (A of them)      EnvRunner.step over envs_per_actor = E environments with a
+       │     CPU copy of the policy (1 torch thread, ONE batched forward per vector step);
+       │     stages ~insert_batch transitions (whole vector steps), waits on the rate limiter,
+       │     buffer.add; refreshes its weights from SharedWeights when the version changed
+       └── learner r (L of them)    waits on the rate limiter, samples batch_size // L,
+             learn() with gradients all-reduced over gloo (L > 1), update_priorities;
+             learner 0 publishes the policy weights every weight_sync_every updates
+
+Ratio control (:class:`~impl.rl.common.shared_state.RateLimiter`): learners never run ahead of
+``updates_per_step * (env_steps - learning_starts)`` and actors wait when the learners' backlog
+passes ``ratio_tolerance``; both record the time they waited. Learners do exactly
+:func:`~impl.rl.config.total_updates` updates, the same number as the sequential loop.
+
+Seeds: :class:`~impl.rl.common.seeding.RunSeeds` gives each actor its env, exploration and
+buffer-handle streams, each learner its buffer-handle stream, and every learner the same torch
+seed. Only ``TrainConfig`` travels to the workers; each derives its own seeds from it.
+
+Exit paths: each worker reports ``done`` (or ``error`` with its traceback) on a queue and
+closes its attachment to the buffer. The parent watches the queue and the processes' exit
+codes; on an error, a death without a report, a timeout or Ctrl-C it sets the stop flag (every
+wait loop checks it), joins with a timeout, terminates and then kills what is left, and in a
+``finally`` closes (unlinks) the buffer; the counters and weights live in anonymous shared
+memory that vanishes with the last process. A failed worker surfaces as
+:class:`~impl.rl.config.WorkerFailed` carrying the worker's traceback.
+
+The lifecycle (:func:`run_workers`) takes the actor side as a :class:`Role`: the A actor
+processes here, one server process in the static-dataflow backend (:mod:`impl.rl.engines.dataflow`).
+"""
+
+from __future__ import annotations
+
+import functools
+import queue as queue_mod
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from replaybench.impl.rl import algorithms
+from replaybench.impl.rl.common.envs import (
+    EnvRunner,
+    EpisodeLog,
+    TransitionStager,
+    make_env,
+    stage_rows,
+    transition_fields,
+)
+from replaybench.impl.rl.common.errors import ConfigError, InjectedFailure, WorkerFailed
+from replaybench.impl.rl.common.local_replay import buffer_kwargs
+from replaybench.impl.rl.common.processes import PROGRESS_EVERY_S, free_port, share
+from replaybench.impl.rl.common.profiler import SectionProfiler
+from replaybench.impl.rl.common.result import TrainResult, total_updates
+from replaybench.impl.rl.common.seeding import RunSeeds
+from replaybench.impl.rl.common.shared_state import (
+    RateLimiter,
+    SharedState,
+    SharedWeights,
+    Stopped,
+)
+
+if TYPE_CHECKING:  # the config module imports the engines to check a run against them
+    from replaybench.impl.rl.config import TrainConfig
+
+__all__ = ["run_parallel", "run_workers", "Role", "WorkerRun", "worker_result"]
+
+STARTUP_TIMEOUT_S = 180.0  # imports, numba cache loads and gloo rendezvous, on a loaded 2-core machine
+
+
+
+# ---------------------------------------------------------------------------------------------- workers
+def _actor_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: SharedWeights, out) -> dict:
+    algo = algorithms.get(cfg.algo)
+    acfg = cfg.algo_config()
+    seeds = RunSeeds(cfg.seed).actor(rank)
+    n_envs = cfg.envs_per_actor
+    envs = []
+    try:
+        envs.extend(make_env(cfg.env, algo) for _ in range(n_envs))
+        spaces = (envs[0].observation_space, envs[0].action_space)
+        fields = transition_fields(envs[0])
+        actor = algo.actor_cls(spaces, acfg, seeds.explore)
+        prof = SectionProfiler()
+        rows = stage_rows(cfg.insert_batch, n_envs)
+        runner = EnvRunner(envs, actor, TransitionStager(fields, rows), rank, prof,
+                           lambda steps, ret: out.put(("episode", steps, time.monotonic() - t0, ret)))
+        stage = runner.stage
+        limiter = RateLimiter(state, acfg.updates_per_step, acfg.learning_starts, cfg.ratio_tolerance, rows)
+        fail_at = cfg.failure_point("actor", rank)
+        my_steps = share(cfg.steps, state.actors, rank)
+        replay = prof.section("replay")
+        buf.warm_up()
+        out.put(("ready", f"actor-{rank}"))
+        t0 = state.wait_for_go()
+        prof.restart()
+
+        have_version, weight_loads, done, base = 0, 0, 0, 0
+        runner.reset([seeds.env_seed(j) for j in range(n_envs)])
+        while done < my_steps:
+            if stage.n == 0:  # start of a batch: hold the ratio, refresh the policy
+                n = min(rows, my_steps - done)
+                prof.add("wait", limiter.wait_insert(rank, n))
+                fresh = weights.read_if_newer(have_version)
+                if fresh is not None:
+                    have_version = fresh[0]
+                    actor.set_flat_weights(fresh[1])
+                    weight_loads += 1
+                base = state.env_steps()
+                if state.stopped:
+                    raise Stopped()
+            k = min(n_envs, my_steps - done)
+            full = runner.step(base + stage.n, k)
+            done += k
+            if full or done == my_steps:
+                with replay:
+                    batch = stage.batch()
+                    buf.add(batch)
+                state.actor_steps[rank] += len(batch["reward"])
+            if fail_at is not None and done >= fail_at:
+                raise InjectedFailure(f"actor {rank}: injected failure at env step {done}")
+        end = time.monotonic() - t0
+        return {"role": "actor", "rank": rank, "steps": done, "end_s": end, "profile": prof.breakdown(),
+                "wait_s": float(state.actor_wait[rank]), "lock_wait_s": buf.lock_wait_seconds,
+                "weight_loads": weight_loads}
+    finally:
+        for env in envs:
+            env.close()
+
+
+def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: SharedWeights, out, *,
+                  port: int) -> dict:
+    import torch.distributed as dist
+    from replaybench.impl.rl.algorithms.nets import GradientAverager
+
+    algo = algorithms.get(cfg.algo)
+    acfg = cfg.algo_config()
+    env = make_env(cfg.env, algo)
+    spaces = (env.observation_space, env.action_space)
+    env.close()
+    world = state.learners
+    if world > 1:
+        from datetime import timedelta
+
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                                timeout=timedelta(seconds=max(60.0, cfg.join_timeout_s)))
+    try:
+        learner = algo.learner_cls(spaces, acfg, RunSeeds(cfg.seed).networks)  # every rank: same initial weights
+        if world > 1:
+            for module in learner.modules():  # and make sure of it
+                for p in module.parameters():
+                    dist.broadcast(p.data, src=0)
+            learner.grad_hook = GradientAverager(world)
+        if rank == 0:
+            weights.publish(learner.get_flat_weights())
+        limiter = RateLimiter(state, acfg.updates_per_step, acfg.learning_starts, cfg.ratio_tolerance,
+                              stage_rows(cfg.insert_batch, cfg.envs_per_actor))
+        fail_at = cfg.failure_point("learner", rank)
+        n_updates = total_updates(cfg.steps, acfg.updates_per_step, acfg.learning_starts)
+        batch_size = acfg.batch_size // world
+        actor_ids = np.zeros(state.actors, dtype=np.int64)
+        prof = SectionProfiler()
+        replay, sgd = prof.section("replay"), prof.section("sgd")
+        buf.warm_up()
+        out.put(("ready", f"learner-{rank}"))
+        t0 = state.wait_for_go()
+        prof.restart()
+
+        sample_s = 0.0
+        for u in range(n_updates):
+            prof.add("wait", limiter.wait_update(rank, u))
+            if state.stopped:
+                raise Stopped()
+            with replay:
+                s0 = time.perf_counter()
+                batch = buf.sample(batch_size, beta=acfg.beta(state.env_steps()))
+                sample_s += time.perf_counter() - s0
+            with sgd:
+                _, priorities = learner.learn(batch)
+            with replay:
+                buf.update_priorities(batch["indices"], priorities, batch["stamps"])
+            actor_ids += np.bincount(batch["actor"], minlength=state.actors)[: state.actors]
+            state.learner_updates[rank] = u + 1
+            if rank == 0 and (u + 1) % cfg.weight_sync_every == 0:
+                weights.publish(learner.get_flat_weights())
+            if fail_at is not None and u + 1 >= fail_at:
+                raise InjectedFailure(f"learner {rank}: injected failure at update {u + 1}")
+        if world > 1:
+            dist.barrier()  # nobody tears the group down while a peer still talks to it
+        end = time.monotonic() - t0
+        return {"role": "learner", "rank": rank, "updates": n_updates, "end_s": end, "profile": prof.breakdown(),
+                "wait_s": float(state.learner_wait[rank]), "lock_wait_s": buf.lock_wait_seconds,
+                "sample_s": sample_s, "digest": learner.digest(), "actor_ids": actor_ids.tolist()}
+    finally:
+        if world > 1 and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+@dataclass(frozen=True)
+class Role:
+    """``count`` worker processes named ``name-rank`` that each run
+    ``loop(cfg, rank, buf, state, weights, out) -> stats`` over an attachment of the shared
+    buffer. ``loop`` must be a module-level function (or a ``functools.partial`` of one): it
+    reaches the process by name. A loop puts ``("ready", name[, child_pids])`` on ``out`` once
+    set up (``child_pids``: processes it started itself, counted as the run's workers), waits
+    for :meth:`SharedState.wait_for_go`, and returns its stats dict; ``daemon=False`` for a
+    loop that starts processes of its own (a daemonic process may not have children)."""
+
+    name: str
+    count: int
+    loop: Callable
+    daemon: bool = True
+
+
+def _worker(role: str, rank: int, loop, cfg: TrainConfig, handle, state: SharedState, weights: SharedWeights,
+            out) -> None:
+    """Process entry point: run one worker's loop, report done / stopped / error, detach."""
+    import torch
+
+    torch.set_num_threads(1)
+    name = f"{role}-{rank}"
+    buf = None
+    try:
+        from replaybench.impl.concurrent import SharedPrioritizedBuffer
+
+        seeds = RunSeeds(cfg.seed)
+        buf = SharedPrioritizedBuffer.attach(handle, seed=seeds.learner(rank) if role == "learner"
+                                             else seeds.actor(rank).buffer)
+        out.put(("done", name, loop(cfg, rank, buf, state, weights, out)))
+    except Stopped:
+        out.put(("stopped", name))
+    except BaseException:
+        out.put(("error", name, traceback.format_exc()))
+        raise SystemExit(1)
+    finally:
+        if buf is not None:
+            buf.close()
+
+
+# ---------------------------------------------------------------------------------------------- parent
+class _Monitor:
+    """The parent's view of the run: messages from the queue, process liveness, progress."""
+
+    def __init__(self, procs, state: SharedState, out, log: EpisodeLog, progress, timeout_s):
+        self.procs = procs
+        self.state = state
+        self.out = out
+        self.log = log
+        self.progress = progress
+        self.timeout_s = timeout_s
+        self.ready: set[str] = set()
+        self.child_pids: list[int] = []  # processes the workers started themselves
+        self.stats: dict[str, dict] = {}
+        self.failure: tuple[str, str] | None = None
+
+    def _handle(self, msg) -> None:
+        kind = msg[0]
+        if kind == "episode":
+            self.log.record(*msg[1:])
+        elif kind == "ready":
+            self.ready.add(msg[1])
+            self.child_pids.extend(msg[2] if len(msg) > 2 else ())
+        elif kind == "done":
+            self.stats[msg[1]] = msg[2]
+        elif kind == "error" and self.failure is None:
+            self.failure = (msg[1], msg[2])
+
+    def drain(self, timeout: float = 0.0) -> None:
+        try:
+            msg = self.out.get(timeout=timeout) if timeout > 0 else self.out.get_nowait()
+            self._handle(msg)
+            while True:
+                self._handle(self.out.get_nowait())
+        except queue_mod.Empty:
+            pass
+
+    def _check_deaths(self) -> None:
+        """A process that exited without reporting done is a failure (after one more drain)."""
+        dead = [p for p in self.procs if p.exitcode is not None and p.name not in self.stats]
+        if dead and self.failure is None:
+            self.drain()
+            for p in dead:
+                if p.name not in self.stats and self.failure is None:
+                    self.failure = (p.name, f"process {p.name} (pid {p.pid}) exited with code {p.exitcode} "
+                                            "without reporting")
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while len(self.ready) < len(self.procs) and self.failure is None:
+            self.drain(0.05)
+            self._check_deaths()
+            if time.monotonic() > deadline:
+                self.failure = ("parent", f"workers not ready after {STARTUP_TIMEOUT_S} s: "
+                                          f"{sorted({p.name for p in self.procs} - self.ready)}")
+
+    def wait_done(self, t0: float) -> None:
+        next_report = 0.0
+        while len(self.stats) < len(self.procs) and self.failure is None:
+            self.drain(0.05)
+            self._check_deaths()
+            now = time.monotonic()
+            if now >= next_report:
+                next_report = now + PROGRESS_EVERY_S
+                if self.progress is not None:
+                    self.progress(self.state.env_steps(), self.state.updates(), self.log.recent_mean())
+            if self.timeout_s is not None and now - t0 > self.timeout_s:
+                self.failure = ("parent", f"run passed its {self.timeout_s} s limit")
+
+    def shutdown(self, join_timeout_s: float) -> None:
+        """Stop every worker: stop flag, join (draining the queue so none blocks on it),
+        then SIGTERM, then SIGKILL. Returns when every process has exited."""
+        self.state.stop()
+        deadline = time.monotonic() + join_timeout_s
+        while any(p.is_alive() for p in self.procs) and time.monotonic() < deadline:
+            self.drain(0.05)
+        signalled = False
+        for signal_name in ("terminate", "kill"):
+            alive = [p for p in self.procs if p.is_alive()]
+            signalled = signalled or bool(alive)
+            for p in alive:
+                getattr(p, signal_name)()
+            for p in alive:
+                p.join(2.0)
+        for p in self.procs:
+            if p.pid is not None:  # started (a start that raised leaves later ones unstarted)
+                p.join(0.1)
+        if not signalled:  # a process killed mid-write may leave half a message: do not read it
+            self.drain()
+
+
+def run_parallel(cfg: TrainConfig, progress=None) -> TrainResult:
+    """Run ``cfg`` with ``cfg.actors`` actor and ``cfg.learners`` learner processes.
+
+    ``progress(env_steps, updates, recent_mean_return)`` is called about every 0.25 s. Raises
+    ConfigError for a bad ``cfg`` before any process starts (:meth:`TrainConfig.validate`);
+    WorkerFailed when a worker raised or died (its traceback is in the message), or with
+    worker "parent" when the workers were not ready within STARTUP_TIMEOUT_S or the run passed
+    ``cfg.timeout_s``; every process has exited and the shared buffer is unlinked by then.
+    """
+    acfg = cfg.validate()
+    if cfg.sequential:
+        raise ConfigError("actors" if cfg.actors < 1 else "learners", min(cfg.actors, cfg.learners),
+                          f"the parallel loop needs actors >= 1 and learners >= 1, got {cfg.actors}, {cfg.learners}")
+    run = run_workers(cfg, acfg, Role("actor", cfg.actors, _actor_loop), progress)
+    result = worker_result(cfg, acfg, run.stats, run.log, run.final, run.inserted, run.lock_wait_s)
+    result.worker_pids = run.pids
+    return result
+
+
+@dataclass
+class WorkerRun:
+    """What :func:`run_workers` hands back: each worker's stats by name, the episode log, a
+    final sample of 1024 rows (beta 1), the buffer's insert count and the parent's lock wait,
+    and the pids of every worker process (all exited)."""
+
+    stats: dict
+    log: EpisodeLog
+    final: dict
+    inserted: int
+    lock_wait_s: float
+    pids: list
+
+
+def run_workers(cfg: TrainConfig, acfg, actor_side: Role, progress=None) -> WorkerRun:
+    """The parallel loop's lifecycle with ``actor_side`` as the processes that insert and
+    ``cfg.learners`` learner processes (:func:`_learner_loop`) over one shared buffer: create the
+    buffer, the shared state (``cfg.actors`` actor slots) and the weights, start every process,
+    wait for "ready", say "go", watch, shut down, unlink (module docstring: the exit paths).
+    ``cfg`` is validated by the caller. Raises WorkerFailed as :func:`run_parallel` does."""
+    import multiprocessing as mp
+
+    from replaybench.impl.concurrent import SharedPrioritizedBuffer
+
+    algo = algorithms.get(cfg.algo)
+    seeds = RunSeeds(cfg.seed)
+    env = make_env(cfg.env, algo)
+    fields = transition_fields(env)
+    env.close()
+    policy_size = algo.learner_cls((env.observation_space, env.action_space), acfg,
+                                   seeds.networks).get_flat_weights().numel()
+
+    ctx = mp.get_context(cfg.start_method)
+    if cfg.start_method == "forkserver":  # imported once
+        ctx.set_forkserver_preload(["torch", "replaybench.impl.concurrent", "replaybench.impl.rl.engines.process",
+                                    getattr(actor_side.loop, "__module__", __name__)])
+    log = EpisodeLog(cfg.resolved_threshold(), cfg.window)
+    buf = SharedPrioritizedBuffer.create(acfg.buffer_capacity, fields, variant=cfg.buffer, policy=cfg.policy,
+                                         seed=seeds.buffer, **buffer_kwargs(cfg, acfg))
+    procs, state = [], None
+    try:
+        state = SharedState(ctx, cfg.actors, cfg.learners)
+        weights = SharedWeights(ctx, state, policy_size)
+        out = ctx.Queue()
+        port = free_port() if cfg.learners > 1 else 0
+        learners = Role("learner", cfg.learners, functools.partial(_learner_loop, port=port))
+        for role in (learners, actor_side):
+            for rank in range(role.count):
+                procs.append(ctx.Process(target=_worker, name=f"{role.name}-{rank}", daemon=role.daemon,
+                                         args=(role.name, rank, role.loop, cfg, buf.handle, state, weights, out)))
+        monitor = _Monitor(procs, state, out, log, progress, cfg.timeout_s)
+        try:
+            for p in procs:
+                p.start()
+            monitor.wait_ready()
+            if monitor.failure is None:
+                state.go()
+                monitor.wait_done(state.t0)
+        finally:
+            monitor.shutdown(cfg.join_timeout_s if monitor.failure is None else min(cfg.join_timeout_s, 5.0))
+        pids = [p.pid for p in procs if p.pid is not None] + monitor.child_pids
+        if monitor.failure is not None:
+            worker, detail = monitor.failure
+            raise WorkerFailed(worker, detail, pids)
+        if progress is not None:
+            progress(state.env_steps(), state.updates(), log.recent_mean())
+        final = buf.sample(min(1024, len(buf)), beta=1.0)
+        inserted = buf.inserted
+        lock_wait = buf.lock_wait_seconds
+    finally:
+        buf.close()
+        if state is not None:
+            state.close()
+    return WorkerRun(monitor.stats, log, final, inserted, lock_wait, pids)
+
+
+def worker_result(cfg, acfg, stats: dict, log: EpisodeLog, final: dict, inserted: int, parent_lock_wait: float):
+    actors = [stats[f"actor-{r}"] for r in range(cfg.actors)]
+    learners = [stats[f"learner-{r}"] for r in range(cfg.learners)]
+    return TrainResult.from_workers(
+        actors, learners, engine="process", env_steps=sum(s["steps"] for s in actors),
+        wall_s=max(s["end_s"] for s in actors + learners), episodes=log.episodes, threshold=log.threshold,
+        window=log.window, time_to_threshold_s=log.time_to_threshold_s, steps_to_threshold=log.steps_to_threshold,
+        actor_wait_s=sum(s["wait_s"] for s in actors), learner_wait_s=sum(s["wait_s"] for s in learners),
+        buffer_lock_wait_s=sum(s["lock_wait_s"] for s in actors + learners) + parent_lock_wait,
+        actor_steps=[s["steps"] for s in actors], inserted=inserted,
+        final_weight_min=float(np.min(final["weights"])))

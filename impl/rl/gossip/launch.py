@@ -1,0 +1,205 @@
+"""Start the learner processes of a gossip run, as torchrun does, and watch them.
+
+    from replaybench.impl.rl.gossip.launch import launch
+    result = launch(GossipConfig(scheme="gossip", nodes=2, learners_per_node=2, steps=50_000))
+
+A *node* is a group of learners with one network address. Run on one machine with every node
+(``node_rank=None``), the launcher gives node ``i`` the loopback address 127.0.0.(2 + i): its
+learners' gloo sockets listen there, and learners talk only by TCP through the rendezvous
+store and the gloo process group, never through shared memory. On several machines, start
+the launcher once per machine with the same config and rendezvous endpoint, its
+``node_rank`` and ``node_addr`` (an address the other machines reach). The launcher of node 0
+hosts the rendezvous store (a TCPStore at the endpoint) and returns the run's result; the
+others return None.
+
+Each learner is a fresh interpreter (``python -m replaybench.impl.rl.gossip.learner``; nothing
+inherited but its environment variables: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+MASTER_PORT, REPLAYBENCH_NODE_ADDR), in its own session, with stdout and stderr in a log
+file. When one exits with an error, the others get ``timeout_s`` plus 10 s to notice and exit
+by themselves (their errors name the failed peer's rank), then the rest are terminated
+(SIGTERM, then SIGKILL); :class:`LaunchFailed` lists every learner's error. On Ctrl-C
+(KeyboardInterrupt) every learner is terminated the same way before it is raised again.
+No learner outlives :func:`launch`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from replaybench.impl.rl.common.errors import ConfigError
+from replaybench.impl.rl.gossip.learner import GossipConfig, GossipResult
+
+__all__ = ["LaunchFailed", "parse_endpoint", "node_address", "launch"]
+
+_GRACE_S = 10.0
+
+
+class LaunchFailed(RuntimeError):
+    """A learner exited with an error; ``errors`` maps rank -> its last stderr lines."""
+
+    def __init__(self, message: str, errors: dict):
+        super().__init__(message)
+        self.errors = errors
+
+
+def parse_endpoint(text: str) -> tuple[str, int]:
+    """``host:port`` -> (host, port); port 0 = a free port. ConfigError ("rdzv_endpoint")."""
+    host, sep, port = str(text).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ConfigError("rdzv_endpoint", text, f"rdzv_endpoint must be HOST:PORT, got {text!r}")
+    return host, int(port)
+
+
+def node_address(node: int) -> str:
+    """The loopback address of node ``node`` when every node runs on this machine."""
+    if not 0 <= node < 250:
+        raise ConfigError("nodes", node + 1, f"at most 250 loopback nodes, got node {node}")
+    return f"127.0.0.{2 + node}"
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _tail(path: Path) -> str:
+    """The learner's error line (its last line starting "learner "), else its last line."""
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    mine = [line for line in text if line.startswith("learner ")]
+    return (mine or text or [""])[-1]
+
+
+def launch(cfg: GossipConfig, *, rdzv_endpoint: str = "127.0.0.1:0", node_rank: int | None = None,
+           node_addr: str | None = None, progress=None, log_dir: str | None = None) -> GossipResult | None:
+    """Run ``cfg``'s learners of this machine (every node when ``node_rank`` is None); returns
+    the run's result on node 0, None on other nodes.
+
+    Everything is checked first, before any process starts (ConfigError naming the
+    argument: a config field, ``rdzv_endpoint``, ``node_rank``, ``node_addr``).
+    ``progress(env_steps)`` is called about twice a second on node 0. ``log_dir``: where the
+    learners' logs go (default: a temporary folder, removed afterwards unless a learner failed).
+    Raises LaunchFailed if a learner fails, KeyboardInterrupt if interrupted.
+    """
+    import datetime
+
+    import torch.distributed as dist
+
+    cfg.validate()
+    host, port = parse_endpoint(rdzv_endpoint)
+    if node_rank is None:
+        nodes = list(range(cfg.nodes))
+        addrs = {n: node_address(n) for n in nodes}
+    else:
+        if not isinstance(node_rank, int) or not 0 <= node_rank < cfg.nodes:
+            raise ConfigError("node_rank", node_rank, f"node_rank must be in [0, {cfg.nodes}), got {node_rank!r}")
+        if node_addr is None and not _is_loopback(host):
+            raise ConfigError("node_addr", node_addr, "node_addr (this machine's address) is needed when the "
+                                                      f"rendezvous endpoint {host!r} is not a loopback address")
+        nodes = [node_rank]
+        addrs = {node_rank: node_addr or node_address(node_rank)}
+    if port == 0 and nodes[0] != 0:
+        raise ConfigError("rdzv_endpoint", rdzv_endpoint, "nodes other than 0 need the endpoint's real port")
+    store = None
+    if nodes[0] == 0:  # node 0 hosts the rendezvous store, as torchrun's agent does
+        store = dist.TCPStore(host, port, None, True, timeout=datetime.timedelta(seconds=cfg.timeout_s),
+                              wait_for_workers=False)
+        port = store.port
+    own_logs = log_dir is None
+    logs = Path(log_dir or tempfile.mkdtemp(prefix="replaybench-gossip-"))
+    logs.mkdir(parents=True, exist_ok=True)
+    result_path = logs / "result.json"
+    procs: dict[int, subprocess.Popen] = {}
+    failed = False
+    try:
+        for node in nodes:
+            for local in range(cfg.learners_per_node):
+                rank = node * cfg.learners_per_node + local
+                env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(cfg.learners), "LOCAL_RANK": str(local),
+                       "MASTER_ADDR": host, "MASTER_PORT": str(port), "REPLAYBENCH_NODE_ADDR": addrs[node],
+                       "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+                args = [sys.executable, "-m", "replaybench.impl.rl.gossip.learner", "--config",
+                        json.dumps(cfg.to_dict())]
+                if rank == 0:
+                    args += ["--result", str(result_path)]
+                with open(logs / f"learner-{rank}.log", "wb") as log:
+                    procs[rank] = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                                   stderr=subprocess.STDOUT, start_new_session=True)
+        _watch(procs, cfg, logs, store, progress)
+        if store is None:
+            return None
+        return GossipResult(**json.loads(result_path.read_text()))
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        _stop(procs)
+        if own_logs and not failed:
+            for f in logs.iterdir():
+                f.unlink()
+            logs.rmdir()
+        del store
+
+
+def _watch(procs: dict, cfg: GossipConfig, logs: Path, store, progress) -> None:
+    """Wait for every learner; on the first failure, give the others a grace period to fail
+    by themselves, then raise LaunchFailed with every learner's error."""
+    first_failure = None
+    last_report = 0.0
+    while True:
+        codes = {rank: p.poll() for rank, p in procs.items()}
+        bad = {rank: c for rank, c in codes.items() if c not in (None, 0)}
+        if bad and first_failure is None:
+            first_failure = time.monotonic()
+        running = [rank for rank, c in codes.items() if c is None]
+        if not running or (first_failure is not None and time.monotonic() - first_failure > cfg.timeout_s + _GRACE_S):
+            break
+        if progress is not None and store is not None and time.monotonic() - last_report > 0.5:
+            last_report = time.monotonic()
+            try:
+                progress(int(store.add("env_steps", 0)))
+            except RuntimeError:
+                pass  # the counter does not exist before the first rollout
+        time.sleep(0.05)
+    if first_failure is None:
+        return
+    errors = {}
+    for rank, p in sorted(procs.items()):
+        code = p.poll()
+        if code is None:
+            errors[rank] = "still running after the grace period: terminated"
+        elif code != 0:
+            errors[rank] = f"exit status {code}: {_tail(logs / f'learner-{rank}.log') or '(no output)'}"
+    lines = "\n".join(f"  rank {rank}: {text}" for rank, text in errors.items())
+    raise LaunchFailed(f"{len(errors)} of {len(procs)} learners failed (logs in {logs}):\n{lines}", errors)
+
+
+def _stop(procs: dict) -> None:
+    """Terminate every learner still running (its whole session), then kill what is left."""
+    for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        alive = [p for p in procs.values() if p.poll() is None]
+        if not alive:
+            return
+        for p in alive:
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait_s
+        for p in alive:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
