@@ -123,9 +123,9 @@ def add_commands(sub) -> None:
 
 def main(argv=None) -> int:
     """``python -m replaybench.analysis``: the analysis commands alone (``replaybench`` has them all)."""
-    from replaybench.cli import main as cli_main
+    from replaybench import commands
 
-    return cli_main(argv, groups=(add_commands,), prog="python -m replaybench.analysis")
+    return commands.run(argv, (add_commands,), prog="python -m replaybench.analysis")
 
 
 if __name__ == "__main__":

@@ -87,7 +87,7 @@ def effects(table: pd.DataFrame, metas: dict) -> pd.DataFrame:
 def build(table, metas) -> Plot:
     data = effects(table, metas)
     if data.empty:
-        raise NoRows("no micro run swept " + ", ".join(KEYS) + " (replaybench run --suite sweep-memory, "
+        raise NoRows("no micro run swept " + ", ".join(KEYS) + " (replaybench run --suite micro-sweep-memory, "
                      "sweep-kernel, sweep-storage or threads)")
     panels = list(data[["suite", "op"]].drop_duplicates().itertuples(index=False, name=None))
     ncols = min(3, len(panels))

@@ -1,6 +1,6 @@
 """Throughput of sample / update / insert against the fan-out K (the PAL K sweep), per capacity.
 
-Rows: the ``ok`` timings of runs that swept K (``replaybench run --suite sweep-k``, or any
+Rows: the ``ok`` timings of runs that swept K (``replaybench run --suite micro-sweep-k``, or any
 run whose grid names K), newest run per cell. One panel per (capacity, op); one line per
 variant (kary, kary-aligned, kary-prefix ...) with its median throughput and the min-max over
 its values as error bars. K values a layout refuses (non-powers of 2 for the aligned ones)
@@ -27,7 +27,7 @@ def build(table, metas) -> Plot:
     rows = stats.timings(load.latest_per_cell(table[table["run_id"].isin(swept)]))
     rows = rows[rows["K"].notna()]
     if rows.empty:
-        raise NoRows("no timings from a run that swept K (replaybench run --suite sweep-k)")
+        raise NoRows("no timings from a run that swept K (replaybench run --suite micro-sweep-k)")
     data = stats.spread(rows, _KEYS, "items_per_s")
     # keep (variant, capacity, op) lines that have at least two K values
     n_k = data.groupby(["variant", "dtype", "capacity", "op"], dropna=False)["K"].transform("nunique")
