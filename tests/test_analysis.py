@@ -26,6 +26,8 @@ from replaybench.analysis.__main__ import main
 from replaybench.analysis.plots import modules
 from replaybench.bench import results
 
+from _examples import load_example
+
 REPO = Path(__file__).resolve().parent.parent
 MACHINE = {"cpu_model": "Synthetic CPU", "usable_cpus": 2, "logical_cpus": 2, "sockets": "1",
            "threads_per_core": "1", "os": "test",
@@ -755,22 +757,20 @@ def test_the_committed_reference_runs_plot(tmp_path):
         assert point["n"] == len(cell)
 
 
-def test_readme_one_file_figure_example_draws_the_reference_runs():
-    """The README's example figure, run as written on the committed reference runs: it builds a
-    figure, and the medians in its data equal medians computed here from the micro run's rows."""
+def test_one_file_figure_example_draws_the_reference_runs():
+    """examples/figure_sample_cost.py (docs/extending.md), loaded as a module of analysis/plots/
+    would be, on the committed reference runs: it builds a figure, and the medians in its data
+    equal medians computed here from the micro run's rows; its main() draws the micro run."""
     from replaybench.analysis.plots import Plot
 
-    readme = (REPO / "README.md").read_text()
-    blocks = [b.split("```", 1)[0] for b in readme.split("```python\n")[1:]]
-    example = next(b for b in blocks if "# analysis/plots/" in b)
-    namespace = {"__name__": "replaybench.analysis.plots.readme_example"}
-    exec(compile(example, "README.md", "exec"), namespace)
+    example = load_example("figure_sample_cost", "replaybench.analysis.plots.example_sample_cost")
     res = load.load_runs(REFERENCE)
-    plot = namespace["build"](res.table, res.metas)
-    assert isinstance(plot, Plot) and plot.figure.axes and namespace["NAME"] == "sample_cost"
+    plot = example.build(res.table, res.metas)
+    assert isinstance(plot, Plot) and plot.figure.axes and example.NAME == "sample_cost"
     micro = res.table[(res.table["run_id"] == "reference-micro") & (res.table["status"] == "ok")
                       & (res.table["op"] == "sample") & (res.table["variant"] == "kary-aligned")
                       & (res.table["capacity"] == 2**20)]
     expected = (1e9 * micro["value"] / micro["items_per_call"]).median()
     got = plot.data[(plot.data["variant"] == "kary-aligned") & (plot.data["capacity"] == 2**20)]["median"]
     assert len(got) == 1 and abs(got.iloc[0] - expected) <= 1e-9 * expected
+    assert example.main().data.equals(plot.data)  # only the micro run holds sample timings without a grid

@@ -22,6 +22,7 @@ from replaybench.impl.concurrent.locks import SharedLock
 from replaybench.impl.concurrent.shm import SharedArena
 
 from _concurrency_oracle import DEAD_WRITER, die_mid_insert, stop_mid_insert, verify_final
+from _examples import load_example
 
 NB = C.TRANSITIONS["cartpole"]
 FIELDS = C.schema(NB)
@@ -373,16 +374,16 @@ def scratch_policies(monkeypatch):
     return policy
 
 
-def test_readme_one_file_policy_example_works(scratch_policies):
-    """The README's example policy, run as written: it registers, stores what the plain buffer
-    stores, and keeps every guarantee under a threaded stress run."""
-    readme = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
-    blocks = [b.split("```", 1)[0] for b in readme.split("```python\n")[1:]]
-    example = next(b for b in blocks if "# impl/concurrent/policies/" in b)
-    exec(compile(example, "README.md", "exec"), {"__name__": "replaybench.impl.concurrent.policies.readme_example"})
+def test_one_file_policy_example_works(scratch_policies):
+    """examples/policy_chunked_updates.py (docs/extending.md), loaded as a module of
+    impl/concurrent/policies/ would be: it registers, stores what the plain buffer stores,
+    keeps every guarantee under a threaded stress run, and its main() runs."""
+    example = load_example("policy_chunked_updates", "replaybench.impl.concurrent.policies.example_chunked_updates")
     (name,) = set(concurrent.names()) - {"deferred", "global-lock", "lazy-writing", "optimistic", "pal-locks"}
+    assert name == "chunked-updates"
     test_single_thread_matches_the_plain_buffer(name, np.random.default_rng(0))
     _stress(name, "threads")
+    assert example.main(capacity=2**10) == 1000
 
 
 @pytest.mark.parametrize("policy", concurrent.names())

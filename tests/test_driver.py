@@ -17,6 +17,7 @@ import pytest
 from replaybench.bench import arguments, driver, results, suites
 from replaybench.bench.scenarios import Selection, SelectionError, micro
 
+from _examples import load_example
 from test_bench import interrupt_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,12 +75,12 @@ def test_toy_scenario_runs_end_to_end(tmp_path):
     assert len(frame) == len(rows)
 
 
-def test_readme_scenario_example_runs_as_written(tmp_path):
-    section = (ROOT / "README.md").read_text().split("## Adding your own scenario")[1]
-    (tmp_path / "sleep_scenario.py").write_text(section.split("```python\n")[1].split("```")[0])
-    (tmp_path / "sleep.json").write_text(section.split("```json\n")[1].split("```")[0])
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    proc = subprocess.run([REPLAYBENCH, "run", "--suite", str(tmp_path / "sleep.json"), "--out", str(tmp_path / "r"),
+def test_scenario_example_runs_from_the_command_line_and_from_main(tmp_path):
+    """examples/sleep_scenario.py with examples/sleep.json (docs/extending.md), run by the
+    command the docs give and by its main()."""
+    examples = ROOT / "examples"
+    env = {**os.environ, "PYTHONPATH": str(examples)}
+    proc = subprocess.run([REPLAYBENCH, "run", "--suite", str(examples / "sleep.json"), "--out", str(tmp_path / "r"),
                            "--run-id", "s", "--no-progress"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -88,6 +89,8 @@ def test_readme_scenario_example_runs_as_written(tmp_path):
     for r in rows:
         assert r["value"] >= json.loads(r["params"])["asked_s"]
     assert results.read_meta(tmp_path / "r" / "s")["complete"] is True
+    rows = load_example("sleep_scenario").main(out=str(tmp_path / "m"))
+    assert len(rows) == 6 and (tmp_path / "m" / "sleep" / "meta.json").exists()
 
 
 def test_toy_run_interrupted_keeps_finished_cells(tmp_path):

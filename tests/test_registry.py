@@ -21,6 +21,8 @@ from replaybench.impl import registry
 from replaybench.impl.buffers import PrioritizedReplayBuffer
 from replaybench.impl.trees import ReferenceSumTree
 
+from _examples import load_example
+
 BUILTINS = ["binary", "binary-blocked", "kary", "kary-aligned", "uniform"]
 FIELDS = {"id": ((), "int64")}
 REPO = Path(impl.__file__).resolve().parent.parent
@@ -251,14 +253,12 @@ def test_plugin_variant_gets_the_conformance_suite(tmp_path):
     assert "failed" not in proc.stdout
 
 
-def test_readme_one_file_variant_example_works(scratch_registry):
-    """The README's "one file" example, run as written: it registers and behaves like a tree."""
-    readme = (REPO / "README.md").read_text()
-    blocks = [b.split("```", 1)[0] for b in readme.split("```python\n")[1:]]
-    example = next(b for b in blocks if "# impl/variants/" in b)
-    namespace = {"__name__": "replaybench.impl.variants.readme_example"}
-    exec(compile(example, "README.md", "exec"), namespace)
-    (name,) = [n for n in scratch_registry.names() if registry.get(n).origin == "replaybench.impl.variants.readme_example"]
+def test_one_file_variant_example_works(scratch_registry):
+    """examples/variant_line_per_group.py (docs/extending.md), loaded as a module of
+    impl/variants/ would be: it registers, behaves like a tree, and its main() runs."""
+    example = load_example("variant_line_per_group", "replaybench.impl.variants.example_line_per_group")
+    (name,) = [n for n in scratch_registry.names()
+               if registry.get(n).origin == "replaybench.impl.variants.example_line_per_group"]
     buf = scratch_registry.create(name, capacity=1000, fields=FIELDS, alpha=1.0, eps=0.0)
     priorities = np.random.default_rng(1).random(1000)
     buf.add({"id": np.arange(1000)}, priorities=priorities)
@@ -267,3 +267,4 @@ def test_readme_one_file_variant_example_works(scratch_registry):
     ref.update(np.arange(1000), buf.tree.leaves())
     us = np.random.default_rng(2).random(500) * ref.total()
     assert (buf.tree.find(us)[0] == ref.find(us)[0]).mean() > 0.99
+    assert example.main(capacity=500) == pytest.approx(np.random.default_rng(0).random(500).sum(), rel=1e-5)
