@@ -3,8 +3,8 @@
 Pieces: :mod:`.model` (set-associative LRU cache fed byte addresses), :mod:`.traces` (the
 addresses one sample / update touches, replayed from the tree's public layout and declared
 kernel set), :mod:`.meters` (``model``, ``cachegrind``, ``perf``: records of misses per call)
-and :mod:`._driver` (the program cachegrind and perf run). README.md ("Cache misses per
-operation") has the measurements and how the methods compare.
+and :mod:`._driver` (the program cachegrind and perf run). docs/cache-misses.md says how the
+methods compare; analysis/REPORT.md has the measurements.
 
 Entry point for the harness::
 

@@ -12,7 +12,7 @@ path of a module elsewhere (``"my_pkg.my_scenario"``, importable from ``sys.path
 module defines ``SCENARIO``, an instance of a :class:`Scenario` subclass, whose ``name`` fills
 the rows' ``scenario`` column.
 
-README.md ("Adding your own scenario") shows a complete one, which the tests run as written;
+docs/extending.md shows a complete one (examples/sleep_scenario.py), which the tests run;
 tests/toy/toy_sort.py is a fuller one (failed and skipped cells, an interrupted run).
 """
 
