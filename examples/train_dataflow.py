@@ -16,7 +16,7 @@ def main(steps: int = 400, seed: int = 0):
                       actors=2, learners=1, envs_per_actor=4, backend="dataflow", steps=steps, seed=seed,
                       overrides=TINY, timeout_s=120)
     result = train(cfg)
-    print(f"{result.mode}: {result.env_steps} env steps, {result.updates} updates, "
+    print(f"{result.engine}: {result.env_steps} env steps, {result.updates} updates, "
           f"{result.env_steps_per_s:.0f} env steps/s, per env worker {result.actor_steps}")
     return result
 

@@ -12,7 +12,7 @@ TINY = {"n_envs": 4, "n_workers": 0, "t_max": 5, "hidden": 32}  # A2CConfig fiel
 
 def main(steps: int = 400, seed: int = 0):
     result = train(TrainConfig(algo="a2c", env="CartPole-v1", steps=steps, seed=seed, overrides=TINY))
-    print(f"{result.mode}: {result.env_steps} env steps (whole rollouts of 4 x 5), {result.updates} A2C updates, "
+    print(f"{result.engine}: {result.env_steps} env steps (whole rollouts of 4 x 5), {result.updates} A2C updates, "
           f"{result.env_steps_per_s:.0f} env steps/s")
     return result
 

@@ -16,7 +16,7 @@ def main(steps: int = 400, seed: int = 0):
                       actors=1, learners=1, backend="process", steps=steps, seed=seed, overrides=TINY,
                       timeout_s=120)
     result = train(cfg)
-    print(f"{result.mode}: {result.env_steps} env steps, {result.updates} updates, "
+    print(f"{result.engine}: {result.env_steps} env steps, {result.updates} updates, "
           f"{result.env_steps_per_s:.0f} env steps/s, actors waited {result.actor_wait_s:.2f} s")
     return result
 

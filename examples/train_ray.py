@@ -16,7 +16,7 @@ def main(steps: int = 400, seed: int = 0, address: str | None = None):
                       actors=1, learners=1, backend="ray", ray_address=address, steps=steps, seed=seed,
                       overrides=TINY, timeout_s=300)
     result = train(cfg)
-    print(f"{result.mode}: {result.env_steps} env steps, {result.updates} updates, "
+    print(f"{result.engine}: {result.env_steps} env steps, {result.updates} updates, "
           f"{result.actor_restarts} actor restarts, {result.dropped_batches} dropped batches")
     return result
 

@@ -14,7 +14,7 @@ def main(steps: int = 400, seed: int = 0):
     cfg = TrainConfig(algo="dqn", env="CartPole-v1", buffer="kary-aligned", actors=0, learners=0,
                       steps=steps, seed=seed, overrides=TINY)
     result = train(cfg)                            # validates cfg first: a bad field raises ConfigError
-    print(f"{result.mode}: {result.env_steps} env steps, {result.updates} updates, "
+    print(f"{result.engine}: {result.env_steps} env steps, {result.updates} updates, "
           f"{result.env_steps_per_s:.0f} env steps/s, {len(result.episodes)} episodes")
     return result
 
