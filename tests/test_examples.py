@@ -96,12 +96,12 @@ def test_read_results_medians_match_the_rows():
 
 def test_train_sequential():
     result = load_example("train_sequential").main(steps=300)
-    assert result.mode == "sequential" and result.env_steps == 300 and result.updates == 100  # 0.5 x (300 - 100)
+    assert result.engine == "sequential" and result.env_steps == 300 and result.updates == 100  # 0.5 x (300 - 100)
 
 
 def test_train_paac():
     result = load_example("train_paac").main(steps=100)
-    assert result.mode == "paac" and result.env_steps == 100 and result.updates == 5  # rollouts of 4 envs x 5
+    assert result.engine == "paac" and result.env_steps == 100 and result.updates == 5  # rollouts of 4 envs x 5
 
 
 @pytest.mark.slow
@@ -111,7 +111,7 @@ def test_train_engines(name, mode):
     if name == "train_ray":
         pytest.importorskip("ray")
     result = load_example(name).main(steps=300)
-    assert result.mode == mode and result.env_steps == 300 and result.updates == 100
+    assert result.engine == mode and result.env_steps == 300 and result.updates == 100
 
 
 @pytest.mark.slow
