@@ -105,13 +105,13 @@ def test_train_paac():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, mode", [("train_process", "parallel"), ("train_dataflow", "dataflow"),
-                                        ("train_ray", "ray")])
-def test_train_engines(name, mode):
+@pytest.mark.parametrize("name, engine", [("train_process", "process"), ("train_dataflow", "dataflow"),
+                                          ("train_ray", "ray")])
+def test_train_engines(name, engine):
     if name == "train_ray":
         pytest.importorskip("ray")
     result = load_example(name).main(steps=300)
-    assert result.engine == mode and result.env_steps == 300 and result.updates == 100
+    assert result.engine == engine and result.env_steps == 300 and result.updates == 100
 
 
 @pytest.mark.slow
