@@ -33,6 +33,9 @@ import traceback
 
 import numpy as np
 
+from replaybench.impl.ratelimit import RateLimiter as Limiter
+from replaybench.impl.ratelimit import SampleToInsertRatio
+
 __all__ = ["TRANSITIONS", "ID_STRIDE", "RateLimiter", "schema", "make_batch", "intact_rows", "prefill", "run_workers"]
 
 TRANSITIONS = {"cartpole": 40, "mujoco": 200, "atari": 84 * 84 * 4}
@@ -78,30 +81,23 @@ def prefill(buf, n: int, nbytes: int, chunk: int = 4096) -> None:
 class RateLimiter:
     """Keeps ``sampled <= spi * inserted + slack`` and ``spi * inserted <= sampled + slack``
     over two int64 counters shared by every worker (``counts[0]`` inserted, ``counts[1]``
-    sampled, updated atomically). Waits poll with yields, then 20 us sleeps, until the other
-    side catches up or ``deadline`` (a perf_counter time) passes; returns the seconds waited.
+    sampled, updated atomically): the one rate limiter (:class:`impl.ratelimit.RateLimiter`)
+    with a symmetric slack. Waits sleep 20 us between polls until the other side catches up
+    or ``deadline`` (a perf_counter time) passes; they return the seconds waited.
     """
 
     def __init__(self, counts: np.ndarray, samples_per_insert: float, slack: float):
-        self.counts, self.spi, self.slack = counts, float(samples_per_insert), float(slack)
-
-    def _wait(self, ready, deadline: float) -> float:
         from replaybench.impl.concurrent.atomics import load
 
-        if ready(load(self.counts, 0), load(self.counts, 1)):
-            return 0.0
-        start = time.perf_counter()
-        tries = 0
-        while not ready(load(self.counts, 0), load(self.counts, 1)) and time.perf_counter() < deadline:
-            tries += 1
-            time.sleep(0 if tries < 50 else 2e-5)
-        return time.perf_counter() - start
+        self.counts = counts
+        bounds = SampleToInsertRatio(float(samples_per_insert), 0.0, float(slack), float(slack))
+        self._limiter = Limiter(bounds, lambda: load(counts, 0), lambda: load(counts, 1), poll_s=2e-5, max_poll_s=2e-5)
 
     def before_sample(self, n: int, deadline: float) -> float:
-        return self._wait(lambda ins, smp: smp + n <= self.spi * ins + self.slack, deadline)
+        return self._limiter.wait_sample(n, deadline)
 
     def before_insert(self, n: int, deadline: float) -> float:
-        return self._wait(lambda ins, smp: self.spi * (ins + n) <= smp + self.slack, deadline)
+        return self._limiter.wait_insert(n, deadline)
 
     def inserted(self, n: int) -> None:
         from replaybench.impl.concurrent.atomics import fetch_add

@@ -22,15 +22,14 @@ import time
 
 import numpy as np
 
+from replaybench.impl.ratelimit import RateLimiter as _Limiter
+from replaybench.impl.ratelimit import SampleToInsertRatio, Stopped
+
 __all__ = ["SharedState", "RateLimiter", "SharedWeights", "Stopped"]
 
 _STOP, _GO, _VERSION = 0, 1, 2
 _N_FLAGS = 3
 _T0 = 0  # float slot: time.monotonic() at "go"
-
-
-class Stopped(Exception):
-    """The parent asked every worker to stop (another worker failed, a timeout, Ctrl-C)."""
 
 
 class SharedState:
@@ -112,7 +111,8 @@ class SharedState:
 
 
 class RateLimiter:
-    """Holds learner updates per env step near ``ratio`` across processes (Reverb-style).
+    """Holds learner updates per env step near ``ratio`` across processes: the one rate
+    limiter (:class:`impl.ratelimit.RateLimiter`) over a run's counters.
 
     With ``steps`` the transitions inserted, ``starts`` the learning start and
     ``due = ratio * (steps - starts)``:
@@ -122,55 +122,33 @@ class RateLimiter:
     - an actor may insert ``n`` more transitions only while the learners' backlog after the
       insert, ``ratio * (steps + n - starts) - updates``, stays <= ``tolerance``.
 
-    With ``tolerance >= 1 + ratio * n`` one side can always proceed (no deadlock): when every
-    actor is blocked the backlog exceeds 1, so the learners may update. Waiting is a sleep
-    loop (``poll_s`` doubling up to ``max_poll_s``, so a long wait costs ~1000 wake-ups a
-    second, not 20000); the time spent blocked is added to the caller's slot of
-    :attr:`SharedState.actor_wait` / ``learner_wait`` and returned.
+    ``tolerance`` is raised to ``1 + ratio * insert_batch`` where smaller, so one side can
+    always proceed (no deadlock). ``state`` is a :class:`SharedState` or any object with
+    ``env_steps()``, ``updates()``, ``stopped``, ``actor_wait`` and ``learner_wait`` (the
+    Ray engine's counters); the time a worker spends blocked is added to its slot of
+    ``actor_wait`` / ``learner_wait`` and returned.
     """
 
-    def __init__(self, state: SharedState, ratio: float, starts: int, tolerance: float, insert_batch: int,
+    def __init__(self, state, ratio: float, starts: int, tolerance: float, insert_batch: int,
                  poll_s: float = 5e-5, max_poll_s: float = 1e-3):
         self.state = state
-        self.ratio = float(ratio)
-        self.starts = int(starts)
-        self.tolerance = max(float(tolerance), 1.0 + self.ratio * insert_batch)
-        self.poll_s = poll_s
-        self.max_poll_s = max_poll_s
-
-    def _may_insert(self, n: int) -> bool:
-        state = self.state
-        return self.ratio * (state.env_steps() + n - self.starts) - state.updates() <= self.tolerance
-
-    def _may_update(self, u: int) -> bool:
-        return u + 1 <= self.ratio * (self.state.env_steps() - self.starts)
+        bounds = SampleToInsertRatio(float(ratio), int(starts), 0.0, float(tolerance)).deadlock_free(1, insert_batch)
+        self.tolerance = bounds.insert_slack
+        self._limiter = _Limiter(bounds, state.env_steps, state.updates, lambda: state.stopped, poll_s, max_poll_s)
 
     def wait_insert(self, actor: int, n: int) -> float:
         """Block actor ``actor`` until it may insert ``n`` transitions; returns seconds waited."""
-        if self._may_insert(n):
-            return 0.0
-        return self._wait(lambda: self._may_insert(n), self.state.actor_wait, actor)
+        def record(seconds):
+            self.state.actor_wait[actor] += seconds
+
+        return self._limiter.wait_insert(n, record=record)
 
     def wait_update(self, learner: int, u: int) -> float:
         """Block learner ``learner`` (which has done ``u`` updates) until update ``u + 1`` is due."""
-        if self._may_update(u):
-            return 0.0
-        return self._wait(lambda: self._may_update(u), self.state.learner_wait, learner)
+        def record(seconds):
+            self.state.learner_wait[learner] += seconds
 
-    def _wait(self, ready, slots: np.ndarray, slot: int) -> float:
-        t0 = time.perf_counter()
-        pause = self.poll_s
-        try:
-            while not ready():
-                if self.state.stopped:
-                    raise Stopped()
-                time.sleep(pause)
-                # back off to max_poll_s: a blocked actor should not eat the learner's core
-                pause = min(2.0 * pause, self.max_poll_s)
-        finally:
-            waited = time.perf_counter() - t0
-            slots[slot] += waited
-        return waited
+        return self._limiter.wait_sample(1, sampled=u, record=record)
 
 
 class SharedWeights:
