@@ -43,7 +43,8 @@ class Results:
 
     ``table``: one row per stored row, columns :data:`bench.contract.COLUMNS` (``run_id`` tells
     the runs apart); ``metas``: ``{run_id: meta dict}``; ``dirs``: ``{run_id: folder}``;
-    ``problems``: one :class:`RunError` per run that could not be used.
+    ``problems``: one :class:`RunError` per run that could not be used or would merge with an
+    earlier one (see :func:`load_runs`).
     """
 
     table: pd.DataFrame
