@@ -7,10 +7,12 @@
 
 Runs are folders (``results/<run-id>``) or bare run ids (looked up under ``results/``).
 
-Exit status of ``plots`` and ``report``: a run whose rows.csv or meta.json is broken is left
-out with one warning line on stderr (naming the file and line) and the other runs are still
-drawn; the status is 0 when at least one run loaded, no figure raised and at least one figure
-was written, and 1 otherwise. ``--strict`` makes any broken run an error (status 1) as well.
+Exit status of ``plots`` and ``report``: a run whose rows.csv or meta.json is broken, or that
+would merge with a run named before it (the same folder by another path, or a shared run id:
+:func:`analysis.load.load_runs`), is left out with one warning line on stderr (naming the
+folder or file, the line or field, and what is wrong) and the other runs are still drawn; the
+status is 0 when at least one run loaded, no figure raised and at least one figure was written,
+and 1 otherwise. ``--strict`` makes any broken run an error (status 1) as well.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def _load(args):
               f"run `make bench` or name runs with --runs)", file=sys.stderr)
         return None
     res = load.load_runs(dirs)
-    for problem in res.problems:
+    for problem in res.problems:  # the one place a left-out run is reported (the report lists them too)
         print(f"warning: run left out: {problem}", file=sys.stderr)
     print(f"loaded {len(res.metas)} run(s), {len(res.table)} rows"
           + (f"; {len(res.problems)} run(s) left out" if res.problems else ""))

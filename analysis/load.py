@@ -12,12 +12,15 @@ Every check is the results contract's (:func:`bench.contract.read_rows`,
 :func:`bench.contract.read_meta`), each failing with a :class:`RunError` that names the file
 and, for rows.csv, the line: the files exist and meta.json is a JSON object; line 1 is a header
 holding at least :data:`bench.contract.REQUIRED`; every later line has as many fields as the
-header; numbers parse by the contract's column types; ``schema_version`` is not newer than
+header; the file is UTF-8 and its header names each column once; numbers parse by the
+contract's column types, integers within 64 bits; meta.json's fields have the contract's types
+(:data:`bench.contract.META_TYPES`); ``schema_version`` is not newer than
 :data:`bench.contract.SCHEMA_VERSION`; ``status`` is known; an ``ok`` row holds a measurement
 (finite, not negative unless its metric is signed) and a ``below-resolution`` row its bound.
 
 One broken run does not stop the others: :func:`load_runs` records it in
-``Results.problems`` and goes on.
+``Results.problems`` and goes on; so it does with a run that would merge with one loaded
+before it (the same folder by another path, or a shared run id).
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ class Results:
 
     ``table``: one row per stored row, columns :data:`bench.contract.COLUMNS` (``run_id`` tells
     the runs apart); ``metas``: ``{run_id: meta dict}``; ``dirs``: ``{run_id: folder}``;
-    ``problems``: one :class:`RunError` per run that could not be used.
+    ``problems``: one :class:`RunError` per run that could not be used or would merge with an
+    earlier one (see :func:`load_runs`).
     """
 
     table: pd.DataFrame
@@ -93,19 +97,43 @@ def load_runs(run_dirs) -> Results:
     """Every run in ``run_dirs`` that passes the checks, in one :class:`Results`.
 
     A run that fails is left out and its :class:`RunError` appended to ``problems``; the
-    caller decides how loudly to say so.
+    caller decides how loudly to say so. Runs are taken in the order given, and a later run is
+    left out the same way when it would be merged with an earlier one:
+
+    - its folder is one already loaded, reached through another path (a symlink, ``..``):
+      folders are compared by their real paths, so its rows would count twice;
+    - it shares a run id (meta.json's ``run_id``, or one in its rows' ``run_id`` column) with an
+      earlier run: the table tells runs apart by run id only, so their rows would become one run.
+
+    Cost: one pass over each run's files.
     """
     frames, metas, dirs, problems = [], {}, {}, []
+    real_dirs: dict[Path, Path] = {}  # real path -> the path it was first given as
+    owners: dict[str, Path] = {}  # run id -> the folder that holds it
     for run_dir in run_dirs:
+        run_dir = Path(run_dir)
+        real = run_dir.resolve()
+        if real in real_dirs:
+            problems.append(RunError(run_dir, f"the same folder as {real_dirs[real]} (both are {real}); "
+                                              f"left out so that its rows count once"))
+            continue
+        real_dirs[real] = run_dir
         try:
             frame, meta = load_run(run_dir)
         except RunError as err:
             problems.append(err)
             continue
-        run_id = meta.get("run_id") or Path(run_dir).name
+        run_id = meta.get("run_id") or run_dir.name
+        ids = {run_id, *frame["run_id"].dropna().astype(str)}
+        shared = sorted(ids & owners.keys())
+        if shared:
+            problems.append(RunError(run_dir, f"run_id {shared[0]!r} is also the run id of {owners[shared[0]]}, "
+                                              f"loaded before it; left out so that two runs are not merged into one"))
+            continue
+        owners.update(dict.fromkeys(ids, run_dir))
         frames.append(frame)
         metas[run_id] = meta
-        dirs[run_id] = Path(run_dir)
+        dirs[run_id] = run_dir
     table = (pd.concat(frames, ignore_index=True) if frames
              else pd.DataFrame(columns=[*contract.COLUMNS, "suite", "started"]))
     return Results(_typed(table), metas, dirs, problems)

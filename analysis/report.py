@@ -98,7 +98,7 @@ def _runs(res) -> list[str]:
                      len(rows), int(statuses.get("ok", 0)), other])
     out += _table(["run", "suite", "scenario", "git sha", "dirty", "complete", "rows", "ok", "not ok"], body)
     if res.problems:
-        out += ["", "Left out (could not be read):", ""]
+        out += ["", "Left out (could not be read, or would merge with a run above: the same folder or run id):", ""]
         out += [f"- `{p}`" for p in res.problems]
     return out + [""]
 

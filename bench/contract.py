@@ -9,6 +9,8 @@ columns they do not know as strings and fill columns a file lacks with None, and
 are only ever added, so runs written before a column existed still load. Values are typed by
 :data:`INT_COLUMNS`, :data:`FLOAT_COLUMNS` and :data:`BOOL_COLUMNS` (everything else is text;
 an empty field is None); :func:`format_cell` writes them and :func:`parse_cell` reads them back.
+Integers are 64-bit signed (:data:`INT_RANGE`), the range every reader's table can hold. The
+file is UTF-8 and names each column once.
 :data:`SCHEMA_VERSION` rises only when a column changes meaning; a reader refuses a newer
 version rather than misread it.
 
@@ -25,6 +27,10 @@ Statuses (:data:`STATUSES`):
 
 Every check is made by :func:`parse_row`, for the writer before a row is written and for the
 reader (:func:`read_rows`) on every line, so the harness cannot write a run its readers refuse.
+
+meta.json is a JSON object; the fields readers use have the types of :data:`META_TYPES`
+(checked by :func:`read_meta`), so a run whose meta.json holds, say, a string where an object
+belongs is refused by name instead of crashing a reader.
 
 Cells. Rows equal in :data:`CELL_COLUMNS` measured the same thing (one *cell*); its repeats
 differ only in the run and measurement columns (``repeat``, ``value``, ``env_steps``, ...).
@@ -47,8 +53,8 @@ from typing import Iterable, Mapping, Sequence
 from replaybench.bench.workloads import OPS
 
 __all__ = ["SCHEMA_VERSION", "COLUMNS", "RUN_COLUMNS", "MEASUREMENT_COLUMNS", "CELL_COLUMNS", "INT_COLUMNS",
-           "FLOAT_COLUMNS", "BOOL_COLUMNS", "REQUIRED", "STATUSES", "MEASURED", "BELOW_RESOLUTION", "SIGNED_METRICS",
-           "TIMING_METRIC", "PEER_PREFIX", "REFERENCES", "RunError", "format_cell", "parse_cell", "parse_row",
+           "FLOAT_COLUMNS", "BOOL_COLUMNS", "INT_RANGE", "META_TYPES", "REQUIRED", "STATUSES", "MEASURED",
+           "BELOW_RESOLUTION", "SIGNED_METRICS", "TIMING_METRIC", "PEER_PREFIX", "REFERENCES", "RunError", "format_cell", "parse_cell", "parse_row",
            "read_rows", "read_meta", "params_of", "cell_key", "items_per_s", "ns_per_item", "op_unit", "item_name",
            "comparison_group", "reference_ratios", "format_table"]
 
@@ -82,6 +88,29 @@ INT_COLUMNS = frozenset({"schema_version", "K", "capacity", "batch", "threads", 
                          "actors", "learners", "seed", "env_steps"})
 FLOAT_COLUMNS = frozenset({"value", "wall_s"})
 BOOL_COLUMNS = frozenset({"dirty"})
+
+#: The integers a number column may hold, bounds included: 64-bit signed, what the readers' tables
+#: (pandas Int64, numpy int64) hold. A larger integer is refused when read and when written.
+INT_RANGE = (-2**63, 2**63 - 1)
+
+_NUMBER = (int, float)
+#: Types of the meta.json fields the readers use, by path: ``a.b`` is key ``b`` of object ``a``,
+#: ``a[]`` every element of list ``a``. Any field may be absent or null (readers treat null as
+#: absent); other fields are not checked. ``int`` and numbers exclude booleans.
+META_TYPES: dict[str, tuple[type, ...]] = {
+    "schema_version": (int,), "run_id": (str,), "scenario": (str,), "start_time": (str,), "end_time": (str,),
+    "git_sha": (str,), "dirty": (bool,), "complete": (bool,),
+    "suite": (dict,), "suite.name": (str,),
+    "selection": (dict,), "selection.params": (dict,),
+    "libraries": (dict,), "pyperf_settings": (dict,),
+    "machine": (dict,), "machine.cpu_model": (str,), "machine.usable_cpus": (int,), "machine.logical_cpus": (int,),
+    "machine.mem_total_bytes": _NUMBER, "machine.caches": (list,), "machine.caches[]": (dict,),
+    "gil_share": (list,), "gil_share[]": (dict,), "gil_share[].variant": (str,), "gil_share[].capacity": (int,),
+    "gil_share[].gil_share": _NUMBER,
+    "memory_limits": (dict,), "memory_limits.sizes": (list,), "memory_limits.sizes[]": (dict,),
+    "memory_limits.sizes[].bytes": (int,), "memory_limits.sizes[].gather_ns": _NUMBER,
+    "memory_limits.sizes[].latency_ns": _NUMBER, "memory_limits.sizes[].gather_ns_2threads": _NUMBER,
+}
 
 #: Columns without which a rows.csv cannot be used.
 REQUIRED = ("scenario", "variant", "op", "metric", "value", "status")
@@ -131,23 +160,31 @@ def format_cell(value) -> str:
     return str(value)
 
 
+def _short(text: str, limit: int = 40) -> str:
+    """``repr`` of ``text``, cut to about ``limit`` characters (a message names a value, it does not hold it)."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
+
+
 def parse_cell(column: str, text: str):
     """The typed value of one field of ``column`` (None for an empty field).
 
     Raises
     ------
     ValueError
-        naming the column and the text, when a number column holds no number.
+        naming the column and the text, when a number column holds no number or an integer
+        outside :data:`INT_RANGE`.
     """
     if text == "":
         return None
-    try:
-        if column in INT_COLUMNS:
-            return int(text)
-        if column in FLOAT_COLUMNS:
-            return float(text)
-    except ValueError:
-        raise ValueError(f"column {column!r}: cannot parse {text!r} as a number") from None
+    if column in INT_COLUMNS or column in FLOAT_COLUMNS:
+        try:
+            number = int(text) if column in INT_COLUMNS else float(text)
+        except ValueError:
+            raise ValueError(f"column {column!r}: cannot parse {_short(text)} as a number") from None
+        if column in INT_COLUMNS and not INT_RANGE[0] <= number <= INT_RANGE[1]:
+            raise ValueError(f"column {column!r}: {_short(text)} is outside the 64-bit integer range "
+                             f"[{INT_RANGE[0]}, {INT_RANGE[1]}]")
+        return number
     if column in BOOL_COLUMNS:
         return text.lower() == "true"
     return text
@@ -194,24 +231,43 @@ def parse_row(header: Sequence[str], fields: Sequence[str]) -> dict:
     return row
 
 
+def _utf8_lines(fh, path: Path):
+    """The lines of binary file ``fh`` decoded as UTF-8, each when it is read.
+
+    A line that is not UTF-8 refuses the whole run rather than being read with replacement
+    characters: the harness writes rows.csv as UTF-8 only, so such a byte means the file was
+    damaged or written by something else, and a replaced character would silently turn a text
+    cell (variant, op, params ...) into another cell, or hide damage elsewhere in the line.
+    """
+    for number, raw in enumerate(fh, 1):
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise RunError(path, f"byte {raw[err.start:err.start + 1]!r} (byte {err.start + 1} of the line) is not "
+                                 f"UTF-8 ({err.reason}); the file is damaged or was not written by replaybench",
+                           number) from None
+
+
 def read_rows(run_dir) -> list[dict]:
     """rows.csv of a run as typed dicts, every line checked by :func:`parse_row`.
 
     Columns this version does not know are kept as strings; columns the file lacks are absent
-    from its dicts. Cost: one pass over the file.
+    from its dicts. Cost: one pass over the file, decoding one line at a time.
 
     Raises
     ------
     RunError
-        naming the file and, for a bad line, its number: a missing file, a header without
-        :data:`REQUIRED`, a broken line (see :func:`parse_row`) or a CSV error.
+        naming the file and, for a bad line, its number: a missing file, a byte that is not
+        UTF-8 (see :func:`_utf8_lines`: the run is refused, not read with replacement), a header
+        without :data:`REQUIRED` or naming a column twice (which of the two holds the values
+        cannot be told), a broken line (see :func:`parse_row`) or a CSV error.
     """
     path = Path(run_dir) / "rows.csv"
     if not path.exists():
         raise RunError(path, "missing (a run folder holds rows.csv and meta.json)")
     rows = []
-    with open(path, newline="") as fh:
-        reader = csv.reader(fh)
+    with open(path, "rb") as fh:
+        reader = csv.reader(_utf8_lines(fh, path))
         try:
             header = next(reader, None)
             if not header:
@@ -220,6 +276,10 @@ def read_rows(run_dir) -> list[dict]:
             if missing:
                 raise RunError(path, f"not a rows.csv header: missing column(s) {missing} "
                                      f"(the first line must name the columns)", 1)
+            twice = sorted({c for c in header if header.count(c) > 1})
+            if twice:
+                raise RunError(path, f"the header names column(s) {twice} more than once, so which field holds "
+                                     f"their values cannot be told", 1)
             for fields in reader:
                 if not fields:
                     continue  # a blank line carries no row
@@ -232,26 +292,56 @@ def read_rows(run_dir) -> list[dict]:
     return rows
 
 
+def _meta_type_error(meta: dict) -> str | None:
+    """The first field of ``meta`` whose type breaks :data:`META_TYPES`, described; None if none.
+    Cost: O(size of the checked fields)."""
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", dict: "an object",
+             list: "a list"}
+    for spec, types in META_TYPES.items():
+        found = [("", meta)]  # (path so far, value) of every value the spec names
+        for part in spec.split("."):
+            key, each = part.removesuffix("[]"), part.endswith("[]")
+            found = [(f"{where}.{key}".lstrip("."), obj.get(key)) for where, obj in found if isinstance(obj, dict)]
+            if each:
+                found = [(f"{where}[{i}]", item) for where, seq in found if isinstance(seq, list)
+                         for i, item in enumerate(seq)]
+        for where, value in found:
+            if value is None:
+                continue
+            if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+                shown = json.dumps(value)
+                shown = shown if len(shown) <= 40 else shown[:40] + "..."
+                return (f"field {where!r} holds {shown} ({names.get(type(value), type(value).__name__)}), where "
+                        f"the results contract wants {' or '.join(names[t] for t in types)} (or null)")
+    return None
+
+
 def read_meta(run_dir) -> dict:
-    """meta.json of a run, checked: it exists, is a JSON object and its ``schema_version`` is not
-    newer than :data:`SCHEMA_VERSION`.
+    """meta.json of a run, checked: it exists, is a JSON object, its fields have the types of
+    :data:`META_TYPES` and its ``schema_version`` is not newer than :data:`SCHEMA_VERSION`.
 
     Raises
     ------
     RunError
-        naming the file (and, for broken JSON, the line).
+        naming the file (and, for broken JSON, the line; for a wrongly typed field, the field
+        and its value).
     """
     path = Path(run_dir) / "meta.json"
     if not path.exists():
         raise RunError(path, "missing (a run folder holds rows.csv and meta.json)")
     try:
-        meta = json.loads(path.read_text())
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise RunError(path, f"not UTF-8 ({err.reason} at byte {err.start})") from None
     except json.JSONDecodeError as err:
         raise RunError(path, f"not valid JSON: {err.msg}", err.lineno) from None
     if not isinstance(meta, dict):
         raise RunError(path, "not a JSON object")
+    wrong = _meta_type_error(meta)
+    if wrong:
+        raise RunError(path, wrong)
     version = meta.get("schema_version")
-    if isinstance(version, int) and version > SCHEMA_VERSION:
+    if version is not None and version > SCHEMA_VERSION:
         raise RunError(path, f"schema_version {version} is newer than this reader knows ({SCHEMA_VERSION}); "
                              f"update replaybench to read it")
     return meta
