@@ -518,10 +518,11 @@ def test_stale_update_is_skipped():
 @pytest.mark.parametrize("policy", ["lazy-writing", "optimistic"])
 def test_lazy_writing_never_samples_reserved_slots(policy):
     """Slots reserved by an insert in progress (priority 0) are never drawn, even when they are
-    almost all of the buffer; when nothing else is left, sample refuses instead."""
+    almost all of the buffer; when nothing else is left, sample waits for the writer and,
+    if it never publishes, raises TimeoutError naming it (after the object's timeout)."""
     from replaybench.impl.concurrent.locks import my_token
 
-    with make(policy, capacity=256, prefill=256) as buf:
+    with make(policy, capacity=256, prefill=256, timeout=0.3) as buf:
         with buf.tree_lock:
             t0 = buf.ring.reserve(250, my_token()).first
             buf.tree.fill(t0 % 256, 250, 0.0)
@@ -533,8 +534,51 @@ def test_lazy_writing_never_samples_reserved_slots(policy):
         with buf.tree_lock:
             t1 = buf.ring.reserve(6, my_token()).first
             buf.tree.fill(t1 % 256, 6, 0.0)
+        with pytest.raises(TimeoutError, match=f"every slot with data is reserved by inserts in flight "
+                                               f"\\(pid {os.getpid()}, "):
+            buf.sample(4)
+
+
+@pytest.mark.parametrize("policy", ["lazy-writing", "optimistic"])
+def test_sample_waits_for_an_insert_that_reserved_every_slot(policy):
+    """Issue 28.3: with capacity 8, one insert of 8 rows reserves every slot (priority 0)
+    during its copy; a sample then used to fail with "total priority is 0" (so train with
+    buffer_capacity=8 failed). It now waits for the insert to publish and draws its rows."""
+    from replaybench.impl.concurrent.locks import my_token
+
+    with make(policy, capacity=8, prefill=8) as buf:
+        with buf.tree_lock:  # an insert's first phase: every slot reserved at priority 0
+            res = buf.ring.reserve(8, my_token())
+            buf.tree.fill(res.first % 8, 8, 0.0)
+
+        def publish():  # ... and its last phase, 0.2 s later, from another thread
+            time.sleep(0.2)
+            with buf.tree_lock:
+                buf.tree.fill(res.first % 8, 8, 1.0)
+                buf.ring.publish(res, 8)
+
+        writer = threading.Thread(target=publish)
+        writer.start()
+        start = time.monotonic()
+        out = buf.sample(4)
+        waited = time.monotonic() - start
+        writer.join()
+        assert waited >= 0.15 and set(out["stamps"].tolist()) <= set(range(8, 16))
+
+
+@pytest.mark.parametrize("policy", ["lazy-writing", "optimistic"])
+def test_sample_voids_a_dead_writer_that_reserved_every_slot(policy):
+    """A writer that died holding every slot is voided by the waiting sample, which then
+    refuses as an empty tree does (nothing is coming)."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with make(policy, capacity=8, prefill=8) as buf:
+        with buf.tree_lock:
+            res = buf.ring.reserve(8, (dead.pid << 22) | 1)
+            buf.tree.fill(res.first % 8, 8, 0.0)
         with pytest.raises(ValueError, match="total priority is 0"):
             buf.sample(4)
+        assert buf.counters()["voided_slots"] == 8 and buf.ring.in_flight() == []
 
 
 # ----------------------------------------------------------------------------- stress
