@@ -18,6 +18,7 @@ from replaybench.bench import concurrency as C
 from replaybench.impl import concurrent, registry
 from replaybench.impl.concurrent import SharedPrioritizedBuffer, leaked_segments
 from replaybench.impl.concurrent.atomics import cas, fetch_add
+from replaybench.impl.concurrent.guard import BufferClosed, CallGate
 from replaybench.impl.concurrent.locks import SharedLock
 from replaybench.impl.concurrent.shm import SharedArena
 
@@ -185,7 +186,7 @@ def test_closed_buffer_refuses_every_method():
     segfault). Run in a child process, so a crash fails this test instead of killing pytest."""
     code = textwrap.dedent("""
         import numpy as np
-        from replaybench.impl.concurrent import SharedPrioritizedBuffer
+        from replaybench.impl.concurrent import BufferClosed, SharedPrioritizedBuffer
         from replaybench.bench.concurrency import make_batch, schema
 
         owner = SharedPrioritizedBuffer.create(64, schema(40), policy="lazy-writing")
@@ -208,16 +209,113 @@ def test_closed_buffer_refuses_every_method():
             for name, call in calls.items():
                 try:
                     call(buf)
-                except ValueError as err:
-                    assert "buffer is closed" in str(err), (name, err)
+                except BufferClosed as err:
+                    assert isinstance(err, ValueError) and str(err).startswith("buffer is closed"), (name, err)
                 else:
                     raise AssertionError(f"{name} worked on a closed buffer")
             assert buf.closed
         print("all refused")
     """)
+    _run_child(code, "all refused")
+
+
+def test_parts_handed_out_refuse_after_close():
+    """Issue 28.2: ``t = b.tree; b.close(); t.total()`` used to segfault. Every part handed
+    out before close (tree, storage, ring, locks, and their bound methods) now raises
+    BufferClosed naming the part; a raw array taken from a part keeps its memory mapped until
+    it is dropped, so reading it after close is safe (it is what the buffer held)."""
+    code = textwrap.dedent("""
+        import numpy as np
+        from replaybench.impl.concurrent import BufferClosed, SharedPrioritizedBuffer
+        from replaybench.impl.concurrent.shm import SharedArena
+        from replaybench.bench.concurrency import make_batch, schema
+
+        for policy in ("lazy-writing", "deferred"):
+            buf = SharedPrioritizedBuffer.create(64, schema(40), policy=policy)
+            buf.add(make_batch(np.arange(8), 40))
+            parts = {name: getattr(buf, name) for name in ("tree", "storage", "ring", "tree_lock", "leaf_lock")}
+            total = parts["tree"].total
+            ids = parts["storage"].columns["id"]
+            buf.close()
+            uses = {"tree.total()": lambda: parts["tree"].total(), "bound tree.total": total,
+                    "tree.leaves()": lambda: parts["tree"].leaves(), "storage.columns": lambda: parts["storage"].columns,
+                    "ring.stamps_snapshot()": lambda: parts["ring"].stamps_snapshot(),
+                    "tree_lock.holder()": lambda: parts["tree_lock"].holder(),
+                    "with tree_lock": lambda: parts["tree_lock"].__enter__(),
+                    "leaf_lock.acquire()": lambda: parts["leaf_lock"].acquire()}
+            for use, call in uses.items():
+                part = use.split(".")[0].split()[-1]
+                try:
+                    call()
+                except BufferClosed as err:
+                    assert f"its {part} (buf.{part})" in str(err) and "buffer is closed" in str(err), (use, err)
+                else:
+                    raise AssertionError(f"{use} worked after close")
+            assert ids[:8].tolist() == list(range(8))  # still mapped: the view holds the mapping
+
+        arena = SharedArena.create({"a": ((1024,), "float64")})
+        view = arena.arrays["a"]
+        view[:] = 7.0
+        arena.close()
+        assert view.sum() == 7.0 * 1024
+        print("all refused")
+    """)
+    _run_child(code, "all refused")
+
+
+def test_close_waits_for_a_call_in_flight():
+    """Issue 28.2: close() from one thread while another is inside a call (here: waiting for
+    the tree lock, which this thread holds) waits for that call to return, refuses new calls
+    meanwhile, then closes. It used to unmap at once, under the waiting call."""
+    code = textwrap.dedent("""
+        import threading, time
+        import numpy as np
+        from replaybench.impl.concurrent import BufferClosed, SharedPrioritizedBuffer
+        from replaybench.bench.concurrency import make_batch, schema
+
+        buf = SharedPrioritizedBuffer.create(64, schema(40), policy="global-lock")
+        buf.add(make_batch(np.arange(8), 40))
+        got = []
+        lock = buf.tree_lock
+        with lock:
+            caller = threading.Thread(target=lambda: got.append(buf.total()))
+            caller.start()
+            time.sleep(0.2)  # the caller is now waiting for the lock, inside total()
+            closer = threading.Thread(target=buf.close)
+            closer.start()
+            time.sleep(0.2)
+            assert closer.is_alive() and not buf.closed, "close() did not wait for the call in flight"
+            try:
+                buf.sample(2)
+                raise AssertionError("a new call was accepted while closing")
+            except BufferClosed:
+                pass
+        caller.join(10)
+        closer.join(10)
+        assert got == [8.0] and buf.closed and not closer.is_alive(), got
+        print("waited")
+    """)
+    _run_child(code, "waited")
+
+
+def test_call_gate_refuses_close_from_inside_a_call_and_after_close():
+    gate = CallGate("the thing", "seg")
+    me = gate.enter()
+    with pytest.raises(RuntimeError, match="close\\(\\) was called from inside a call on the thing"):
+        gate.shut(1.0)
+    assert not gate.shut_down
+    gate.leave(me)
+    gate.leave(gate.enter())  # still open: the refused close changed nothing
+    assert gate.shut(1.0) and not gate.shut(1.0)  # True once
+    with pytest.raises(BufferClosed, match="buffer is closed \\(shared segment 'seg'\\): the thing can no"):
+        gate.enter()
+
+
+def _run_child(code: str, done: str) -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=os.path.dirname(os.path.dirname(__file__)))
-    assert proc.returncode == 0 and "all refused" in proc.stdout, (proc.returncode, proc.stderr[-3000:])
+    assert proc.returncode == 0 and done in proc.stdout, \
+        (f"exit status {proc.returncode} (-11: segfault)", proc.stderr[-3000:])
 
 
 def _state(buf) -> dict:
@@ -421,10 +519,11 @@ def test_stale_update_is_skipped():
 @pytest.mark.parametrize("policy", ["lazy-writing", "optimistic"])
 def test_lazy_writing_never_samples_reserved_slots(policy):
     """Slots reserved by an insert in progress (priority 0) are never drawn, even when they are
-    almost all of the buffer; when nothing else is left, sample refuses instead."""
+    almost all of the buffer; when nothing else is left, sample waits for the writer and,
+    if it never publishes, raises TimeoutError naming it (after the object's timeout)."""
     from replaybench.impl.concurrent.locks import my_token
 
-    with make(policy, capacity=256, prefill=256) as buf:
+    with make(policy, capacity=256, prefill=256, timeout=0.3) as buf:
         with buf.tree_lock:
             t0 = buf.ring.reserve(250, my_token()).first
             buf.tree.fill(t0 % 256, 250, 0.0)
@@ -436,8 +535,51 @@ def test_lazy_writing_never_samples_reserved_slots(policy):
         with buf.tree_lock:
             t1 = buf.ring.reserve(6, my_token()).first
             buf.tree.fill(t1 % 256, 6, 0.0)
+        with pytest.raises(TimeoutError, match=f"every slot with data is reserved by inserts in flight "
+                                               f"\\(pid {os.getpid()}, "):
+            buf.sample(4)
+
+
+@pytest.mark.parametrize("policy", ["lazy-writing", "optimistic"])
+def test_sample_waits_for_an_insert_that_reserved_every_slot(policy):
+    """Issue 28.3: with capacity 8, one insert of 8 rows reserves every slot (priority 0)
+    during its copy; a sample then used to fail with "total priority is 0" (so train with
+    buffer_capacity=8 failed). It now waits for the insert to publish and draws its rows."""
+    from replaybench.impl.concurrent.locks import my_token
+
+    with make(policy, capacity=8, prefill=8) as buf:
+        with buf.tree_lock:  # an insert's first phase: every slot reserved at priority 0
+            res = buf.ring.reserve(8, my_token())
+            buf.tree.fill(res.first % 8, 8, 0.0)
+
+        def publish():  # ... and its last phase, 0.2 s later, from another thread
+            time.sleep(0.2)
+            with buf.tree_lock:
+                buf.tree.fill(res.first % 8, 8, 1.0)
+                buf.ring.publish(res, 8)
+
+        writer = threading.Thread(target=publish)
+        writer.start()
+        start = time.monotonic()
+        out = buf.sample(4)
+        waited = time.monotonic() - start
+        writer.join()
+        assert waited >= 0.15 and set(out["stamps"].tolist()) <= set(range(8, 16))
+
+
+@pytest.mark.parametrize("policy", ["lazy-writing", "optimistic"])
+def test_sample_voids_a_dead_writer_that_reserved_every_slot(policy):
+    """A writer that died holding every slot is voided by the waiting sample, which then
+    refuses as an empty tree does (nothing is coming)."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with make(policy, capacity=8, prefill=8) as buf:
+        with buf.tree_lock:
+            res = buf.ring.reserve(8, (dead.pid << 22) | 1)
+            buf.tree.fill(res.first % 8, 8, 0.0)
         with pytest.raises(ValueError, match="total priority is 0"):
             buf.sample(4)
+        assert buf.counters()["voided_slots"] == 8 and buf.ring.in_flight() == []
 
 
 # ----------------------------------------------------------------------------- stress

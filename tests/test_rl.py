@@ -78,6 +78,19 @@ def test_parallel_smoke(algo, actors, learners):
     assert own_segments() == []
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["lazy-writing", "optimistic"])
+def test_parallel_run_with_a_buffer_as_small_as_an_insert(policy):
+    """Issue 28.3: with buffer_capacity equal to the insert batch (8), each insert reserves
+    every slot while it copies; the learners' samples used to fail with "total priority is 0".
+    They now wait for the insert to publish."""
+    cfg = tiny("dqn", policy=policy, actors=2, learners=1, steps=2000,
+               overrides={**TINY["dqn"], "buffer_capacity": 8})
+    result = train(cfg)
+    assert result.env_steps == 2000 and result.updates > 0
+    assert own_segments() == []
+
+
 @pytest.mark.parametrize("fail", ["actor:1:50", "learner:1:3"])
 def test_failing_worker_stops_the_run_and_releases_everything(fail):
     cfg = tiny("dqn", actors=2, learners=2, fail=fail, join_timeout_s=5)

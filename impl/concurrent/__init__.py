@@ -5,11 +5,13 @@
   synchronise: global-lock, pal-locks, lazy-writing, optimistic, deferred, and any module
   added to ``impl/concurrent/policies/``); :mod:`.policy` defines the interface.
 * :mod:`.ring` -- the shared ring state every policy builds on (tickets, stamps, writers).
+* :class:`BufferClosed` -- what a closed buffer, or a part it handed out, raises (:mod:`.guard`).
 * :mod:`.locks`, :mod:`.shm`, :mod:`.atomics` -- the building blocks.
 """
 
 from .buffer import BufferHandle, SharedPrioritizedBuffer
+from .guard import BufferClosed
 from .policy import Policy, get, names
 from .shm import leaked_segments
 
-__all__ = ["BufferHandle", "SharedPrioritizedBuffer", "Policy", "get", "names", "leaked_segments"]
+__all__ = ["BufferHandle", "BufferClosed", "SharedPrioritizedBuffer", "Policy", "get", "names", "leaked_segments"]

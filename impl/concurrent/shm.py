@@ -15,6 +15,16 @@ Cleanup, on every exit path:
 * attached processes only map the segment (they never register it, so their exit, clean or
   killed, neither unlinks it early nor leaks it): the kernel drops a dead process's mapping.
 
+Memory lifetime: nothing here ever unmaps explicitly. Every array is a NumPy view whose
+``base`` is the ``mmap`` object, and the mapping goes when that object is garbage, i.e. when
+the last view is gone. Closing an ``mmap`` (or a ``SharedMemory``) would unmap at once even
+with views alive, because NumPy keeps a reference to the object but no buffer export that
+would make ``close()`` refuse; a view used afterwards read freed pages and crashed the
+interpreter (issue 28.2). So :meth:`SharedArena.close` drops the arena's references and the
+owner unlinks the name (no new attach); a view kept elsewhere keeps its pages (of a segment
+nobody else can reach) until it is dropped. The cost is memory held for as long as a caller
+keeps a view, the same contract as ``numpy.memmap``.
+
 Thread-safety: the arena object itself is immutable after construction; what the arrays hold
 is the callers' business (see :mod:`impl.concurrent.locks`).
 """
@@ -62,11 +72,17 @@ def _views(buf, entries) -> dict[str, np.ndarray]:
     return {name: np.ndarray(shape, dtype=np.dtype(dt), buffer=buf, offset=off) for name, off, shape, dt in entries}
 
 
-def _unlink(shm: shared_memory.SharedMemory) -> None:
+def _map(name: str, size: int) -> mmap.mmap:
+    """Map ``/dev/shm/name`` read-write (the mapping lives until the returned object is garbage)."""
+    fd = os.open("/dev/shm/" + name, os.O_RDWR)
     try:
-        shm.close()
-    except BufferError:  # a view is still referenced somewhere: leave the mapping, still unlink
-        pass
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
+
+
+def _unlink(shm: shared_memory.SharedMemory) -> None:
+    shm.close()  # its own mapping, which no view uses (see create)
     try:
         shm.unlink()
     except FileNotFoundError:
@@ -78,24 +94,35 @@ class SharedArena:
 
     ``SharedArena.create({"sums": ((n,), "float32"), ...})`` allocates (zero-filled, as fresh
     shared memory is) and owns; ``SharedArena.attach(arena.spec)`` maps it elsewhere.
-    ``arena.arrays[name]`` are the NumPy views. Cost: one ``shm_open`` + ``mmap``; pages are
-    committed on first touch.
+    ``arena.arrays[name]`` are the NumPy views. Cost: one ``open`` + ``mmap`` (create: a
+    second, unused mapping from SharedMemory, unmapped at once); pages are committed on
+    first touch.
     """
 
-    def __init__(self, spec: ArenaSpec, buf, owner: bool, closer):
+    def __init__(self, spec: ArenaSpec, mapping: mmap.mmap, owner: bool):
         self.spec = spec
         self.owner = owner
-        self.arrays = _views(buf, spec.arrays)
-        self._closer = closer
+        self.arrays = _views(mapping, spec.arrays)
+        self._closed = False
+        self._unlinker = None  # the owner's weakref.finalize that unlinks the name
 
     @classmethod
     def create(cls, arrays: dict, tag: str = "buf") -> "SharedArena":
         entries, size = _layout(arrays)
         tag = re.sub(r"[^A-Za-z0-9_]", "", tag)  # so that attach() accepts the name
         name = f"{PREFIX}{tag}_{os.getpid()}_{secrets.token_hex(4)}"
+        # SharedMemory creates the segment and registers it with the resource tracker (the
+        # cleanup after a SIGKILL); the views go over a mapping of our own, since SharedMemory
+        # unmaps its own in close() and __del__ whatever views remain (see the module docstring).
         shm = shared_memory.SharedMemory(name=name, create=True, size=size)
-        arena = cls(ArenaSpec(shm.name, size, entries), shm.buf, True, None)
-        arena._closer = weakref.finalize(arena, _unlink, shm)
+        try:
+            mapping = _map(shm.name, size)
+        except BaseException:
+            _unlink(shm)
+            raise
+        shm.close()
+        arena = cls(ArenaSpec(shm.name, size, entries), mapping, True)
+        arena._unlinker = weakref.finalize(arena, _unlink, shm)
         return arena
 
     @classmethod
@@ -109,38 +136,25 @@ class SharedArena:
                              f"starting with {PREFIX!r}, got {spec.name!r}")
         # Map the file directly instead of SharedMemory(name): in Python 3.11 that registers the
         # segment with this process's resource tracker, which would unlink it when we exit.
-        path = "/dev/shm/" + spec.name
         try:
-            fd = os.open(path, os.O_RDWR)
+            mapping = _map(spec.name, spec.size)
         except FileNotFoundError:
             raise FileNotFoundError(f"shared buffer segment {spec.name!r} does not exist (its owner closed it "
                                     f"or exited)") from None
-        try:
-            mm = mmap.mmap(fd, spec.size)
-        finally:
-            os.close(fd)
-        arena = cls(spec, mm, False, None)
-        arena._closer = weakref.finalize(arena, _close_map, mm)
-        return arena
+        return cls(spec, mapping, False)
 
     def close(self) -> None:
-        """Drop this process's mapping; the owner also unlinks the segment. Idempotent.
-
-        Views handed out earlier must not be used afterwards.
-        """
+        """Drop this object's views; the owner also unlinks the segment (no new attach).
+        Idempotent. Never unmaps under a view: views handed out earlier stay valid memory
+        until they are dropped (see the module docstring)."""
         self.arrays = {}
-        self._closer()
+        self._closed = True
+        if self._unlinker is not None:
+            self._unlinker()
 
     @property
     def closed(self) -> bool:
-        return not self._closer.alive
-
-
-def _close_map(mm) -> None:
-    try:
-        mm.close()
-    except BufferError:  # views still alive: the mapping goes when they do
-        pass
+        return self._closed
 
 
 def leaked_segments(pid: int | None = None) -> list[str]:

@@ -5,12 +5,29 @@ from __future__ import annotations
 import time
 
 from ..locks import my_token, token_pid
-from ..policy import Policy, register
+from ..policy import Policy, Selection, register
 
 __all__ = ["LazyWriting"]
 
-FIRST_WAIT = 1e-5  # seconds; a lapping writer's wait doubles from here ...
+FIRST_WAIT = 1e-5  # seconds; a lapping writer's (or an empty-handed sampler's) wait doubles from here ...
 LONGEST_WAIT = 1e-3  # ... up to here, so a long wait costs almost no CPU
+
+
+class _Backoff:
+    """Sleeps between tries of a wait that gives up after ``timeout`` seconds."""
+
+    def __init__(self, timeout: float):
+        self.timeout, self.started, self.wait = timeout, None, FIRST_WAIT
+
+    def pause(self, describe) -> None:
+        """Sleep before the next try (doubling up to :data:`LONGEST_WAIT`); once the wait has
+        lasted ``timeout``, raise TimeoutError with ``describe(seconds waited)`` instead."""
+        now = time.monotonic()
+        self.started = now if self.started is None else self.started
+        if now - self.started > self.timeout:
+            raise TimeoutError(describe(now - self.started))
+        time.sleep(self.wait)
+        self.wait = min(2.0 * self.wait, LONGEST_WAIT)
 
 
 @register
@@ -28,13 +45,19 @@ class LazyWriting(Policy):
     between whole tree operations; data of in-flight slots is invisible. Two tree operations
     per insert instead of one, but the data copy, which dominates for large transitions,
     overlaps everything else.
+
+    When every slot with data is reserved by inserts in flight (a small buffer, or one insert
+    as large as the capacity), the total priority is 0 and a sample waits for them to publish,
+    as a writer waits, rather than fail: bounded by the same ``timeout`` (TimeoutError naming a
+    writer's pid); dead writers are voided, and if nothing is left the sample refuses as the
+    tree does ("total priority is 0"). Cost on the common path: one root read per sample.
     """
 
     name = "lazy-writing"
 
     def insert(self, arrays, n, vals) -> int:
         token = my_token()
-        started, wait = None, FIRST_WAIT
+        backoff = _Backoff(self.tree_lock.timeout)
         while True:
             with self.tree_lock:
                 res = self.ring.reserve(n, token, wait_for_lapped=True)
@@ -42,16 +65,26 @@ class LazyWriting(Policy):
                     self.tree.fill(res.first % self.ring.capacity, n, 0.0)
                     self.ring.count(n)
                     break
-            now = time.monotonic()
-            started = now if started is None else started
-            if now - started > self.tree_lock.timeout:
-                raise TimeoutError(f"insert of {n} rows waited {now - started:.3g} s for ring slots still being "
-                                   f"written by pid {token_pid(res.blocker)} (token {res.blocker}), which is "
-                                   "alive but not progressing")
-            time.sleep(wait)
-            wait = min(2.0 * wait, LONGEST_WAIT)
+            backoff.pause(lambda waited: f"insert of {n} rows waited {waited:.3g} s for ring slots still being "
+                                         f"written by pid {token_pid(res.blocker)} (token {res.blocker}), which "
+                                         "is alive but not progressing")
         self.storage.write(res.first % self.ring.capacity, arrays, n)
         with self.tree_lock:
             self.set_new_priorities(res.first, n, vals)
             self.ring.publish(res, n)
         return res.first
+
+    def select(self, n: int, rng) -> Selection:
+        backoff = _Backoff(self.tree_lock.timeout)
+        while True:
+            with self.tree_lock:
+                if self.tree.total() > 0.0:
+                    return self.draw(n, rng)
+                self.ring.void_dead_writers()
+                writers = self.ring.in_flight()
+                if not writers:
+                    return self.draw(n, rng)  # nothing is coming: the tree's own refusal
+            token = writers[0][0]
+            backoff.pause(lambda waited: f"sample of {n} rows waited {waited:.3g} s for a sampleable slot: every "
+                                         f"slot with data is reserved by inserts in flight (pid {token_pid(token)}, "
+                                         f"token {token}, among {len(writers)}), alive but not progressing")
