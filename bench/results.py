@@ -34,6 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from replaybench.bench.contract import COLUMNS, SCHEMA_VERSION, STATUSES, format_cell, parse_row, read_meta, read_rows
+from replaybench.impl.machine import logical_cores, usable_cores
 
 # The schema names and the readers are the contract's (bench.contract); they are named here too
 # because every scenario writes and reads its run through this module.
@@ -185,15 +186,11 @@ def machine_info() -> dict:
         model = match.group(1) if match else platform.processor() or None
     mem = _read(Path("/proc/meminfo")) or ""
     match = re.search(r"^MemTotal:\s*(\d+) kB", mem, re.M)
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count()
     return {
         "hostname": platform.node(),
         "cpu_model": model,
-        "logical_cpus": os.cpu_count(),
-        "usable_cpus": usable,
+        "logical_cpus": logical_cores(),
+        "usable_cpus": usable_cores(),
         "cores_per_socket": lscpu.get("Core(s) per socket"),
         "threads_per_core": lscpu.get("Thread(s) per core"),
         "sockets": lscpu.get("Socket(s)"),

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import os
+
+from replaybench.impl.machine import usable_cores
 
 __all__ = ["unavailable", "session"]
 
@@ -26,7 +27,7 @@ def session(num_cpus: int | None = None):
     if ray.is_initialized():  # a session left by someone else would change what is measured
         ray.shutdown()
     # address="local": always a new local instance, never a cluster some other process started here
-    ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False,
+    ray.init(address="local", num_cpus=num_cpus or usable_cores(), include_dashboard=False,
              log_to_driver=False, configure_logging=False)
     try:
         yield ray

@@ -35,9 +35,8 @@ repeats. Selection: ``--variants``.
 
 from __future__ import annotations
 
-import os
-
 from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError
+from replaybench.impl.machine import usable_cores
 
 __all__ = ["policy_names", "auto_workers", "Concurrency", "SCENARIO", "format_table"]
 
@@ -83,7 +82,7 @@ def _check(suite: dict) -> None:
         raise SelectionError(f"{where}: 'modes' must be a list of {list(MODES)}, got {modes!r}")
     workers = suite.get("workers")
     if workers == "auto":
-        workers = auto_workers(os.cpu_count() or 1)
+        workers = auto_workers(usable_cores())
     spi = suite.get("samples_per_insert")
     if spi is not None and (isinstance(spi, bool) or not isinstance(spi, (int, float)) or not 0 < spi < float("inf")):
         raise SelectionError(f"{where}: 'samples_per_insert' must be a positive number, got {spi!r}")
@@ -118,7 +117,7 @@ class Concurrency(Scenario):
             infos = {v: registry.get(v) for v in variants}
         except KeyError as err:
             raise SelectionError(f"--variants: {err.args[0]}") from None
-        cores = os.cpu_count() or 1
+        cores = usable_cores()
         splits = auto_workers(cores) if suite["workers"] == "auto" else suite["workers"]
         spi = suite.get("samples_per_insert")
         cells = []

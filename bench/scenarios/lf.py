@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
-import os
 import statistics
 
-from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError
 from replaybench.bench import suites
+from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError
+from replaybench.impl.machine import usable_cores
 
 __all__ = ["PAPER", "WORKLOADS", "SINGLE", "ratios", "format_table", "LinguaFranca", "SCENARIO"]
 
@@ -192,7 +192,7 @@ class LinguaFranca(Scenario):
         ray_cpus = suite.get("ray_num_cpus")
         if ray_cpus is not None:
             _positive_int(f"suite {suite['name']!r}: ray_num_cpus", ray_cpus)
-        cores = os.cpu_count() or 1
+        cores = usable_cores()
         cells = _lockstep_cells(suite, cores) + _pql_cells(suite, cores) + _multiagent_cells(suite, cores)
         if not cells:
             raise SelectionError(f"suite {suite['name']!r} declares no work: give lockstep, pql or multiagent blocks")

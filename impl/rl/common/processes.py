@@ -1,29 +1,18 @@
-"""Small helpers every multi-process engine uses: cores, ports, work shares, progress cadence.
+"""Small helpers every multi-process engine uses: ports, work shares, progress cadence.
 
 One definition each, so that engines agree: a run's progress callback fires every
-:data:`PROGRESS_EVERY_S`, work is split by :func:`share`, and the cores counted are the ones
-this process may run on (:func:`usable_cores`: CPU affinity, which containers and ``taskset``
-narrow, not the machine's count).
+:data:`PROGRESS_EVERY_S` and work is split by :func:`share`. The cores an engine counts are
+:func:`impl.machine.usable_cores`'s.
 """
 
 from __future__ import annotations
 
-import os
 import socket
 
-__all__ = ["PROGRESS_EVERY_S", "usable_cores", "free_port", "share"]
+__all__ = ["PROGRESS_EVERY_S", "free_port", "share"]
 
 PROGRESS_EVERY_S = 0.25
 """Seconds between two calls of a run's ``progress`` callback (every engine)."""
-
-
-def usable_cores() -> int:
-    """CPU cores this process may run on (its affinity mask; ``os.cpu_count()`` where the
-    platform has no affinity). Cost: one system call."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
 
 
 def free_port() -> int:

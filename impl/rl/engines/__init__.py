@@ -27,9 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from replaybench.impl.rl.common.errors import ConfigError
-from replaybench.registry import Registry, UnknownName
 from replaybench.impl.rl.engines import dataflow, paac, process, sequential
 from replaybench.impl.rl.engines import ray as ray_engine
+
+from replaybench.registry import Registry, UnknownName
 
 __all__ = ["Engine", "ENGINES", "get", "parallel_names"]
 

@@ -34,15 +34,11 @@ import time
 from typing import TYPE_CHECKING
 
 import torch
-from replaybench.impl.rl.algorithms.a2c import (
-    A2CConfig,
-    A2CLearner,
-    collect,
-    make_network,
-)
+from replaybench.impl.machine import usable_cores
+from replaybench.impl.rl.algorithms.a2c import A2CConfig, A2CLearner, collect, make_network
 from replaybench.impl.rl.common.envs import EpisodeLog, make_env
 from replaybench.impl.rl.common.errors import ConfigError
-from replaybench.impl.rl.common.processes import PROGRESS_EVERY_S, usable_cores
+from replaybench.impl.rl.common.processes import PROGRESS_EVERY_S
 from replaybench.impl.rl.common.profiler import SectionProfiler
 from replaybench.impl.rl.common.result import TrainResult
 from replaybench.impl.rl.common.seeding import RunSeeds

@@ -36,8 +36,9 @@ import os
 import time
 from typing import TYPE_CHECKING
 
+from replaybench.impl.machine import usable_cores
 from replaybench.impl.rl.common.errors import ConfigError, WorkerFailed
-from replaybench.impl.rl.common.processes import PROGRESS_EVERY_S, share, usable_cores
+from replaybench.impl.rl.common.processes import PROGRESS_EVERY_S, share
 from replaybench.impl.rl.common.result import TrainResult
 
 if TYPE_CHECKING:  # the config module imports the engines to check a run against them
