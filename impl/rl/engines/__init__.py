@@ -41,12 +41,15 @@ class Engine:
     ConfigError for a run this engine cannot do (called by :meth:`TrainConfig.validate`,
     after the generic checks); ``kind`` is "replay" (the sequential replay loop), "parallel"
     (selectable with ``backend``) or "own" (an algorithm's own loop); ``needs`` names the
-    modules it imports, with the extra that installs them."""
+    modules it imports, with the extra that installs them; ``smoke`` is a TrainConfig (as
+    keyword arguments) of a run of a few hundred steps on this engine, which the conformance
+    tests (tests/test_engines.py) run for every registered engine."""
 
     name: str
     kind: str
     run: Callable
     check: Callable
+    smoke: dict
     needs: tuple[tuple[str, str], ...] = ()  # (module, pip extra)
 
     def unavailable_reason(self) -> str | None:
@@ -65,11 +68,17 @@ def _no_check(cfg, acfg) -> None:
 
 
 ENGINES: Registry[Engine] = Registry("engine")
-for _engine in (Engine("sequential", "replay", sequential.run_sequential, _no_check),
-                Engine("process", "parallel", process.run_parallel, _no_check),
-                Engine("ray", "parallel", ray_engine.run_ray, ray_engine.check, needs=(("ray", "ray"),)),
-                Engine("dataflow", "parallel", dataflow.run_dataflow, dataflow.check),
-                Engine("paac", "own", paac.run_paac, paac.check)):
+_TINY_DQN = dict(algo="dqn", env="CartPole-v1", steps=300,
+                 overrides=dict(hidden=(16, 16), batch_size=16, learning_starts=100, buffer_capacity=1024))
+for _engine in (Engine("sequential", "replay", sequential.run_sequential, _no_check, dict(_TINY_DQN)),
+                Engine("process", "parallel", process.run_parallel, _no_check, dict(_TINY_DQN, actors=1, learners=1)),
+                Engine("ray", "parallel", ray_engine.run_ray, ray_engine.check,
+                       dict(_TINY_DQN, actors=1, learners=1, backend="ray"), needs=(("ray", "ray"),)),
+                Engine("dataflow", "parallel", dataflow.run_dataflow, dataflow.check,
+                       dict(_TINY_DQN, actors=1, learners=1, backend="dataflow")),
+                Engine("paac", "own", paac.run_paac, paac.check,
+                       dict(algo="a2c", env="CartPole-v1", steps=300,
+                            overrides=dict(n_envs=4, n_workers=1, t_max=5)))):
     ENGINES.register(_engine.name, _engine, origin=__name__)
 
 
