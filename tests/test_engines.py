@@ -1,7 +1,8 @@
 """Conformance of every registered training engine (impl.rl.engines.ENGINES).
 
 Each engine brings a tiny run (``Engine.smoke``); the same checks hold for every one: the
-run goes through :func:`impl.rl.train` to that engine, which names itself in the result, does every env step it was asked for and the updates the ratio allows, accounts its
+run goes through :func:`impl.rl.train` to that engine, which names itself in the result,
+does every env step it was asked for and the updates the ratio allows, accounts its
 processes' time by section, and leaves no process and no shared-memory segment behind.
 A new engine registered in the registry is tested here with no edit. Engines that start
 worker processes are slow tests except the default one ("process").
