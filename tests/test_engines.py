@@ -5,7 +5,8 @@ run goes through :func:`impl.rl.train` to that engine, which names itself in the
 does every env step it was asked for and the updates the ratio allows, accounts its
 processes' time by section, and leaves no process and no shared-memory segment behind.
 A new engine registered in the registry is tested here with no edit. Engines that start
-worker processes are slow tests except the default one ("process").
+worker processes are slow tests here (``make test-slow``): their own test files already run
+them in ``make test``, which must stay under 10 minutes.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from replaybench.impl.rl.common.result import total_updates
 
 from _support import assert_exited, own_segments
 
-FAST = {"sequential", "process", "paac"}
+FAST = {"sequential"}
 
 
 def _param(name):
