@@ -47,16 +47,15 @@ import csv
 import json
 import math
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
-
-from replaybench.bench.workloads import OPS
 
 __all__ = ["SCHEMA_VERSION", "COLUMNS", "RUN_COLUMNS", "MEASUREMENT_COLUMNS", "CELL_COLUMNS", "INT_COLUMNS",
            "FLOAT_COLUMNS", "BOOL_COLUMNS", "INT_RANGE", "META_TYPES", "REQUIRED", "STATUSES", "MEASURED",
            "BELOW_RESOLUTION", "SIGNED_METRICS", "TIMING_METRIC", "PEER_PREFIX", "REFERENCES", "RunError", "format_cell", "parse_cell", "parse_row",
            "read_rows", "read_meta", "params_of", "cell_key", "items_per_s", "ns_per_item", "op_unit", "item_name",
-           "comparison_group", "reference_ratios", "format_table"]
+           "comparison_group", "reference_ratios", "format_table", "OpSpec", "OPS"]
 
 SCHEMA_VERSION = 1
 
@@ -130,6 +129,34 @@ PEER_PREFIX = "peer:"
 
 #: Variants the ratio columns compare with: (column title, variant name).
 REFERENCES = (("x binary", "binary"),)
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """How one micro op (the ``op`` column of a timing row) is counted and shown: what one of its
+    items is, how many a call makes (``per_batch``: the row's batch, else 1) and the scale of the
+    unit its throughput is shown in. What one call does is :mod:`bench.workloads`' business."""
+
+    name: str
+    per_batch: bool
+    item: str  # what an item is, for the unit column: "transitions", "iterations", ...
+    scale: float  # summaries show items/s divided by this
+    shown_unit: str
+
+    def items_per_call(self, batch: int) -> int:
+        return batch if self.per_batch else 1
+
+
+#: The micro ops by name (the workloads that run them: :mod:`bench.workloads`).
+OPS = {op.name: op for op in (
+    OpSpec("empty", False, "calls", 1e6, "M calls/s"),
+    OpSpec("insert_one", False, "transitions", 1e3, "K/s"),
+    OpSpec("insert_batch", True, "transitions", 1e6, "M/s"),
+    OpSpec("sample", True, "transitions", 1e6, "M/s"),
+    OpSpec("sample_indices", True, "transitions", 1e6, "M/s"),
+    OpSpec("update", True, "transitions", 1e6, "M/s"),
+    OpSpec("mixed", False, "iterations", 1e3, "K it/s"),
+)}
 
 
 class RunError(ValueError):
@@ -379,7 +406,7 @@ def ns_per_item(items_per_call, seconds_per_call):
 
 def op_unit(op: str) -> tuple[float, str]:
     """``(scale, unit)`` a micro op's throughput is shown in, e.g. ``(1e6, "M transitions/s")``
-    (the scale and item of :data:`bench.workloads.OPS`; ``(1, "items/s")`` for other ops)."""
+    (the scale and item of :data:`OPS`; ``(1, "items/s")`` for other ops)."""
     spec = OPS.get(op)
     if spec is None:
         return 1.0, "items/s"

@@ -6,8 +6,8 @@ Every scenario (:mod:`bench.scenarios`) runs through :func:`run`:
    and options are checked. Any error is raised here, as :class:`SelectionError`, before the
    run folder exists.
 2. ``<out>/<run_id>/`` is created by :class:`bench.results.RunWriter`; meta.json holds the
-   suite, the selection, git state, machine and library facts and the scenario's own entries,
-   with ``complete: false``.
+   suite, the selection, git state, machine and library facts, the scenario's own entries and
+   the suite's ``paper`` and ``targets`` ({} when it has none), with ``complete: false``.
 3. Cells are measured one at a time under a tqdm bar (shown when there is more than one
    cell). A cell with a ``skip`` reason becomes one row of its ``skip_status`` without being
    run; a cell whose :meth:`Scenario.measure` raises becomes one ``failed`` row with the error,
@@ -31,7 +31,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from replaybench.bench import arguments, results, suites
+from replaybench.bench import arguments, derive, results, suites
 from replaybench.bench.scenarios import OPTIONS, Cell, RunState, Scenario, Selection, SelectionError, load
 
 __all__ = ["Plan", "plan", "execute", "run", "run_suites"]
@@ -74,7 +74,9 @@ def _meta(p: Plan, machine: str, command) -> dict:
             "git_sha": git["sha"], "dirty": git["dirty"], "machine_label": machine,
             "machine": results.machine_info(), "libraries": results.library_versions(),
             "cache_miss_method": None,  # the cache scenario says which method measured
-            **p.scenario.meta(p.suite, p.selection, p.cells)}
+            **p.scenario.meta(p.suite, p.selection, p.cells),
+            # what the analysis compares with, as data of the run: the suite's paper figures and targets
+            **{kind: p.suite.get(kind) or {} for kind in derive.RECORDED_KINDS}}
 
 
 def execute(p: Plan, *, out="results", run_id: str | None = None, machine: str | None = None,

@@ -25,11 +25,11 @@ passes (the machine's capability, least disturbed by other work). The buffers ar
 NumPy allocations, as the trees' arrays are: with 4 KiB pages, large working sets also pay
 TLB misses, exactly as the trees do.
 
-:func:`bound_ns` turns the table into the bound the summaries quote for a buffer: the
-gather floor (and the dependent latency) at the buffer's working-set size, interpolated
-log-log between the measured sizes. A micro or concurrency run stores :func:`probe`'s result
-in meta.json (``memory_limits``); :mod:`bench.summary` and the report show each op's cost per
-item as a multiple of that floor.
+:func:`bench.derive.bound_ns` turns the table into the bound the summaries quote for a
+buffer: the gather floor (and the dependent latency) at the buffer's working-set size,
+interpolated log-log between the measured sizes. A micro or concurrency run stores
+:func:`probe`'s result in meta.json (``memory_limits``); :mod:`bench.summary` and the report
+show each op's cost per item as a multiple of that floor.
 
 Error bound: on an idle machine repeated probes agree within ~10 % beyond L2 (DRAM latency
 varies with page placement); on a loaded machine the minimum still approaches the idle value,
@@ -38,12 +38,11 @@ but a single run can read high. The probe is a bound of the same machine, not a 
 
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
 
-__all__ = ["LINE", "DEFAULT_SIZES", "probe", "bound_ns", "working_set_bytes", "format_limits"]
+__all__ = ["LINE", "DEFAULT_SIZES", "probe", "format_limits"]
 
 LINE = 64  # bytes per cache line
 #: Working-set sizes probed, bytes: 4 KiB .. 256 MiB in steps of x4 (2**10 .. 2**26 float32 leaves;
@@ -139,31 +138,6 @@ def probe(sizes=DEFAULT_SIZES, *, loads: int = 100_000, repeats: int = 3, seed: 
                     "gather_ns_2threads": 1e9 * gat2 / (2 * loads)})
     return {"line_bytes": LINE, "loads": loads, "repeats": repeats, "seconds": time.perf_counter() - start,
             "sizes": out}
-
-
-def working_set_bytes(capacity: int, row_bytes: int, leaf_bytes: int = 4) -> int:
-    """Bytes a buffer of ``capacity`` rows spans: its rows plus a sum and a min tree
-    (about ``capacity * leaf_bytes * 16/15`` each, for K=16; a binary tree is 2x: the
-    difference is small beside the rows)."""
-    return int(capacity * (row_bytes + 2 * leaf_bytes * 16 / 15))
-
-
-def bound_ns(limits: dict, nbytes: int) -> dict:
-    """``{"gather_ns", "latency_ns"}`` (and ``"gather_ns_2threads"`` when every probed size has
-    it) at a working set of ``nbytes``: log-log interpolation between the probed sizes, the
-    nearest probed value outside them."""
-    pts = sorted(limits["sizes"], key=lambda s: s["bytes"])
-    both = all("gather_ns_2threads" in p for p in pts)  # older runs probed one thread only
-    keys = ("gather_ns", "latency_ns") + (("gather_ns_2threads",) if both else ())
-    if nbytes <= pts[0]["bytes"]:
-        return {k: pts[0][k] for k in keys}
-    if nbytes >= pts[-1]["bytes"]:
-        return {k: pts[-1][k] for k in keys}
-    for a, b in zip(pts, pts[1:]):
-        if a["bytes"] <= nbytes <= b["bytes"]:
-            t = (math.log(nbytes) - math.log(a["bytes"])) / (math.log(b["bytes"]) - math.log(a["bytes"]))
-            return {k: math.exp((1 - t) * math.log(a[k]) + t * math.log(b[k])) for k in keys}
-    raise AssertionError("unreachable: sizes are sorted")
 
 
 def _size(nbytes: int) -> str:

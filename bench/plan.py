@@ -1,7 +1,7 @@
 """``replaybench plan --run results/<id> --cores 4,8,16``: the scaling model of a concurrency run.
 
 For each (variant, policy, mode, transition size) of the run: the model's inputs
-(:func:`impl.concurrent.scaling.costs_from_rows`), its prediction against every measured cell
+(:func:`bench.derive.costs_from_rows`), its prediction against every measured cell
 of the run (error per cell; the 1-actor, 1- and 2-learner cells are the inputs), and the best
 actor/learner split with its predicted rates and binding bound at each requested core count.
 """
@@ -17,8 +17,8 @@ DEFAULT_CORES = (4, 8, 16, 32, 64)
 
 def format_plan(rows: list[dict], cores: list[int], machine_cores: int | None = None) -> str:
     """The text ``replaybench plan`` prints for the concurrency ``rows`` of one run."""
+    from replaybench.bench import derive
     from replaybench.bench.summary import format_table
-    from replaybench.impl.concurrent import scaling
 
     configs = sorted({(r["variant"], r["policy"], r["mode"], r["transitions"]) for r in rows
                       if r.get("scenario") == "concurrency" and r.get("status") == "ok"})
@@ -29,7 +29,7 @@ def format_plan(rows: list[dict], cores: list[int], machine_cores: int | None = 
         where = dict(variant=variant, policy=policy, mode=mode, transitions=transitions)
         title = f"{policy} / {mode} / {transitions} ({variant})"
         try:
-            costs = scaling.costs_from_rows(rows, cores=machine_cores, **where)
+            costs = derive.costs_from_rows(rows, cores=machine_cores, **where)
         except ValueError as err:
             out += ["", f"{title}: {err}"]
             continue
@@ -38,7 +38,7 @@ def format_plan(rows: list[dict], cores: list[int], machine_cores: int | None = 
                 f"  inputs: insert {1e6 * c.insert_s:.1f} us/call (hold {1e6 * c.insert_hold_s:.1f}), iteration "
                 f"{1e6 * c.iteration_s:.1f} us/call (hold {1e6 * c.iteration_hold_s:.1f}), serial fraction "
                 f"{c.serial_fraction:.2f}, {c.samples_per_insert:g} samples per insert"]
-        checked = scaling.validate(rows, costs, machine_cores or 1, **where)
+        checked = derive.validate_model(rows, costs, machine_cores or 1, **where)
         body = [[f"{v['actors']}A+{v['learners']}L", f"{v['measured']:,.3g}", f"{v['predicted']:,.3g}",
                  f"{100 * v['error']:+.0f}%", v["bound"], "input" if v["input"] else ""] for v in checked]
         out += ["  " + line for line in format_table(["split", "measured/s", "predicted/s", "error", "bound", ""],
@@ -47,7 +47,7 @@ def format_plan(rows: list[dict], cores: list[int], machine_cores: int | None = 
         for n in cores:
             if n < 2:
                 continue
-            p = scaling.plan(n, costs)
+            p = derive.best_split(n, costs)
             body.append([str(n), f"{p.actors}A+{p.learners}L", f"{p.sample_per_s:,.3g}", f"{p.insert_per_s:,.3g}",
                          p.bound])
         if body:

@@ -42,7 +42,7 @@ import traceback
 
 import pyperf
 
-from replaybench.bench import workloads
+from replaybench.bench import contract, derive, workloads
 
 __all__ = ["build_call", "preload", "TimedOp", "ForkingRunner", "main", "run_manager"]
 
@@ -64,7 +64,7 @@ def build_call(args, capacity: int | None = None, threads: int = 1):
     """Build the target and the op's call function (the untimed set-up) and run it once; with
     ``threads`` > 1, a list of that many, each on its own buffer (seeds ``seed``, ``seed + 1`` ...)."""
     calls = [workloads.warmed_call(args.op, args.target, capacity=args.capacity if capacity is None else capacity,
-                                   fields=workloads.SCHEMAS[args.transitions], batch=args.batch,
+                                   fields=derive.SCHEMAS[args.transitions], batch=args.batch,
                                    mixed_adds=args.mixed_adds, seed=args.seed + t,
                                    params=json.loads(args.params) if args.params else None)
              for t in range(threads)]
@@ -192,10 +192,10 @@ def main(argv=None, runner_cls=ForkingRunner) -> None:
     p = runner.argparser
     p.add_argument("--target", required=True, help="registered variant name, peer:<name> or 'harness'")
     p.add_argument("--capacity", type=int, default=0)
-    p.add_argument("--op", required=True, choices=sorted(workloads.OPS))
+    p.add_argument("--op", required=True, choices=sorted(contract.OPS))
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--mixed-adds", type=int, default=4)
-    p.add_argument("--transitions", default="cartpole", choices=sorted(workloads.SCHEMAS))
+    p.add_argument("--transitions", default="cartpole", choices=sorted(derive.SCHEMAS))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--error-file", help="where a worker writes its set-up error")
     p.add_argument("--params", help="JSON object of variant parameters for registry.create (K, dtype, ...)")

@@ -1,4 +1,5 @@
-"""The summary table of a run, computed from rows.csv (throughput is derived here, never stored).
+"""The summary table of a run as text, computed from rows.csv (throughput is derived, never stored:
+the numbers come from :mod:`bench.derive`, shared with the analysis; this module formats them).
 
 Per cell (rows equal in :data:`bench.contract.CELL_COLUMNS`: op, capacity, variant, grid
 parameters ...): the median throughput over the ``ok`` timings (items per call / seconds per
@@ -12,54 +13,15 @@ measurement are listed after the tables, a ``below-resolution`` row with its bou
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
-from replaybench.bench import contract, limits, workloads
+from replaybench.bench import contract, derive
 from replaybench.bench.contract import format_table  # the one text-table formatter, named here for bench's tables
 
-__all__ = ["summarize", "summarize_cells", "format_table", "format_rows", "thread_ratios", "format_threads",
-           "bound_rows", "format_bound", "format_run", "format_headline"]
-
-#: Ops shown against the memory floor: one random row or leaf per item is what they cannot avoid.
-BOUND_OPS = ("sample", "update", "insert_batch")
+__all__ = ["format_table", "format_rows", "format_threads", "format_bound", "format_run", "format_headline"]
 
 #: Grid parameters that are columns of their own (the others are in ``params``).
 _WORKLOAD_COLUMNS = ("batch", "transitions", "threads")
-
-
-def _timings(rows: list[dict]):
-    """``(row, items/s)`` of each ``ok`` timing row."""
-    for r in rows:
-        if r.get("status") == contract.MEASURED and r.get("metric") == contract.TIMING_METRIC:
-            yield r, contract.items_per_s(r["items_per_call"], r["value"])
-
-
-def _spread(values: list[float]) -> dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
-
-
-def summarize_cells(rows: list[dict]) -> dict[tuple, dict]:
-    """Throughput per cell: ``{contract.cell_key(row): {"median", "min", "max", "n", "row"}}`` in
-    items/s, ``row`` being the cell's first row (what the cell is: variant, op, params ...)."""
-    groups: dict[tuple, tuple[dict, list[float]]] = {}
-    for r, x in _timings(rows):
-        groups.setdefault(contract.cell_key(r), (r, []))[1].append(x)
-    return {k: {**_spread(v), "row": r} for k, (r, v) in groups.items()}
-
-
-def summarize(rows: list[dict]) -> dict[tuple, dict]:
-    """``{(op, capacity, variant): {"median", "min", "max", "n"}}`` of throughput in items/s, one
-    thread's rows only (rows of more threads are cells of their own: :func:`format_threads`).
-
-    For runs with a parameter grid use :func:`summarize_cells` (this merges the grid's cells).
-    """
-    groups: dict[tuple, list[float]] = {}
-    for r, x in _timings(rows):
-        if (r.get("threads") or 1) > 1:
-            continue
-        groups.setdefault((r["op"], r["capacity"], r["variant"]), []).append(x)
-    return {k: _spread(v) for k, v in groups.items()}
 
 
 def _sortable(value) -> tuple:
@@ -82,7 +44,7 @@ def _num(x: float) -> str:
 def format_rows(rows: list[dict], meta: dict | None = None) -> str:
     """The summary as text: overhead line, one table per op, then what was not measured."""
     meta = meta or {}
-    stats = summarize(rows)
+    stats = derive.summarize(rows)
     variants = list(dict.fromkeys(r["variant"] for r in rows if r.get("variant")))
     out = []
     if meta:
@@ -95,7 +57,7 @@ def format_rows(rows: list[dict], meta: dict | None = None) -> str:
         out.append(f"pyperf: {s.get('processes')} processes x {s.get('values')} values "
                    f"(+{s.get('warmups')} warm-up), loops {'calibrated' if not s.get('loops') else s.get('loops')}, "
                    f"min_time {s.get('min_time')} s")
-    cells = summarize_cells(rows)
+    cells = derive.summarize_cells(rows)
     overhead = next((v for k, v in stats.items() if k[0] == "empty"), None)
     if overhead:  # items_per_call is 1, so 1 / throughput is seconds per call
         out.append(f"Timing-loop overhead (empty op): {1e9 / overhead['median']:.0f} ns per call "
@@ -122,7 +84,7 @@ def format_rows(rows: list[dict], meta: dict | None = None) -> str:
         return (r["capacity"], variants.index(r["variant"]), [_sortable(v) for v in workload],
                 [_sortable(v) for _, v in vparams])
 
-    for op, spec in workloads.OPS.items():
+    for op, spec in contract.OPS.items():
         if op == "empty":
             continue
         keys = sorted((k for k, c in cells.items() if c["row"]["op"] == op), key=order)
@@ -166,40 +128,25 @@ def format_rows(rows: list[dict], meta: dict | None = None) -> str:
     return "\n".join(out)
 
 
-def thread_ratios(cells: dict[tuple, dict]) -> list[dict]:
-    """Thread scaling: per cell run by T > 1 threads (each on its own buffer), its throughput over
-    the same cell's with one thread: ``{"row", "x", "lo", "hi"}`` with ``x`` the median over the
-    median and ``lo``-``hi`` the ratio of the extremes (so the widest it can be). Cells with no
-    one-thread counterpart are left out."""
-    one = {_without_threads(c["row"]): c for c in cells.values() if (c["row"].get("threads") or 1) == 1}
-    out = []
-    for c in cells.values():
-        base = one.get(_without_threads(c["row"])) if (c["row"].get("threads") or 1) > 1 else None
-        if base is not None:
-            out.append({"row": c["row"], "x": c["median"] / base["median"], "lo": c["min"] / base["max"],
-                        "hi": c["max"] / base["min"]})
-    return out
-
-
 def format_threads(cells: dict[tuple, dict], gil_shares: list[dict] | None = None,
                    memory_limits: dict | None = None) -> list[str]:
-    """:func:`thread_ratios` as a table (empty when no cell has more than one thread). With the
-    run's ``gil_share`` measurements (meta.json), the sample rows add the share g of a call that
-    holds the GIL and the bound it sets on T threads, ``T / (1 + (T - 1) g)`` (Amdahl's law with
-    the GIL-held part serial). With a memory probe that timed two threads
+    """:func:`bench.derive.thread_ratios` as a table (empty when no cell has more than one
+    thread). With the run's ``gil_share`` measurements (meta.json), the sample rows add the share
+    g of a call that holds the GIL and the bound it sets on T threads, ``T / (1 + (T - 1) g)``
+    (Amdahl's law with the GIL-held part serial). With a memory probe that timed two threads
     (:func:`bench.limits.probe`), 2-thread rows add what two threads gathering random lines,
     each from its own working set of the buffer's size, got over one (the memory system's own
     scaling at that size)."""
     shares = {(g["variant"], g["capacity"]): g.get("gil_share") for g in gil_shares or ()}
     body = []
-    for t in thread_ratios(cells):
+    for t in derive.thread_ratios(cells):
         r = t["row"]
         g = shares.get((r["variant"], r["capacity"])) if r["op"] == "sample" else None
         n = r["threads"]
         memory = None
-        if memory_limits and n == 2 and r.get("transitions") in workloads.SCHEMAS:
-            b = limits.bound_ns(memory_limits, limits.working_set_bytes(
-                r["capacity"], workloads.row_bytes(workloads.SCHEMAS[r["transitions"]])))
+        if memory_limits and n == 2 and r.get("transitions") in derive.SCHEMAS:
+            b = derive.bound_ns(memory_limits, derive.working_set_bytes(
+                r["capacity"], derive.row_bytes(derive.SCHEMAS[r["transitions"]])))
             memory = b["gather_ns"] / b["gather_ns_2threads"] if "gather_ns_2threads" in b else None
         body.append([r["op"], str(r["capacity"]), r["variant"], str(n), f"{t['x']:.2f}", f"{t['lo']:.2f}-{t['hi']:.2f}",
                      f"{g:.2f}" if g is not None else "-", f"{n / (1 + (n - 1) * g):.2f}" if g is not None else "-",
@@ -212,36 +159,11 @@ def format_threads(cells: dict[tuple, dict], gil_shares: list[dict] | None = Non
                            "memory 2 thr x 1"], body, right={1, 3, 4, 5, 6, 7, 8})]
 
 
-def _without_threads(row: dict) -> tuple:
-    """The cell key less what the thread count changes (threads, and items per call with it)."""
-    skip = ("threads", "items_per_call")
-    return tuple(v for c, v in zip(contract.CELL_COLUMNS, contract.cell_key(row)) if c not in skip)
-
-
-def bound_rows(stats: dict, rows: list[dict], memory_limits: dict) -> list[dict]:
-    """Per (op in :data:`BOUND_OPS`, capacity, variant): ns per item (median), the gather
-    floor and dependent-load latency at the buffer's working set (:func:`bench.limits.bound_ns`),
-    and ``x_floor`` = ns per item / floor."""
-    transitions = {(r["variant"], r["capacity"]): r.get("transitions") for r in rows if r.get("capacity")}
-    out = []
-    for (op, capacity, variant), s in sorted(stats.items(), key=lambda kv: (kv[0][1] or 0, kv[0][0], kv[0][2])):
-        if op not in BOUND_OPS or not capacity:
-            continue
-        schema = workloads.SCHEMAS.get(transitions.get((variant, capacity)) or "cartpole")
-        if schema is None:
-            continue
-        b = limits.bound_ns(memory_limits, limits.working_set_bytes(capacity, workloads.row_bytes(schema)))
-        ns = 1e9 / s["median"]
-        out.append({"op": op, "capacity": capacity, "variant": variant, "ns_per_item": ns, **b,
-                    "x_floor": ns / b["gather_ns"]})
-    return out
-
-
 def format_bound(stats: dict, rows: list[dict], memory_limits: dict) -> list[str]:
-    """The memory-bound table of :func:`bound_rows` as lines."""
+    """The memory-bound table of :func:`bench.derive.bound_rows` as lines."""
     body = [[f"2^{b['capacity'].bit_length() - 1}", b["op"], b["variant"], f"{b['ns_per_item']:.1f}",
              f"{b['gather_ns']:.1f}", f"{b['latency_ns']:.0f}", f"{b['x_floor']:.1f}"]
-            for b in bound_rows(stats, rows, memory_limits)]
+            for b in derive.bound_rows(stats, rows, memory_limits)]
     if not body:
         return []
     head = ("Memory bound here (bench/limits.py): ns per item against the random-gather floor and the "
@@ -283,8 +205,8 @@ def format_headline(run_dirs, capacity: int = 2**20) -> str:
     runs = [contract.read_rows(d) for d in run_dirs if (Path(d) / "rows.csv").exists()]
     threaded = [any((r.get("threads") or 1) > 1 for r in rs) for rs in runs]
     rows = [r for rs, t in zip(runs, threaded) if not t for r in rs]  # one thread's ratios: one run's
-    stats = summarize(rows)
-    two_threads = {t["row"]["variant"]: t["x"] for t in thread_ratios(summarize_cells(
+    stats = derive.summarize(rows)
+    two_threads = {t["row"]["variant"]: t["x"] for t in derive.thread_ratios(derive.summarize_cells(
         [r for rs, t in zip(runs, threaded) if t for r in rs]))
         if t["row"]["op"] == "sample" and t["row"]["capacity"] == capacity and t["row"]["threads"] == 2}
     misses = {}

@@ -27,6 +27,10 @@ all stay cached across calls. Before timing, the buffer is filled to capacity in
 2**16 transitions and every slot gets a random priority (uniform in [0, 1)), so sampling
 descends varied paths; insert ops then overwrite the ring, which stays full.
 
+How each op is counted and shown (items per call, units) is the results contract's
+(:data:`bench.contract.OPS`); the transition schemas a suite names are
+:data:`bench.derive.SCHEMAS`.
+
 :func:`time_calls` times a call in a loop; :func:`time_threads` times several calls, each in its
 own thread on its own buffer, released together (the ``threads`` workload parameter).
 """
@@ -41,57 +45,14 @@ from typing import Callable
 
 import numpy as np
 
+from replaybench.bench.contract import OPS
+from replaybench.bench.derive import SCHEMAS
 from replaybench.impl.storage import random_batch
 
-__all__ = ["SCHEMAS", "OPS", "OpSpec", "Target", "row_bytes", "random_batch", "variant_target", "fill", "make_call",
-           "warmed_call", "time_calls", "time_threads", "gil_share"]
-
-#: Transition schemas by name: ``{field: (shape, dtype)}`` as impl.storage takes them.
-SCHEMAS = {
-    # CartPole-v1: 4 floats of state; 16 + 8 + 4 + 16 + 1 = 45 bytes per transition.
-    "cartpole": {
-        "obs": ((4,), "float32"),
-        "action": ((), "int64"),
-        "reward": ((), "float32"),
-        "next_obs": ((4,), "float32"),
-        "done": ((), "bool"),
-    },
-    # Atari (DQN's input): 4 stacked 84x84 grey frames, 28,224 + 8 + 4 + 1 bytes per transition;
-    # the copy, not the tree, is the cost here. (Next states are the following slot's frames.)
-    "atari": {
-        "obs": ((4, 84, 84), "uint8"),
-        "action": ((), "int64"),
-        "reward": ((), "float32"),
-        "done": ((), "bool"),
-    },
-}
+__all__ = ["Target", "random_batch", "variant_target", "fill", "make_call", "warmed_call", "time_calls", "time_threads",
+           "gil_share"]
 
 FILL_CHUNK = 2**16
-
-
-@dataclass(frozen=True)
-class OpSpec:
-    """How one op is counted and shown. ``per_batch``: items per call = the suite's batch."""
-
-    name: str
-    per_batch: bool
-    item: str  # what an item is, for the unit column: "transitions", "iterations", ...
-    scale: float  # summary shows items/s divided by this
-    shown_unit: str
-
-    def items_per_call(self, batch: int) -> int:
-        return batch if self.per_batch else 1
-
-
-OPS = {op.name: op for op in (
-    OpSpec("empty", False, "calls", 1e6, "M calls/s"),
-    OpSpec("insert_one", False, "transitions", 1e3, "K/s"),
-    OpSpec("insert_batch", True, "transitions", 1e6, "M/s"),
-    OpSpec("sample", True, "transitions", 1e6, "M/s"),
-    OpSpec("sample_indices", True, "transitions", 1e6, "M/s"),
-    OpSpec("update", True, "transitions", 1e6, "M/s"),
-    OpSpec("mixed", False, "iterations", 1e3, "K it/s"),
-)}
 
 
 @dataclass(frozen=True)
@@ -112,16 +73,6 @@ class Target:
     index_key: str
     fill_add: Callable
     sample_indices: Callable | None = None
-
-
-def _shape(shape) -> tuple:
-    return (shape,) if isinstance(shape, int) else tuple(shape)
-
-
-def row_bytes(fields: dict) -> int:
-    """Bytes of one transition of schema ``fields``."""
-    return sum(int(np.prod(_shape(shape), dtype=np.int64)) * np.dtype(dtype).itemsize
-               for shape, dtype in fields.values())
 
 
 def variant_target(name: str, capacity: int, fields: dict, rng: np.random.Generator, batch: int | None = None,

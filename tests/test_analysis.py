@@ -49,11 +49,12 @@ def _row(run_id, scenario, **kw):
             "machine": "test", "scenario": scenario, "status": "ok", **kw}
 
 
-def write_run(root, run_id, suite, scenario, rows, grid=None, scale=1.0):
-    """A run folder written by the harness's RunWriter; ``scale`` multiplies every value."""
+def write_run(root, run_id, suite, scenario, rows, grid=None, scale=1.0, extra=None):
+    """A run folder written by the harness's RunWriter; ``scale`` multiplies every value;
+    ``extra``: more meta.json entries."""
     meta = {"scenario": scenario, "suite": {"name": suite, "batch": 256, "transitions": "cartpole"},
             "selection": {"params": grid or {}}, "variants": VARIANT_META, "machine": MACHINE,
-            "git_sha": "0" * 40, "dirty": False}
+            "git_sha": "0" * 40, "dirty": False, **(extra or {})}
     writer = results.RunWriter(root, run_id, meta)
     out = []
     for r in rows:
@@ -169,12 +170,12 @@ MODEL_COSTS = dict(insert_s=100e-6, iteration_s=400e-6, insert_hold_s=10e-6, ite
 
 def concurrency_model_rows():
     """Rows of the redesigned scenario whose rates are exactly the model's predictions."""
-    from replaybench.impl.concurrent import scaling
+    from replaybench.bench import derive
 
-    costs = scaling.Costs(**MODEL_COSTS)
+    costs = derive.Costs(**MODEL_COSTS)
     rows = []
     for actors, learners in ((1, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 1)):
-        p = scaling.predict(costs, actors, learners, 2)
+        p = derive.predict(costs, actors, learners, 2)
         common = dict(variant="kary-aligned", structure="kary-aligned", K=16, policy="lazy-writing", capacity=65536,
                       batch=256, transitions="cartpole", actors=actors, learners=learners, threads=actors + learners,
                       mode="processes", repeat=0,
@@ -610,6 +611,49 @@ def test_a_newer_run_of_another_suite_replaces_cache_and_training_cells(syntheti
     assert set(scaling["run_id"]) == {"20300109T000000Z-training-quick"}
     assert (scaling["n_seeds"] == 3).all()  # the newer run's seeds, not both runs' seeds together
     assert np.allclose(outcome.data["training_breakdown"].groupby(["actors", "learners"])["share"].sum(), 1.0)
+
+
+def test_paper_and_targets_from_meta_else_the_suite_file_else_said_to_be_missing(tmp_path):
+    """What the figures and the report compare with is the run's recorded data (meta.json), for a
+    run stored before meta.json held it the shipped suite file of its name, else nothing, said."""
+    from types import SimpleNamespace
+
+    from replaybench.analysis import references
+    from replaybench.analysis.plots import frameworks, gossip_scaling, lf
+
+    def drawn(name, suite, scenario, rows, extra=None):
+        write_run(tmp_path / name, f"20300101T000000Z-{name}", suite, scenario, rows, extra=extra)
+        res = load.load_runs(load.find_runs(tmp_path / name))
+        return res, getattr(sys_modules[scenario], "build")(res.table, res.metas)
+
+    sys_modules = {"frameworks": frameworks, "lf": lf, "gossip": gossip_scaling}
+    res, plot = drawn("own", "frameworks", "frameworks", frameworks_rows(),
+                      {"paper": {"pal_speedup": {"low": 1.5, "high": 3.0}}})
+    assert "PAL reports 1.5-3.0x" in plot.caption
+    assert "(PAL: 1.5-3.0x)" in "\n".join(report._frameworks(SimpleNamespace(data={"frameworks": plot.data}), res))
+    res, plot = drawn("stored", "frameworks", "frameworks", frameworks_rows())  # frameworks.json's figures
+    assert "PAL reports 1.1-2.1x" in plot.caption
+    res, plot = drawn("renamed", "frameworks-renamed", "frameworks", frameworks_rows())
+    text = "\n".join(report._frameworks(SimpleNamespace(data={"frameworks": plot.data}), res))
+    assert references.NOT_RECORDED in plot.caption and references.NOT_RECORDED in text and "PAL:" not in text
+
+    rng = np.random.default_rng(3)
+    res, plot = drawn("lf", "lf", "lf", lf_rows(rng))
+    paper = {(e.op, e.backend): e.paper for e in plot.data.itertuples()}
+    assert paper["lockstep", "dataflow"] == pytest.approx(3814 / 3277) and pd.isna(paper["lockstep", "ray"])
+    res, plot = drawn("lf-renamed", "lf-renamed", "lf", lf_rows(rng))
+    assert plot.data["paper"].isna().all() and references.NOT_RECORDED in plot.caption
+    assert references.NOT_RECORDED in "\n".join(report._lf(SimpleNamespace(data={"lf": plot.data}), res))
+
+    res, plot = drawn("gossip", "gossip-renamed", "gossip", gossip_rows(),
+                      {"targets": {"gossip": {"learners": 2, "straggler_at_least_x_allreduce": 1.5}}})
+    text = "\n".join(report._gossip(SimpleNamespace(data={"gossip_scaling": plot.data}), res))
+    assert "2 learners: gossip reaches" in text and "4 learners" not in text
+    res, plot = drawn("gossip-none", "gossip-renamed", "gossip", gossip_rows())
+    text = "\n".join(report._gossip(SimpleNamespace(data={"gossip_scaling": plot.data}), res))
+    assert references.NOT_RECORDED in text and "learners: gossip reaches" not in text
+    with pytest.raises(ValueError, match="kind"):
+        references.recorded({}, "goals", "gossip")
 
 
 def test_cache_sizes_from_meta():

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from replaybench.bench import driver, results, suites, summary, workloads
+from replaybench.bench import derive, driver, results, suites, summary, workloads
 from replaybench.bench.scenarios import Selection
 from replaybench.impl import registry
 
@@ -98,7 +98,7 @@ def test_every_variant_runs_every_quick_op(variant, op):
     """Each variant x op of the quick suite, in process: the worker's untimed set-up (build,
     fill, input pools, one call) and its timed loop, on the suite's own workload settings."""
     suite = suites.load("micro-quick")
-    call = workloads.warmed_call(op, variant, capacity=suite["capacities"][0], fields=workloads.SCHEMAS[suite["transitions"]],
+    call = workloads.warmed_call(op, variant, capacity=suite["capacities"][0], fields=derive.SCHEMAS[suite["transitions"]],
                                  batch=suite["batch"], mixed_adds=suite["mixed_adds"], seed=suite["seed"])
     assert 0 < workloads.time_calls(call, 4) < 10
 
@@ -114,7 +114,7 @@ def test_every_peer_runs_its_quick_ops(peer):
     except ImportError as err:
         pytest.skip(f"{peer} is not installed: {err}")
     for op in suite["peer_ops"]:
-        call = workloads.warmed_call(op, peer, capacity=suite["capacities"][0], fields=workloads.SCHEMAS[suite["transitions"]],
+        call = workloads.warmed_call(op, peer, capacity=suite["capacities"][0], fields=derive.SCHEMAS[suite["transitions"]],
                                      batch=suite["batch"], mixed_adds=suite["mixed_adds"], seed=suite["seed"])
         assert 0 < workloads.time_calls(call, 4) < 10
 
@@ -323,7 +323,7 @@ def test_writer_is_atomic_and_summary_computes_ratios(tmp_path):
     assert results.read_meta(tmp_path / "r1")["complete"] is False
     writer.finish(True)
     assert results.read_meta(tmp_path / "r1")["complete"] is True
-    stats = summary.summarize(results.read_rows(tmp_path / "r1"))
+    stats = derive.summarize(results.read_rows(tmp_path / "r1"))
     assert stats[("sample", 1024, "binary")]["median"] == pytest.approx(256 / 1e-4)
     text = summary.format_run(tmp_path / "r1")
     fast_line = next(line for line in text.splitlines() if " fast " in line)

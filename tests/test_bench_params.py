@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from replaybench.bench import contract, driver, peers, results, suites, summary
+from replaybench.bench import contract, derive, driver, peers, results, suites, summary
 from replaybench.bench.arguments import grid_param
 from replaybench.bench.scenarios import Selection, SelectionError, micro
 from replaybench.impl import registry
@@ -198,7 +198,7 @@ def test_summary_best_peer_ratio(tmp_path):
     other = next(ln for ln in text.splitlines() if " mine " in ln and ln.strip().startswith("2048"))
     assert other.split()[-2:] == ["-", "-"]  # no peer measured at that capacity
     cells = [{**c["row"], "median": c["median"]}
-             for c in summary.summarize_cells(results.read_rows(tmp_path / "r1")).values()]
+             for c in derive.summarize_cells(results.read_rows(tmp_path / "r1")).values()]
     assert {r["best_peer"] for r in contract.reference_ratios(cells)} == {"peer:fast", None}  # None: at 2048
 
 
@@ -284,12 +284,12 @@ def test_thread_scaling_table_pairs_each_cell_with_its_one_thread_cell():
             {**base, "threads": 2, "items_per_call": 512, "value": 1e-4},
             {**base, "threads": 2, "items_per_call": 512, "value": 1e-4},
             {**base, "variant": "w", "threads": 2, "items_per_call": 512, "value": 1e-4}]  # no 1-thread cell
-    lines = summary.format_threads(summary.summarize_cells(rows))
+    lines = summary.format_threads(derive.summarize_cells(rows))
     body = [ln.split() for ln in lines[3:]]
     assert body == [["sample", "1024", "v", "2", f"{5.12e6 / 1.92e6:.2f}", "2.00-4.00", "-", "-", "-"]]
-    assert summary.summarize(rows)[("sample", 1024, "v")]["n"] == 2  # one thread's rows only
+    assert derive.summarize(rows)[("sample", 1024, "v")]["n"] == 2  # one thread's rows only
     shares = [{"variant": "v", "capacity": 1024, "gil_share": 0.25}]
     memory = {"sizes": [{"bytes": 2**10, "latency_ns": 5.0, "gather_ns": 2.0, "gather_ns_2threads": 1.25},
                         {"bytes": 2**30, "latency_ns": 5.0, "gather_ns": 2.0, "gather_ns_2threads": 1.25}]}
-    line = summary.format_threads(summary.summarize_cells(rows), shares, memory)[3].split()
+    line = summary.format_threads(derive.summarize_cells(rows), shares, memory)[3].split()
     assert line[-3:] == ["0.25", f"{2 / 1.25:.2f}", "1.60"]  # Amdahl with the GIL-held quarter serial; 2 / 1.25

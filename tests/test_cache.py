@@ -107,7 +107,7 @@ TREES = {
 
 
 def _cartpole():
-    from replaybench.bench.workloads import SCHEMAS
+    from replaybench.bench.derive import SCHEMAS
 
     return SCHEMAS["cartpole"]
 
@@ -232,7 +232,7 @@ def test_prefix_sample_reads_group_slots_and_raw_leaf(rng):
 
 
 def test_data_gather_addresses(rng):
-    from replaybench.bench.workloads import SCHEMAS
+    from replaybench.bench.derive import SCHEMAS
     from replaybench.impl.storage import ColumnarStorage
 
     st = ColumnarStorage(1000, SCHEMAS["cartpole"])

@@ -12,8 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from replaybench.bench import contract, driver, limits, results, suites
-from replaybench.impl.concurrent import scaling
+from replaybench.bench import contract, derive, driver, limits, results, suites
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -132,51 +131,51 @@ def test_lock_hold_is_counted_per_object():
 def _costs(**kw):
     base = dict(insert_s=100e-6, iteration_s=400e-6, insert_hold_s=10e-6, iteration_hold_s=40e-6,
                 serial_fraction=0.0, write_batch=64, sample_batch=256, samples_per_insert=8.0)
-    return scaling.Costs(**{**base, **kw})
+    return derive.Costs(**{**base, **kw})
 
 
 def test_predict_binds_the_tightest_bound():
     c = _costs()
     # one learner: 256 / 400 us = 640k samples/s; its inserts (80k/s) need 0.125 of an actor
-    p = scaling.predict(c, 1, 1, 2)
+    p = derive.predict(c, 1, 1, 2)
     assert p.bound == "learners" and p.sample_per_s == pytest.approx(640e3) and p.insert_per_s == pytest.approx(80e3)
     # lock: per sampled transition 40/256 us + 1/8 * 10/64 us = 0.15625 + 0.01953 us -> 5.69 M/s
-    p = scaling.predict(c, 4, 60, 64)
+    p = derive.predict(c, 4, 60, 64)
     assert p.bound == "tree lock" and p.sample_per_s == pytest.approx(1 / (40e-6 / 256 + 10e-6 / 64 / 8))
     # oversubscribed: 4 learners on 2 cores get half a core each
-    assert scaling.predict(c, 0, 4, 2).sample_per_s == pytest.approx(2 * 640e3)
+    assert derive.predict(c, 0, 4, 2).sample_per_s == pytest.approx(2 * 640e3)
     # serial fraction 0.5: at most 2 learners' worth of work in total
-    p = scaling.predict(_costs(serial_fraction=0.5, iteration_hold_s=0, insert_hold_s=0), 0, 8, 8)
+    p = derive.predict(_costs(serial_fraction=0.5, iteration_hold_s=0, insert_hold_s=0), 0, 8, 8)
     assert p.bound == "serial" and p.sample_per_s == pytest.approx(2 * 640e3)
     # actors alone insert unthrottled
-    p = scaling.predict(c, 2, 0, 2)
+    p = derive.predict(c, 2, 0, 2)
     assert p.sample_per_s == 0 and p.insert_per_s == pytest.approx(2 * 64 / 100e-6)
 
 
 def test_plan_picks_the_best_split_and_refuses_bad_input():
     c = _costs(insert_s=2000e-6)  # inserts dear: 8 samples per insert need 1 actor per ~2.5 learners
-    best = scaling.plan(8, c)
+    best = derive.best_split(8, c)
     assert best.actors + best.learners <= 8
-    every = [scaling.predict(c, a, n - a, 8) for n in range(2, 9) for a in range(1, n)]
+    every = [derive.predict(c, a, n - a, 8) for n in range(2, 9) for a in range(1, n)]
     assert best.sample_per_s == pytest.approx(max(p.sample_per_s for p in every))
-    assert best.bound in scaling.BOUNDS
+    assert best.bound in derive.MODEL_BOUNDS
     with pytest.raises(ValueError, match="cores"):
-        scaling.plan(1, c)
+        derive.best_split(1, c)
     with pytest.raises(ValueError, match="insert_s"):
         _costs(insert_s=-1.0)
     with pytest.raises(ValueError, match="serial_fraction"):
         _costs(serial_fraction=1.5)
     with pytest.raises(ValueError, match="actors"):
-        scaling.predict(c, -1, 1, 2)
+        derive.predict(c, -1, 1, 2)
 
 
 def test_model_fits_a_run_and_predicts_its_other_cells(model_run):
     rows = contract.read_rows(model_run)
-    costs = scaling.costs_from_rows(rows, policy="lazy-writing", mode="threads", transitions="cartpole", cores=2)
+    costs = derive.costs_from_rows(rows, policy="lazy-writing", mode="threads", transitions="cartpole", cores=2)
     assert costs.samples_per_insert == 8 and costs.write_batch == 32 and costs.sample_batch == 64
     assert costs.iteration_s > 0 and costs.insert_s > 0 and 0 <= costs.serial_fraction <= 1
     assert costs.iteration_hold_s <= costs.iteration_s
-    checked = scaling.validate(rows, costs, 2, policy="lazy-writing", mode="threads", transitions="cartpole")
+    checked = derive.validate_model(rows, costs, 2, policy="lazy-writing", mode="threads", transitions="cartpole")
     assert {(v["actors"], v["learners"]) for v in checked} == {(1, 0), (0, 1), (0, 2), (1, 1), (1, 2)}
     for v in checked:
         assert v["input"] == ((v["actors"], v["learners"]) in ((1, 0), (0, 1), (0, 2)))
@@ -184,7 +183,7 @@ def test_model_fits_a_run_and_predicts_its_other_cells(model_run):
     for lone in ((0, 1), (1, 0)):  # the per-call costs are these cells' own rates: reproduced exactly
         assert abs(next(v for v in checked if (v["actors"], v["learners"]) == lone)["error"]) < 1e-9
     with pytest.raises(ValueError, match="per-call costs"):
-        scaling.costs_from_rows(rows, policy="global-lock", mode="threads", transitions="cartpole")
+        derive.costs_from_rows(rows, policy="global-lock", mode="threads", transitions="cartpole")
 
 
 def test_plan_command_prints_validation_and_best_splits(model_run):
@@ -204,9 +203,9 @@ def test_limits_probe_shape_and_bound_interpolation():
         assert s["latency_ns"] > 0 and s["gather_ns"] > 0 and s["gather_ns_2threads"] > 0
     table = {"sizes": [{"bytes": 2**12, "latency_ns": 2.0, "gather_ns": 1.0},
                        {"bytes": 2**20, "latency_ns": 200.0, "gather_ns": 10.0}]}
-    assert limits.bound_ns(table, 2**10) == {"gather_ns": 1.0, "latency_ns": 2.0}
-    assert limits.bound_ns(table, 2**30) == {"gather_ns": 10.0, "latency_ns": 200.0}
-    mid = limits.bound_ns(table, 2**16)  # halfway in log-log
+    assert derive.bound_ns(table, 2**10) == {"gather_ns": 1.0, "latency_ns": 2.0}
+    assert derive.bound_ns(table, 2**30) == {"gather_ns": 10.0, "latency_ns": 200.0}
+    mid = derive.bound_ns(table, 2**16)  # halfway in log-log
     assert mid["gather_ns"] == pytest.approx(10**0.5) and mid["latency_ns"] == pytest.approx(20.0)
     with pytest.raises(ValueError, match="sizes"):
         limits.probe([64])

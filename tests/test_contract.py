@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from replaybench.analysis import compare, load, stats
-from replaybench.bench import contract, results, summary
+from replaybench.bench import contract, derive, results, summary
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -183,7 +183,7 @@ def below_resolution_run(root: Path) -> Path:
 def test_below_resolution_rows_are_listed_with_their_bound_and_left_out_of_medians(tmp_path):
     run = below_resolution_run(tmp_path)
     rows = contract.read_rows(run)
-    cells = summary.summarize_cells(rows)
+    cells = derive.summarize_cells(rows)
     (cell,) = cells.values()
     assert cell["n"] == 2 and cell["median"] == pytest.approx((256 / 1e-4 + 256 / 2e-4) / 2)
     text = summary.format_run(run)

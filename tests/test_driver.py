@@ -93,6 +93,27 @@ def test_scenario_example_runs_from_the_command_line_and_from_main(tmp_path):
     assert len(rows) == 6 and (tmp_path / "m" / "sleep" / "meta.json").exists()
 
 
+def test_the_suites_paper_and_targets_are_copied_into_meta(tmp_path, monkeypatch):
+    """What the analysis compares with travels with the run: meta.json gets the suite's
+    ``paper`` and ``targets`` ({} when it has none)."""
+    monkeypatch.syspath_prepend(str(TOY))
+    suite = {**json.loads((TOY / "toy_sort.json").read_text()), "variants": ["sorted"], "sizes": [100], "repeats": 1}
+    goals = {"paper": {"sorting": {"ratio": 1.5}}, "targets": {"sorting": {"at_least": 2.0}}}
+    meta = results.read_meta(driver.run({**suite, **goals}, out=tmp_path, run_id="with", progress=False, echo=quiet))
+    assert {k: meta[k] for k in goals} == goals
+    meta = results.read_meta(driver.run(suite, out=tmp_path, run_id="without", progress=False, echo=quiet))
+    assert meta["paper"] == {} and meta["targets"] == {}
+
+
+@pytest.mark.parametrize("kind,value", [("targets", [1.3]), ("paper", {"lf_over_ray": 1.2})])
+def test_paper_and_targets_must_be_objects_of_topics(tmp_path, kind, value):
+    path = toy_suite(tmp_path, **{kind: value})
+    with pytest.raises(ValueError, match=f"'{kind}' must be an object of topics"):
+        suites.load(str(path))
+    shipped = [suites.load(name) for name in suites.available()]
+    assert any(s.get("targets") for s in shipped) and any(s.get("paper") for s in shipped)
+
+
 def test_toy_run_interrupted_keeps_finished_cells(tmp_path):
     suite = toy_suite(tmp_path, pause_s=0.3, variants=["sorted"], sizes=[10, 20, 30, 40, 50, 60, 70, 80],
                       max_size=100)
@@ -279,12 +300,12 @@ def test_one_random_batch():
     import numpy as np
 
     from conftest import CARTPOLE_FIELDS, make_batch
-    from replaybench.bench import workloads
+    from replaybench.bench import derive, workloads
 
     a = make_batch(8, np.random.default_rng(1))
     b = workloads.random_batch(CARTPOLE_FIELDS, 8, np.random.default_rng(1), int_high=100)
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
-    assert workloads.row_bytes(CARTPOLE_FIELDS) == 16 + 8 + 4 + 16 + 1
+    assert derive.row_bytes(CARTPOLE_FIELDS) == 16 + 8 + 4 + 16 + 1
 
 
 # ------------------------------------------------------------------------------------- suite names

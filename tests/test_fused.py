@@ -219,9 +219,9 @@ def test_indices_and_weights_only(name):
 
 
 def test_sample_indices_workload_uses_reused_outputs():
-    from replaybench.bench import workloads
+    from replaybench.bench import derive, workloads
 
-    call = workloads.warmed_call("sample_indices", "kary-prefix", capacity=256, fields=workloads.SCHEMAS["cartpole"],
+    call = workloads.warmed_call("sample_indices", "kary-prefix", capacity=256, fields=derive.SCHEMAS["cartpole"],
                                  batch=16)
     call(1)
     target = workloads.variant_target("binary", 64, FIELDS, np.random.default_rng(0), batch=8)

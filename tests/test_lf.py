@@ -18,7 +18,8 @@ import pytest
 from replaybench.bench import suites
 from replaybench.bench.lf import lockstep, multiagent, raysession
 from replaybench.bench.scenarios import SelectionError
-from replaybench.bench.scenarios.lf import PAPER, SCENARIO, ratios
+from replaybench.bench.derive import lf_ratios
+from replaybench.bench.scenarios.lf import SCENARIO
 from replaybench.impl.dataflow import PQLConfig
 
 needs_ray = pytest.mark.skipif(bool(raysession.unavailable()), reason=raysession.unavailable() or "ray")
@@ -110,13 +111,17 @@ def test_ratios_are_speed_over_ray_with_the_papers_beside_ours():
              _row("pql", "dataflow", 1e6, "env_steps_per_s", env="Blackjack-v1", actors=16, batch=500, policy="deque"),
              {**_row("pql", "ray", 1.0, "time_s", env="Blackjack-v1", actors=16, batch=500, policy="deque"),
               "status": "failed"}]
-    out = {(e["op"], e["backend"]): e for e in ratios(rows)}
+    paper = suites.load("lf")["paper"]["lf_over_ray"]["cells"]
+    out = {(e["op"], e["backend"]): e for e in lf_ratios(rows, paper)}
     assert out["lockstep", "dataflow"]["x_ray"] == pytest.approx(950 / 100)
     assert out["lockstep", "dataflow"]["x_single"] == pytest.approx(2.0) and out["pql", "ray"]["x_single"] is None
     assert out["lockstep", "ray"]["x_ray"] == 1.0 and out["lockstep", "ray"]["paper"] is None
-    assert out["lockstep", "dataflow"]["paper"] == PAPER["lockstep", "CartPole-v1"]
+    assert out["lockstep", "dataflow"]["paper"] == pytest.approx(3814 / 3277)  # the paper's 15 envs
     assert out["pql", "dataflow"]["x_ray"] == pytest.approx(3.0)  # a time: Ray's over ours
-    assert out["pql", "dataflow"]["paper"] == PAPER["pql", 500] and out["pql", "dataflow"]["n"] == 1
+    assert out["pql", "dataflow"]["paper"] == pytest.approx(136.95 / 94.22) and out["pql", "dataflow"]["n"] == 1
+    # a cell the paper did not measure (other actors), or no paper recorded: no paper ratio
+    assert all(e["paper"] is None for e in lf_ratios([{**r, "actors": 4} for r in rows], paper))
+    assert all(e["paper"] is None for e in lf_ratios(rows))
 
 
 @needs_mpe2

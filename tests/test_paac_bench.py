@@ -64,7 +64,9 @@ def test_figures_and_ratios_from_the_quick_run(quick_run):
     plot = paac_throughput.build(res.table, res.metas)
     assert set(plot.data["method"]) >= {"paac", "per-env", "gym-sync"} and (plot.data["n"] == 2).all()
     assert set(paac_breakdown.build(res.table, res.metas).data["component"]) == set(scenario.PROFILE)
-    ratios = paac_throughput.target_ratios(res.table, n_envs=4)
+    assert paac_throughput.target_ratios(res.table, res.metas).empty  # the quick suite records no targets
+    goal = {"n_envs": 4, "at_least": {"per-env": 3.0, "gym-sync": 1.3}}
+    ratios = paac_throughput.target_ratios(res.table, res.metas, goal)
     by_peer = {r.peer: r for r in ratios.itertuples()}
     assert set(by_peer) >= {"per-env", "gym-sync"}
     per_env = by_peer["per-env"]

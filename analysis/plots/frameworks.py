@@ -6,8 +6,9 @@ over seeds: the median, min and max of ``wall_per_step_s``, ``replay_share``,
 ``speedup_vs_own``, ``time_to_threshold_s`` (over the seeds that reached it, with how many
 did) and ``final_return``. Top row: milliseconds per env step as a bar split into the replay
 part (median share times median cost) and the rest, min-max over seeds as an error bar, the
-speedup over the framework's own buffer written above; PAL's reported 1.1-2.1x for its buffer in
-existing frameworks is in the caption and the report's table. Bottom row: time to the reward
+speedup over the framework's own buffer written above; PAL's reported speedup for its buffer in
+existing frameworks (:func:`pal_speedup`, recorded from the suite) is in the caption and the
+report's table. Bottom row: time to the reward
 threshold (median, min-max), "not reached" where no seed reached it.
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from replaybench.analysis import palette, stats
+from replaybench.analysis import palette, references, stats
 from replaybench.analysis.plots import NoRows, Plot
 from replaybench.analysis.plots._common import new_figure, note
 from replaybench.bench import contract
@@ -24,11 +25,16 @@ NAME = "frameworks"
 ORDER = 60
 TITLE = "Our buffers inside Stable-Baselines3, Tianshou and TorchRL"
 
-#: PAL (Zhang et al., 2021): speedup of sequential runs from plugging its buffer into existing frameworks.
-PAL_SPEEDUP = (1.1, 2.1)
-
 METRICS = ("wall_per_step_s", "replay_share", "speedup_vs_own", "time_to_threshold_s", "final_return")
 KEYS = ["framework", "env", "variant"]
+
+
+def pal_speedup(metas) -> tuple[float, float] | None:
+    """PAL's reported ``(low, high)`` speedup of sequential runs from plugging its buffer into
+    existing frameworks, as the newest frameworks run records it (``paper.pal_speedup``,
+    :mod:`analysis.references`); None when no run does."""
+    _, paper = references.newest(metas, "paper", "pal_speedup", scenario="frameworks")
+    return None if paper is None else (paper["low"], paper["high"])
 
 
 def framework_rows(table: pd.DataFrame) -> pd.DataFrame:
@@ -104,7 +110,9 @@ def build(table, metas) -> Plot:
     fig.suptitle("Each framework's own DQN loop with its own buffer and with ours (median over seeds, min-max)",
                  fontsize=10)
     data = data.sort_values([*KEYS, "metric"]).reset_index(drop=True)
+    pal = pal_speedup(metas)
+    pal = (f"PAL reports {pal[0]}-{pal[1]}x for its buffer in existing frameworks' sequential runs." if pal else
+           f"PAL's reported speedup for its buffer in existing frameworks: {references.NOT_RECORDED}.")
     return Plot(fig, data, "Wall time per environment step of each framework's own DQN loop (replay part dark) and "
                            "time to the reward threshold, with the framework's own buffer and with ours; speedup "
-                           f"over the own buffer above the bars. PAL reports {PAL_SPEEDUP[0]}-{PAL_SPEEDUP[1]}x for "
-                           "its buffer in existing frameworks' sequential runs.")
+                           f"over the own buffer above the bars. {pal}")

@@ -1,8 +1,10 @@
 """The Lingua Franca benchmarks: every backend's speed over Ray's, beside the paper's LF/Ray.
 
 Rows: scenario ``lf`` of the newest run that has any (ratios are only taken within one run);
-:func:`bench.scenarios.lf.ratios` gives, per cell and backend, the median and ``x_ray`` (speed
-over Ray's median in the same cell: rates over Ray's rate, Ray's time over the backend's time).
+:func:`bench.derive.lf_ratios` gives, per cell and backend, the median and ``x_ray`` (speed
+over Ray's median in the same cell: rates over Ray's rate, Ray's time over the backend's time),
+and the paper's ratio from the run's recorded ``paper.lf_over_ray`` (:mod:`analysis.references`;
+none recorded: no diamonds, and the caption says so).
 One panel per workload (lock-step sampling by environment, parallel Q-learning by actors,
 mini-batch and replay, multi-agent inference by agents), one stem per backend from 1 (Ray) to
 its ratio on a log axis; the black diamond on our dataflow's stem is the paper's Lingua Franca over Ray ratio for that
@@ -15,8 +17,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from replaybench.analysis import references
 from replaybench.analysis.plots import NoRows, Plot
 from replaybench.analysis.plots._common import handle, legend, log_y
+from replaybench.bench.derive import LF_WORKLOADS, lf_ratios
 
 NAME = "lf"
 ORDER = 60
@@ -37,18 +41,17 @@ def _label(e) -> str:
 
 
 def build(table, metas) -> Plot:
-    from replaybench.bench.scenarios.lf import WORKLOADS, ratios
-
     rows = table[table["scenario"] == "lf"] if "scenario" in table else table.iloc[0:0]
     if rows.empty:
         raise NoRows("no LF benchmark rows (scenario 'lf')")
     run_id = sorted(rows["run_id"].unique())[-1]
     rows = rows[rows["run_id"] == run_id].astype(object)
-    data = pd.DataFrame(ratios(rows.where(rows.notna(), None).to_dict("records")))
+    paper = references.recorded(metas.get(run_id), "paper", "lf_over_ray")
+    data = pd.DataFrame(lf_ratios(rows.where(rows.notna(), None).to_dict("records"), (paper or {}).get("cells")))
     if data.empty or data["x_ray"].isna().all():
         raise NoRows(f"run {run_id}: no LF cell measured both Ray and another backend")
     data.insert(0, "run_id", run_id)
-    ops = [op for op in WORKLOADS if op in set(data["op"])]
+    ops = [op for op in LF_WORKLOADS if op in set(data["op"])]
     # each panel as wide as its groups need, about 0.6 inch a group: one row that fits a page
     widths = [max(2, data[data["op"] == op][["env", "policy", "actors", "batch"]].drop_duplicates().shape[0]) for op in ops]
     fig = Figure(figsize=(0.6 * sum(widths) + 1.2 * len(ops) + 1.5, 4.2), layout="constrained")
@@ -57,7 +60,7 @@ def build(table, metas) -> Plot:
     for ax, op in zip(axes[0], ops):
         part = data[data["op"] == op]
         groups = part[["env", "policy", "actors", "batch"]].drop_duplicates().reset_index(drop=True)
-        backends = [b for b in WORKLOADS[op][0] if b in set(part["backend"])]
+        backends = [b for b in LF_WORKLOADS[op][0] if b in set(part["backend"])]
         width = 0.8 / len(backends)
         for gi, g in groups.iterrows():
             cell = part[(part["env"] == g["env"]) & (part["policy"] == g["policy"]) & (part["actors"] == g["actors"])
@@ -82,5 +85,7 @@ def build(table, metas) -> Plot:
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle(f"LF benchmarks, run {run_id}: medians, each backend's speed over Ray's in the same run", fontsize=10)
     legend(fig, list(handles.values()), title="backend")
+    diamonds = ("black diamonds: the paper's Lingua Franca over Ray ratio." if paper is not None else
+                f"the paper's Lingua Franca over Ray ratios: {references.NOT_RECORDED}.")
     return Plot(fig, data, "Each backend's speed over Ray's in the same run (rates over Ray's rate, Ray's time over "
-                           "the backend's time); black diamonds: the paper's Lingua Franca over Ray ratio.")
+                           f"the backend's time); {diamonds}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from replaybench.analysis import load, stats
+from replaybench.analysis import load, references, stats
 from replaybench.analysis.plots import NoRows, Plot
 from replaybench.analysis.plots._common import capacity_axis, draw_median, handle, legend, log_y, new_figure, note
 from replaybench.bench import contract
@@ -84,16 +84,13 @@ def build(table, metas) -> Plot:
     return Plot(fig, data, caption)
 
 
-#: The issue's targets at n_e = 32 (ratios of median env steps/s in the same run): PAAC's best
-#: stepping (plain or halves) against each peer; "per-env" is compared at the same n_w.
-TARGETS = {"per-env": 3.0, "gym-sync": 1.3, "gym-async": 8.0, "envpool": None}
-TARGET_N_ENVS = 32
-
-
-def target_ratios(table: pd.DataFrame, n_envs: int = TARGET_N_ENVS) -> pd.DataFrame:
-    """PAAC's stepping against each peer at ``n_envs``, per run and env: one row per
-    (run, env, peer, n_w) with both medians, the ratio of medians, its range
-    ``[min paac / max peer, max paac / min peer]`` and the target (:data:`TARGETS`).
+def target_ratios(table: pd.DataFrame, metas, targets: dict | None = None) -> pd.DataFrame:
+    """PAAC's stepping against each peer at the targets' number of environments, per run and
+    env: one row per (run, env, peer, n_w) with both medians, the ratio of medians, its range
+    ``[min paac / max peer, max paac / min peer]`` and the target. The targets are each run's
+    ``targets.paac_stepping`` (:mod:`analysis.references`: ``n_envs`` and, per peer, the ratio
+    PAAC must reach, or None); runs that record none are left out. ``targets``, when given,
+    stands for every run's (e.g. to compare a quick run at its own n_envs).
 
     PAAC is the faster of ``paac`` and ``paac-halves`` at each n_w; against ``per-env`` the
     comparison is at the same n_w (the same number of processes stepping), against the other
@@ -101,15 +98,19 @@ def target_ratios(table: pd.DataFrame, n_envs: int = TARGET_N_ENVS) -> pd.DataFr
     data = throughput(table)
     if data.empty:
         return data
-    data = data[data["n_envs"] == n_envs]
     out = []
     for (run_id, env), mine in data.groupby(["run_id", "env"]):
+        goal = targets or references.recorded(metas.get(run_id), "targets", "paac_stepping")
+        if goal is None:
+            continue
+        n_envs = goal["n_envs"]
+        mine = mine[mine["n_envs"] == n_envs]
         paac = mine[mine["method"].isin(["paac", "paac-halves"])]
         if paac.empty:
             continue
         best_per_nw = paac.loc[paac.groupby("n_workers")["median"].idxmax()]
         best = best_per_nw.loc[best_per_nw["median"].idxmax()]
-        for peer, target in TARGETS.items():
+        for peer, target in goal["at_least"].items():
             theirs = mine[mine["method"] == peer]
             for _, p in theirs.iterrows():
                 if peer == "per-env":

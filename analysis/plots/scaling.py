@@ -1,9 +1,9 @@
 """Scaling model: predicted against measured throughput of every concurrency cell.
 
 For each (variant, policy, mode, transitions) of the newest concurrency run that has the
-redesigned scenario's per-call costs, the model of :mod:`impl.concurrent.scaling` is fitted
-from its 1-actor, 1- and 2-learner cells (:func:`~impl.concurrent.scaling.costs_from_rows`)
-and predicts every cell of that run (:func:`~impl.concurrent.scaling.validate`). One point per
+redesigned scenario's per-call costs, the scaling model of :mod:`bench.derive` is fitted
+from its 1-actor, 1- and 2-learner cells (:func:`~bench.derive.costs_from_rows`)
+and predicts every cell of that run (:func:`~bench.derive.validate_model`). One point per
 cell: x = measured rate, y = predicted (sample transitions/s; insert for actors alone), log-log,
 with the line y = x and a +-25 % band. Colour = policy, marker = mode; hollow markers are the
 model's inputs (fitted, so near the line by construction). One panel per transition size.
@@ -18,6 +18,7 @@ import pandas as pd
 from replaybench.analysis import palette
 from replaybench.analysis.plots import NoRows, Plot
 from replaybench.analysis.plots._common import handle, legend, new_figure
+from replaybench.bench import derive
 
 NAME = "scaling"
 ORDER = 41
@@ -31,8 +32,6 @@ def _records(table: pd.DataFrame) -> list[dict]:
 
 
 def build(table, metas) -> Plot:
-    from replaybench.impl.concurrent import scaling
-
     rows = table[(table["scenario"] == "concurrency") & (table["status"] == "ok")]
     if rows.empty:
         raise NoRows("no concurrency rows (scenario 'concurrency')")
@@ -44,10 +43,10 @@ def build(table, metas) -> Plot:
         for key, _ in mine.groupby(["variant", "policy", "mode", "transitions"], dropna=False):
             where = dict(zip(("variant", "policy", "mode", "transitions"), key))
             try:
-                costs = scaling.costs_from_rows(records, cores=cores, **where)
+                costs = derive.costs_from_rows(records, cores=cores, **where)
             except ValueError:  # a run before the redesign, or without the input cells
                 continue
-            for v in scaling.validate(records, costs, cores or 1, **where):
+            for v in derive.validate_model(records, costs, cores or 1, **where):
                 points.append({"run_id": run_id, **where, **v})
         if points:
             break  # the newest run that has a model

@@ -26,7 +26,7 @@ def build(variant: str, capacity: int, seed: int = 0):
     leaf gets its priority in one ``tree.update`` and the tree is rebuilt: the cheapest set-up
     the public API allows, which matters under cachegrind (about 50x slower than native).
     """
-    from replaybench.bench.workloads import SCHEMAS
+    from replaybench.bench.derive import SCHEMAS
     from replaybench.impl import registry
 
     fields = SCHEMAS["cartpole"]

@@ -20,13 +20,13 @@ import itertools
 
 import pytest
 
-from replaybench.bench import workloads
+from replaybench.bench import contract, derive, workloads
 from replaybench.impl import registry
 
 CAPACITY = 2**16
 BATCH = 256
 OPS = ["insert_one", "insert_batch", "sample", "update", "mixed"]
-FIELDS = workloads.SCHEMAS["cartpole"]
+FIELDS = derive.SCHEMAS["cartpole"]
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -36,5 +36,5 @@ def test_op(benchmark, variant, op):
     counter = itertools.count(1)
     benchmark.group = f"{op} (capacity {CAPACITY}, batch {BATCH if op != 'insert_one' else 1})"
     benchmark.extra_info.update(variant=variant, op=op, capacity=CAPACITY,
-                                items_per_call=workloads.OPS[op].items_per_call(BATCH))
+                                items_per_call=contract.OPS[op].items_per_call(BATCH))
     benchmark(lambda: call(next(counter)))

@@ -15,7 +15,7 @@ update.
 
 from __future__ import annotations
 
-from replaybench.bench import workloads
+from replaybench.bench import derive
 from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError, check_memory
 
 __all__ = ["CacheMisses", "SCENARIO"]
@@ -55,7 +55,7 @@ class CacheMisses(Scenario):
                 continue
             cfg = methods[method]
             capacities = list(selection.capacities or cfg.get("capacities", suite.get("capacities", [2**20])))
-            check_memory(capacities, workloads.row_bytes(workloads.SCHEMAS["cartpole"]) + 8)
+            check_memory(capacities, derive.row_bytes(derive.SCHEMAS["cartpole"]) + 8)
             chosen = cfg.get("variants", "all")
             mine = names if method == "model" or chosen == "all" else [n for n in names if n in chosen]
             for v in mine:

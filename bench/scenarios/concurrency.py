@@ -21,8 +21,8 @@ other. Rows per window:
 The summary shows per cell the rates and per-call costs and each policy's sample rate as a
 ratio to ``global-lock`` in the same run, mode, size and split (``x global-lock``). meta.json
 holds this machine's memory limits (:mod:`bench.limits`). A policy that cannot hold the
-variant's tree (NotImplementedError) gives a ``skipped`` row. :mod:`impl.concurrent.scaling`
-turns a run into a scaling model (``replaybench plan --run``).
+variant's tree (NotImplementedError) gives a ``skipped`` row. :mod:`bench.derive`'s scaling
+model is fitted to a run (``replaybench plan --run``).
 
 Suite keys (bench/suites/concurrency.json): variants, policies (``"all"``, the default, =
 every policy registered in :mod:`impl.concurrent` when the run starts, so a new policy is

@@ -17,8 +17,10 @@ the ratio to Ray is a ratio of the same machine's numbers:
 Rows: ``variant`` = the backend, ``structure`` = "lf", ``op`` = the workload, ``env``,
 ``actors`` (envs, rollout actors or agents), ``params`` (rounds, workers, cores, ...). A backend
 that cannot run here (Ray or mpe2 not installed, ale-py missing for Atari ids) is an
-``unavailable`` row with the reason. :func:`ratios` puts each median beside Ray's median of
-the same cell, the paper's ratio (:data:`PAPER`) and the one-process backend's median.
+``unavailable`` row with the reason. The summary (:func:`format_table`, from
+:func:`bench.derive.lf_ratios`) puts each median beside Ray's median of the same cell, the
+paper's ratio (the suite's ``paper.lf_over_ray``, recorded in meta.json) and the one-process
+backend's median.
 
 Suite keys (bench/suites/lf.json): ``lockstep``, ``pql``, ``multiagent``: each a list of
 blocks; a block gives ``backends`` and its grid (lists) and settings (scalars):
@@ -36,34 +38,11 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
-import statistics
-
-from replaybench.bench import suites
+from replaybench.bench import derive, suites
 from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError
 from replaybench.impl.machine import usable_cores
 
-__all__ = ["PAPER", "WORKLOADS", "SINGLE", "ratios", "format_table", "LinguaFranca", "SCENARIO"]
-
-#: The paper's speed ratio of Lingua Franca over Ray (higher = LF faster), by (workload, key):
-#: lock-step steps/s by env (Atari: the mean over Pong, Pacman and SpaceInvaders), parallel
-#: Q-learning time by mini-batch (Ray's time over LF's), multi-agent inference by agents.
-PAPER = {
-    ("lockstep", "CartPole-v1"): 3814 / 3277, ("lockstep", "Pendulum-v1"): 3646 / 3224,
-    ("lockstep", "Blackjack-v1"): 7466 / 5511, ("lockstep", "ALE/Pong-v5"): 11.62,
-    ("pql", 500): 136.95 / 94.22, ("pql", 1000): 148.66 / 95.09, ("pql", 2000): 191.55 / 95.97,
-    ("multiagent", 10): 5.12,
-}
-
-#: Workload -> its one-process backend (the bar parallel stepping must clear), for ``x_single``.
-SINGLE = {"lockstep": "sync", "multiagent": "serial"}
-
-#: Workload -> (backends it takes, the metric ratios are taken on, whether higher is faster).
-WORKLOADS = {
-    "lockstep": (("ray", "dataflow", "sync", "async", "mp-queues"), "env_steps_per_s", True),
-    "pql": (("ray", "dataflow"), "time_s", False),
-    "multiagent": (("ray", "dataflow", "serial"), "steps_per_s", True),
-}
-
+__all__ = ["format_table", "LinguaFranca", "SCENARIO"]
 
 def _positive_int(where: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -88,7 +67,7 @@ def _blocks(suite: dict, workload: str) -> list[dict]:
     where = f"suite {suite['name']!r}: {workload!r}"
     if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks):
         raise SelectionError(f"{where} must be a list of blocks (objects), got {blocks!r}")
-    known = WORKLOADS[workload][0]
+    known = derive.LF_WORKLOADS[workload][0]
     for b in blocks:
         backends = b.get("backends")
         if not isinstance(backends, list) or not backends or set(backends) - set(known):
@@ -186,7 +165,7 @@ class LinguaFranca(Scenario):
     takes = frozenset()
 
     def cells(self, suite: dict, selection: Selection) -> list[Cell]:
-        unknown = set(suite) - {*suites.COMMON_KEYS, "ray_num_cpus", *WORKLOADS}
+        unknown = set(suite) - {*suites.COMMON_KEYS, "ray_num_cpus", *derive.LF_WORKLOADS}
         if unknown:
             raise SelectionError(f"suite {suite['name']!r}: unknown keys {sorted(unknown)}")
         ray_cpus = suite.get("ray_num_cpus")
@@ -199,7 +178,7 @@ class LinguaFranca(Scenario):
         return cells
 
     def meta(self, suite: dict, selection: Selection, cells: list[Cell]) -> dict:
-        return {"paper": {f"{w}/{k}": v for (w, k), v in PAPER.items()}, "ray_num_cpus": suite.get("ray_num_cpus"),
+        return {"ray_num_cpus": suite.get("ray_num_cpus"),
                 "timing": "perf_counter around the timed rounds/steps only: processes, Ray actors and envs are "
                           "started, and warm-up rounds run, before the clock starts"}
 
@@ -273,53 +252,16 @@ class LinguaFranca(Scenario):
             env.close()
 
     def summarize(self, rows: list[dict], meta: dict) -> str:
-        return format_table(rows)
+        return format_table(rows, (derive.recorded(meta, "paper", "lf_over_ray") or {}).get("cells"))
 
 
 SCENARIO = LinguaFranca()
 
 
-def _key(r: dict) -> tuple:
-    return (r["op"], r.get("env"), r.get("policy"), r.get("actors"), r.get("batch"))
-
-
-def ratios(rows: list[dict]) -> list[dict]:
-    """One entry per (workload, env, replay, actors, mini-batch, backend) with ``ok`` rows of the
-    workload's ratio metric (:data:`WORKLOADS`): its median, min, max and count, ``x_ray`` (its
-    speed over Ray's in the same cell: Ray's median time over its own, or its median rate over
-    Ray's), ``x_single`` (the same over the workload's one-process backend, :data:`SINGLE`) and
-    ``paper`` (the paper's LF-over-Ray ratio for that cell, on our dataflow's entry, or None)."""
-    groups: dict[tuple, dict[str, list[float]]] = {}
-    for r in rows:
-        workload = WORKLOADS.get(r["op"])
-        if workload and r["metric"] == workload[1] and r["status"] == "ok":
-            groups.setdefault(_key(r), {}).setdefault(r["variant"], []).append(float(r["value"]))
-    out = []
-    for key, by_backend in groups.items():
-        op, env, policy, actors, batch = key
-        faster_is_higher = WORKLOADS[op][2]
-        ray = statistics.median(by_backend["ray"]) if "ray" in by_backend else None
-        single = by_backend.get(SINGLE.get(op))
-        single = statistics.median(single) if single else None
-        paper = PAPER.get((op, env if op == "lockstep" else batch if op == "pql" else actors))
-        if (op, actors) not in (("lockstep", 15), ("pql", 16), ("multiagent", 10)):
-            paper = None  # the paper measured 15 envs, 16 rollout actors, 10 agents
-        for backend in WORKLOADS[op][0]:
-            if backend not in by_backend:
-                continue
-            values = by_backend[backend]
-            med = statistics.median(values)
-            x = None if ray is None else (med / ray if faster_is_higher else ray / med)
-            out.append({"op": op, "env": env, "policy": policy, "actors": actors, "batch": batch, "backend": backend,
-                        "median": med, "min": min(values), "max": max(values), "n": len(values), "x_ray": x,
-                        "x_single": None if single is None else med / single,
-                        "paper": paper if backend == "dataflow" else None})
-    return out
-
-
-def format_table(rows: list[dict]) -> str:
+def format_table(rows: list[dict], paper: list[dict] | None = None) -> str:
     """The medians, their spread and the ratio to Ray (with the paper's LF/Ray ratio on our
-    dataflow's line), then the cells that did not run."""
+    dataflow's line where ``paper``, the paper's cells as :func:`bench.derive.lf_ratios` takes
+    them, has the cell), then the cells that did not run."""
     from replaybench.bench.summary import format_table as table
 
     def g(x, fmt="{:,.3g}"):
@@ -327,7 +269,7 @@ def format_table(rows: list[dict]) -> str:
 
     body = [[e["op"], str(e["env"]), str(e["policy"]), str(e["actors"]), g(e["batch"], "{}"), e["backend"],
              g(e["median"]), f"{e['min']:,.3g}-{e['max']:,.3g}", str(e["n"]), g(e["x_ray"], "{:.2f}x"),
-             g(e["paper"], "{:.2f}x"), g(e["x_single"], "{:.2f}x")] for e in ratios(rows)]
+             g(e["paper"], "{:.2f}x"), g(e["x_single"], "{:.2f}x")] for e in derive.lf_ratios(rows, paper)]
     header = ["workload", "env", "replay", "actors", "batch", "backend", "median", "min-max", "n", "x Ray",
               "paper LF/Ray", "x 1 process"]
     out = table(header, body, set(range(6, len(header)))) if body else ["(no LF rows measured)"]

@@ -42,7 +42,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from replaybench.bench import peers, workloads
+from replaybench.bench import contract, derive, peers, workloads
 from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError, check_memory
 
 __all__ = ["HARNESS", "WORKLOAD_PARAMS", "VariantInfo", "Item", "resolve_variants", "param_grid", "typed_grid",
@@ -172,8 +172,8 @@ def _typed(value, kind: type, where: str, key: str, whose: str):
 
 def _check_workload(key: str, value, where: str) -> None:
     if key == "transitions":
-        if value not in workloads.SCHEMAS:
-            raise SelectionError(f"{where}: transitions={value!r} is not one of {sorted(workloads.SCHEMAS)}")
+        if value not in derive.SCHEMAS:
+            raise SelectionError(f"{where}: transitions={value!r} is not one of {sorted(derive.SCHEMAS)}")
         return
     low = 1 if key in ("batch", "threads") else 0
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -293,7 +293,7 @@ class Micro(Scenario):
             raise SelectionError(f"{where}: capacities must be positive integers, got {bad}")
         peer_ops = None if selection.ops else suite.get("peer_ops")  # a suite may run fewer ops on the peers
         ops = list(selection.ops or suite["ops"])
-        known = [o for o in workloads.OPS if o != "empty"]  # empty is the overhead item, always run once
+        known = [o for o in contract.OPS if o != "empty"]  # empty is the overhead item, always run once
         unknown = sorted((set(ops) | set(peer_ops or ())) - set(known))
         if unknown:
             raise SelectionError(f"--ops: unknown op(s) {unknown}; known: {', '.join(known)}")
@@ -304,7 +304,7 @@ class Micro(Scenario):
                   **{k: "--param" for k in selection.params}}
         grid = typed_grid({**suite_params, **selection.params}, origin, infos)
         _check_workload("transitions", suite["transitions"], f"suite {suite['name']!r}")
-        row = max(workloads.row_bytes(workloads.SCHEMAS[t]) for t in grid.get("transitions", [suite["transitions"]]))
+        row = max(derive.row_bytes(derive.SCHEMAS[t]) for t in grid.get("transitions", [suite["transitions"]]))
         threads = max(grid.get("threads", [suite.get("threads", 1)]))
         check_memory(capacities, threads * (row + 8))  # a row and at least a float64 leaf per slot, per thread
 
@@ -399,7 +399,7 @@ def _gil_shares(items: list[Item]) -> list[dict]:
 
 def _columns(item: Item) -> dict:
     """The columns every row of a micro cell shares."""
-    spec = workloads.OPS[item.op]
+    spec = contract.OPS[item.op]
     suite = item.suite
     batch = {"empty": None, "insert_one": 1}.get(item.op, suite["batch"])  # mixed: the sample size
     columns = item.variant.columns()

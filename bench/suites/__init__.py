@@ -6,7 +6,8 @@ suite is expanded (:mod:`bench.driver`). The micro suites (micro, micro-quick, m
 variants, peers, capacities, ops, batch, transition schema, seed, a per-item timeout, pyperf
 settings and an optional ``params`` grid (asv-style); cache, concurrency and training suites
 declare their own grids (see each scenario's docstring). ``load`` also accepts a path to a
-JSON file.
+JSON file. Any suite may carry ``paper`` and ``targets`` (:data:`COMMON_KEYS`): data the
+analysis compares with, copied into each run's meta.json.
 
 Every suite names itself ``<scenario>-<what>[-quick]`` (``micro-sweep-k``, ``training-ray``;
 the scenario alone for its main grid) and states ``expected_minutes``, the wall time of a
@@ -27,8 +28,10 @@ __all__ = ["SUITE_DIR", "COMMON_KEYS", "available", "load"]
 
 SUITE_DIR = Path(__file__).resolve().parent
 
-#: The keys every suite may have, whatever its scenario.
-COMMON_KEYS = frozenset({"name", "scenario", "description", "expected_minutes"})
+#: The keys every suite may have, whatever its scenario. ``paper`` and ``targets``: the source
+#: papers' figures and the issues' goals the analysis sets beside the measurements, each
+#: ``{topic: data}`` (topics: :mod:`analysis.references`); the driver copies them into meta.json.
+COMMON_KEYS = frozenset({"name", "scenario", "description", "expected_minutes", "paper", "targets"})
 
 _NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")  # a suite's name starts its default run id
 
@@ -50,6 +53,10 @@ def load(name_or_path: str) -> dict:
     minutes = suite.get("expected_minutes")
     if minutes is not None and (isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not minutes > 0):
         raise ValueError(f"suite {path}: 'expected_minutes' must be a number > 0, got {minutes!r}")
+    for kind in ("paper", "targets"):
+        data = suite.get(kind)
+        if data is not None and not (isinstance(data, dict) and all(isinstance(v, dict) for v in data.values())):
+            raise ValueError(f"suite {path}: {kind!r} must be an object of topics, each an object, got {data!r}")
     if "suites" in suite:
         if not isinstance(suite["suites"], list) or not all(isinstance(n, str) for n in suite["suites"]):
             raise ValueError(f"suite {path}: a composite suite's 'suites' must be a list of suite names")

@@ -1,0 +1,518 @@
+"""Pure derivations from rows: what bench's terminal summaries and analysis's figures and report
+compute from a run, stated once. It imports the standard library, numpy and :mod:`bench.contract`
+only (never a scenario, impl or numba), so reading results stays as light as the contract.
+
+Four parts, and :func:`recorded`: the paper figures and targets a run's meta.json holds.
+
+- **Throughput summaries** (:func:`summarize_cells`, :func:`summarize`, :func:`thread_ratios`):
+  medians, min-max and counts of items/s over the ``ok`` timing rows of a micro run, per cell
+  or per (op, capacity, variant), and the speed-up of T threads over one.
+- **Memory bounds** (:func:`working_set_bytes`, :func:`bound_ns`, :func:`bound_rows`): a
+  buffer's working set, and the random-gather floor and dependent-load latency at that size
+  from the machine's memory limits (meta.json ``memory_limits``, measured by
+  :func:`bench.limits.probe`). :data:`SCHEMAS` and :func:`row_bytes` say what a row's
+  ``transitions`` value stands for.
+- **Lingua Franca ratios** (:func:`lf_ratios`): each backend's median beside Ray's and the
+  one-process backend's in the same cell, and the paper's ratio where the run recorded it.
+- **The scaling model** of actors and learners on one shared buffer (:class:`Costs`,
+  :func:`predict`, :func:`best_split`, :func:`costs_from_rows`, :func:`validate_model`):
+  predicted throughput and the best actor/learner split for a number of cores (PAL chooses its
+  counts from the hardware), described below.
+
+Every function takes rows as dicts (as :func:`bench.contract.read_rows` gives them; analysis
+passes its table's records) and returns plain dicts, lists or dataclasses. Costs are one pass
+over the rows unless a docstring says otherwise.
+
+Scaling model
+-------------
+The model is a bottleneck bound (a roofline for one buffer), built from quantities the
+concurrency benchmark measures on the machine at hand (:class:`Costs`):
+
+* ``insert_s`` / ``iteration_s``: seconds of one core per insert call (``write_batch``
+  transitions) and per learner iteration (sample ``sample_batch`` + update them), each
+  measured by a worker alone (no contention, no waiting): the inverse of its call rate, so
+  the loop around the call (making a batch) is included;
+* ``insert_hold_s`` / ``iteration_hold_s``: seconds per call the buffer's tree lock is held
+  (measured under the policy: global-lock holds it for the data copies too, lazy-writing and
+  optimistic for the tree work only);
+* ``serial_fraction``: the share of each call that runs one at a time for another reason
+  than the tree lock -- the GIL for threads (fitted from the measured 1- and 2-learner
+  rates), 0 for processes.
+
+With ``a`` actors, ``l`` learners on ``cores`` cores, a samples-per-insert ratio ``spi``
+(sampled transitions per inserted transition, held fixed as in training) and the sample rate
+``S`` (transitions/s; inserts run at ``S / spi``), each worker gets ``share = min(1, cores /
+(a + l))`` of a core, and ``S`` is the largest rate that meets every bound:
+
+====================  =====================================================================
+bound                 constraint
+====================  =====================================================================
+learners              ``S / sample_batch * iteration_s <= l * share``
+actors                ``S / spi / write_batch * insert_s <= a * share``
+tree lock             ``S / sample_batch * iteration_hold_s + S / spi / write_batch * insert_hold_s <= 1``
+serial (GIL)          ``serial_fraction * (S / sample_batch * iteration_s + S / spi / write_batch * insert_s) <= 1``
+====================  =====================================================================
+
+``serial_fraction`` is fitted from the 2-learner cell: when two learners sample less than
+the other bounds allow, the serial bound is set to what they reached, ``serial_fraction = 1
+/ (S_2 * iteration_s / sample_batch)``; it therefore stands for everything that keeps two
+workers from doubling one (the GIL for threads; shared caches, memory bandwidth and the OS
+for processes). The 1-actor, 1- and 2-learner cells are the model's inputs; every other
+cell of a run is a prediction (:func:`validate_model`).
+
+The binding constraint is reported (``bound``). :func:`best_split` searches every split ``a + l <=
+max_workers`` (default: ``cores``) for the highest sample rate.
+
+Assumptions and error bound. (1) Per-call costs do not grow with contention: cache traffic
+between cores (the tree's top lines bounce between writers' caches), memory bandwidth and
+lock hand-off latency are not modelled, so the prediction is an upper bound that is reached
+only while the lock's utilisation stays well below 1; near a lock bound, queueing adds a wait
+of about ``hold * rho / (1 - rho)`` per call (M/M/1) that the model leaves out. (2) Cores are
+shared fairly by the operating system when oversubscribed. (3) The serial fraction fitted at
+2 learners holds at any count. (4) Memory bandwidth is not a bound: the costs are measured
+with one worker, so a predicted rate above what the memory system delivers to many cores at
+once (``bench.limits``: the gather floor) is not caught. Measured against the concurrency
+benchmark on the machine that gave the costs, :func:`validate_model` reports the error per cell;
+the relative error is the statement of accuracy, not a constant.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from replaybench.bench import contract
+
+__all__ = ["RECORDED_KINDS", "recorded", "SCHEMAS", "row_bytes", "summarize_cells", "summarize", "thread_ratios", "BOUND_OPS", "working_set_bytes",
+           "bound_ns", "bound_rows", "LF_WORKLOADS", "LF_SINGLE", "lf_ratios", "MODEL_BOUNDS", "Costs", "Prediction",
+           "predict", "best_split", "costs_from_rows", "validate_model"]
+
+
+# ---------------------------------------------------------------------------------------------
+# what a run recorded beside its rows
+
+#: The kinds of reference data a suite may carry and the driver copies into meta.json: the
+#: source papers' figures (``paper``) and the issues' goals (``targets``), each
+#: ``{topic: data}``, the data's shape being the topic's reader's business.
+RECORDED_KINDS = ("paper", "targets")
+
+
+def recorded(meta: dict | None, kind: str, topic: str):
+    """``meta[kind][topic]``: a topic of the paper figures or targets a run recorded in its
+    meta.json (from its suite: :mod:`bench.driver`); None when it recorded none.
+
+    Raises ValueError naming ``kind`` when it is not one of :data:`RECORDED_KINDS`.
+    """
+    if kind not in RECORDED_KINDS:
+        raise ValueError(f"kind must be one of {RECORDED_KINDS}, got {kind!r}")
+    data = (meta or {}).get(kind)
+    return data.get(topic) if isinstance(data, dict) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# transition schemas
+
+#: Transition schemas by name (the ``transitions`` column): ``{field: (shape, dtype)}`` as
+#: impl.storage takes them.
+SCHEMAS = {
+    # CartPole-v1: 4 floats of state; 16 + 8 + 4 + 16 + 1 = 45 bytes per transition.
+    "cartpole": {
+        "obs": ((4,), "float32"),
+        "action": ((), "int64"),
+        "reward": ((), "float32"),
+        "next_obs": ((4,), "float32"),
+        "done": ((), "bool"),
+    },
+    # Atari (DQN's input): 4 stacked 84x84 grey frames, 28,224 + 8 + 4 + 1 bytes per transition;
+    # the copy, not the tree, is the cost here. (Next states are the following slot's frames.)
+    "atari": {
+        "obs": ((4, 84, 84), "uint8"),
+        "action": ((), "int64"),
+        "reward": ((), "float32"),
+        "done": ((), "bool"),
+    },
+}
+
+
+def _shape(shape) -> tuple:
+    return (shape,) if isinstance(shape, int) else tuple(shape)
+
+
+def row_bytes(fields: dict) -> int:
+    """Bytes of one transition of schema ``fields``."""
+    return sum(int(np.prod(_shape(shape), dtype=np.int64)) * np.dtype(dtype).itemsize
+               for shape, dtype in fields.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# throughput summaries
+
+
+def _timings(rows: list[dict]):
+    """``(row, items/s)`` of each ``ok`` timing row."""
+    for r in rows:
+        if r.get("status") == contract.MEASURED and r.get("metric") == contract.TIMING_METRIC:
+            yield r, contract.items_per_s(r["items_per_call"], r["value"])
+
+
+def _spread(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def summarize_cells(rows: list[dict]) -> dict[tuple, dict]:
+    """Throughput per cell: ``{contract.cell_key(row): {"median", "min", "max", "n", "row"}}`` in
+    items/s, ``row`` being the cell's first row (what the cell is: variant, op, params ...)."""
+    groups: dict[tuple, tuple[dict, list[float]]] = {}
+    for r, x in _timings(rows):
+        groups.setdefault(contract.cell_key(r), (r, []))[1].append(x)
+    return {k: {**_spread(v), "row": r} for k, (r, v) in groups.items()}
+
+
+def summarize(rows: list[dict]) -> dict[tuple, dict]:
+    """``{(op, capacity, variant): {"median", "min", "max", "n"}}`` of throughput in items/s, one
+    thread's rows only (rows of more threads are cells of their own: :func:`thread_ratios`).
+
+    For runs with a parameter grid use :func:`summarize_cells` (this merges the grid's cells).
+    """
+    groups: dict[tuple, list[float]] = {}
+    for r, x in _timings(rows):
+        if (r.get("threads") or 1) > 1:
+            continue
+        groups.setdefault((r["op"], r["capacity"], r["variant"]), []).append(x)
+    return {k: _spread(v) for k, v in groups.items()}
+
+
+def thread_ratios(cells: dict[tuple, dict]) -> list[dict]:
+    """Thread scaling: per cell run by T > 1 threads (each on its own buffer), its throughput over
+    the same cell's with one thread: ``{"row", "x", "lo", "hi"}`` with ``x`` the median over the
+    median and ``lo``-``hi`` the ratio of the extremes (so the widest it can be). ``cells`` as
+    :func:`summarize_cells` gives them; cells with no one-thread counterpart are left out."""
+    one = {_without_threads(c["row"]): c for c in cells.values() if (c["row"].get("threads") or 1) == 1}
+    out = []
+    for c in cells.values():
+        base = one.get(_without_threads(c["row"])) if (c["row"].get("threads") or 1) > 1 else None
+        if base is not None:
+            out.append({"row": c["row"], "x": c["median"] / base["median"], "lo": c["min"] / base["max"],
+                        "hi": c["max"] / base["min"]})
+    return out
+
+
+def _without_threads(row: dict) -> tuple:
+    """The cell key less what the thread count changes (threads, and items per call with it)."""
+    skip = ("threads", "items_per_call")
+    return tuple(v for c, v in zip(contract.CELL_COLUMNS, contract.cell_key(row)) if c not in skip)
+
+
+# ---------------------------------------------------------------------------------------------
+# memory bounds
+
+#: Ops shown against the memory floor: one random row or leaf per item is what they cannot avoid.
+BOUND_OPS = ("sample", "update", "insert_batch")
+
+
+def working_set_bytes(capacity: int, row_bytes: int, leaf_bytes: int = 4) -> int:
+    """Bytes a buffer of ``capacity`` rows spans: its rows plus a sum and a min tree
+    (about ``capacity * leaf_bytes * 16/15`` each, for K=16; a binary tree is 2x: the
+    difference is small beside the rows)."""
+    return int(capacity * (row_bytes + 2 * leaf_bytes * 16 / 15))
+
+
+def bound_ns(limits: dict, nbytes: int) -> dict:
+    """``{"gather_ns", "latency_ns"}`` (and ``"gather_ns_2threads"`` when every probed size has
+    it) at a working set of ``nbytes``, from a memory-limits table (``{"sizes": [{"bytes",
+    "latency_ns", "gather_ns", ...}]}``, :func:`bench.limits.probe`): log-log interpolation
+    between the probed sizes, the nearest probed value outside them."""
+    pts = sorted(limits["sizes"], key=lambda s: s["bytes"])
+    both = all("gather_ns_2threads" in p for p in pts)  # older runs probed one thread only
+    keys = ("gather_ns", "latency_ns") + (("gather_ns_2threads",) if both else ())
+    if nbytes <= pts[0]["bytes"]:
+        return {k: pts[0][k] for k in keys}
+    if nbytes >= pts[-1]["bytes"]:
+        return {k: pts[-1][k] for k in keys}
+    for a, b in zip(pts, pts[1:]):
+        if a["bytes"] <= nbytes <= b["bytes"]:
+            t = (math.log(nbytes) - math.log(a["bytes"])) / (math.log(b["bytes"]) - math.log(a["bytes"]))
+            return {k: math.exp((1 - t) * math.log(a[k]) + t * math.log(b[k])) for k in keys}
+    raise AssertionError("unreachable: sizes are sorted")
+
+
+def bound_rows(stats: dict, rows: list[dict], memory_limits: dict) -> list[dict]:
+    """Per (op in :data:`BOUND_OPS`, capacity, variant) of ``stats`` (:func:`summarize` of
+    ``rows``): ns per item (median), the gather floor and dependent-load latency at the
+    buffer's working set (:func:`bound_ns`), and ``x_floor`` = ns per item / floor."""
+    transitions = {(r["variant"], r["capacity"]): r.get("transitions") for r in rows if r.get("capacity")}
+    out = []
+    for (op, capacity, variant), s in sorted(stats.items(), key=lambda kv: (kv[0][1] or 0, kv[0][0], kv[0][2])):
+        if op not in BOUND_OPS or not capacity:
+            continue
+        schema = SCHEMAS.get(transitions.get((variant, capacity)) or "cartpole")
+        if schema is None:
+            continue
+        b = bound_ns(memory_limits, working_set_bytes(capacity, row_bytes(schema)))
+        ns = 1e9 / s["median"]
+        out.append({"op": op, "capacity": capacity, "variant": variant, "ns_per_item": ns, **b,
+                    "x_floor": ns / b["gather_ns"]})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Lingua Franca ratios
+
+#: LF workload -> (backends it takes, the metric ratios are taken on, whether higher is faster).
+LF_WORKLOADS = {
+    "lockstep": (("ray", "dataflow", "sync", "async", "mp-queues"), "env_steps_per_s", True),
+    "pql": (("ray", "dataflow"), "time_s", False),
+    "multiagent": (("ray", "dataflow", "serial"), "steps_per_s", True),
+}
+
+#: LF workload -> its one-process backend (the bar parallel stepping must clear), for ``x_single``.
+LF_SINGLE = {"lockstep": "sync", "multiagent": "serial"}
+
+
+def _lf_key(r: dict) -> tuple:
+    return (r["op"], r.get("env"), r.get("policy"), r.get("actors"), r.get("batch"))
+
+
+def _paper_ratio(paper_cells, cell: dict):
+    """The ``ratio`` of the first paper cell whose every ``match`` entry equals ``cell``'s."""
+    for entry in paper_cells or ():
+        if all(cell.get(k) == v for k, v in entry["match"].items()):
+            return entry["ratio"]
+    return None
+
+
+def lf_ratios(rows: list[dict], paper_cells=None) -> list[dict]:
+    """One entry per (workload, env, replay, actors, mini-batch, backend) with ``ok`` rows of the
+    workload's ratio metric (:data:`LF_WORKLOADS`): its median, min, max and count, ``x_ray`` (its
+    speed over Ray's in the same cell: Ray's median time over its own, or its median rate over
+    Ray's), ``x_single`` (the same over the workload's one-process backend, :data:`LF_SINGLE`) and
+    ``paper`` (the paper's LF-over-Ray ratio for that cell, on our dataflow's entry, or None).
+
+    ``paper_cells``: the paper's cells as the suite records them (``paper.lf_over_ray.cells`` of
+    bench/suites/lf.json), each ``{"match": {column: value}, "ratio": ...}``; a measured cell
+    takes the first whose ``match`` entries (``op``, ``env``, ``actors``, ``batch``, ...) all
+    equal its own. None or empty: None in every ``paper``.
+    """
+    groups: dict[tuple, dict[str, list[float]]] = {}
+    for r in rows:
+        workload = LF_WORKLOADS.get(r["op"])
+        if workload and r["metric"] == workload[1] and r["status"] == contract.MEASURED:
+            groups.setdefault(_lf_key(r), {}).setdefault(r["variant"], []).append(float(r["value"]))
+    out = []
+    for key, by_backend in groups.items():
+        op, env, policy, actors, batch = key
+        faster_is_higher = LF_WORKLOADS[op][2]
+        ray = statistics.median(by_backend["ray"]) if "ray" in by_backend else None
+        single = by_backend.get(LF_SINGLE.get(op))
+        single = statistics.median(single) if single else None
+        paper = _paper_ratio(paper_cells, {"op": op, "env": env, "policy": policy, "actors": actors, "batch": batch})
+        for backend in LF_WORKLOADS[op][0]:
+            if backend not in by_backend:
+                continue
+            values = by_backend[backend]
+            med = statistics.median(values)
+            x = None if ray is None else (med / ray if faster_is_higher else ray / med)
+            out.append({"op": op, "env": env, "policy": policy, "actors": actors, "batch": batch, "backend": backend,
+                        "median": med, "min": min(values), "max": max(values), "n": len(values), "x_ray": x,
+                        "x_single": None if single is None else med / single,
+                        "paper": paper if backend == "dataflow" else None})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the scaling model (see the module docstring)
+
+MODEL_BOUNDS = ("learners", "actors", "tree lock", "serial")
+
+
+def _positive(name: str, value, allow_zero: bool = False) -> float:
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+          and (value >= 0 if allow_zero else value > 0))
+    if not ok:
+        raise ValueError(f"{name} must be a {'non-negative' if allow_zero else 'positive'} finite number, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Measured inputs of the model (see the module docstring); all seconds are per call."""
+
+    insert_s: float
+    iteration_s: float
+    insert_hold_s: float
+    iteration_hold_s: float
+    serial_fraction: float
+    write_batch: int
+    sample_batch: int
+    samples_per_insert: float
+
+    def __post_init__(self):
+        for name in ("insert_s", "iteration_s", "samples_per_insert"):
+            _positive(name, getattr(self, name))
+        for name in ("insert_hold_s", "iteration_hold_s"):
+            _positive(name, getattr(self, name), allow_zero=True)
+        if not 0.0 <= _positive("serial_fraction", self.serial_fraction, allow_zero=True) <= 1.0:
+            raise ValueError(f"serial_fraction must be in [0, 1], got {self.serial_fraction!r}")
+        for name in ("write_batch", "sample_batch"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted rates of one split: transitions/s sampled and inserted, and which bound binds."""
+
+    actors: int
+    learners: int
+    cores: int
+    sample_per_s: float
+    insert_per_s: float
+    bound: str
+
+
+def _count(name: str, value, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def predict(costs: Costs, actors: int, learners: int, cores: int) -> Prediction:
+    """The model's sample and insert rates for ``actors`` + ``learners`` workers on ``cores``.
+
+    With no actors the learners sample a full buffer without the insert ratio (pure sampling);
+    with no learners the actors insert unthrottled. Raises ValueError naming a bad argument.
+    """
+    _count("actors", actors, 0)
+    _count("learners", learners, 0)
+    _count("cores", cores, 1)
+    if actors + learners == 0:
+        raise ValueError("need at least one actor or learner")
+    share = min(1.0, cores / (actors + learners))
+    c = costs
+    # per transition sampled: core seconds of learners, of actors, lock seconds and serial seconds
+    per_sample = c.iteration_s / c.sample_batch if learners else 0.0
+    per_insert = c.insert_s / c.write_batch if actors else 0.0
+    ratio = 1.0 / c.samples_per_insert if learners else 1.0  # inserts per unit of the rate
+    unit_lock = (c.iteration_hold_s / c.sample_batch if learners else 0.0) + ratio * (
+        c.insert_hold_s / c.write_batch if actors else 0.0)
+    unit_serial = c.serial_fraction * (per_sample + ratio * per_insert)
+    limits = {"learners": learners * share / per_sample if learners else math.inf,
+              "actors": actors * share / (ratio * per_insert) if actors else math.inf,
+              "tree lock": 1.0 / unit_lock if unit_lock > 0 else math.inf,
+              "serial": 1.0 / unit_serial if unit_serial > 0 else math.inf}
+    bound = min(limits, key=limits.get)
+    rate = limits[bound]  # transitions/s sampled (or inserted, without learners)
+    if learners:
+        return Prediction(actors, learners, cores, rate, rate * ratio if actors else 0.0, bound)
+    return Prediction(actors, learners, cores, 0.0, rate, bound)
+
+
+def best_split(cores: int, costs: Costs, max_workers: int | None = None) -> Prediction:
+    """The split (at least one actor and one learner, ``a + l <= max_workers``, default
+    ``cores``) with the highest predicted sample rate; ties go to fewer workers."""
+    _count("cores", cores, 1)
+    limit = cores if max_workers is None else _count("max_workers", max_workers, 2)
+    if limit < 2:
+        raise ValueError(f"cores must be >= 2 to place an actor and a learner (max_workers {limit})")
+    best = None
+    for n in range(2, limit + 1):
+        for a in range(1, n):
+            p = predict(costs, a, n - a, cores)
+            if best is None or p.sample_per_s > best.sample_per_s * (1 + 1e-9):
+                best = p
+    return best
+
+
+# ---------------------------------------------------------------------------- from a run's rows
+def _matching(rows, where: dict):
+    """The concurrency rows whose columns hold the values of ``where`` (column -> value)."""
+    return (r for r in rows if r.get("scenario") == "concurrency" and all(r.get(k) == v for k, v in where.items()))
+
+
+def _medians(rows, **where) -> dict[tuple, float]:
+    """``{(actors, learners, op, metric): median over windows}`` of the ``ok`` concurrency rows
+    matching ``where`` (column -> value)."""
+    groups: dict[tuple, list[float]] = {}
+    for r in _matching(rows, where):
+        if r.get("status") != "ok":
+            continue
+        key = (int(r["actors"] or 0), int(r["learners"] or 0), r["op"], r["metric"])
+        groups.setdefault(key, []).append(float(r["value"]))
+    return {k: statistics.median(v) for k, v in groups.items()}
+
+
+def _param(rows, name, **where):
+    """The first value of parameter ``name`` in the ``params`` of the rows matching ``where``."""
+    for r in _matching(rows, where):
+        params = contract.params_of(r.get("params"))
+        if name in params:
+            return params[name]
+    return None
+
+
+def costs_from_rows(rows, *, policy: str, mode: str, transitions: str, variant: str = "kary-aligned",
+                    cores: int | None = None) -> Costs:
+    """The model's inputs from a concurrency run's rows (dicts as :func:`bench.contract.read_rows`
+    gives them): per-call costs and lock holds of the 1-actor and 1-learner cells, the serial
+    fraction fitted from the 2-learner cell (see the module docstring).
+
+    Raises ValueError naming what is missing: a run made before the per-call metrics existed,
+    or without the 1-actor / 1-learner / 2-learner cells (``"workers": "auto"`` has them).
+    """
+    where = dict(policy=policy, mode=mode, transitions=transitions, variant=variant)
+    med = _medians(rows, **where)
+    what = f"policy={policy} mode={mode} transitions={transitions} variant={variant}"
+    need = {(1, 0, "insert", "items_per_s"): "1 actor alone", (0, 1, "sample", "items_per_s"): "1 learner alone",
+            (1, 0, "insert", "lock_hold_s_per_call"): "1 actor alone (lock hold per call)",
+            (0, 1, "iteration", "lock_hold_s_per_call"): "1 learner alone (lock hold per call)"}
+    missing = sorted({why for key, why in need.items() if key not in med})
+    if missing:
+        raise ValueError(f"run has no per-call costs for {what} ({', '.join(missing)}): the model needs the cells "
+                         "of the redesigned concurrency scenario (workers 'auto')")
+    spi = _param(rows, "samples_per_insert", **where)
+    write_batch = _param(rows, "write_batch", **where)
+    batch = next((int(r["batch"]) for r in _matching(rows, where) if r.get("batch")), None)
+    if spi is None or write_batch is None or batch is None:
+        raise ValueError(f"run does not say samples_per_insert, write_batch and batch for {what}")
+    # seconds per call from the lone worker's rate: its whole loop (making the batch, the call),
+    # which is what one more worker of that kind costs
+    costs = Costs(insert_s=int(write_batch) / med[1, 0, "insert", "items_per_s"],
+                  iteration_s=batch / med[0, 1, "sample", "items_per_s"],
+                  insert_hold_s=med[1, 0, "insert", "lock_hold_s_per_call"],
+                  iteration_hold_s=med[0, 1, "iteration", "lock_hold_s_per_call"], serial_fraction=0.0,
+                  write_batch=int(write_batch), sample_batch=batch, samples_per_insert=float(spi))
+    two = med.get((0, 2, "sample", "items_per_s"))
+    cores = cores or _param(rows, "cores", **where) or 1
+    if two is not None:
+        unconstrained = predict(costs, 0, 2, int(cores)).sample_per_s
+        if two < unconstrained:
+            serial = min(1.0, 1.0 / (two * costs.iteration_s / costs.sample_batch))
+            costs = Costs(**{**costs.as_dict(), "serial_fraction": serial})
+    return costs
+
+
+def validate_model(rows, costs: Costs, cores: int, **where) -> list[dict]:
+    """Predicted against measured sample (or, without learners, insert) rate for every cell
+    of the run matching ``where``: ``[{"actors", "learners", "measured", "predicted",
+    "error", "bound", "input"}]``, ``error`` = predicted / measured - 1, ``input`` True for the
+    cells the costs came from."""
+    med = _medians(rows, **where)
+    out = []
+    for a, l_ in sorted({(a, l_) for a, l_, _, _ in med}, key=lambda s: (sum(s), s)):
+        op = "sample" if l_ else "insert"
+        measured = med.get((a, l_, op, "items_per_s"))
+        if measured is None or measured <= 0:
+            continue
+        p = predict(costs, a, l_, cores)
+        predicted = p.sample_per_s if l_ else p.insert_per_s
+        out.append({"actors": a, "learners": l_, "measured": measured, "predicted": predicted,
+                    "error": predicted / measured - 1.0, "bound": p.bound,
+                    "input": (a, l_) in ((1, 0), (0, 1), (0, 2))})
+    return out
