@@ -38,11 +38,13 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+
 from replaybench.bench import derive, suites
 from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError
 from replaybench.impl.machine import usable_cores
 
 __all__ = ["format_table", "LinguaFranca", "SCENARIO"]
+
 
 def _positive_int(where: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
