@@ -7,8 +7,9 @@ them as Ray actors on a Ray cluster). Every loop does the same number of learner
 the same ``steps`` (:func:`total_updates`), so their throughputs compare at the same ratio.
 
 :meth:`TrainConfig.validate` checks a run before anything starts (both loops call it first):
-every field, the algorithm config with its overrides, and that the environment exists and
-has the action space the algorithm handles. A bad value raises
+every field, the algorithm config with its overrides, the buffer's parameters and its
+policy (the variant's own checks, :func:`~impl.rl.replay.check_buffer`), and that the
+environment exists and has the action space the algorithm handles. A bad value raises
 :class:`~impl.rl.base.ConfigError` naming the field and the value.
 """
 
@@ -127,8 +128,8 @@ class TrainConfig:
         return cfg
 
     def validate(self) -> AlgoConfig:
-        """Check every field, the algorithm config and the environment; returns the algorithm
-        config. Raises ConfigError (``field``: the TrainConfig field, or the algorithm config
+        """Check every field, the algorithm config, the buffer's parameters and policy, and the
+        environment; returns the algorithm config. Raises ConfigError (``field``: the TrainConfig field, or the algorithm config
         field an override names) before anything is started. Cost: one ``gym.make``
         (milliseconds) besides imports."""
         algo = algorithms.get(self.algo)
@@ -167,6 +168,10 @@ class TrainConfig:
             self._parse_fail()
         self._validate_backend()
         acfg = self.algo_config()
+        if algo.run is None:  # the replay loops' buffer (an algorithm with its own loop has none)
+            from .replay import check_buffer
+
+            check_buffer(self, acfg)
         make_env(self.env, algo).close()
         return acfg
 
