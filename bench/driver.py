@@ -81,12 +81,14 @@ def execute(p: Plan, *, out="results", run_id: str | None = None, machine: str |
             progress: bool = True, command=None, echo=print) -> Path:
     """Measure a plan's cells into ``<out>/<run_id>/`` (the lifecycle in the module docstring).
 
-    Returns the run folder. Raises ValueError for a malformed ``run_id`` and SelectionError
-    for one whose folder exists, both before creating anything, and KeyboardInterrupt after
-    recording what finished when interrupted.
+    Returns the run folder. Raises ValueError for a malformed ``run_id`` or an ``out`` that
+    cannot hold a folder (a file on its path: :func:`bench.arguments.check_out_dir`) and
+    SelectionError for a run id whose folder exists, all before creating anything, and
+    KeyboardInterrupt after recording what finished when interrupted.
     """
     from tqdm import tqdm
 
+    arguments.check_out_dir(out)
     run_id = arguments.check_run_id(run_id) if run_id is not None else results.new_run_id(p.suite["name"])
     if (Path(out) / run_id).exists():  # a run folder is written once: never mix two runs' rows
         raise SelectionError(f"--run-id {run_id!r}: {Path(out) / run_id} exists already; "
