@@ -19,7 +19,8 @@ settings. A suite declares::
 Grid: seeds x stragglers x schemes x learners (``paac`` once per seed, without straggler: it
 has one learner; at 1 learner only ``independent`` runs, since every scheme is that there;
 stragglers only where there are at least 2 learners). ``--variants`` keeps the schemes with those labels. Every configuration is
-checked (:meth:`GossipConfig.validate`) while the suite is expanded, before any process.
+checked (:func:`impl.rl.gossip_launch.check_launch`: the config and the nodes this machine can host) while
+the suite is expanded, before any process.
 
 Rows: variant = the scheme's label (default: its scheme), policy = the gossip topology
 (``exponential/p1/k1``; ``none`` otherwise), learners = N, mode "processes", algo "a2c";
@@ -168,6 +169,7 @@ class Gossip(Scenario):
 
     def cells(self, suite: dict, selection: Selection) -> list[Cell]:
         from replaybench.impl.rl import ConfigError, TrainConfig, paac
+        from replaybench.impl.rl.gossip_launch import check_launch
 
         with suite_errors(suite):
             grid = configs(suite, selection.variants)
@@ -180,7 +182,7 @@ class Gossip(Scenario):
                 if isinstance(spec, TrainConfig):
                     paac.validate(spec)
                 else:
-                    spec.validate()
+                    check_launch(spec, **self.launch_args)  # the config, and the nodes this machine can host
             except ConfigError as err:
                 raise SelectionError(f"gossip run {text}: {err}") from None
             cells.append(Cell(text, columns, spec))
@@ -334,7 +336,7 @@ def run_command(args) -> int:
 
     from replaybench.bench import arguments, driver, results
     from replaybench.impl.rl import ConfigError
-    from replaybench.impl.rl.gossip_launch import launch, parse_endpoint
+    from replaybench.impl.rl.gossip_launch import check_launch, launch
     from replaybench.impl.rl.gossip_train import GossipConfig
 
     try:
@@ -344,11 +346,7 @@ def run_command(args) -> int:
                            env_workers=args.env_workers,
                            straggler_slowdown=args.straggler_slowdown, timeout_s=args.timeout,
                            time_limit_s=args.time_limit, overrides=dict(args.overrides or []))
-        cfg.validate()
-        parse_endpoint(args.rdzv_endpoint)
-        if args.node_rank is not None and not 0 <= args.node_rank < cfg.nodes:
-            raise ConfigError("node_rank", args.node_rank, f"--node-rank must be in [0, {cfg.nodes}), "
-                                                            f"got {args.node_rank}")
+        check_launch(cfg, rdzv_endpoint=args.rdzv_endpoint, node_rank=args.node_rank, node_addr=args.node_addr)
     except ConfigError as err:
         arguments.config_error(args.parser, err, _OPTION_FIELDS, _RENAMED)
     if args.node_rank not in (None, 0):  # this node's learners only; node 0 writes the results

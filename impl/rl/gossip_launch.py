@@ -37,7 +37,7 @@ from pathlib import Path
 from .base import ConfigError
 from .gossip_train import GossipConfig, GossipResult
 
-__all__ = ["LaunchFailed", "parse_endpoint", "node_address", "launch"]
+__all__ = ["LaunchFailed", "parse_endpoint", "node_address", "check_launch", "launch"]
 
 _GRACE_S = 10.0
 
@@ -59,9 +59,11 @@ def parse_endpoint(text: str) -> tuple[str, int]:
 
 
 def node_address(node: int) -> str:
-    """The loopback address of node ``node`` when every node runs on this machine."""
+    """The loopback address of node ``node`` when every node runs on this machine: 127.0.0.(2 + node),
+    so at most 250 nodes (ConfigError naming ``nodes`` beyond)."""
     if not 0 <= node < 250:
-        raise ConfigError("nodes", node + 1, f"at most 250 loopback nodes, got node {node}")
+        raise ConfigError("nodes", node + 1, f"nodes must be at most 250 when every node runs on this machine "
+                                             f"(node i listens on 127.0.0.(2+i)), got {node + 1}")
     return f"127.0.0.{2 + node}"
 
 
@@ -82,13 +84,40 @@ def _tail(path: Path) -> str:
     return (mine or text or [""])[-1]
 
 
+def check_launch(cfg: GossipConfig, *, rdzv_endpoint: str = "127.0.0.1:0", node_rank: int | None = None,
+                 node_addr: str | None = None) -> tuple[str, int, dict]:
+    """Check what :func:`launch` is given, starting nothing; returns (store host, port,
+    {node: the address its learners listen on}) for the nodes this machine runs.
+
+    ConfigError naming the argument: a config field (:meth:`GossipConfig.validate`),
+    ``rdzv_endpoint``, ``node_rank``, ``node_addr``, or ``nodes`` when every node is to run on
+    this machine and there are more than its loopback addresses (:func:`node_address`).
+    Cost: that of :meth:`GossipConfig.validate` (one ``gym.make``).
+    """
+    cfg.validate()
+    host, port = parse_endpoint(rdzv_endpoint)
+    if node_rank is None:
+        node_address(cfg.nodes - 1)  # the last node first: a refusal names the count asked for
+        addrs = {n: node_address(n) for n in range(cfg.nodes)}
+    else:
+        if not isinstance(node_rank, int) or not 0 <= node_rank < cfg.nodes:
+            raise ConfigError("node_rank", node_rank, f"node_rank must be in [0, {cfg.nodes}), got {node_rank!r}")
+        if node_addr is None and not _is_loopback(host):
+            raise ConfigError("node_addr", node_addr, "node_addr (this machine's address) is needed when the "
+                                                      f"rendezvous endpoint {host!r} is not a loopback address")
+        addrs = {node_rank: node_addr or node_address(node_rank)}
+    if port == 0 and next(iter(addrs)) != 0:
+        raise ConfigError("rdzv_endpoint", rdzv_endpoint, "nodes other than 0 need the endpoint's real port")
+    return host, port, addrs
+
+
 def launch(cfg: GossipConfig, *, rdzv_endpoint: str = "127.0.0.1:0", node_rank: int | None = None,
            node_addr: str | None = None, progress=None, log_dir: str | None = None) -> GossipResult | None:
     """Run ``cfg``'s learners of this machine (every node when ``node_rank`` is None); returns
     the run's result on node 0, None on other nodes.
 
-    Everything is checked first, before any process starts (ConfigError naming the
-    argument: a config field, ``rdzv_endpoint``, ``node_rank``, ``node_addr``).
+    Everything is checked first, before any process starts (:func:`check_launch`: ConfigError
+    naming the argument: a config field, ``rdzv_endpoint``, ``node_rank``, ``node_addr``, ``nodes``).
     ``progress(env_steps)`` is called about twice a second on node 0. ``log_dir``: where the
     learners' logs go (default: a temporary folder, removed afterwards unless a learner failed).
     Raises LaunchFailed if a learner fails, KeyboardInterrupt if interrupted.
@@ -97,21 +126,8 @@ def launch(cfg: GossipConfig, *, rdzv_endpoint: str = "127.0.0.1:0", node_rank: 
 
     import torch.distributed as dist
 
-    cfg.validate()
-    host, port = parse_endpoint(rdzv_endpoint)
-    if node_rank is None:
-        nodes = list(range(cfg.nodes))
-        addrs = {n: node_address(n) for n in nodes}
-    else:
-        if not isinstance(node_rank, int) or not 0 <= node_rank < cfg.nodes:
-            raise ConfigError("node_rank", node_rank, f"node_rank must be in [0, {cfg.nodes}), got {node_rank!r}")
-        if node_addr is None and not _is_loopback(host):
-            raise ConfigError("node_addr", node_addr, "node_addr (this machine's address) is needed when the "
-                                                      f"rendezvous endpoint {host!r} is not a loopback address")
-        nodes = [node_rank]
-        addrs = {node_rank: node_addr or node_address(node_rank)}
-    if port == 0 and nodes[0] != 0:
-        raise ConfigError("rdzv_endpoint", rdzv_endpoint, "nodes other than 0 need the endpoint's real port")
+    host, port, addrs = check_launch(cfg, rdzv_endpoint=rdzv_endpoint, node_rank=node_rank, node_addr=node_addr)
+    nodes = list(addrs)
     store = None
     if nodes[0] == 0:  # node 0 hosts the rendezvous store, as torchrun's agent does
         store = dist.TCPStore(host, port, None, True, timeout=datetime.timedelta(seconds=cfg.timeout_s),

@@ -103,8 +103,7 @@ class GossipConfig:
     def validate(self):
         """Check every field; returns the A2CConfig each learner trains with (its ``lr``
         scaled per ``lr_scaling``). Raises ConfigError naming the field."""
-        from .a2c import A2CConfig
-        from .envs import make_env
+        from .a2c import A2CConfig, check_env
 
         def need(ok, name, text):
             if not ok:
@@ -128,15 +127,17 @@ class GossipConfig:
              "must be an integer in [0, n_envs]")
         need(isinstance(self.straggler_slowdown, (int, float)) and 1.0 <= self.straggler_slowdown <= 100,
              "straggler_slowdown", "must be a number in [1, 100]")
-        need(isinstance(self.timeout_s, (int, float)) and self.timeout_s > 0, "timeout_s", "must be > 0")
-        need(self.time_limit_s is None or (isinstance(self.time_limit_s, (int, float)) and self.time_limit_s > 0),
-             "time_limit_s", "must be > 0 or None")
+        # finite: the store and the process group take it as a timedelta (inf overflows)
+        need(isinstance(self.timeout_s, (int, float)) and math.isfinite(self.timeout_s) and self.timeout_s > 0,
+             "timeout_s", "must be a finite number > 0")
+        need(self.time_limit_s is None or (isinstance(self.time_limit_s, (int, float))
+                                           and math.isfinite(self.time_limit_s) and self.time_limit_s > 0),
+             "time_limit_s", "must be a finite number > 0 or None")
         need(is_int(self.snapshot_every) and self.snapshot_every >= 1, "snapshot_every", "must be an integer >= 1")
         need(self.fail_rank is None or (is_int(self.fail_rank) and 0 <= self.fail_rank < self.learners),
              "fail_rank", f"must be None or a rank in [0, {self.learners})")
         if self.scheme == "gossip":
             Topology(self.topology, self.learners, self.peers)  # ConfigError naming topology or peers
-        make_env(self.env).close()  # ConfigError (field "env") for an unknown id
         if not isinstance(self.overrides, dict):
             raise ConfigError("overrides", self.overrides, f"overrides must be a dict, got {self.overrides!r}")
         for name in ("n_envs", "n_workers"):
@@ -144,6 +145,7 @@ class GossipConfig:
                 raise ConfigError(name, self.overrides[name], f"{name} is set by the run (n_envs, env_workers), "
                                                               "not by an A2C override")
         acfg = A2CConfig.for_env(self.env, **self.overrides, n_envs=self.n_envs, n_workers=self.env_workers)
+        check_env(self.env, acfg)  # ConfigError ("env"): an unknown id, or spaces the network cannot take
         if self.scheme == "gossip" and self.lr_scaling == "sqrt":
             acfg = replace(acfg, lr=acfg.lr * math.sqrt(self.learners))
         return acfg

@@ -35,10 +35,10 @@ import time
 
 import torch
 
-from .a2c import A2CConfig, A2CLearner, collect, make_network
+from .a2c import A2CConfig, A2CLearner, check_env, collect
 from .base import ConfigError
 from .config import TrainConfig, TrainResult
-from .envs import EpisodeLog, make_env
+from .envs import EpisodeLog
 from .profiler import SectionProfiler
 from .seeding import RunSeeds
 from .stepping import SharedVectorEnv
@@ -66,13 +66,7 @@ def validate(cfg: TrainConfig) -> A2CConfig:
     acfg = cfg.validate()
     if cfg.fail is not None:
         raise ConfigError("fail", cfg.fail, "the PAAC loop has no failure hook (test a failing environment instead)")
-    env = make_env(cfg.env)
-    try:
-        make_network(env.observation_space, env.action_space, acfg)
-    except ConfigError as err:
-        raise ConfigError("env", cfg.env, f"env {cfg.env!r}: {err}") from None
-    finally:
-        env.close()
+    check_env(cfg.env, acfg)
     return acfg
 
 
