@@ -216,7 +216,7 @@ def _paac_result(cfg, progress):
     from replaybench.impl.rl.gossip_train import GossipResult
     from replaybench.impl.rl.paac import run_paac
 
-    r = run_paac(cfg, lambda steps, updates, recent: progress(steps))
+    r = run_paac(cfg, lambda steps, *_: progress(steps))
     return GossipResult(env_steps=r.env_steps, wall_s=r.wall_s, env_steps_per_s=r.env_steps / r.wall_s,
                         time_to_threshold_s=r.time_to_threshold_s, steps_to_threshold=r.steps_to_threshold,
                         consensus=[], final_consensus=0.0, bytes_sent=0, wait_s=[0.0],
@@ -373,6 +373,9 @@ def run_command(args) -> int:
                                  machine=args.machine, progress=not args.no_progress, command=command)
     except KeyboardInterrupt:
         return 130
+    except results.ResultsWriteError as err:  # a full disk: what was written stays, marked incomplete
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     return 1 if any(r["status"] == "failed" for r in results.read_rows(run_dir)) else 0
 
 

@@ -40,9 +40,14 @@ __all__ = ["TrainConfig", "TrainResult", "ConfigError", "InjectedFailure", "Work
 def train(cfg: TrainConfig, progress=None) -> TrainResult:
     """Run ``cfg``: the algorithm's own loop when it has one (``a2c``: the PAAC loop), else
     the sequential baseline when ``actors`` or ``learners`` is 0, else the parallel loop on
-    ``cfg.backend`` (processes, Ray, or the static dataflow). ``progress(env_steps, updates, recent_mean_return)``
-    is called a few times per second from this process. A bad ``cfg`` raises ConfigError
-    before any work starts (:meth:`TrainConfig.validate`)."""
+    ``cfg.backend`` (processes, Ray, or the static dataflow).
+
+    ``progress(env_steps, updates, recent_mean_return, episodes)`` is called a few times per
+    second from this process, and once at the end; ``episodes`` is the run's finished
+    episodes so far, ``(env_steps, wall_s, return)`` in the order recorded (the list the
+    result's ``episodes`` will be: it only grows, and the callback must not change it; the Ray
+    backend passes ``()`` until its last call, which has them all). A bad ``cfg`` raises
+    ConfigError before any work starts (:meth:`TrainConfig.validate`)."""
     from . import algorithms
 
     own_loop = algorithms.get(cfg.algo).run

@@ -77,7 +77,8 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
     ``n_envs``). Torch uses every core for the update and the inference (the workers sleep
     meanwhile), except the inference with halves, which gets the cores the workers leave
     (at least one thread).
-    ``progress(env_steps, updates, recent_mean_return)`` is called about every 0.25 s.
+    ``progress(env_steps, updates, recent_mean_return, episodes)`` (see :func:`~impl.rl.train`) is
+    called about every 0.25 s.
     Raises ConfigError before any process starts (:func:`validate`), WorkerFailed when a
     stepping worker fails, TimeoutError past ``cfg.timeout_s`` counted from the call (after
     :func:`validate`): the stepping checks it before every env step and ends every wait on the
@@ -120,7 +121,7 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
                 if now >= next_report:
                     next_report = now + PROGRESS_EVERY_S
                     if progress is not None:
-                        progress(steps, learner.updates, log.recent_mean())
+                        progress(steps, learner.updates, log.recent_mean(), log.episodes)
                 if deadline is not None and time.monotonic() >= deadline:  # after the update
                     raise TimeoutError("the run's time limit passed after an update")
                 if cfg.stop_at_threshold and log.reached:
@@ -134,7 +135,7 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
     finally:
         torch.set_num_threads(threads_before)  # the caller's setting again, on every exit path
     if progress is not None:
-        progress(steps, learner.updates, log.recent_mean())
+        progress(steps, learner.updates, log.recent_mean(), log.episodes)
 
     profiles = {"paac": prof.breakdown(wall)}
     processes = {"paac": 1}
