@@ -34,7 +34,10 @@ def _learner_processes() -> list[int]:
 def test_learners_on_loopback_nodes_share_no_memory():
     cfg = GossipConfig(scheme="gossip", nodes=2, learners_per_node=1, topology="ring", staleness=1, steps=400,
                        **SMALL)
-    result = launch(cfg)
+    streamed = []
+    result = launch(cfg, episodes=streamed.extend, episodes_every_s=0.0)
+    # the launcher read every episode from the store as the learners reported them (issue 28 item 16)
+    assert result.episodes and sorted(map(list, streamed)) == sorted(result.episodes)
     assert [l["host"] for l in result.learners] == ["127.0.0.2", "127.0.0.3"]
     # each learner listed its own mappings at its end: nothing it could share (no /dev/shm,
     # memfd or SysV segment, no writable shared mapping); /dev/shm itself is machine-wide, so

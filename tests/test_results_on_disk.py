@@ -98,3 +98,52 @@ def test_a_full_disk_at_the_end_of_train_keeps_the_episodes_and_marks_the_run_in
     meta = contract.read_meta(tmp_path / "full")
     assert meta["complete"] is False
     assert ("write_error" in meta) is (not everything)
+
+
+def _gossip_result(episodes):
+    from replaybench.impl.rl.gossip_train import GossipResult
+
+    return GossipResult(env_steps=400, wall_s=2.0, env_steps_per_s=200.0, time_to_threshold_s=None,
+                        steps_to_threshold=None, consensus=[(1.0, 0.5)], final_consensus=0.25, bytes_sent=0,
+                        wait_s=[0.0, 0.0],
+                        learners=[{"rank": r, "host": "127.0.0.2", "env_steps": 200, "updates": 10, "end_s": 2.0,
+                                   "wait_s": 0.0, "bytes_sent": 0, "gossip": None, "shared_memory": []}
+                                  for r in (0, 1)],
+                        episodes=sorted([list(e) for e in episodes]))
+
+
+def test_a_full_disk_at_the_end_of_gossip_keeps_the_episodes_and_marks_the_run_incomplete(
+        tmp_path, monkeypatch, capsys):
+    """The gossip command's run: the episodes the launcher reported while it ran are on disk;
+    the summary rows at the end hit a full disk; meta.json says incomplete; exit 1."""
+    from replaybench.cli import main
+    from replaybench.impl.rl import gossip_launch
+
+    reported = [[(0.5, 40, 12.0, 1), (0.6, 30, 9.0, 0)], [(1.5, 120, 30.0, 0)]]
+
+    def fake_launch(cfg, *, progress=None, episodes=None, **kwargs):  # the learners, as the launcher reports them
+        for batch in reported:
+            progress(200)
+            episodes(batch)
+        return _gossip_result([e for batch in reported for e in batch] + [(1.9, 200, 41.0, 1)])
+
+    monkeypatch.setattr(gossip_launch, "launch", fake_launch)
+    monkeypatch.setattr(training, "WRITE_EVERY_S", 0.0)
+    disk = FullDisk(monkeypatch)
+    code = main(["gossip", "--scheme", "independent", "--nodes", "2", "--learners-per-node", "1", "--steps", "400",
+                 "--out", str(tmp_path), "--run-id", "g", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 1 and disk.refused == 1 and "rows.csv" in err and "No space left on device" in err, err
+    rows = contract.read_rows(tmp_path / "g")
+    assert [(r["op"], r["repeat"], r["wall_s"], r["env_steps"], r["value"]) for r in rows] == [
+        ("episode", 0, 0.5, 40, 12.0), ("episode", 1, 0.6, 30, 9.0), ("episode", 2, 1.5, 120, 30.0)]
+    assert contract.read_meta(tmp_path / "g")["complete"] is False
+
+
+def test_gossip_rows_leave_out_the_episodes_written_as_the_run_went():
+    from replaybench.bench.scenarios.gossip import result_rows
+
+    episodes = [(0.5, 40, 12.0, 1), (0.6, 30, 9.0, 0), (0.6, 30, 9.0, 0), (1.9, 200, 41.0, 1)]
+    written = __import__("collections").Counter([(0.6, 30, 9.0, 0), (0.5, 40, 12.0, 1)])
+    rows = [r for r in result_rows(_gossip_result(episodes), {}, "independent", written) if r["op"] == "episode"]
+    assert [(r["repeat"], r["wall_s"], r["value"]) for r in rows] == [(2, 0.6, 9.0), (3, 1.9, 41.0)]

@@ -112,13 +112,18 @@ def check_launch(cfg: GossipConfig, *, rdzv_endpoint: str = "127.0.0.1:0", node_
 
 
 def launch(cfg: GossipConfig, *, rdzv_endpoint: str = "127.0.0.1:0", node_rank: int | None = None,
-           node_addr: str | None = None, progress=None, log_dir: str | None = None) -> GossipResult | None:
+           node_addr: str | None = None, progress=None, log_dir: str | None = None, episodes=None,
+           episodes_every_s: float = 5.0) -> GossipResult | None:
     """Run ``cfg``'s learners of this machine (every node when ``node_rank`` is None); returns
     the run's result on node 0, None on other nodes.
 
     Everything is checked first, before any process starts (:func:`check_launch`: ConfigError
     naming the argument: a config field, ``rdzv_endpoint``, ``node_rank``, ``node_addr``, ``nodes``).
-    ``progress(env_steps)`` is called about twice a second on node 0. ``log_dir``: where the
+    ``progress(env_steps)`` is called about twice a second on node 0, and ``episodes(new)``
+    about every ``episodes_every_s`` seconds and once when every learner has ended, with the
+    episodes finished since its last call, ``[(wall_s, env_steps, return, rank), ...]`` (each
+    learner's in order; over a run that succeeds, the calls get exactly the result's
+    ``episodes``, which are pooled by time). ``log_dir``: where the
     learners' logs go (default: a temporary folder, removed afterwards unless a learner failed).
     Raises LaunchFailed if a learner fails, KeyboardInterrupt if interrupted.
     """
@@ -153,7 +158,7 @@ def launch(cfg: GossipConfig, *, rdzv_endpoint: str = "127.0.0.1:0", node_rank: 
                 with open(logs / f"learner-{rank}.log", "wb") as log:
                     procs[rank] = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                                    stderr=subprocess.STDOUT, start_new_session=True)
-        _watch(procs, cfg, logs, store, progress)
+        _watch(procs, cfg, logs, store, progress, episodes, episodes_every_s)
         if store is None:
             return None
         return GossipResult(**json.loads(result_path.read_text()))
@@ -169,11 +174,43 @@ def launch(cfg: GossipConfig, *, rdzv_endpoint: str = "127.0.0.1:0", node_rank: 
         del store
 
 
-def _watch(procs: dict, cfg: GossipConfig, logs: Path, store, progress) -> None:
+class _EpisodeFeed:
+    """The learners' episodes as they finish: each learner appends its lines to
+    ``episodes/<rank>`` in the store; :meth:`read` returns those not read before.
+    Cost: one store read per learner (the whole value: a few bytes per episode)."""
+
+    def __init__(self, store, ranks):
+        self.store, self.ranks = store, list(ranks)
+        self.seen = dict.fromkeys(self.ranks, 0)  # lines read per rank
+
+    def read(self) -> list[tuple]:
+        new = []
+        for rank in self.ranks:
+            try:
+                lines = self.store.get(f"episodes/{rank}").decode().splitlines() if self.store.check(
+                    [f"episodes/{rank}"]) else []
+            except RuntimeError:  # the store is going away with the run
+                continue
+            for line in lines[self.seen[rank]:]:
+                wall, steps, ret = line.split()
+                new.append((float(wall), int(steps), float(ret), rank))
+            self.seen[rank] = len(lines)
+        return new
+
+
+def _watch(procs: dict, cfg: GossipConfig, logs: Path, store, progress, episodes=None,
+           episodes_every_s: float = 5.0) -> None:
     """Wait for every learner; on the first failure, give the others a grace period to fail
-    by themselves, then raise LaunchFailed with every learner's error."""
+    by themselves, then raise LaunchFailed with every learner's error. Meanwhile feed
+    ``progress`` and ``episodes`` (node 0, which holds the store)."""
+    import torch.distributed as dist
+
+    from .gossip_train import STORE_PREFIX
+
     first_failure = None
-    last_report = 0.0
+    last_report = last_episodes = 0.0
+    learners = dist.PrefixStore(STORE_PREFIX, store) if store is not None else None  # the learners' keys
+    feed = _EpisodeFeed(learners, range(cfg.learners)) if episodes is not None and learners is not None else None
     while True:
         codes = {rank: p.poll() for rank, p in procs.items()}
         bad = {rank: c for rank, c in codes.items() if c not in (None, 0)}
@@ -182,14 +219,22 @@ def _watch(procs: dict, cfg: GossipConfig, logs: Path, store, progress) -> None:
         running = [rank for rank, c in codes.items() if c is None]
         if not running or (first_failure is not None and time.monotonic() - first_failure > cfg.timeout_s + _GRACE_S):
             break
-        if progress is not None and store is not None and time.monotonic() - last_report > 0.5:
+        if progress is not None and learners is not None and time.monotonic() - last_report > 0.5:
             last_report = time.monotonic()
             try:
-                progress(int(store.add("env_steps", 0)))
+                progress(int(learners.add("env_steps", 0)))
             except RuntimeError:
-                pass  # the counter does not exist before the first rollout
+                pass  # the store is going away with the run
+        if feed is not None and first_failure is None and time.monotonic() - last_episodes > episodes_every_s:
+            last_episodes = time.monotonic()
+            new = feed.read()
+            if new:
+                episodes(new)
         time.sleep(0.05)
     if first_failure is None:
+        new = feed.read() if feed is not None else []  # the last ones: every learner has ended
+        if new:
+            episodes(new)
         return
     errors = {}
     for rank, p in sorted(procs.items()):

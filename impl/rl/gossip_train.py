@@ -47,6 +47,11 @@ SCHEMES = ("gossip", "allreduce", "independent")
 #: How a gossip learner's learning rate follows the number of learners (GossipConfig.lr_scaling).
 LR_SCALINGS = ("sqrt", "none")
 
+#: The learners' keys in the rendezvous store live under this prefix (``<prefix>/env_steps``: the
+#: run's step counter; ``<prefix>/episodes/<rank>``: that learner's finished episodes, one
+#: ``"wall_s env_steps return"`` line each, appended as they finish, which the launcher reads).
+STORE_PREFIX = "replaybench-gossip"
+
 
 @dataclass(frozen=True)
 class GossipConfig:
@@ -268,7 +273,7 @@ def run_learner(cfg: GossipConfig, rank: int, store, host: str, describe=str) ->
         group.barrier().wait()
         t0 = time.monotonic()
         obs = venv.reset()
-        steps = updates = 0
+        steps = updates = pushed = 0
         episodes, snapshots = [], []
         per_rollout = cfg.n_envs * acfg.t_max
         while True:
@@ -293,6 +298,9 @@ def run_learner(cfg: GossipConfig, rank: int, store, host: str, describe=str) ->
             wall = time.monotonic() - t0
             for _env, ret, _length in venv.pop_episodes():
                 episodes.append((wall, steps, float(ret)))
+            if len(episodes) > pushed:  # for the launcher, which writes them as the run goes
+                store.append(f"episodes/{rank}", "".join(f"{w!r} {s} {r!r}\n" for w, s, r in episodes[pushed:]))
+                pushed = len(episodes)
             if (updates - 1) % cfg.snapshot_every == 0:  # rounds 1, 1 + m, ...: the same rounds everywhere
                 snapshots.append((wall, _flat(learner.net).numpy()))
             if stop:
@@ -370,7 +378,7 @@ def _store_from_env(timeout_s: float):
     world = int(os.environ["WORLD_SIZE"])
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
                           timeout=datetime.timedelta(seconds=timeout_s))
-    return dist.PrefixStore("replaybench-gossip", store)
+    return dist.PrefixStore(STORE_PREFIX, store)
 
 
 def _address_towards(host: str, port: int) -> str:
