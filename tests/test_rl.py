@@ -383,6 +383,7 @@ BAD_TRAIN_ARGS = [
     (["--param", "alpha=-1"], "--param", "{'alpha': -1}"),
     (["--param", "nope=1"], "--param", "{'nope': 1}"),
     (["--buffer", "kary-prefix", "--policy", "pal-locks"], "--policy", "'pal-locks'"),
+    (["--buffer", "uniform"], "--buffer", "'uniform'"),  # no tree to share between processes
 ]
 
 

@@ -35,8 +35,9 @@ def check_buffer(cfg, acfg) -> None:
     own checks through ``registry.create`` (``K=abc``; ``K=3`` where the layout needs a power
     of 2; ``alpha=-1``; an unknown parameter) and, for the parallel loops, the shared buffer's
     (:meth:`~impl.concurrent.SharedPrioritizedBuffer.check`: a policy the structure cannot
-    take, such as pal-locks over kary-prefix). Raises ConfigError: field ``buffer_params``
-    (value: the parameters) for a refused parameter, ``policy`` for a refused pairing.
+    take, such as pal-locks over kary-prefix; a variant it cannot share, such as uniform).
+    Raises ConfigError: field ``buffer_params`` (value: the parameters) for a refused
+    parameter, ``policy`` for a refused pairing, ``buffer`` for a variant that cannot be shared.
     Cost: microseconds (no shared memory, no kernel call).
     """
     from replaybench.impl.concurrent import SharedPrioritizedBuffer
@@ -45,17 +46,21 @@ def check_buffer(cfg, acfg) -> None:
 
     kwargs = buffer_kwargs(cfg, acfg)
     try:
-        if cfg.sequential:
-            registry.create(cfg.buffer, capacity=_CHECK_CAPACITY, fields=_CHECK_FIELDS, seed=0, **kwargs)
-        else:
-            SharedPrioritizedBuffer.check(_CHECK_CAPACITY, _CHECK_FIELDS, variant=cfg.buffer, policy=cfg.policy,
-                                          **kwargs)
-    except NotImplementedError as err:  # the policy's fit to the structure
-        raise ConfigError("policy", cfg.policy, f"policy {cfg.policy!r} cannot run over buffer {cfg.buffer!r}: "
-                                                f"{err}") from None
+        registry.create(cfg.buffer, capacity=_CHECK_CAPACITY, fields=_CHECK_FIELDS, seed=0, **kwargs)
     except (TypeError, ValueError) as err:  # the variant's (or the sampler's) own refusal
         raise ConfigError("buffer_params", cfg.buffer_params, f"buffer {cfg.buffer!r} refuses parameters "
                                                               f"{cfg.buffer_params}: {err}") from None
+    if cfg.sequential:
+        return
+    try:
+        SharedPrioritizedBuffer.check(_CHECK_CAPACITY, _CHECK_FIELDS, variant=cfg.buffer, policy=cfg.policy,
+                                      **kwargs)
+    except NotImplementedError as err:  # the policy's fit to the structure
+        raise ConfigError("policy", cfg.policy, f"policy {cfg.policy!r} cannot run over buffer {cfg.buffer!r}: "
+                                                f"{err}") from None
+    except (TypeError, ValueError) as err:  # a variant the shared buffer cannot hold
+        raise ConfigError("buffer", cfg.buffer, f"buffer {cfg.buffer!r} cannot run in the parallel loops: "
+                                                f"{err}") from None
 
 
 def make_local_buffer(cfg, acfg, fields, seed):
