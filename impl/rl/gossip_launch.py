@@ -186,9 +186,11 @@ class _EpisodeFeed:
     def read(self) -> list[tuple]:
         new = []
         for rank in self.ranks:
+            key = f"episodes/{rank}"
             try:
-                lines = self.store.get(f"episodes/{rank}").decode().splitlines() if self.store.check(
-                    [f"episodes/{rank}"]) else []
+                if not self.store.check([key]):  # no episode yet (get would wait for the key)
+                    continue
+                lines = self.store.get(key).decode().splitlines()
             except RuntimeError:  # the store is going away with the run
                 continue
             for line in lines[self.seen[rank]:]:
