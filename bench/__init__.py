@@ -4,6 +4,7 @@
 grids, as JSON), scenarios/ (what a suite measures: micro, cache, concurrency, training; one
 module each), driver (the one run lifecycle every scenario goes through), arguments (the
 command-line values), workloads (what one timed call does), pyperf_worker (one benchmark in
-fresh processes), peers/ (other libraries on the same workloads), results (rows.csv +
-meta.json, written atomically) and summary (the table printed after a micro run).
+fresh processes), peers/ (other libraries on the same workloads), results (rows.csv, appended
+to batch by batch, + meta.json, written atomically) and summary (the table printed after a
+micro run).
 """

@@ -49,7 +49,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from replaybench.bench import driver, suites
+    from replaybench.bench import driver, results, suites
     from replaybench.bench.scenarios import Selection, SelectionError
 
     try:
@@ -68,6 +68,9 @@ def cmd_run(args) -> int:
         args.parser.error(str(err))
     except KeyboardInterrupt:
         return 130
+    except results.ResultsWriteError as err:  # a full disk: what was written stays, marked incomplete
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -9,6 +9,7 @@ option and the text), so a bad value is refused before any work starts:
 * :func:`grid_value` / :func:`grid_param` -- a parameter grid ``K=2,4,8`` as ``("K", [2, 4, 8])``.
 * :func:`positive_int`, :func:`non_negative_int`, :func:`positive_float` -- counts and durations.
 * :func:`run_id` -- one safe path component (:func:`check_run_id`).
+* :func:`out_dir` -- a folder a run folder can be made in (:func:`check_out_dir`).
 
 :func:`add_output_options` adds the options every command that writes a run folder has;
 :func:`config_error` words a config's refusal (``ConfigError``, raised by a ``validate``
@@ -19,10 +20,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
+from pathlib import Path
 
 __all__ = ["MAX_CAPACITY", "capacity", "csv", "grid_value", "grid_param", "positive_int", "non_negative_int",
-           "positive_float", "check_run_id", "run_id", "add_output_options", "config_error"]
+           "positive_float", "check_run_id", "run_id", "check_out_dir", "out_dir", "add_output_options",
+           "config_error"]
 
 #: Largest capacity a command line may ask for: slot indices and ring tickets are int64.
 MAX_CAPACITY = 2**62
@@ -139,10 +143,40 @@ def run_id(text: str) -> str:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def check_out_dir(value) -> str:
+    """``value`` if a run folder can be made under it: every part of the path that exists is
+    a folder, and the deepest that exists is writable (the rest is created with the run).
+
+    Raises ValueError naming ``--out``, the path and the part that is in the way otherwise, so
+    a run is refused before any work instead of failing when it creates its folder.
+    Cost: one ``stat`` per existing part of the path.
+    """
+    path = Path(str(value)).expanduser()
+    for part in (path, *path.parents):
+        if not part.exists():
+            continue
+        if not part.is_dir():
+            raise ValueError(f"--out must be a folder (created when missing), got {str(value)!r}: {part} is a "
+                             f"file, not a folder")
+        if not os.access(part, os.W_OK | os.X_OK):
+            raise ValueError(f"--out {str(value)!r}: cannot create folders in {part} (no write permission)")
+        break
+    return str(value)
+
+
+def out_dir(text: str) -> str:
+    """argparse type for ``--out`` (see :func:`check_out_dir`)."""
+    try:
+        return check_out_dir(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def add_output_options(parser: argparse.ArgumentParser, run_id_help: str) -> None:
     """Add ``--out``, ``--run-id`` (help ``run_id_help``), ``--machine`` and ``--no-progress``:
     where the run folder goes, its name, the machine label of its rows, and no progress bar."""
-    parser.add_argument("--out", default="results", help="folder that receives <run_id>/ (default: results)")
+    parser.add_argument("--out", type=out_dir, default="results",
+                        help="folder that receives <run_id>/ (default: results)")
     parser.add_argument("--run-id", type=run_id, help=run_id_help)
     parser.add_argument("--machine", help="machine label for the rows (default: host name)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")

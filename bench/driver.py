@@ -11,11 +11,17 @@ Every scenario (:mod:`bench.scenarios`) runs through :func:`run`:
 3. Cells are measured one at a time under a tqdm bar (shown when there is more than one
    cell). A cell with a ``skip`` reason becomes one row of its ``skip_status`` without being
    run; a cell whose :meth:`Scenario.measure` raises becomes one ``failed`` row with the error,
-   and the run goes on. Each cell's rows are appended to rows.csv (rewritten atomically) as
-   soon as it ends, and meta.json is rewritten, so a crash or Ctrl-C keeps every finished cell.
+   and the run goes on. Each cell's rows are appended to rows.csv (flushed and fsync'ed) as
+   soon as it ends, and meta.json is rewritten, so a crash or Ctrl-C keeps every finished cell;
+   a long cell may hand over rows as it goes (``RunState.write``: a training run's episodes),
+   which are kept too.
 4. At the end meta.json gets ``complete``, ``interrupted``, ``end_time`` and the counts
    ``items_total``, ``items_done`` and ``items_by_status`` (one item = one cell); on Ctrl-C
    ``complete`` is false and KeyboardInterrupt is raised again after the counts are written.
+   When rows.csv or meta.json cannot be written (a full disk), the run stops: what is on disk
+   stays (at most the batch being written is lost), meta.json keeps ``complete: false`` (and
+   gets ``write_error`` if it can still be written), and
+   :class:`~bench.results.ResultsWriteError` is raised, naming the file.
 5. The scenario's table (:meth:`Scenario.summarize`) of the rows read back from rows.csv is
    printed, then the folder.
 
@@ -83,12 +89,16 @@ def execute(p: Plan, *, out="results", run_id: str | None = None, machine: str |
             progress: bool = True, command=None, echo=print) -> Path:
     """Measure a plan's cells into ``<out>/<run_id>/`` (the lifecycle in the module docstring).
 
-    Returns the run folder. Raises ValueError for a malformed ``run_id`` and SelectionError
-    for one whose folder exists, both before creating anything, and KeyboardInterrupt after
-    recording what finished when interrupted.
+    Returns the run folder. Raises ValueError for a malformed ``run_id`` or an ``out`` that
+    cannot hold a folder (a file on its path: :func:`bench.arguments.check_out_dir`) and
+    SelectionError for a run id whose folder exists, all before creating anything,
+    KeyboardInterrupt after recording what finished when interrupted, and
+    :class:`~bench.results.ResultsWriteError` when the run's files cannot be written (what
+    was written stays, marked incomplete).
     """
     from tqdm import tqdm
 
+    arguments.check_out_dir(out)
     run_id = arguments.check_run_id(run_id) if run_id is not None else results.new_run_id(p.suite["name"])
     if (Path(out) / run_id).exists():  # a run folder is written once: never mix two runs' rows
         raise SelectionError(f"--run-id {run_id!r}: {Path(out) / run_id} exists already; "
@@ -101,11 +111,12 @@ def execute(p: Plan, *, out="results", run_id: str | None = None, machine: str |
     counts = {s: 0 for s in results.STATUSES}
     bar = tqdm(p.cells, desc=p.suite["name"], unit=p.scenario.unit, disable=not progress or len(p.cells) < 2,
                dynamic_ncols=True)
-    run = RunState(writer.raw_dir, writer.meta, progress, bar, len(p.cells))
+    run = RunState(writer.raw_dir, writer.meta, progress, bar, len(p.cells),
+                   write=lambda rows: writer.append([{**row, **stamp} for row in rows]))
 
-    def finish(complete: bool) -> None:
+    def finish(complete: bool, **extra) -> None:
         writer.finish(complete, interrupted=not complete, items_total=len(p.cells), items_done=sum(counts.values()),
-                      items_by_status=counts)
+                      items_by_status=counts, **extra)
 
     try:
         for cell in bar:
@@ -115,16 +126,26 @@ def execute(p: Plan, *, out="results", run_id: str | None = None, machine: str |
             else:
                 try:
                     rows = p.scenario.measure(cell, run) or [cell.row("failed", "the scenario measured no rows")]
+                except results.ResultsWriteError:
+                    raise  # the disk, not the cell: recording it would fail the same way
                 except Exception as err:  # one failing cell is recorded and the run goes on
                     rows = [cell.row("failed", f"{type(err).__name__}: {err}"[-4000:])]
             rows = [{**row, **stamp} for row in rows]
-            counts[rows[0]["status"]] = counts.get(rows[0]["status"], 0) + 1  # counted first: finish() rewrites rows.csv, so counted = on disk
-            writer.append(rows)
+            status = rows[0]["status"]
+            writer.append(rows)  # whole on disk, or not at all
+            counts[status] = counts.get(status, 0) + 1  # so the counts are what is on disk
             writer.write_meta()
     except KeyboardInterrupt:
         bar.close()
         finish(False)
         echo(f"interrupted: kept {sum(counts.values())} of {len(p.cells)} cells in {writer.dir}")
+        raise
+    except results.ResultsWriteError as err:
+        bar.close()
+        try:
+            finish(False, write_error=str(err))
+        except results.ResultsWriteError:
+            pass  # meta.json on disk still says complete: false
         raise
     bar.close()
     finish(True)

@@ -13,8 +13,13 @@ meta.json describes the run: machine (CPU model, cores, caches), library version
 command line, suite, start and end time, and ``complete`` (false until the whole grid has run,
 so an interrupted run says so).
 
-Every write replaces the whole file atomically (temp file in the same folder + os.replace),
-so a reader or a crash never sees half a file; rows.csv is rewritten after each grid item.
+meta.json is replaced atomically (temp file in the same folder + os.replace), so a reader or
+a crash never sees half of it. rows.csv is appended to: each batch of rows (a grid item's, or
+what a long item hands over as it goes: a training run's episodes every progress interval) is
+written, flushed and fsync'ed at once, so rows reach the disk as the run goes, a write costs
+the batch and not the whole file, and a failure (a full disk, an interrupt) loses at most the
+batch being written: the file is cut back to its last whole batch, so it never holds half a
+row. Such a failure raises :class:`ResultsWriteError`; meta.json keeps ``complete: false``.
 Every row is checked by the contract's :func:`~bench.contract.parse_row` before it is written,
 so a run on disk always passes the readers' checks.
 """
@@ -38,7 +43,8 @@ from replaybench.impl.machine import logical_cores, usable_cores
 
 # The schema names and the readers are the contract's (bench.contract); they are named here too
 # because every scenario writes and reads its run through this module.
-__all__ = ["SCHEMA_VERSION", "COLUMNS", "STATUSES", "RunWriter", "atomic_write_text", "new_run_id", "git_state",
+__all__ = ["SCHEMA_VERSION", "COLUMNS", "STATUSES", "RunWriter", "ResultsWriteError", "atomic_write_text",
+           "new_run_id", "git_state",
            "machine_info", "library_versions", "read_rows", "read_meta"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -72,8 +78,29 @@ def new_run_id(suite: str) -> str:
     return f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-{suite}"
 
 
+class ResultsWriteError(OSError):
+    """rows.csv or meta.json of a run could not be written (a full disk, a folder gone).
+
+    The run folder keeps every batch of rows written before, whole, and meta.json says
+    ``complete: false`` (from its last successful write). ``path`` is the file; the message
+    names it, the error, and how many rows are on disk.
+    """
+
+    def __init__(self, path: Path, err: OSError, rows_on_disk: int):
+        super().__init__(f"could not write {path}: {err.strerror or err}; {rows_on_disk} row(s) written before "
+                         "are kept and the run is marked incomplete")
+        self.errno = err.errno
+        self.path = path
+        self.rows_on_disk = rows_on_disk
+
+
 class RunWriter:
-    """Owns one run folder: meta.json at start and end, rows.csv after each grid item."""
+    """Owns one run folder: meta.json at start, after each grid item and at the end; rows.csv
+    appended to batch by batch (:meth:`append`).
+
+    Cost of :meth:`append`: the batch's formatting and check, one write and one fsync.
+    Thread-safety: none (the driver's one thread writes).
+    """
 
     def __init__(self, out_dir, run_id: str, meta: dict):
         self.run_id = run_id
@@ -83,17 +110,52 @@ class RunWriter:
         self.raw_dir.mkdir()
         self.meta = {"schema_version": SCHEMA_VERSION, "run_id": run_id, "start_time": _now(), "end_time": None,
                      "complete": False, **meta}
-        self._lines = io.StringIO()
-        csv.writer(self._lines, lineterminator="\n").writerow(COLUMNS)
         self.n_rows = 0
+        self._rows_path = self.dir / "rows.csv"
+        self._rows_bytes = 0  # length of rows.csv up to its last whole batch
         self.write_meta()
-        atomic_write_text(self.dir / "rows.csv", self._lines.getvalue())
+        header = io.StringIO()
+        csv.writer(header, lineterminator="\n").writerow(COLUMNS)
+        self._write_rows(header.getvalue(), 0)
 
     def write_meta(self) -> None:
-        atomic_write_text(self.dir / "meta.json", json.dumps(self.meta, indent=2, sort_keys=True, default=str) + "\n")
+        """Replace meta.json atomically with :attr:`meta`; ResultsWriteError when it cannot be."""
+        path = self.dir / "meta.json"
+        try:
+            atomic_write_text(path, json.dumps(self.meta, indent=2, sort_keys=True, default=str) + "\n")
+        except OSError as err:
+            raise ResultsWriteError(path, err, self.n_rows) from err
+
+    def _write_rows(self, text: str, n: int) -> None:
+        """Append ``text`` (``n`` whole rows) to rows.csv, flushed and fsync'ed; on any failure
+        (or an interrupt) cut the file back to its last whole batch and raise."""
+        data = text.encode()
+        try:
+            fd = os.open(self._rows_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError as err:
+            raise ResultsWriteError(self._rows_path, err, self.n_rows) from err
+        try:
+            try:
+                view = memoryview(data)
+                while view:  # os.write may write less than asked
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            except BaseException as err:
+                try:
+                    os.ftruncate(fd, self._rows_bytes)  # frees blocks: works on a full disk
+                except OSError:
+                    pass
+                if isinstance(err, OSError):
+                    raise ResultsWriteError(self._rows_path, err, self.n_rows) from err
+                raise
+        finally:
+            os.close(fd)
+        self._rows_bytes += len(data)
+        self.n_rows += n
 
     def append(self, rows: list[dict]) -> None:
-        """Add rows (dicts keyed by column; missing columns are empty) and rewrite rows.csv.
+        """Add rows (dicts keyed by column; missing columns are empty) at the end of rows.csv,
+        on disk (fsync'ed) when this returns.
 
         Raises
         ------
@@ -103,6 +165,9 @@ class RunWriter:
             for a row the results contract refuses (unknown status, a number column holding
             text, an ``ok`` value that is NaN, infinite or negative ...), naming the row and the
             value. Nothing of the batch is written then.
+        ResultsWriteError
+            when the file cannot be written (a full disk): nothing of the batch stays in it,
+            every earlier batch does.
         """
         batch = io.StringIO()
         writer = csv.writer(batch, lineterminator="\n")
@@ -117,14 +182,11 @@ class RunWriter:
                 raise ValueError(f"result row ({row.get('variant')} {row.get('op')} {row.get('metric')}) breaks "
                                  f"the results contract: {err}") from None
             writer.writerow(fields)
-        self._lines.write(batch.getvalue())  # one step, so an interrupt never keeps half a batch
-        self.n_rows += len(rows)
-        atomic_write_text(self.dir / "rows.csv", self._lines.getvalue())
+        self._write_rows(batch.getvalue(), len(rows))
 
     def finish(self, complete: bool, **extra) -> None:
-        """Write the final meta.json, and rows.csv once more, so that an interrupt that came
-        between an item's rows and its file write still leaves them on disk."""
-        atomic_write_text(self.dir / "rows.csv", self._lines.getvalue())
+        """Write the final meta.json: ``complete``, ``end_time`` and ``extra``
+        (ResultsWriteError when it cannot be written: the last one written stays)."""
         self.meta.update(extra, end_time=_now(), complete=bool(complete))
         self.write_meta()
 

@@ -135,5 +135,8 @@ def cmd_train(args) -> int:
                               progress=not args.no_progress, command=command)
     except KeyboardInterrupt:
         return 130
+    except results.ResultsWriteError as err:  # a full disk: what was written stays, marked incomplete
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     rows = results.read_rows(run_dir)
     return 1 if any(r["status"] == "failed" for r in rows) else 0

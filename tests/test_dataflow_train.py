@@ -170,7 +170,7 @@ if __name__ == "__main__":
                       backend="dataflow", overrides={"hidden": (16,), "updates_per_step": 0.0625})
     started = []
 
-    def progress(steps, updates, recent):
+    def progress(steps, updates, recent, episodes):
         if steps > 0 and not started:
             started.append(steps)
             print("running", flush=True)

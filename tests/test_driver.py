@@ -168,6 +168,41 @@ def test_an_existing_run_id_is_refused_and_left_alone(tmp_path):
     assert (out / "taken" / "rows.csv").read_text() == "kept\n"
 
 
+@pytest.mark.parametrize("command", [["train", "--sequential"], ["gossip"], ["run", "--suite", "quick"]])
+@pytest.mark.parametrize("below", [False, True])
+def test_out_that_is_a_file_is_refused_naming_it(tmp_path, capsys, monkeypatch, command, below):
+    """``--out FILE`` or ``--out FILE/sub``: exit 2 naming --out and the file, before any work
+    (issue 28 item 8); the driver refuses it too."""
+    import subprocess as sp
+
+    from replaybench.cli import main
+
+    def no_work(*a, **k):
+        raise AssertionError("work started")
+
+    monkeypatch.setattr(driver, "execute", no_work)
+    monkeypatch.setattr(sp, "Popen", no_work)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    out = blocker / "sub" if below else blocker
+    with pytest.raises(SystemExit) as info:
+        main([*command, "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "argument --out: " in err, err
+    assert repr(str(out)) in err and f"{blocker} is a file" in err, err
+    assert blocker.read_text() == "not a folder\n" and sorted(tmp_path.iterdir()) == [blocker]
+
+
+def test_driver_refuses_an_out_that_is_a_file(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for out in (blocker, blocker / "sub"):
+        with pytest.raises(ValueError, match=f"--out .*{blocker.name}.* is a file"):
+            driver.run(suites.load("quick"), Selection(variants=["binary"], ops=["sample"]), out=out,
+                       progress=False, echo=quiet)
+    assert sorted(tmp_path.iterdir()) == [blocker]
+
+
 def test_safe_run_ids_are_accepted():
     for good in ("20261122T010203Z-quick", "r1", "a.b_c-9", "-x"):
         assert arguments.check_run_id(good) == good

@@ -34,7 +34,10 @@ def _learner_processes() -> list[int]:
 def test_learners_on_loopback_nodes_share_no_memory():
     cfg = GossipConfig(scheme="gossip", nodes=2, learners_per_node=1, topology="ring", staleness=1, steps=400,
                        **SMALL)
-    result = launch(cfg)
+    streamed = []
+    result = launch(cfg, episodes=streamed.extend, episodes_every_s=0.0)
+    # the launcher read every episode from the store as the learners reported them (issue 28 item 16)
+    assert result.episodes and sorted(map(list, streamed)) == sorted(result.episodes)
     assert [l["host"] for l in result.learners] == ["127.0.0.2", "127.0.0.3"]
     # each learner listed its own mappings at its end: nothing it could share (no /dev/shm,
     # memfd or SysV segment, no writable shared mapping); /dev/shm itself is machine-wide, so
@@ -80,6 +83,11 @@ def test_a_dead_peer_fails_the_run_naming_its_rank(tmp_path):
     ({}, {"rdzv_endpoint": "localhost"}, "rdzv_endpoint"),
     ({"nodes": 2}, {"node_rank": 2}, "node_rank"),
     ({"nodes": 2}, {"node_rank": 1, "rdzv_endpoint": "10.0.0.1:29500"}, "node_addr"),
+    # issue 28 item 7
+    ({"env": "Pendulum-v1"}, {}, "env"),                          # continuous actions: the network cannot act
+    ({"timeout_s": float("inf")}, {}, "timeout_s"),                # a timedelta overflows
+    ({"time_limit_s": float("inf")}, {}, "time_limit_s"),
+    ({"nodes": 300, "learners_per_node": 1}, {}, "nodes"),        # 250 loopback addresses
 ])
 def test_bad_arguments_are_refused_before_any_process_starts(monkeypatch, kwargs, launch_kwargs, field):
     def no_process(*a, **k):
@@ -109,6 +117,38 @@ def test_gossip_command_refuses_a_bad_option_naming_it(capsys, tmp_path):
     assert code.value.code == 2
     assert "argument --topology: topology must be one of ring, exponential, got 'star'" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args, option, value", [
+    (["--env", "Pendulum-v1"], "--env", "'Pendulum-v1'"),
+    (["--timeout", "inf"], "--timeout", "inf"),
+    (["--nodes", "300", "--learners-per-node", "1"], "--nodes", "got 300"),
+])
+def test_gossip_command_refuses_what_the_run_cannot_take_before_any_process(capsys, tmp_path, monkeypatch, args,
+                                                                            option, value):
+    """Issue 28 item 7: refused up front (exit 2 naming the option and the value), not by a
+    learner process or an OverflowError."""
+    from replaybench.cli import main
+
+    def no_process(*a, **k):
+        raise AssertionError("a process was started")
+
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    with pytest.raises(SystemExit) as code:
+        main(["gossip", *args, "--out", str(tmp_path), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code.value.code == 2 and f"argument {option}: " in err and value in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_gossip_suite_with_more_nodes_than_loopback_addresses_is_refused_when_expanded():
+    from replaybench.bench import driver
+    from replaybench.bench.scenarios import SelectionError
+
+    suite = {"name": "wide", "scenario": "gossip", "env": "CartPole-v1", "steps": 100, "seeds": [0],
+             "learners": [300], "schemes": [{"scheme": "independent"}]}
+    with pytest.raises(SelectionError, match="nodes must be at most 250"):
+        driver.plan(suite)
 
 
 @pytest.mark.slow

@@ -32,6 +32,29 @@ def test_bad_arguments_are_refused_before_any_process_starts(monkeypatch, overri
     assert set(mp.active_children()) == before
 
 
+@pytest.mark.parametrize("workers, timeout_s", [(0, 2.0), pytest.param(1, 5.0, marks=pytest.mark.slow)])
+def test_the_timeout_bounds_the_run_inside_a_rollout(monkeypatch, workers, timeout_s):
+    """Issue 28 item 4: ``--timeout`` ends the run inside its first rollout (200 steps of 50 ms
+    each: 10 s), stepping in process or in a worker process, with a TimeoutError naming the
+    limit, and no worker left behind. (With a worker the limit leaves room for its start-up,
+    which on a loaded machine takes seconds.)"""
+    import time
+
+    import torch._dynamo  # noqa: F401  (the optimizer imports it on first use: seconds, not the loop's)
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    before = set(mp.active_children())
+    cfg = TrainConfig(algo="a2c", env="_stepping_envs:Slow-v0", steps=10**6, seed=0, timeout_s=timeout_s,
+                      overrides={"n_envs": 2, "n_workers": workers, "t_max": 200, "hidden": (8,)})
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=rf"PAAC run passed its {timeout_s} s limit \(--timeout\) at env step 0: "
+                                           r"the run's time limit passed (before a step|while waiting for stepping "
+                                           r"workers \[0\] to answer)"):
+        run_paac(cfg)
+    assert time.monotonic() - start < timeout_s + 5.0  # not the rollout's 10 s: the limit and a step's slack
+    assert set(mp.active_children()) == before
+
+
 def test_a_short_run_reports_and_leaves_nothing_behind():
     reports = []
     cfg = TrainConfig(algo="a2c", env="CartPole-v1", steps=390, seed=1,

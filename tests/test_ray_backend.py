@@ -110,6 +110,7 @@ def test_ray_run_places_actors_on_both_nodes_and_keeps_the_loop_contracts(cluste
     assert result.actor_restarts == 0 and result.dropped_batches == 0
     assert result.profiles["actor"]["env_step"] > 0 and result.profiles["learner"]["sgd"] > 0
     assert reports and reports[-1][0] == cfg.steps
+    assert list(reports[-1][3]) == list(result.episodes)  # the last report has every episode (issue 28 item 16)
     assert len(result.worker_pids) == 4  # server, learner, 2 actors
     assert segments_of(result.worker_pids) == []
     assert_gone(result.worker_pids)  # every Ray actor of the run was killed

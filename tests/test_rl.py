@@ -389,6 +389,14 @@ BAD_TRAIN_ARGS = [
     (["--algo", "ppo"], "--algo", "'ppo'"),
     (["--policy", "no-such-policy"], "--policy", "'no-such-policy'"),
     (["--run-id", "../escaped"], "--run-id", "'../escaped'"),
+    # the variant's own checks, made before any process (issue 28 item 6)
+    (["--param", "K=abc"], "--param", "{'K': 'abc'}"),
+    (["--param", "K=3"], "--param", "{'K': 3}"),
+    (["--param", "K=3", "--sequential"], "--param", "{'K': 3}"),
+    (["--param", "alpha=-1"], "--param", "{'alpha': -1}"),
+    (["--param", "nope=1"], "--param", "{'nope': 1}"),
+    (["--buffer", "kary-prefix", "--policy", "pal-locks"], "--policy", "'pal-locks'"),
+    (["--buffer", "uniform"], "--buffer", "'uniform'"),  # no tree to share between processes
 ]
 
 
@@ -407,7 +415,9 @@ def test_train_command_refuses_bad_arguments_up_front(args, option, value, no_wo
 @pytest.mark.parametrize("cell,field", [(dict(algo="td3", env="CartPole-v1"), "env"), (dict(steps=0), "steps"),
                                         (dict(overrides={"lr": "abc"}), "lr"), (dict(timeout_s=-1.0), "timeout_s"),
                                         (dict(buffer="nope"), "buffer"), (dict(fail="actor:x:3"), "fail"),
-                                        (dict(policy="nope"), "policy")])
+                                        (dict(policy="nope"), "policy"),
+                                        (dict(buffer_params={"K": 3}), "buffer_params"),
+                                        (dict(buffer="kary-prefix", policy="deferred"), "policy")])
 def test_bad_config_is_refused_before_any_worker_starts(cell, field, no_workers):
     """The suite's cells go through TrainConfig.validate too (both loops call it first)."""
     cfg = tiny("dqn", actors=2, learners=1)

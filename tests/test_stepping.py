@@ -195,6 +195,7 @@ def test_misuse_is_refused():
     (dict(n_envs=1, n_workers=1, halves=True), "halves"),
     (dict(n_envs=4, n_workers=2, start_method="fork"), "start_method"),
     (dict(n_envs=4, n_workers=2, timeout_s=0), "timeout_s"),
+    (dict(n_envs=4, n_workers=2, deadline=float("inf")), "deadline"),
     (dict(env_id="NoSuchEnv-v9", n_envs=4, n_workers=2), "env"),
 ])
 def test_bad_arguments_are_refused_before_any_process_starts(kwargs, field):
@@ -252,6 +253,26 @@ def test_interrupt_during_a_step_and_close_mid_step(toy_envs):
     venv.reset()
     venv.step_async(np.zeros(2, np.int64))  # close without waiting for it
     venv.close()
+    assert _gone(pids) and not _shm_entries(pids + [os.getpid()])
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_the_run_deadline_ends_steps_and_waits_on_workers(toy_envs, workers):
+    """Issue 28 item 4: past ``deadline`` a step (in process) or the wait for a worker's step
+    raises TimeoutError, within about one env step (50 ms here), with everything closed."""
+    venv = SharedVectorEnv("_stepping_envs:Slow-v0", 2, workers, seed=0, start_method=FS,
+                           deadline=time.monotonic() + 120)
+    pids = venv.worker_pids
+    venv.reset()
+    venv.deadline = time.monotonic() + 0.3  # from here: start-up is not what is measured
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match="the run's time limit passed (before a step|while waiting for stepping "
+                                           r"workers \[0\] to answer)"):
+        for _ in range(100):  # 5 s of steps
+            venv.step(np.zeros(2, np.int64))
+    assert time.monotonic() - start < 2.0
+    with pytest.raises(RuntimeError, match="closed"):  # it closed itself
+        venv.reset()
     assert _gone(pids) and not _shm_entries(pids + [os.getpid()])
 
 

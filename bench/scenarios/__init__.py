@@ -102,7 +102,13 @@ class RunState:
     contents; keys a scenario sets here are written after the cell. ``progress``: whether bars
     are shown; ``bar``: the driver's tqdm bar over cells (a scenario may set its postfix).
     ``cells``: how many cells the run has. ``state``: the scenario's own notes across cells
-    (a baseline measured in an earlier cell, say).
+    (a baseline measured in an earlier cell, say). ``write(rows)``: put rows of the cell being
+    measured on disk now (rows.csv, appended and fsync'ed; stamped with the run's columns like
+    the rows :meth:`~Scenario.measure` returns), for a long cell whose rows come as it goes (a
+    training run's episodes): a failure or a full disk at the end then loses at most what came
+    after the last call. Rows written so are kept whatever the cell ends with; the cell is
+    counted done only when :meth:`~Scenario.measure` returns. Raises
+    :class:`bench.results.ResultsWriteError` when they cannot be written.
     """
 
     raw_dir: Path
@@ -111,6 +117,7 @@ class RunState:
     bar: Any
     cells: int
     state: dict = field(default_factory=dict)
+    write: Any = None
 
 
 class Scenario:

@@ -19,7 +19,8 @@ settings. A suite declares::
 Grid: seeds x stragglers x schemes x learners (``paac`` once per seed, without straggler: it
 has one learner; at 1 learner only ``independent`` runs, since every scheme is that there;
 stragglers only where there are at least 2 learners). ``--variants`` keeps the schemes with those labels. Every configuration is
-checked (:meth:`GossipConfig.validate`) while the suite is expanded, before any process.
+checked (:func:`impl.rl.gossip_launch.check_launch`: the config and the nodes this machine can host) while
+the suite is expanded, before any process.
 
 Rows: variant = the scheme's label (default: its scheme), policy = the gossip topology
 (``exponential/p1/k1``; ``none`` otherwise), learners = N, mode "processes", algo "a2c";
@@ -37,16 +38,24 @@ steps. Per run:
 - op "consensus", metric "distance" (l2): one row per snapshot round (``repeat`` = its index;
   every ``snapshot_every`` updates), with wall_s (the learners' mean time of that round);
 - op "learner", metric "env_steps_per_s": one row per learner (``repeat`` = its rank);
-- op "episode", metric "return": every episode, pooled, with env_steps (its learner's) and wall_s.
+- op "episode", metric "return": every episode, pooled, with env_steps (its learner's) and wall_s;
+  ``repeat`` numbers them in the order written.
+
+Episode rows reach rows.csv as the run goes (:class:`EpisodeStream`: the learners' episodes
+every :data:`bench.scenarios.training.WRITE_EVERY_S` seconds, through the driver's
+``RunState.write``), the other rows when it ends; so a run that fails, or cannot write its
+last rows (a full disk), keeps the episodes finished before the last write.
 """
 
 from __future__ import annotations
 
+import collections
 import statistics
 
 from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError, suite_errors
 
-__all__ = ["Gossip", "SCENARIO", "configs", "result_rows", "format_table", "add_parser", "run_command"]
+__all__ = ["Gossip", "SCENARIO", "configs", "result_rows", "EpisodeStream", "format_table", "add_parser",
+           "run_command"]
 
 #: Summary metrics and their units, in the order they are written.
 SUMMARY_UNITS = {"env_steps_per_s": "steps/s", "time_to_threshold_s": "s", "steps_to_threshold": "steps",
@@ -125,8 +134,49 @@ def _columns(label: str, cfg) -> dict:
             "params": params}
 
 
-def result_rows(result, row: dict, scheme: str) -> list[dict]:
-    """The rows of one finished run (``result``: a GossipResult; ``row``: the run's columns)."""
+def _episode_rows(episodes, row: dict, start: int) -> list[dict]:
+    return [{**row, "op": "episode", "metric": "return", "unit": "return", "value": float(ret), "repeat": i,
+             "env_steps": int(steps), "wall_s": float(wall), "status": "ok"}
+            for i, (wall, steps, ret, _rank) in enumerate(episodes, start)]
+
+
+class EpisodeStream:
+    """Writes a gossip run's episode rows as they come: ``stream(new)`` (the launcher's
+    ``episodes`` callback: ``[(wall_s, env_steps, return, rank), ...]``) buffers them and
+    writes through ``write`` (the driver's ``RunState.write``) at most every ``every_s``
+    seconds (default :data:`bench.scenarios.training.WRITE_EVERY_S`). :attr:`written` holds
+    what was written, for :func:`result_rows` to leave out. ``write`` None: nothing is written.
+    """
+
+    def __init__(self, write, row: dict, every_s: float | None = None):
+        import collections
+        import time
+
+        from replaybench.bench.scenarios import training
+
+        self.write, self.row = write, row
+        self.every_s = training.WRITE_EVERY_S if every_s is None else every_s
+        self.written: collections.Counter = collections.Counter()
+        self._pending: list = []
+        self._last = time.monotonic()
+
+    def __call__(self, new) -> None:
+        import time
+
+        if self.write is None:
+            return
+        self._pending += [(float(w), int(s), float(r), int(k)) for w, s, r, k in new]
+        if self._pending and time.monotonic() - self._last >= self.every_s:
+            self._last = time.monotonic()
+            batch, self._pending = self._pending, []
+            self.write(_episode_rows(batch, self.row, sum(self.written.values())))
+            self.written.update(batch)
+
+
+def result_rows(result, row: dict, scheme: str, written=None) -> list[dict]:
+    """The rows of one finished run (``result``: a GossipResult; ``row``: the run's columns).
+    ``written``: episodes already written as the run went (:attr:`EpisodeStream.written`);
+    they are left out, and the others numbered after them."""
     waits = [w / result.wall_s for w in result.wait_s] if result.wall_s > 0 else []
     values = {"env_steps_per_s": result.env_steps_per_s, "time_to_threshold_s": result.time_to_threshold_s,
               "steps_to_threshold": result.steps_to_threshold, "final_consensus": result.final_consensus,
@@ -152,10 +202,15 @@ def result_rows(result, row: dict, scheme: str) -> list[dict]:
         out.append({**row, "op": "learner", "metric": "env_steps_per_s", "unit": "steps/s",
                     "value": l["env_steps"] / l["end_s"], "repeat": l["rank"], "env_steps": l["env_steps"],
                     "wall_s": l["end_s"], "status": "ok"})
-    for i, (wall, steps, ret, _rank) in enumerate(result.episodes):
-        out.append({**row, "op": "episode", "metric": "return", "unit": "return", "value": float(ret), "repeat": i,
-                    "env_steps": int(steps), "wall_s": float(wall), "status": "ok"})
-    return out
+    left = collections.Counter(written or ())
+    rest = []
+    for e in result.episodes:
+        key = (float(e[0]), int(e[1]), float(e[2]), int(e[3]))
+        if left[key]:
+            left[key] -= 1
+        else:
+            rest.append(key)
+    return out + _episode_rows(rest, row, sum((written or {}).values()))
 
 
 class Gossip(Scenario):
@@ -167,7 +222,8 @@ class Gossip(Scenario):
     launch_args: dict = {}
 
     def cells(self, suite: dict, selection: Selection) -> list[Cell]:
-        from replaybench.impl.rl import ConfigError
+        from replaybench.impl.rl import ConfigError, TrainConfig
+        from replaybench.impl.rl.gossip.launch import check_launch
 
         with suite_errors(suite):
             grid = configs(suite, selection.variants)
@@ -177,7 +233,10 @@ class Gossip(Scenario):
             text = (f"{label} N={columns['learners']} straggler={columns['params']['straggler_slowdown']:g} "
                     f"seed={columns['seed']}")
             try:
-                spec.validate()
+                if isinstance(spec, TrainConfig):
+                    spec.validate()
+                else:
+                    check_launch(spec, **self.launch_args)  # the config, and the nodes this machine can host
             except ConfigError as err:
                 raise SelectionError(f"gossip run {text}: {err}") from None
             cells.append(Cell(text, columns, spec))
@@ -194,24 +253,36 @@ class Gossip(Scenario):
 
         cfg = cell.spec
         bar = _StepBar(run, cell, cfg.steps)
+        stream = EpisodeStream(run.write, cell.columns)
         try:
             if isinstance(cfg, TrainConfig):
-                return result_rows(_paac_result(cfg, bar), cell.columns, "paac")
-            result = launch(cfg, progress=bar, **self.launch_args)
+                return result_rows(_paac_result(cfg, bar, stream), cell.columns, "paac", stream.written)
+            result = launch(cfg, progress=bar, episodes=stream, **self.launch_args)
         finally:
             bar.close()
-        return result_rows(result, cell.columns, cfg.scheme)
+        return result_rows(result, cell.columns, cfg.scheme, stream.written)
 
     def summarize(self, rows: list[dict], meta: dict) -> str:
         return format_table(rows)
 
 
-def _paac_result(cfg, progress):
-    """A PAAC run (impl/rl/engines/paac.py) as a one-learner GossipResult: no messages, no waits."""
-    from replaybench.impl.rl.gossip.learner import GossipResult
+def _paac_result(cfg, progress, episodes=None):
+    """A PAAC run (impl/rl/engines/paac.py) as a one-learner GossipResult: no messages, no waits;
+    ``episodes`` gets its episodes as they finish (as :func:`launch`'s does)."""
     from replaybench.impl.rl.engines.paac import run_paac
+    from replaybench.impl.rl.gossip.learner import GossipResult
 
-    r = run_paac(cfg, lambda steps, updates, recent: progress(steps))
+    seen = 0
+
+    def report(steps, _updates, _recent, done):
+        nonlocal seen
+        progress(steps)
+        if episodes is not None and len(done) > seen:
+            count = len(done)
+            episodes([(wall, s, ret, 0) for s, wall, ret in done[seen:count]])
+            seen = count
+
+    r = run_paac(cfg, report)
     return GossipResult(env_steps=r.env_steps, wall_s=r.wall_s, env_steps_per_s=r.env_steps / r.wall_s,
                         time_to_threshold_s=r.time_to_threshold_s, steps_to_threshold=r.steps_to_threshold,
                         consensus=[], final_consensus=0.0, bytes_sent=0, wait_s=[0.0],
@@ -331,7 +402,7 @@ def run_command(args) -> int:
 
     from replaybench.bench import arguments, driver, results
     from replaybench.impl.rl import ConfigError
-    from replaybench.impl.rl.gossip.launch import launch, parse_endpoint
+    from replaybench.impl.rl.gossip.launch import check_launch, launch
     from replaybench.impl.rl.gossip.learner import GossipConfig
 
     try:
@@ -341,11 +412,7 @@ def run_command(args) -> int:
                            env_workers=args.env_workers,
                            straggler_slowdown=args.straggler_slowdown, timeout_s=args.timeout,
                            time_limit_s=args.time_limit, overrides=dict(args.overrides or []))
-        cfg.validate()
-        parse_endpoint(args.rdzv_endpoint)
-        if args.node_rank is not None and not 0 <= args.node_rank < cfg.nodes:
-            raise ConfigError("node_rank", args.node_rank, f"--node-rank must be in [0, {cfg.nodes}), "
-                                                            f"got {args.node_rank}")
+        check_launch(cfg, rdzv_endpoint=args.rdzv_endpoint, node_rank=args.node_rank, node_addr=args.node_addr)
     except ConfigError as err:
         arguments.config_error(args.parser, err, _OPTION_FIELDS, _RENAMED)
     if args.node_rank not in (None, 0):  # this node's learners only; node 0 writes the results
@@ -372,6 +439,9 @@ def run_command(args) -> int:
                                  machine=args.machine, progress=not args.no_progress, command=command)
     except KeyboardInterrupt:
         return 130
+    except results.ResultsWriteError as err:  # a full disk: what was written stays, marked incomplete
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     return 1 if any(r["status"] == "failed" for r in results.read_rows(run_dir)) else 0
 
 

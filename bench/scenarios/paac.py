@@ -511,15 +511,16 @@ class PaacBench(Scenario):
             rows += [cell.row("ok", op="profile", metric=name, value=value, unit="us/step", repeat=0)
                      for name, value in profile.items()]
             return rows
-        from replaybench.bench.scenarios.training import ProgressBar, result_rows
+        from replaybench.bench.scenarios.training import EpisodeRows, ProgressBar, result_rows
         from replaybench.impl.rl import train
 
         bar = ProgressBar(spec.steps, cell.label, run.progress, bar=run.bar if run.cells > 1 else None)
+        episodes = EpisodeRows(run.write, cell.columns, then=bar)
         try:
-            result = train(spec, bar)
+            result = train(spec, episodes)
         finally:
             bar.close()
-        return result_rows(result, cell.columns)
+        return result_rows(result, cell.columns, first_episode=episodes.written)
 
     def summarize(self, rows: list[dict], meta: dict) -> str:
         from replaybench.bench.summary import format_table

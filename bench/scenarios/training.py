@@ -38,6 +38,12 @@ one batched forward), per run:
 
 A run that fails (a worker raised, a timeout) is one row (op "summary", metric
 env_steps_per_s) with status "failed" and the error; the suite goes on with the next run.
+
+Episode rows reach rows.csv as the run goes (:class:`EpisodeRows`: every
+:data:`WRITE_EVERY_S` seconds, through the driver's ``RunState.write``), the summary and
+profile rows when it ends; so a run that fails, is interrupted, or cannot write its last rows
+(a full disk) keeps the episodes finished before the last write (its failed row, if any, after
+them).
 Every configuration is built and checked (``TrainConfig.validate``) when the suite is
 expanded, before the first run starts.
 """
@@ -49,8 +55,12 @@ from pathlib import Path
 
 from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError, suite_errors
 
-__all__ = ["SUMMARY_UNITS", "run_base", "result_rows", "ProgressBar", "format_table", "suite_configs", "Training",
-           "SCENARIO", "run_configs"]
+__all__ = ["SUMMARY_UNITS", "WRITE_EVERY_S", "run_base", "episode_rows", "result_rows", "EpisodeRows", "ProgressBar",
+           "format_table", "suite_configs", "Training", "SCENARIO", "run_configs"]
+
+#: Seconds between two writes of a run's new episode rows while it trains (:class:`EpisodeRows`):
+#: what a failure at the end can lose at most, against an fsync per write in the loop's process.
+WRITE_EVERY_S = 5.0
 
 #: Summary metrics and their units, in the order they are written.
 SUMMARY_UNITS = {"env_steps_per_s": "steps/s", "updates_per_s": "updates/s", "sample_latency_s": "s",
@@ -92,8 +102,18 @@ def run_base(cfg, acfg, base: dict) -> dict:
             "params": params}
 
 
-def result_rows(result, row: dict, speedup: float | None = None, vs_process: float | None = None) -> list[dict]:
-    """Summary, episode and profile rows of one finished run (``row``: its shared columns)."""
+def episode_rows(episodes, row: dict, start: int = 0) -> list[dict]:
+    """Rows of ``episodes[start:]`` ((env_steps, wall_s, return) each; ``repeat`` = its index in
+    ``episodes``) of one run (``row``: its shared columns)."""
+    return [{**row, "op": "episode", "metric": "return", "value": ret, "unit": "return", "repeat": i,
+             "env_steps": steps, "wall_s": wall, "status": "ok"}
+            for i, (steps, wall, ret) in enumerate(episodes[start:], start)]
+
+
+def result_rows(result, row: dict, speedup: float | None = None, vs_process: float | None = None,
+                first_episode: int = 0) -> list[dict]:
+    """Summary, episode and profile rows of one finished run (``row``: its shared columns);
+    the episodes from index ``first_episode`` on (those before it were written as it ran)."""
     ray = result.engine == "ray"
     values = {"env_steps_per_s": result.env_steps_per_s, "updates_per_s": result.updates_per_s,
               "sample_latency_s": result.sample_latency_s, "time_to_threshold_s": result.time_to_threshold_s,
@@ -112,9 +132,7 @@ def result_rows(result, row: dict, speedup: float | None = None, vs_process: flo
         else:
             r.update(status="ok", value=float(value))
         out.append(r)
-    for i, (steps, wall, ret) in enumerate(result.episodes):
-        out.append({**row, "op": "episode", "metric": "return", "value": ret, "unit": "return", "repeat": i,
-                    "env_steps": steps, "wall_s": wall, "status": "ok"})
+    out += episode_rows(result.episodes, row, first_episode)
     for role, sections in result.profiles.items():
         params = {**row["params"], "role": role, "processes": result.processes[role]}
         for section, seconds in sections.items():
@@ -124,6 +142,39 @@ def result_rows(result, row: dict, speedup: float | None = None, vs_process: flo
 
 
 # ------------------------------------------------------------------------------------------ progress
+class EpisodeRows:
+    """A training loop's ``progress`` callback that writes the run's new episode rows every
+    ``every_s`` seconds (default :data:`WRITE_EVERY_S`) through ``write`` (the driver's ``RunState.write``: appended to
+    rows.csv and fsync'ed), so they are on disk before the run ends. ``then``, when given, is
+    called first with the same arguments (the progress bar).
+
+    :attr:`written` counts the episodes written; the run's final rows start there
+    (:func:`result_rows`'s ``first_episode``). ``write`` None: nothing is written. Cost: one
+    append and fsync per ``every_s`` seconds, in the process that calls ``progress``.
+    """
+
+    def __init__(self, write, row: dict, then=None, every_s: float | None = None):
+        import time
+
+        self.write, self.row, self.then = write, row, then
+        self.every_s = WRITE_EVERY_S if every_s is None else every_s
+        self.written = 0
+        self._last = time.monotonic()
+
+    def __call__(self, env_steps: int, updates: int, recent, episodes=()) -> None:
+        import time
+
+        if self.then is not None:
+            self.then(env_steps, updates, recent, episodes)
+        now = time.monotonic()
+        if self.write is None or now - self._last < self.every_s or len(episodes) <= self.written:
+            return
+        self._last = now
+        count = len(episodes)  # the list may grow meanwhile (it is the loop's own)
+        self.write(episode_rows(episodes[:count], self.row, self.written))
+        self.written = count
+
+
 class ProgressBar:
     """A tqdm bar over env steps fed by the loops' ``progress`` callback."""
 
@@ -135,7 +186,7 @@ class ProgressBar:
         self._first = None  # (time, env_steps, updates) at the first report: rates are taken from there
         self._n = 0
 
-    def __call__(self, env_steps: int, updates: int, recent) -> None:
+    def __call__(self, env_steps: int, updates: int, recent, episodes=()) -> None:
         import time
 
         now = time.monotonic()
@@ -281,8 +332,9 @@ class Training(Scenario):
 
         cfg = cell.spec
         bar = ProgressBar(cfg.steps, cell.label, run.progress, bar=run.bar if run.cells > 1 else None)
+        episodes = EpisodeRows(run.write, cell.columns, then=bar)
         try:
-            result = train(cfg, bar)
+            result = train(cfg, episodes)
         finally:
             bar.close()
         baselines = run.state.setdefault("baselines", {})
@@ -296,7 +348,7 @@ class Training(Scenario):
             engines[layout] = result.env_steps_per_s
         vs_process = (result.env_steps_per_s / engines[layout] if cfg.backend != "process" and layout in engines
                       else None)
-        return result_rows(result, cell.columns, speedup, vs_process)
+        return result_rows(result, cell.columns, speedup, vs_process, first_episode=episodes.written)
 
     def summarize(self, rows: list[dict], meta: dict) -> str:
         return format_table(rows)

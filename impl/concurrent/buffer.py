@@ -135,12 +135,8 @@ class SharedPrioritizedBuffer:
         NotImplementedError when ``policy`` needs a capability the structure lacks
         (pal-locks and deferred need split updates, which kary-prefix lacks).
         """
-        policy_cls = get_policy(policy)
         timeout = _check_timeout(timeout)
-        local = _local_buffer(variant, capacity, fields, params)
-        if "stamps" in local.storage.specs:
-            raise ValueError("field name 'stamps' is reserved for sample() output of shared buffers")
-        policy_cls.check_structure(local.tree)
+        local = cls._checked_local(capacity, fields, variant, policy, params)
         capacity = local.capacity
         if resum_every is None:
             resum_every = local.tree.resum_every
@@ -162,6 +158,28 @@ class SharedPrioritizedBuffer:
         except BaseException:
             arena.close()
             raise
+
+    @classmethod
+    def check(cls, capacity: int, fields, *, variant: str = "kary-aligned", policy: str = "lazy-writing",
+              **params) -> None:
+        """Raise what :meth:`create` would raise for these arguments, without shared memory.
+
+        The same checks, in the same order (policy name, the variant's own parameter checks
+        through ``registry.create``, shareability, the reserved field name, the policy's fit to
+        the structure), on an in-process buffer that is then dropped. Cost: one
+        ``registry.create`` of ``capacity`` slots (a tree and storage of that size, no kernel
+        call); callers check at a small capacity to keep it microseconds.
+        """
+        cls._checked_local(capacity, fields, variant, policy, params)
+
+    @staticmethod
+    def _checked_local(capacity, fields, variant: str, policy: str, params: dict) -> PrioritizedReplayBuffer:
+        policy_cls = get_policy(policy)
+        local = _local_buffer(variant, capacity, fields, params)
+        if "stamps" in local.storage.specs:
+            raise ValueError("field name 'stamps' is reserved for sample() output of shared buffers")
+        policy_cls.check_structure(local.tree)
+        return local
 
     @classmethod
     def attach(cls, handle: BufferHandle, seed=None, timeout: float = DEFAULT_TIMEOUT) -> "SharedPrioritizedBuffer":

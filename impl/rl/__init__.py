@@ -30,7 +30,13 @@ __all__ = ["TrainConfig", "TrainResult", "ConfigError", "InjectedFailure", "Work
 def train(cfg: TrainConfig, progress=None) -> TrainResult:
     """Run ``cfg`` on its engine (:attr:`TrainConfig.engine`: the algorithm's own, e.g. PAAC
     for a2c; the sequential baseline when ``actors`` or ``learners`` is 0; else
-    ``cfg.backend``). ``progress(env_steps, updates, recent_mean_return)`` is called a few
-    times per second from this process. A bad ``cfg`` raises ConfigError before any work
-    starts (:meth:`TrainConfig.validate`, which every engine calls first)."""
+    ``cfg.backend``).
+
+    ``progress(env_steps, updates, recent_mean_return, episodes)`` is called a few times per
+    second from this process, and once at the end; ``episodes`` is the run's finished
+    episodes so far, ``(env_steps, wall_s, return)`` in the order recorded (the list the
+    result's ``episodes`` will be: it only grows, and the callback must not change it; the Ray
+    engine passes ``()`` until its last call, which has them all). A bad ``cfg`` raises
+    ConfigError before any work starts (:meth:`TrainConfig.validate`, which every engine
+    calls first)."""
     return engines.get(cfg.engine).run(cfg, progress)

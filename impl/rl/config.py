@@ -6,10 +6,11 @@ sequential baseline; else ``backend`` names the parallel loop's engine ("process
 "dataflow"). What a run measured is :class:`~impl.rl.common.result.TrainResult`.
 
 :meth:`TrainConfig.validate` checks a run before anything starts (every engine calls it
-first): every field, the algorithm config with its overrides, the engine's own checks and
-what it needs installed, and that the environment exists and has the action space the
-algorithm handles. A bad value raises :class:`~impl.rl.common.errors.ConfigError` naming the
-field and the value.
+first): every field, the algorithm config with its overrides, the buffer's parameters and
+its policy (the variant's own checks, :func:`~impl.rl.common.local_replay.check_buffer`),
+the engine's own checks and what it needs installed, and that the environment exists and
+has the action space the algorithm handles. A bad value raises
+:class:`~impl.rl.common.errors.ConfigError` naming the field and the value.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from replaybench.impl import concurrent, registry
 from replaybench.impl.rl import algorithms, engines
 from replaybench.impl.rl.algorithms.base import AlgoConfig
 from replaybench.impl.rl.common.envs import THRESHOLDS, WINDOW, make_env
+from replaybench.impl.rl.common.local_replay import check_buffer
 from replaybench.impl.rl.common.errors import ConfigError
 
 __all__ = ["TrainConfig"]
@@ -110,8 +112,8 @@ class TrainConfig:
         return cfg
 
     def validate(self) -> AlgoConfig:
-        """Check every field, the algorithm config and the environment; returns the algorithm
-        config. Raises ConfigError (``field``: the TrainConfig field, or the algorithm config
+        """Check every field, the algorithm config, the buffer's parameters and policy, and the
+        environment; returns the algorithm config. Raises ConfigError (``field``: the TrainConfig field, or the algorithm config
         field an override names) before anything is started. Cost: one ``gym.make``
         (milliseconds) besides imports."""
         algo = algorithms.get(self.algo)
@@ -150,6 +152,8 @@ class TrainConfig:
             self._parse_fail()
         self._validate_backend()
         acfg = self.algo_config()
+        if algo.engine is None:  # the replay loops' buffer (an algorithm with its own engine has none)
+            check_buffer(self, acfg)
         engines.get(self.engine).check(self, acfg)
         make_env(self.env, algo).close()
         return acfg

@@ -45,7 +45,8 @@ from replaybench.impl.rl.algorithms.optim import TFRMSprop
 from replaybench.impl.rl.common.errors import ConfigError
 from torch import nn
 
-__all__ = ["A2CConfig", "n_step_returns", "ActorCritic", "make_network", "Rollout", "collect", "A2CLearner"]
+__all__ = ["A2CConfig", "n_step_returns", "ActorCritic", "make_network", "check_env", "Rollout", "collect",
+           "A2CLearner"]
 
 FRAME_SHAPE = (4, 84, 84)  # what the convolutional network takes (impl.rl.common.envs' Atari preprocessing)
 
@@ -225,6 +226,21 @@ def make_network(obs_space: gym.Space, action_space: gym.Space, cfg: A2CConfig) 
                                                  f"got shape {obs_space.shape} ({obs_space.dtype})")
     body = nn.Sequential(mlp([int(obs_space.shape[0]), *cfg.hidden]), nn.ReLU())
     return ActorCritic(body, cfg.hidden[-1], n_actions, frames=False)
+
+
+def check_env(env_id: str, cfg: A2CConfig) -> None:
+    """Raise ConfigError (field "env", value ``env_id``) unless ``env_id`` exists and
+    :func:`make_network` takes its spaces (Discrete actions; vector or frame observations).
+    Cost: one ``gym.make`` and one small network, before any process starts."""
+    from replaybench.impl.rl.common.envs import make_env
+
+    env = make_env(env_id)  # ConfigError ("env") for an id that does not exist
+    try:
+        make_network(env.observation_space, env.action_space, cfg)
+    except ConfigError as err:
+        raise ConfigError("env", env_id, f"env {env_id!r}: {err}") from None
+    finally:
+        env.close()
 
 
 # ------------------------------------------------------------------------------------------ rollout

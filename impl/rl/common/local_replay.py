@@ -12,13 +12,54 @@ import numpy as np
 from replaybench.impl import registry
 from replaybench.impl.storage import random_batch
 
-__all__ = ["buffer_kwargs", "make_local_buffer", "warm_up"]
+__all__ = ["buffer_kwargs", "check_buffer", "make_local_buffer", "warm_up"]
+
+#: Slots of the throw-away buffer :func:`check_buffer` builds: the variants' parameter checks do
+#: not depend on the capacity (the algorithm config checks ``buffer_capacity`` itself).
+_CHECK_CAPACITY = 64
+_CHECK_FIELDS = {"x": ((), "float32")}
 
 
 def buffer_kwargs(cfg, acfg) -> dict:
     """Keyword arguments for registry.create / SharedPrioritizedBuffer.create besides the
     capacity, fields and seed: the PER constants of the algorithm plus the variant's parameters."""
     return {"alpha": acfg.per_alpha, "beta": acfg.per_beta_start, "eps": acfg.per_eps, **cfg.buffer_params}
+
+
+def check_buffer(cfg, acfg) -> None:
+    """Refuse ``cfg.buffer_params`` (and ``cfg.policy``, in the parallel loops) as the run's
+    buffer would, without starting anything.
+
+    Builds the run's buffer at 64 slots with a one-field schema and drops it: the variant's
+    own checks through ``registry.create`` (``K=abc``; ``K=3`` where the layout needs a power
+    of 2; ``alpha=-1``; an unknown parameter) and, for the parallel loops, the shared buffer's
+    (:meth:`~impl.concurrent.SharedPrioritizedBuffer.check`: a policy the structure cannot
+    take, such as pal-locks over kary-prefix; a variant it cannot share, such as uniform).
+    Raises ConfigError: field ``buffer_params`` (value: the parameters) for a refused
+    parameter, ``policy`` for a refused pairing, ``buffer`` for a variant that cannot be shared.
+    Cost: microseconds (no shared memory, no kernel call).
+    """
+    from replaybench.impl.concurrent import SharedPrioritizedBuffer
+
+    from replaybench.impl.rl.common.errors import ConfigError
+
+    kwargs = buffer_kwargs(cfg, acfg)
+    try:
+        registry.create(cfg.buffer, capacity=_CHECK_CAPACITY, fields=_CHECK_FIELDS, seed=0, **kwargs)
+    except (TypeError, ValueError) as err:  # the variant's (or the sampler's) own refusal
+        raise ConfigError("buffer_params", cfg.buffer_params, f"buffer {cfg.buffer!r} refuses parameters "
+                                                              f"{cfg.buffer_params}: {err}") from None
+    if cfg.sequential:
+        return
+    try:
+        SharedPrioritizedBuffer.check(_CHECK_CAPACITY, _CHECK_FIELDS, variant=cfg.buffer, policy=cfg.policy,
+                                      **kwargs)
+    except NotImplementedError as err:  # the policy's fit to the structure
+        raise ConfigError("policy", cfg.policy, f"policy {cfg.policy!r} cannot run over buffer {cfg.buffer!r}: "
+                                                f"{err}") from None
+    except (TypeError, ValueError) as err:  # a variant the shared buffer cannot hold
+        raise ConfigError("buffer", cfg.buffer, f"buffer {cfg.buffer!r} cannot run in the parallel loops: "
+                                                f"{err}") from None
 
 
 def make_local_buffer(cfg, acfg, fields, seed):

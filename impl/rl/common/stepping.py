@@ -240,10 +240,17 @@ class SharedVectorEnv:
     timeout_s : float
         Longest wait for the workers to start and for one command; past it the run fails
         (WorkerFailed).
+    deadline : float or None
+        A ``time.monotonic()`` value bounding the whole run across calls (the caller's run
+        timeout): every wait for the workers ends there, and every :meth:`reset` and
+        :meth:`step_async` checks it first, so in-process stepping stops within one env step
+        of it; past it everything is closed and TimeoutError raised. None: no bound but
+        ``timeout_s`` per wait. (An in-process env that never returns from one step cannot
+        be interrupted; with workers, the wait ends at the deadline whatever they do.)
 
     Raises ConfigError naming the argument (``n_envs``, ``n_workers``, ``seed``, ``halves``,
-    ``start_method``, ``timeout_s``, ``env``) before any process starts, and WorkerFailed when
-    a worker fails to make its environments (everything closed by then).
+    ``start_method``, ``timeout_s``, ``deadline``, ``env``) before any process starts, and
+    WorkerFailed when a worker fails to make its environments (everything closed by then).
 
     Attributes
     ----------
@@ -258,7 +265,7 @@ class SharedVectorEnv:
     """
 
     def __init__(self, env_id: str, n_envs: int, n_workers: int, *, seed: int, halves: bool = False,
-                 start_method: str = "spawn", timeout_s: float = 120.0):
+                 start_method: str = "spawn", timeout_s: float = 120.0, deadline: float | None = None):
         self._closed = True  # until everything below exists (close() is safe meanwhile)
         for name, value, low in (("n_envs", n_envs, 1), ("n_workers", n_workers, 0), ("seed", seed, 0)):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
@@ -276,6 +283,10 @@ class SharedVectorEnv:
         if (not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or not math.isfinite(timeout_s)
                 or timeout_s <= 0):
             raise ConfigError("timeout_s", timeout_s, f"timeout_s must be a finite number > 0, got {timeout_s!r}")
+        if deadline is not None and (not isinstance(deadline, (int, float)) or isinstance(deadline, bool)
+                                     or not math.isfinite(deadline)):
+            raise ConfigError("deadline", deadline, f"deadline must be None or a time.monotonic() value, "
+                                                    f"got {deadline!r}")
         probe = make_env(env_id)  # ConfigError("env") for an id that cannot be made
         try:
             obs_space, act_space = probe.observation_space, probe.action_space
@@ -294,6 +305,7 @@ class SharedVectorEnv:
         self.seed = int(seed)
         self.halves = halves
         self.timeout_s = float(timeout_s)
+        self.deadline = None if deadline is None else float(deadline)
         self.single_observation_space = obs_space
         self.single_action_space = act_space
         self.obs_shape = tuple(obs_space.shape)
@@ -408,13 +420,24 @@ class SharedVectorEnv:
             got += len(chunk)
         return b"".join(chunks)
 
+    def _check_deadline(self, doing: str) -> None:
+        """Close everything and raise TimeoutError when the run's :attr:`deadline` has passed."""
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            self.close()
+            raise TimeoutError(f"the run's time limit passed {doing}")
+
     def _await(self, part: int, startup: bool = False) -> None:
-        """Block until every worker of ``part`` answered; replies to other parts in flight are
-        booked as they come (each worker answers its commands in order)."""
+        """Block until every worker of ``part`` answered, at most ``timeout_s`` (WorkerFailed)
+        and not past the run's :attr:`deadline` (TimeoutError); replies to other parts in
+        flight are booked as they come (each worker answers its commands in order)."""
         deadline = time.monotonic() + self.timeout_s
+        if self.deadline is not None:
+            deadline = min(deadline, self.deadline)
         while self._pending[part]:
             events = self._poller.poll(max(0, int((deadline - time.monotonic()) * 1000)) + 1)
             if not events and time.monotonic() >= deadline:
+                self._check_deadline(f"while waiting for stepping workers {sorted(self._pending[part])} to "
+                                     f"{'start' if startup else 'answer'}")
                 self._fail(min(self._pending[part]), f"workers {sorted(self._pending[part])} did not "
                                                      f"{'start' if startup else 'answer'} within "
                                                      f"timeout_s={self.timeout_s} s")
@@ -445,6 +468,7 @@ class SharedVectorEnv:
         if self._in_flight:
             raise RuntimeError(f"reset() while parts {sorted(self._in_flight)} are in flight: step_wait first")
         command = _RESET if self._was_reset else _RESET_SEEDED
+        self._check_deadline("before a reset")
         if self.n_workers == 0:
             _reset_range(self._envs, 0, self.num_envs, self._a, None if self._was_reset else self.seed)
         else:
@@ -478,6 +502,7 @@ class SharedVectorEnv:
             np.copyto(target, actions, casting="same_kind")
         except TypeError:
             raise ValueError(f"actions must be {'integers' if self._discrete else 'floats'}, got {actions.dtype}") from None
+        self._check_deadline("before a step")  # each step of a rollout: in-process stepping stops here
         self._in_flight.add(key)
         if self.n_workers == 0:
             _step_range(self._envs, sl.start, sl.stop, self._a, self._discrete)

@@ -169,7 +169,8 @@ def run_dataflow(cfg: TrainConfig, progress=None) -> TrainResult:
     processes stepping ``cfg.envs_per_actor`` environments each, ``cfg.learners`` learner
     processes (module docstring).
 
-    ``progress(env_steps, updates, recent_mean_return)`` is called about every 0.25 s. Raises
+    ``progress(env_steps, updates, recent_mean_return, episodes)`` (see :func:`~impl.rl.train`) is
+    called about every 0.25 s. Raises
     ConfigError for a bad ``cfg`` before any process starts; WorkerFailed (worker "server-0"
     for an env worker's failure, with its traceback) as :func:`~impl.rl.engines.process.run_parallel`
     does; every process has exited and the shared buffer is unlinked by then.

@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING
 
 import torch
 from replaybench.impl.machine import usable_cores
-from replaybench.impl.rl.algorithms.a2c import A2CConfig, A2CLearner, collect, make_network
-from replaybench.impl.rl.common.envs import EpisodeLog, make_env
+from replaybench.impl.rl.algorithms.a2c import A2CConfig, A2CLearner, check_env, collect
+from replaybench.impl.rl.common.envs import EpisodeLog
 from replaybench.impl.rl.common.errors import ConfigError
 from replaybench.impl.rl.common.processes import PROGRESS_EVERY_S
 from replaybench.impl.rl.common.profiler import SectionProfiler
@@ -63,13 +63,7 @@ def check(cfg: TrainConfig, acfg: A2CConfig) -> None:
         raise ConfigError("algo", cfg.algo, f"the PAAC loop runs algo 'a2c', got {cfg.algo!r}")
     if cfg.fail is not None:
         raise ConfigError("fail", cfg.fail, "the PAAC loop has no failure hook (test a failing environment instead)")
-    env = make_env(cfg.env)
-    try:
-        make_network(env.observation_space, env.action_space, acfg)
-    except ConfigError as err:
-        raise ConfigError("env", cfg.env, f"env {cfg.env!r}: {err}") from None
-    finally:
-        env.close()
+    check_env(cfg.env, acfg)
 
 
 def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
@@ -79,9 +73,13 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
     ``n_envs``). Torch uses every core for the update and the inference (the workers sleep
     meanwhile), except the inference with halves, which gets the cores the workers leave
     (at least one thread).
-    ``progress(env_steps, updates, recent_mean_return)`` is called about every 0.25 s.
+    ``progress(env_steps, updates, recent_mean_return, episodes)`` (see :func:`~impl.rl.train`) is
+    called about every 0.25 s.
     Raises ConfigError before any process starts (:func:`validate`), WorkerFailed when a
-    stepping worker fails, TimeoutError past ``cfg.timeout_s``.
+    stepping worker fails, TimeoutError past ``cfg.timeout_s`` counted from the call (after
+    :func:`validate`): the stepping checks it before every env step and ends every wait on the
+    workers there, and the loop after every update, so a run overshoots it by at most one env
+    step or one update (every process stopped by then).
     """
     acfg = cfg.validate()
     cores = usable_cores()
@@ -94,9 +92,12 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
     prof = SectionProfiler()
     sgd = prof.section("sgd")
     threads_before = torch.get_num_threads()
+    deadline = None if cfg.timeout_s is None else time.monotonic() + cfg.timeout_s
+    steps = 0
     try:
         with SharedVectorEnv(cfg.env, acfg.n_envs, n_workers, seed=seeds.actor(0).env, halves=acfg.halves,
-                             start_method=cfg.start_method, timeout_s=cfg.timeout_s or 120.0) as venv:
+                             start_method=cfg.start_method, timeout_s=cfg.timeout_s or 120.0,
+                             deadline=deadline) as venv:
             learner = A2CLearner(venv.single_observation_space, venv.single_action_space, acfg, seeds.networks)
             obs = venv.reset()
             busy0 = venv.worker_busy_s
@@ -116,18 +117,21 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
                 if now >= next_report:
                     next_report = now + PROGRESS_EVERY_S
                     if progress is not None:
-                        progress(steps, learner.updates, log.recent_mean())
-                    if cfg.timeout_s is not None and now - t0 > cfg.timeout_s:
-                        raise TimeoutError(f"PAAC run passed its {cfg.timeout_s} s limit at step {steps}")
+                        progress(steps, learner.updates, log.recent_mean(), log.episodes)
+                if deadline is not None and time.monotonic() >= deadline:  # after the update
+                    raise TimeoutError("the run's time limit passed after an update")
                 if cfg.stop_at_threshold and log.reached:
                     break
             wall = time.perf_counter() - t0
             busy = venv.worker_busy_s - busy0
             pids, envs_per_worker = venv.worker_pids, venv.envs_per_worker
+    except TimeoutError as err:
+        raise TimeoutError(f"PAAC run passed its {cfg.timeout_s} s limit (--timeout) at env step {steps}: "
+                           f"{err}") from None
     finally:
         torch.set_num_threads(threads_before)  # the caller's setting again, on every exit path
     if progress is not None:
-        progress(steps, learner.updates, log.recent_mean())
+        progress(steps, learner.updates, log.recent_mean(), log.episodes)
 
     profiles = {"paac": prof.breakdown(wall)}
     processes = {"paac": 1}

@@ -306,7 +306,8 @@ class _Monitor:
             if now >= next_report:
                 next_report = now + PROGRESS_EVERY_S
                 if self.progress is not None:
-                    self.progress(self.state.env_steps(), self.state.updates(), self.log.recent_mean())
+                    self.progress(self.state.env_steps(), self.state.updates(), self.log.recent_mean(),
+                                  self.log.episodes)
             if self.timeout_s is not None and now - t0 > self.timeout_s:
                 self.failure = ("parent", f"run passed its {self.timeout_s} s limit")
 
@@ -335,7 +336,8 @@ class _Monitor:
 def run_parallel(cfg: TrainConfig, progress=None) -> TrainResult:
     """Run ``cfg`` with ``cfg.actors`` actor and ``cfg.learners`` learner processes.
 
-    ``progress(env_steps, updates, recent_mean_return)`` is called about every 0.25 s. Raises
+    ``progress(env_steps, updates, recent_mean_return, episodes)`` (see :func:`~impl.rl.train`) is
+    called about every 0.25 s. Raises
     ConfigError for a bad ``cfg`` before any process starts (:meth:`TrainConfig.validate`);
     WorkerFailed when a worker raised or died (its traceback is in the message), or with
     worker "parent" when the workers were not ready within STARTUP_TIMEOUT_S or the run passed
@@ -416,7 +418,7 @@ def run_workers(cfg: TrainConfig, acfg, actor_side: Role, progress=None) -> Work
             worker, detail = monitor.failure
             raise WorkerFailed(worker, detail, pids)
         if progress is not None:
-            progress(state.env_steps(), state.updates(), log.recent_mean())
+            progress(state.env_steps(), state.updates(), log.recent_mean(), log.episodes)
         final = buf.sample(min(1024, len(buf)), beta=1.0)
         inserted = buf.inserted
         lock_wait = buf.lock_wait_seconds

@@ -48,9 +48,9 @@ __all__ = ["run_sequential"]
 
 
 def run_sequential(cfg: TrainConfig, progress=None) -> TrainResult:
-    """Run ``cfg`` in this process; ``progress(env_steps, updates, recent_mean_return)`` is
-    called about every 0.25 s. Raises ConfigError (a bad ``cfg``, before any work),
-    InjectedFailure (test hook) or TimeoutError."""
+    """Run ``cfg`` in this process; ``progress(env_steps, updates, recent_mean_return,
+    episodes)`` is called about every 0.25 s (see :func:`~impl.rl.train`). Raises ConfigError
+    (a bad ``cfg``, before any work), InjectedFailure (test hook) or TimeoutError."""
     acfg = cfg.validate()
     torch.set_num_threads(1)
     algo = algorithms.get(cfg.algo)
@@ -108,14 +108,14 @@ def run_sequential(cfg: TrainConfig, progress=None) -> TrainResult:
                 if now >= next_report:
                     next_report = now + PROGRESS_EVERY_S
                     if progress is not None:
-                        progress(steps, updates, log.recent_mean())
+                        progress(steps, updates, log.recent_mean(), log.episodes)
                     if cfg.timeout_s is not None and now - t0 > cfg.timeout_s:
                         raise TimeoutError(f"sequential run passed its {cfg.timeout_s} s limit at step {steps}")
             if cfg.stop_at_threshold and log.reached:
                 break
         wall = time.perf_counter() - t0
         if progress is not None:
-            progress(steps, updates, log.recent_mean())
+            progress(steps, updates, log.recent_mean(), log.episodes)
         final = buf.sample(min(1024, len(buf)), beta=1.0)
     finally:
         for e in envs:

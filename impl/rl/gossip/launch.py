@@ -37,7 +37,7 @@ from pathlib import Path
 from replaybench.impl.rl.common.errors import ConfigError
 from replaybench.impl.rl.gossip.learner import GossipConfig, GossipResult
 
-__all__ = ["LaunchFailed", "parse_endpoint", "node_address", "launch"]
+__all__ = ["LaunchFailed", "parse_endpoint", "node_address", "check_launch", "launch"]
 
 _GRACE_S = 10.0
 
@@ -59,9 +59,11 @@ def parse_endpoint(text: str) -> tuple[str, int]:
 
 
 def node_address(node: int) -> str:
-    """The loopback address of node ``node`` when every node runs on this machine."""
+    """The loopback address of node ``node`` when every node runs on this machine: 127.0.0.(2 + node),
+    so at most 250 nodes (ConfigError naming ``nodes`` beyond)."""
     if not 0 <= node < 250:
-        raise ConfigError("nodes", node + 1, f"at most 250 loopback nodes, got node {node}")
+        raise ConfigError("nodes", node + 1, f"nodes must be at most 250 when every node runs on this machine "
+                                             f"(node i listens on 127.0.0.(2+i)), got {node + 1}")
     return f"127.0.0.{2 + node}"
 
 
@@ -82,14 +84,46 @@ def _tail(path: Path) -> str:
     return (mine or text or [""])[-1]
 
 
+def check_launch(cfg: GossipConfig, *, rdzv_endpoint: str = "127.0.0.1:0", node_rank: int | None = None,
+                 node_addr: str | None = None) -> tuple[str, int, dict]:
+    """Check what :func:`launch` is given, starting nothing; returns (store host, port,
+    {node: the address its learners listen on}) for the nodes this machine runs.
+
+    ConfigError naming the argument: a config field (:meth:`GossipConfig.validate`),
+    ``rdzv_endpoint``, ``node_rank``, ``node_addr``, or ``nodes`` when every node is to run on
+    this machine and there are more than its loopback addresses (:func:`node_address`).
+    Cost: that of :meth:`GossipConfig.validate` (one ``gym.make``).
+    """
+    cfg.validate()
+    host, port = parse_endpoint(rdzv_endpoint)
+    if node_rank is None:
+        node_address(cfg.nodes - 1)  # the last node first: a refusal names the count asked for
+        addrs = {n: node_address(n) for n in range(cfg.nodes)}
+    else:
+        if not isinstance(node_rank, int) or not 0 <= node_rank < cfg.nodes:
+            raise ConfigError("node_rank", node_rank, f"node_rank must be in [0, {cfg.nodes}), got {node_rank!r}")
+        if node_addr is None and not _is_loopback(host):
+            raise ConfigError("node_addr", node_addr, "node_addr (this machine's address) is needed when the "
+                                                      f"rendezvous endpoint {host!r} is not a loopback address")
+        addrs = {node_rank: node_addr or node_address(node_rank)}
+    if port == 0 and next(iter(addrs)) != 0:
+        raise ConfigError("rdzv_endpoint", rdzv_endpoint, "nodes other than 0 need the endpoint's real port")
+    return host, port, addrs
+
+
 def launch(cfg: GossipConfig, *, rdzv_endpoint: str = "127.0.0.1:0", node_rank: int | None = None,
-           node_addr: str | None = None, progress=None, log_dir: str | None = None) -> GossipResult | None:
+           node_addr: str | None = None, progress=None, log_dir: str | None = None, episodes=None,
+           episodes_every_s: float = 5.0) -> GossipResult | None:
     """Run ``cfg``'s learners of this machine (every node when ``node_rank`` is None); returns
     the run's result on node 0, None on other nodes.
 
-    Everything is checked first, before any process starts (ConfigError naming the
-    argument: a config field, ``rdzv_endpoint``, ``node_rank``, ``node_addr``).
-    ``progress(env_steps)`` is called about twice a second on node 0. ``log_dir``: where the
+    Everything is checked first, before any process starts (:func:`check_launch`: ConfigError
+    naming the argument: a config field, ``rdzv_endpoint``, ``node_rank``, ``node_addr``, ``nodes``).
+    ``progress(env_steps)`` is called about twice a second on node 0, and ``episodes(new)``
+    about every ``episodes_every_s`` seconds and once when every learner has ended, with the
+    episodes finished since its last call, ``[(wall_s, env_steps, return, rank), ...]`` (each
+    learner's in order; over a run that succeeds, the calls get exactly the result's
+    ``episodes``, which are pooled by time). ``log_dir``: where the
     learners' logs go (default: a temporary folder, removed afterwards unless a learner failed).
     Raises LaunchFailed if a learner fails, KeyboardInterrupt if interrupted.
     """
@@ -97,21 +131,8 @@ def launch(cfg: GossipConfig, *, rdzv_endpoint: str = "127.0.0.1:0", node_rank: 
 
     import torch.distributed as dist
 
-    cfg.validate()
-    host, port = parse_endpoint(rdzv_endpoint)
-    if node_rank is None:
-        nodes = list(range(cfg.nodes))
-        addrs = {n: node_address(n) for n in nodes}
-    else:
-        if not isinstance(node_rank, int) or not 0 <= node_rank < cfg.nodes:
-            raise ConfigError("node_rank", node_rank, f"node_rank must be in [0, {cfg.nodes}), got {node_rank!r}")
-        if node_addr is None and not _is_loopback(host):
-            raise ConfigError("node_addr", node_addr, "node_addr (this machine's address) is needed when the "
-                                                      f"rendezvous endpoint {host!r} is not a loopback address")
-        nodes = [node_rank]
-        addrs = {node_rank: node_addr or node_address(node_rank)}
-    if port == 0 and nodes[0] != 0:
-        raise ConfigError("rdzv_endpoint", rdzv_endpoint, "nodes other than 0 need the endpoint's real port")
+    host, port, addrs = check_launch(cfg, rdzv_endpoint=rdzv_endpoint, node_rank=node_rank, node_addr=node_addr)
+    nodes = list(addrs)
     store = None
     if nodes[0] == 0:  # node 0 hosts the rendezvous store, as torchrun's agent does
         store = dist.TCPStore(host, port, None, True, timeout=datetime.timedelta(seconds=cfg.timeout_s),
@@ -137,7 +158,7 @@ def launch(cfg: GossipConfig, *, rdzv_endpoint: str = "127.0.0.1:0", node_rank: 
                 with open(logs / f"learner-{rank}.log", "wb") as log:
                     procs[rank] = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                                    stderr=subprocess.STDOUT, start_new_session=True)
-        _watch(procs, cfg, logs, store, progress)
+        _watch(procs, cfg, logs, store, progress, episodes, episodes_every_s)
         if store is None:
             return None
         return GossipResult(**json.loads(result_path.read_text()))
@@ -153,11 +174,45 @@ def launch(cfg: GossipConfig, *, rdzv_endpoint: str = "127.0.0.1:0", node_rank: 
         del store
 
 
-def _watch(procs: dict, cfg: GossipConfig, logs: Path, store, progress) -> None:
+class _EpisodeFeed:
+    """The learners' episodes as they finish: each learner appends its lines to
+    ``episodes/<rank>`` in the store; :meth:`read` returns those not read before.
+    Cost: one store read per learner (the whole value: a few bytes per episode)."""
+
+    def __init__(self, store, ranks):
+        self.store, self.ranks = store, list(ranks)
+        self.seen = dict.fromkeys(self.ranks, 0)  # lines read per rank
+
+    def read(self) -> list[tuple]:
+        new = []
+        for rank in self.ranks:
+            key = f"episodes/{rank}"
+            try:
+                if not self.store.check([key]):  # no episode yet (get would wait for the key)
+                    continue
+                lines = self.store.get(key).decode().splitlines()
+            except RuntimeError:  # the store is going away with the run
+                continue
+            for line in lines[self.seen[rank]:]:
+                wall, steps, ret = line.split()
+                new.append((float(wall), int(steps), float(ret), rank))
+            self.seen[rank] = len(lines)
+        return new
+
+
+def _watch(procs: dict, cfg: GossipConfig, logs: Path, store, progress, episodes=None,
+           episodes_every_s: float = 5.0) -> None:
     """Wait for every learner; on the first failure, give the others a grace period to fail
-    by themselves, then raise LaunchFailed with every learner's error."""
+    by themselves, then raise LaunchFailed with every learner's error. Meanwhile feed
+    ``progress`` and ``episodes`` (node 0, which holds the store)."""
+    import torch.distributed as dist
+
+    from replaybench.impl.rl.gossip.learner import STORE_PREFIX
+
     first_failure = None
-    last_report = 0.0
+    last_report = last_episodes = 0.0
+    learners = dist.PrefixStore(STORE_PREFIX, store) if store is not None else None  # the learners' keys
+    feed = _EpisodeFeed(learners, range(cfg.learners)) if episodes is not None and learners is not None else None
     while True:
         codes = {rank: p.poll() for rank, p in procs.items()}
         bad = {rank: c for rank, c in codes.items() if c not in (None, 0)}
@@ -166,14 +221,22 @@ def _watch(procs: dict, cfg: GossipConfig, logs: Path, store, progress) -> None:
         running = [rank for rank, c in codes.items() if c is None]
         if not running or (first_failure is not None and time.monotonic() - first_failure > cfg.timeout_s + _GRACE_S):
             break
-        if progress is not None and store is not None and time.monotonic() - last_report > 0.5:
+        if progress is not None and learners is not None and time.monotonic() - last_report > 0.5:
             last_report = time.monotonic()
             try:
-                progress(int(store.add("env_steps", 0)))
+                progress(int(learners.add("env_steps", 0)))
             except RuntimeError:
-                pass  # the counter does not exist before the first rollout
+                pass  # the store is going away with the run
+        if feed is not None and first_failure is None and time.monotonic() - last_episodes > episodes_every_s:
+            last_episodes = time.monotonic()
+            new = feed.read()
+            if new:
+                episodes(new)
         time.sleep(0.05)
     if first_failure is None:
+        new = feed.read() if feed is not None else []  # the last ones: every learner has ended
+        if new:
+            episodes(new)
         return
     errors = {}
     for rank, p in sorted(procs.items()):

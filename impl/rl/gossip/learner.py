@@ -46,6 +46,11 @@ SCHEMES = ("gossip", "allreduce", "independent")
 #: How a gossip learner's learning rate follows the number of learners (GossipConfig.lr_scaling).
 LR_SCALINGS = ("sqrt", "none")
 
+#: The learners' keys in the rendezvous store live under this prefix (``<prefix>/env_steps``: the
+#: run's step counter; ``<prefix>/episodes/<rank>``: that learner's finished episodes, one
+#: ``"wall_s env_steps return"`` line each, appended as they finish, which the launcher reads).
+STORE_PREFIX = "replaybench-gossip"
+
 
 @dataclass(frozen=True)
 class GossipConfig:
@@ -102,8 +107,7 @@ class GossipConfig:
     def validate(self):
         """Check every field; returns the A2CConfig each learner trains with (its ``lr``
         scaled per ``lr_scaling``). Raises ConfigError naming the field."""
-        from replaybench.impl.rl.algorithms.a2c import A2CConfig
-        from replaybench.impl.rl.common.envs import make_env
+        from replaybench.impl.rl.algorithms.a2c import A2CConfig, check_env
 
         def need(ok, name, text):
             if not ok:
@@ -127,15 +131,17 @@ class GossipConfig:
              "must be an integer in [0, n_envs]")
         need(isinstance(self.straggler_slowdown, (int, float)) and 1.0 <= self.straggler_slowdown <= 100,
              "straggler_slowdown", "must be a number in [1, 100]")
-        need(isinstance(self.timeout_s, (int, float)) and self.timeout_s > 0, "timeout_s", "must be > 0")
-        need(self.time_limit_s is None or (isinstance(self.time_limit_s, (int, float)) and self.time_limit_s > 0),
-             "time_limit_s", "must be > 0 or None")
+        # finite: the store and the process group take it as a timedelta (inf overflows)
+        need(isinstance(self.timeout_s, (int, float)) and math.isfinite(self.timeout_s) and self.timeout_s > 0,
+             "timeout_s", "must be a finite number > 0")
+        need(self.time_limit_s is None or (isinstance(self.time_limit_s, (int, float))
+                                           and math.isfinite(self.time_limit_s) and self.time_limit_s > 0),
+             "time_limit_s", "must be a finite number > 0 or None")
         need(is_int(self.snapshot_every) and self.snapshot_every >= 1, "snapshot_every", "must be an integer >= 1")
         need(self.fail_rank is None or (is_int(self.fail_rank) and 0 <= self.fail_rank < self.learners),
              "fail_rank", f"must be None or a rank in [0, {self.learners})")
         if self.scheme == "gossip":
             Topology(self.topology, self.learners, self.peers)  # ConfigError naming topology or peers
-        make_env(self.env).close()  # ConfigError (field "env") for an unknown id
         if not isinstance(self.overrides, dict):
             raise ConfigError("overrides", self.overrides, f"overrides must be a dict, got {self.overrides!r}")
         for name in ("n_envs", "n_workers"):
@@ -143,6 +149,7 @@ class GossipConfig:
                 raise ConfigError(name, self.overrides[name], f"{name} is set by the run (n_envs, env_workers), "
                                                               "not by an A2C override")
         acfg = A2CConfig.for_env(self.env, **self.overrides, n_envs=self.n_envs, n_workers=self.env_workers)
+        check_env(self.env, acfg)  # ConfigError ("env"): an unknown id, or spaces the network cannot take
         if self.scheme == "gossip" and self.lr_scaling == "sqrt":
             acfg = replace(acfg, lr=acfg.lr * math.sqrt(self.learners))
         return acfg
@@ -264,7 +271,7 @@ def run_learner(cfg: GossipConfig, rank: int, store, host: str, describe=str) ->
         group.barrier().wait()
         t0 = time.monotonic()
         obs = venv.reset()
-        steps = updates = 0
+        steps = updates = pushed = 0
         episodes, snapshots = [], []
         per_rollout = cfg.n_envs * acfg.t_max
         while True:
@@ -289,6 +296,9 @@ def run_learner(cfg: GossipConfig, rank: int, store, host: str, describe=str) ->
             wall = time.monotonic() - t0
             for _env, ret, _length in venv.pop_episodes():
                 episodes.append((wall, steps, float(ret)))
+            if len(episodes) > pushed:  # for the launcher, which writes them as the run goes
+                store.append(f"episodes/{rank}", "".join(f"{w!r} {s} {r!r}\n" for w, s, r in episodes[pushed:]))
+                pushed = len(episodes)
             if (updates - 1) % cfg.snapshot_every == 0:  # rounds 1, 1 + m, ...: the same rounds everywhere
                 snapshots.append((wall, _flat(learner.net).numpy()))
             if stop:
@@ -366,7 +376,7 @@ def _store_from_env(timeout_s: float):
     world = int(os.environ["WORLD_SIZE"])
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
                           timeout=datetime.timedelta(seconds=timeout_s))
-    return dist.PrefixStore("replaybench-gossip", store)
+    return dist.PrefixStore(STORE_PREFIX, store)
 
 
 def _address_towards(host: str, port: int) -> str:

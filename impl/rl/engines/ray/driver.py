@@ -160,7 +160,7 @@ class _RayRun:
                 next_report = now + PROGRESS_EVERY_S
                 steps, updates, recent = self._check_server()
                 if progress is not None:
-                    progress(steps, updates, recent)
+                    progress(steps, updates, recent, ())  # the episodes stay on the server until the end
             if cfg.timeout_s is not None and now - t0 > cfg.timeout_s:
                 raise WorkerFailed("parent", f"run passed its {cfg.timeout_s} s limit")
         wall = time.monotonic() - t0
@@ -252,7 +252,8 @@ def run_ray(cfg: TrainConfig, progress=None) -> TrainResult:
     here for the run (``ray.init`` with as many CPUs as the machine has, at least one per
     actor) and shut down after it; a Ray already initialised in this process is used as is.
 
-    ``progress(env_steps, updates, recent_mean_return)`` is called about every 0.25 s. Raises
+    ``progress(env_steps, updates, recent_mean_return, episodes)`` (see :func:`~impl.rl.train`) is
+    called about every 0.25 s. Raises
     ConfigError before anything starts for a bad ``cfg`` (Ray missing included); WorkerFailed
     when a worker raised, the replay server died, an actor died more than
     ``actor_max_restarts`` times, the workers were not ready within STARTUP_TIMEOUT_S or the
@@ -283,7 +284,8 @@ def run_ray(cfg: TrainConfig, progress=None) -> TrainResult:
         if own:
             ray.shutdown()
     if progress is not None:
-        progress(sum(server["actor_steps"]), stats[("learner", 0)]["updates"], server["recent_mean"])
+        progress(sum(server["actor_steps"]), stats[("learner", 0)]["updates"], server["recent_mean"],
+                 server["episodes"])
     result = _result(cfg, acfg, stats, server, wall, run.restarts)
     result.worker_pids = list(run.pids())
     return result
