@@ -154,7 +154,7 @@ def _step_range(envs: dict, lo: int, hi: int, a: dict, discrete: bool) -> None:
         a["ep_length"][ended] = 0
 
 
-def _worker(rank: int, env_id: str, seed: int, ranges: list, discrete: bool, block, layout: dict,
+def _worker(rank: int, env_id: str, atari, seed: int, ranges: list, discrete: bool, block, layout: dict,
             cmd_conn, done_conn, busy) -> None:
     """Worker process: make its envs, say ready, then serve commands until end-of-file."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the master's to handle; it closes us
@@ -163,7 +163,7 @@ def _worker(rank: int, env_id: str, seed: int, ranges: list, discrete: bool, blo
     try:
         for lo, hi in ranges:  # one range per part
             for i in range(lo, hi):
-                envs[i] = make_env(env_id)
+                envs[i] = make_env(env_id, atari=atari)
         a = _views(block, layout)
         os.write(done_fd, _OK)  # ready
         while True:
@@ -232,6 +232,8 @@ class SharedVectorEnv:
         every environment in this process (no processes; the same results).
     seed : int
         Environment ``i`` is reset with ``seed + i`` at the first :meth:`reset`.
+    atari : AtariOptions or None
+        Preprocessing choices of Atari ids (:mod:`impl.rl.common.atari`; None: the defaults).
     halves : bool
         Two parts that can be stepped independently (``part=0/1``); otherwise one.
     start_method : {"spawn", "forkserver"}
@@ -258,7 +260,7 @@ class SharedVectorEnv:
     """
 
     def __init__(self, env_id: str, n_envs: int, n_workers: int, *, seed: int, halves: bool = False,
-                 start_method: str = "spawn", timeout_s: float = 120.0):
+                 start_method: str = "spawn", timeout_s: float = 120.0, atari=None):
         self._closed = True  # until everything below exists (close() is safe meanwhile)
         for name, value, low in (("n_envs", n_envs, 1), ("n_workers", n_workers, 0), ("seed", seed, 0)):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
@@ -276,7 +278,7 @@ class SharedVectorEnv:
         if (not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or not math.isfinite(timeout_s)
                 or timeout_s <= 0):
             raise ConfigError("timeout_s", timeout_s, f"timeout_s must be a finite number > 0, got {timeout_s!r}")
-        probe = make_env(env_id)  # ConfigError("env") for an id that cannot be made
+        probe = make_env(env_id, atari=atari)  # ConfigError("env") for an id that cannot be made
         try:
             obs_space, act_space = probe.observation_space, probe.action_space
         finally:
@@ -289,6 +291,7 @@ class SharedVectorEnv:
             raise ConfigError("env", env_id, f"env {env_id!r} has actions {act_space}: need Discrete or Box")
 
         self.env_id = env_id
+        self.atari = atari
         self.num_envs = int(n_envs)
         self.n_workers = int(n_workers)
         self.seed = int(seed)
@@ -311,7 +314,7 @@ class SharedVectorEnv:
         if self.n_workers == 0:
             self._block = bytearray(layout["nbytes"])
             self._busy = np.zeros(0)
-            self._envs = {i: make_env(env_id) for i in range(self.num_envs)}
+            self._envs = {i: make_env(env_id, atari=atari) for i in range(self.num_envs)}
             self._worker_parts = []
         else:
             self._start_workers(start_method, layout)
@@ -338,7 +341,7 @@ class SharedVectorEnv:
                 cmd_r, cmd_w = ctx.Pipe(duplex=False)
                 done_r, done_w = ctx.Pipe(duplex=False)
                 p = ctx.Process(target=_worker, name=f"stepping-{w}", daemon=True,
-                                args=(w, self.env_id, self.seed, self._worker_parts[w], self._discrete, self._block,
+                                args=(w, self.env_id, self.atari, self.seed, self._worker_parts[w], self._discrete, self._block,
                                       layout, cmd_r, done_w, busy))
                 self._cmd.append(cmd_w)
                 self._done.append(done_r)

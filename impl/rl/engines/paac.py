@@ -16,6 +16,12 @@ through :meth:`TrainConfig.algo_config`); the processes and the shared memory ar
 ``TrainConfig(algo="a2c", ...)``; its replay fields (buffer, policy, actors, learners,
 insert_batch, weight_sync_every) do not apply.
 
+Stepping backends (``A2CConfig.stepping``): "shared", the SharedVectorEnv above (any
+environment, halves); "ale-vector", ALE's C++ vector env (:mod:`impl.rl.common.ale_vector`:
+Atari only, ``max(1, n_workers)`` threads in this process, no halves, INTER_AREA resize only,
+no ``reset_stack="noop"``). Atari preprocessing follows ``A2CConfig.resize`` and
+``reset_stack`` (:mod:`impl.rl.common.atari`).
+
 Counting: ``cfg.steps`` is rounded up to whole rollouts (``n_envs * t_max`` env steps each).
 An episode is logged when the rollout it ended in is done (its env steps and wall time are
 those of that rollout's end: at most one rollout late). Seeds: environment ``i`` starts from
@@ -40,6 +46,7 @@ from replaybench.impl.rl.algorithms.a2c import (
     collect,
     make_network,
 )
+from replaybench.impl.rl.common.ale_vector import AleVectorEnv, ale_game, check_options
 from replaybench.impl.rl.common.envs import EpisodeLog, make_env
 from replaybench.impl.rl.common.errors import ConfigError
 from replaybench.impl.rl.common.processes import PROGRESS_EVERY_S, usable_cores
@@ -67,13 +74,27 @@ def check(cfg: TrainConfig, acfg: A2CConfig) -> None:
         raise ConfigError("algo", cfg.algo, f"the PAAC loop runs algo 'a2c', got {cfg.algo!r}")
     if cfg.fail is not None:
         raise ConfigError("fail", cfg.fail, "the PAAC loop has no failure hook (test a failing environment instead)")
-    env = make_env(cfg.env)
+    if acfg.stepping == "ale-vector":
+        ale_game(cfg.env)
+        check_options(acfg.atari_options())
+        if acfg.halves:
+            raise ConfigError("halves", acfg.halves, "stepping 'ale-vector' steps every env per call: halves must be false")
+    env = make_env(cfg.env, atari=acfg.atari_options())
     try:
         make_network(env.observation_space, env.action_space, acfg)
     except ConfigError as err:
         raise ConfigError("env", cfg.env, f"env {cfg.env!r}: {err}") from None
     finally:
         env.close()
+
+
+def _open_stepping(cfg: TrainConfig, acfg: A2CConfig, n_workers: int, seed: int):
+    """The stepping backend ``acfg.stepping`` names: SharedVectorEnv over ``n_workers`` processes,
+    or ALE's vector env on ``max(1, n_workers)`` threads of this process."""
+    if acfg.stepping == "ale-vector":
+        return AleVectorEnv(cfg.env, acfg.n_envs, max(1, n_workers), seed=seed, atari=acfg.atari_options())
+    return SharedVectorEnv(cfg.env, acfg.n_envs, n_workers, seed=seed, halves=acfg.halves, atari=acfg.atari_options(),
+                           start_method=cfg.start_method, timeout_s=cfg.timeout_s or 120.0)
 
 
 def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
@@ -99,8 +120,7 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
     sgd = prof.section("sgd")
     threads_before = torch.get_num_threads()
     try:
-        with SharedVectorEnv(cfg.env, acfg.n_envs, n_workers, seed=seeds.actor(0).env, halves=acfg.halves,
-                             start_method=cfg.start_method, timeout_s=cfg.timeout_s or 120.0) as venv:
+        with _open_stepping(cfg, acfg, n_workers, seeds.actor(0).env) as venv:
             learner = A2CLearner(venv.single_observation_space, venv.single_action_space, acfg, seeds.networks)
             obs = venv.reset()
             busy0 = venv.worker_busy_s
@@ -135,7 +155,7 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
 
     profiles = {"paac": prof.breakdown(wall)}
     processes = {"paac": 1}
-    if n_workers:
+    if n_workers and acfg.stepping == "shared":
         # the stepping processes: stepping their envs, else waiting for the master (its inference and update)
         profiles["stepping"] = {"env_step": float(busy.sum()), "inference": 0.0, "replay": 0.0, "sgd": 0.0,
                                 "wait": max(0.0, n_workers * wall - float(busy.sum())), "other": 0.0}
