@@ -448,6 +448,20 @@ class A2CLearner:
                 "value_loss": float(parts["value_loss"]), "entropy": float(parts["entropy"]),
                 "grad_norm": float(grad_norm), "lr": lr}
 
+    def state_dict(self) -> dict:
+        """Everything an update and an action draw depend on: the network, the optimizer's
+        state, the step counters, the action sampler's generator and torch's (for a checkpoint;
+        :meth:`load_state_dict` puts it back so that the next updates are bit for bit the same)."""
+        return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(), "env_steps": self.env_steps,
+                "updates": self.updates, "rng": self.rng.bit_generator.state, "torch_rng": torch.get_rng_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.net.load_state_dict(state["net"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.env_steps, self.updates = int(state["env_steps"]), int(state["updates"])
+        self.rng.bit_generator.state = state["rng"]
+        torch.set_rng_state(state["torch_rng"])
+
     def modules(self) -> list[nn.Module]:
         return [self.net]
 

@@ -52,6 +52,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import pickle
 import select
 import signal
 import struct
@@ -505,6 +506,35 @@ class SharedVectorEnv:
             self._episodes.append((i, float(a["final_return"][i]), int(a["final_length"][i])))
         return (self._readonly(a["obs"][sl]), self._readonly(a["rewards"][sl]),
                 self._readonly(a["terminated"][sl]), self._readonly(a["truncated"][sl]))
+
+    def env_state(self) -> bytes | None:
+        """The environments' whole state for a checkpoint (:mod:`impl.rl.common.checkpoint`):
+        with ``n_workers=0`` the pickled envs (ALE emulators cloned) and the shared arrays
+        (observations, running returns); None with worker processes (their envs stay there).
+        Not while a step is in flight."""
+        if self.n_workers or self._in_flight or not self._was_reset:
+            return None
+        from replaybench.impl.rl.common.checkpoint import pickle_envs
+
+        return pickle.dumps((pickle_envs(self._envs), bytes(self._block)))
+
+    def restore_env_state(self, state: bytes) -> np.ndarray:
+        """Put back what :meth:`env_state` returned (``n_workers=0`` only; the envs it made are
+        closed); returns the observations to act on, as :meth:`reset` does."""
+        from replaybench.impl.rl.common.checkpoint import unpickle_envs
+
+        if self.n_workers:
+            raise RuntimeError("restore_env_state needs n_workers=0: worker processes keep their own envs")
+        envs_blob, block = pickle.loads(state)
+        for env in self._envs.values():
+            env.close()
+        self._envs = unpickle_envs(envs_blob)
+        self._finalizer.detach()  # the new envs must be the ones closed at the end
+        self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._cmd, self._done, self._envs)
+        self._block[:] = block
+        self._was_reset = True
+        self._episodes.clear()
+        return self._readonly(self._a["obs"])
 
     @property
     def final_obs(self) -> np.ndarray:

@@ -36,6 +36,7 @@ process has exited; Ctrl-C or a timeout closes the workers on the way out.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import TYPE_CHECKING
 
@@ -46,6 +47,7 @@ from replaybench.impl.rl.algorithms.a2c import (
     collect,
     make_network,
 )
+from replaybench.impl.rl.common import checkpoint
 from replaybench.impl.rl.common.ale_vector import AleVectorEnv, ale_game, check_options
 from replaybench.impl.rl.common.envs import EpisodeLog, make_env
 from replaybench.impl.rl.common.errors import ConfigError
@@ -88,6 +90,17 @@ def check(cfg: TrainConfig, acfg: A2CConfig) -> None:
         env.close()
 
 
+#: A2C fields that choose only how fast a run goes: a checkpoint resumes under other values.
+_SPEED_FIELDS = ("n_workers", "halves", "stepping", "channels_last", "compile")
+
+
+def _run_identity(cfg: TrainConfig, acfg: A2CConfig) -> dict:
+    """What a checkpoint and the run resuming it must share."""
+    settings = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(acfg).items()
+                if k not in _SPEED_FIELDS}
+    return {"algo": cfg.algo, "env": cfg.env, "seed": cfg.seed, "a2c": settings}
+
+
 def _open_stepping(cfg: TrainConfig, acfg: A2CConfig, n_workers: int, seed: int):
     """The stepping backend ``acfg.stepping`` names: SharedVectorEnv over ``n_workers`` processes,
     or ALE's vector env on ``max(1, n_workers)`` threads of this process."""
@@ -105,6 +118,12 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
     meanwhile), except the inference with halves, which gets the cores the workers leave
     (at least one thread).
     ``progress(env_steps, updates, recent_mean_return)`` is called about every 0.25 s.
+    Checkpoints (:mod:`impl.rl.common.checkpoint`): with ``cfg.checkpoint`` the run's state is
+    saved there every ``cfg.checkpoint_every`` env steps (at the first rollout boundary past
+    each multiple) and at its end; with ``cfg.resume`` it starts from such a file and runs to
+    ``cfg.steps`` in all: ``env_steps``, ``updates``, ``episodes`` and ``wall_s`` count the
+    whole run, the profiles this process's part. Bit for bit with ``n_workers=0`` (the envs'
+    state is in the checkpoint), fresh episodes otherwise.
     Raises ConfigError before any process starts (:func:`validate`), WorkerFailed when a
     stepping worker fails, TimeoutError past ``cfg.timeout_s``.
     """
@@ -118,15 +137,37 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
     log = EpisodeLog(cfg.resolved_threshold(), cfg.window)
     prof = SectionProfiler()
     sgd = prof.section("sgd")
+    ckpt = None
+    if cfg.resume is not None:
+        ckpt = checkpoint.load(cfg.resume)
+        checkpoint.check_compatible(ckpt, _run_identity(cfg, acfg), cfg.resume)
+    # envs come back bit for bit only from in-process stepping; otherwise fresh episodes, seeded
+    # apart from the run's first ones
+    restore_envs = ckpt is not None and ckpt["envs"] is not None and n_workers == 0 and acfg.stepping == "shared"
+    env_seed = seeds.actor(0).env + (ckpt["steps"] if ckpt is not None and not restore_envs else 0)
     threads_before = torch.get_num_threads()
     try:
-        with _open_stepping(cfg, acfg, n_workers, seeds.actor(0).env) as venv:
+        with _open_stepping(cfg, acfg, n_workers, env_seed) as venv:
             learner = A2CLearner(venv.single_observation_space, venv.single_action_space, acfg, seeds.networks)
-            obs = venv.reset()
+            steps, wall0 = 0, 0.0
+            if ckpt is not None:
+                learner.load_state_dict(ckpt["learner"])
+                steps, wall0 = int(ckpt["steps"]), float(ckpt["wall_s"])
+                for row in ckpt["episodes"]:
+                    log.record(*row)
+            obs = venv.restore_env_state(ckpt["envs"]) if restore_envs else venv.reset()
             busy0 = venv.worker_busy_s
-            t0 = time.perf_counter()
+            t0 = time.perf_counter() - wall0  # now - t0: wall seconds since the run's first start
             prof.restart()
-            next_report, steps = t0, 0
+            next_report = t0
+            next_ckpt = steps + cfg.checkpoint_every if cfg.checkpoint_every else None
+
+            def save_checkpoint():
+                checkpoint.save(cfg.checkpoint, {
+                    "run": _run_identity(cfg, acfg), "steps": steps, "wall_s": time.perf_counter() - t0,
+                    "episodes": list(log.episodes), "learner": learner.state_dict(),
+                    "envs": venv.env_state() if acfg.stepping == "shared" else None})
+
             while steps < cfg.steps:
                 torch.set_num_threads(act_threads)
                 rollout, obs = collect(venv, learner, obs, acfg.t_max, prof)
@@ -143,8 +184,13 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
                         progress(steps, learner.updates, log.recent_mean())
                     if cfg.timeout_s is not None and now - t0 > cfg.timeout_s:
                         raise TimeoutError(f"PAAC run passed its {cfg.timeout_s} s limit at step {steps}")
+                if next_ckpt is not None and steps >= next_ckpt:
+                    save_checkpoint()
+                    next_ckpt = steps + cfg.checkpoint_every
                 if cfg.stop_at_threshold and log.reached:
                     break
+            if cfg.checkpoint is not None:
+                save_checkpoint()
             wall = time.perf_counter() - t0
             busy = venv.worker_busy_s - busy0
             pids, envs_per_worker = venv.worker_pids, venv.envs_per_worker
@@ -153,7 +199,7 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
     if progress is not None:
         progress(steps, learner.updates, log.recent_mean())
 
-    profiles = {"paac": prof.breakdown(wall)}
+    profiles = {"paac": prof.breakdown(wall - wall0)}  # this process's part of a resumed run
     processes = {"paac": 1}
     if n_workers and acfg.stepping == "shared":
         # the stepping processes: stepping their envs, else waiting for the master (its inference and update)
