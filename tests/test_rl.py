@@ -376,6 +376,9 @@ BAD_TRAIN_ARGS = [
     (["--algo", "ppo"], "--algo", "'ppo'"),
     (["--policy", "no-such-policy"], "--policy", "'no-such-policy'"),
     (["--run-id", "../escaped"], "--run-id", "'../escaped'"),
+    (["--algo", "a2c", "--checkpoint-every", "100"], "--checkpoint-every", "100"),
+    (["--algo", "a2c", "--resume", "no-such.ckpt"], "--resume", "'no-such.ckpt'"),
+    (["--checkpoint", "run.ckpt"], "--checkpoint", "'run.ckpt'"),
 ]
 
 

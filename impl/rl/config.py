@@ -217,8 +217,9 @@ class TrainConfig:
                               f"{self.checkpoint_every!r} with checkpoint={self.checkpoint!r}")
         if (self.checkpoint or self.resume) and self.engine != "paac":
             field_ = "checkpoint" if self.checkpoint else "resume"
-            raise ConfigError(field_, getattr(self, field_), f"{field_}: only the PAAC engine (algo 'a2c') "
-                                                             f"checkpoints, this run's engine is {self.engine!r}")
+            raise ConfigError(field_, getattr(self, field_), f"{field_}={getattr(self, field_)!r}: only the PAAC "
+                                                             f"engine (algo 'a2c') checkpoints, this run's engine "
+                                                             f"is {self.engine!r}")
         if self.resume is not None and not os.path.isfile(self.resume):
             raise ConfigError("resume", self.resume, f"resume: no checkpoint file {self.resume!r}")
 
