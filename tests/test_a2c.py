@@ -173,3 +173,44 @@ def test_collect_with_halves_gives_the_rollouts_of_one_batch(n_workers):
         for name in ("obs", "actions", "rewards", "terminated", "truncated", "next_obs"):
             assert np.array_equal(getattr(plain, name), getattr(halved, name)), name
     assert any(ro.terminated.any() for ro in rollouts[True])
+
+
+def _frame_rollout(t_max=2, n_envs=3) -> Rollout:
+    rng = np.random.default_rng(0)
+    ro = Rollout.empty(t_max, n_envs, (4, 84, 84), np.uint8)
+    ro.obs[:] = rng.integers(0, 256, ro.obs.shape)
+    ro.next_obs[:] = rng.integers(0, 256, ro.next_obs.shape)
+    ro.actions[:] = rng.integers(0, 6, ro.actions.shape)
+    ro.rewards[:] = rng.normal(size=ro.rewards.shape)
+    return ro
+
+
+FRAMES = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+
+
+def test_channels_last_is_the_same_network_in_another_layout():
+    plain = A2CLearner(FRAMES, gym.spaces.Discrete(6), A2CConfig(), seed=0)
+    nhwc = A2CLearner(FRAMES, gym.spaces.Discrete(6), A2CConfig(channels_last=True), seed=0)
+    conv = nhwc.net.body[0].weight
+    assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
+    assert plain.digest() == nhwc.digest()  # the same values, only their order in memory differs
+    ro = _frame_rollout()
+    a, b = plain.losses(ro), nhwc.losses(ro)
+    assert torch.allclose(a["loss"], b["loss"], rtol=1e-5, atol=1e-6)
+    plain.update(ro)
+    nhwc.update(ro)
+    for p, q in zip(plain.net.parameters(), nhwc.net.parameters()):
+        assert torch.allclose(p, q, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ConfigError) as err:
+        A2CConfig(channels_last=1).validate()
+    assert err.value.field == "channels_last"
+
+
+@pytest.mark.slow  # inductor compiles C++ for each batch shape: about a minute on 2 busy cores
+def test_compiled_forward_matches_the_module():
+    plain = A2CLearner(FRAMES, gym.spaces.Discrete(6), A2CConfig(), seed=0)
+    compiled = A2CLearner(FRAMES, gym.spaces.Discrete(6), A2CConfig(compile=True), seed=0)
+    ro = _frame_rollout()
+    assert torch.allclose(plain.losses(ro)["loss"], compiled.losses(ro)["loss"], rtol=1e-4, atol=1e-5)
+    compiled.update(ro)
+    assert compiled.updates == 1 and compiled.forward is not compiled.net

@@ -150,3 +150,25 @@ def test_report_section_puts_the_envs_per_actor_ratio_beside_its_target(tmp_path
     line = next(x for x in text.splitlines() if x.startswith("| dqn on CartPole-v1"))
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[4:] == ["16", "1,050", "3,300", "3.14x", "2.73-3.6", "5x", ">= 3x"]
+
+
+def test_ale_vector_stepping_cells_measure_on_pong_and_are_unavailable_elsewhere():
+    pytest.importorskip("ale_py", reason="the atari extra is not installed")
+    rates, profile = scenario.measure_stepping(scenario.SteppingSpec("ALE/Pong-v5", "ale-vector", 2, 1, 8, 1,
+                                                                     {"hidden": [16]}))
+    assert len(rates) == 1 and rates[0] > 0 and profile["env_step"] > 0
+    suite = {"name": "t", "scenario": "paac",
+             "stepping": [{"env": "CartPole-v1", "methods": ["ale-vector"], "n_envs": [2], "n_workers": [0, 1],
+                           "steps": 4, "repeats": 1}]}
+    cells = scenario.SCENARIO.cells(suite, Selection())
+    assert len(cells) == 1 and cells[0].skip_status == "unavailable" and "ALE" in cells[0].skip  # n_w = 0: no cell
+
+
+def test_the_pong_speed_suite_is_one_valid_run_per_choice():
+    pytest.importorskip("ale_py", reason="the atari extra is not installed")
+    cells = scenario.SCENARIO.cells(suites.load("paac-pong-speed"), Selection())
+    labels = [c.columns["variant"] for c in cells]
+    assert len(set(labels)) == len(labels) >= 6
+    overrides = {c.columns["variant"]: c.spec.overrides for c in cells}
+    assert {o.get("stepping", "shared") for o in overrides.values()} == {"shared", "ale-vector"}
+    assert any(o.get("channels_last") for o in overrides.values()) and any(o.get("compile") for o in overrides.values())

@@ -397,6 +397,9 @@ BAD_TRAIN_ARGS = [
     (["--param", "nope=1"], "--param", "{'nope': 1}"),
     (["--buffer", "kary-prefix", "--policy", "pal-locks"], "--policy", "'pal-locks'"),
     (["--buffer", "uniform"], "--buffer", "'uniform'"),  # no tree to share between processes
+    (["--algo", "a2c", "--checkpoint-every", "100"], "--checkpoint-every", "100"),
+    (["--algo", "a2c", "--resume", "no-such.ckpt"], "--resume", "'no-such.ckpt'"),
+    (["--checkpoint", "run.ckpt"], "--checkpoint", "'run.ckpt'"),
 ]
 
 

@@ -26,11 +26,15 @@ envpool         EnvPool's C++ thread pool (n_w threads), one batched forward; At
                 frames, frame skip 4: the same shapes, its own no-op and episode rules).
                 Where EnvPool does not install or cannot make the env, its cells are
                 ``unavailable`` with the reason.
+ale-vector      ALE's own C++ vector env (:mod:`impl.rl.common.ale_vector`, PAAC's
+                ``stepping="ale-vector"``) on n_w threads, one batched forward; ALE ids only
+                (other envs' cells are ``unavailable``), gymnasium's preprocessing choices
 ==============  =========================================================================
 
 An environment that cannot be made here (``ALE/Pong-v5`` without the ``atari`` extra) makes
 its block's cells ``unavailable``, naming the reason. Combinations a method cannot run
-(n_w > n_e; halves with n_w > n_e // 2 or n_e < 2; EnvPool with n_w = 0) are not cells. n_w = 0
+(n_w > n_e; halves with n_w > n_e // 2 or n_e < 2; EnvPool and ale-vector with n_w = 0) are
+not cells. n_w = 0
 runs paac and per-env in the measuring process (PAAC's single-process case; today's one
 actor stepping n_e envs).
 
@@ -73,12 +77,12 @@ from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, Sel
 
 __all__ = ["METHODS", "BATCHED", "SteppingSpec", "measure_stepping", "envpool_status", "PaacBench", "SCENARIO"]
 
-METHODS = ("paac", "paac-halves", "per-env", "gym-sync", "gym-async", "envpool")
+METHODS = ("paac", "paac-halves", "per-env", "gym-sync", "gym-async", "envpool", "ale-vector")
 #: Methods whose n_w axis is their own (not the suite's): gym-sync runs in one process, gym-async
 #: one process per env.
 NO_WORKER_AXIS = ("gym-sync", "gym-async")
 #: Methods that run one batched forward per vector step.
-BATCHED = ("paac", "paac-halves", "gym-sync", "gym-async", "envpool")
+BATCHED = ("paac", "paac-halves", "gym-sync", "gym-async", "envpool", "ale-vector")
 PROFILE = ("inference", "env_step", "sync", "other")
 
 
@@ -358,6 +362,18 @@ def _measure_envpool(spec: SteppingSpec, policy: _Policy, profile: dict) -> list
         venv.close()
 
 
+def _measure_ale_vector(spec: SteppingSpec, policy: _Policy, profile: dict) -> list[float]:
+    """ALE's C++ vector env (PAAC's ``stepping="ale-vector"``) on n_w threads of this process, with
+    gymnasium's preprocessing choices (the ones it can do: INTER_AREA, the first frame repeated)."""
+    from replaybench.impl.rl.common.ale_vector import AleVectorEnv
+
+    with AleVectorEnv(spec.env, spec.n_envs, spec.n_workers, seed=spec.seed) as venv:
+        obs = venv.reset()
+        timing = {"inference": 0.0, "env_step": 0.0}
+        step_once = _batched_loop(lambda a: venv.step(a)[0], policy, obs, timing)
+        return _time_windows(spec, step_once, profile, lambda: (timing["inference"], timing["env_step"], 0.0))
+
+
 def measure_stepping(spec: SteppingSpec) -> tuple[list[float], dict]:
     """Run one stepping cell: ``(env steps/s per window, profile {section: us per env step})``.
 
@@ -369,7 +385,8 @@ def measure_stepping(spec: SteppingSpec) -> tuple[list[float], dict]:
     else:
         policy = _Policy(spec.env, spec.overrides)
         measure = {"paac": _measure_paac, "paac-halves": _measure_paac, "gym-sync": _measure_gym,
-                   "gym-async": _measure_gym, "envpool": _measure_envpool}[spec.method]
+                   "gym-async": _measure_gym, "envpool": _measure_envpool,
+                   "ale-vector": _measure_ale_vector}[spec.method]
         walls = measure(spec, policy, profile)
     per_window = spec.vector_steps * spec.n_envs
     total_steps = per_window * len(walls)
@@ -393,10 +410,22 @@ def _env_problem(env_id: str) -> str | None:
 
 def _valid(method: str, n_envs: int, n_workers: int) -> bool:
     """Whether ``method`` can run n_e envs over n_w workers (0: in the measuring process;
-    EnvPool needs a thread)."""
+    EnvPool and ALE's vector env need a thread)."""
     if method == "paac-halves":
         return n_envs >= 2 and n_workers <= n_envs // 2
-    return (1 if method == "envpool" else 0) <= n_workers <= n_envs
+    return (1 if method in ("envpool", "ale-vector") else 0) <= n_workers <= n_envs
+
+
+def _ale_vector_problem(env_id: str) -> str | None:
+    """None when ALE's vector env can step ``env_id`` here, else why not."""
+    from replaybench.impl.rl import ConfigError
+    from replaybench.impl.rl.common.ale_vector import ale_game
+
+    try:
+        ale_game(env_id)
+    except ConfigError as err:
+        return str(err)
+    return None
 
 
 def _ints(block: dict, key: str, where: str, low: int = 1) -> list[int]:
@@ -432,7 +461,8 @@ def _stepping_cells(suite: dict, block: dict, envpool_problem: str | None) -> li
                            "algo": "a2c", "env": env, "mode": "processes", "batch": n_e, "actors": n_w,
                            "params": {"n_envs": n_e, "n_workers": n_w, "steps": spec.vector_steps * n_e,
                                       **({"overrides": overrides} if overrides else {})}}
-                skip = env_problem or (envpool_problem if method == "envpool" else None)
+                skip = env_problem or (envpool_problem if method == "envpool" else None) \
+                    or (_ale_vector_problem(env) if method == "ale-vector" else None)
                 cells.append(Cell(f"{env} {method} n_e={n_e} n_w={n_w}", columns, spec, skip=skip or "",
                                   skip_status="unavailable"))
     return cells

@@ -16,6 +16,7 @@ has the action space the algorithm handles. A bad value raises
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass, field
 
 from replaybench.impl import concurrent, registry
@@ -86,6 +87,15 @@ class TrainConfig:
     takes "actor-kill" (that actor's process SIGKILLs itself after ``count`` env steps, in its
     first life only) and "server-kill" (the replay server's, at its ``count``-th insert); the
     dataflow backend has role "server" (its one acting process) instead of "actor"."""
+    # --- checkpoints (the PAAC engine: impl.rl.common.checkpoint) -----------------------------------
+    checkpoint: str | None = None
+    """Write the run's checkpoint to this file every ``checkpoint_every`` env steps (rounded up
+    to whole rollouts) and at its end (PAAC engine only; None: none)."""
+    checkpoint_every: int = 0
+    """Env steps between checkpoints (0: only at the end); needs ``checkpoint``."""
+    resume: str | None = None
+    """Continue the run saved in this checkpoint file (same algo, env, seed and algorithm
+    settings) up to ``steps`` env steps in all (PAAC engine only)."""
     # --- backend of the parallel loop (impl.rl.engines.ray.driver) ---------------------------------
     backend: str = "process"
     """Engine of the parallel loop: "process" (:mod:`impl.rl.engines.process`, one machine), "ray"
@@ -150,6 +160,7 @@ class TrainConfig:
                               f"policy must be one of {concurrent.names()}, got {self.policy!r}")
         if self.fail is not None:
             self._parse_fail()
+        self._validate_checkpoint()
         self._validate_backend()
         acfg = self.algo_config()
         if algo.engine is None:  # the replay loops' buffer (an algorithm with its own engine has none)
@@ -197,6 +208,24 @@ class TrainConfig:
         reason = engines.get(engine).unavailable_reason()
         if reason is not None:
             raise ConfigError("backend", self.backend, f"backend {self.backend!r} is unavailable: {reason}")
+
+    def _validate_checkpoint(self) -> None:
+        for name in ("checkpoint", "resume"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ConfigError(name, value, f"{name} must be a file path or None, got {value!r}")
+        if not isinstance(self.checkpoint_every, int) or isinstance(self.checkpoint_every, bool) \
+                or self.checkpoint_every < 0 or (self.checkpoint_every and self.checkpoint is None):
+            raise ConfigError("checkpoint_every", self.checkpoint_every,
+                              f"checkpoint_every must be an integer >= 0 (> 0 needs checkpoint), got "
+                              f"{self.checkpoint_every!r} with checkpoint={self.checkpoint!r}")
+        if (self.checkpoint or self.resume) and self.engine != "paac":
+            field_ = "checkpoint" if self.checkpoint else "resume"
+            raise ConfigError(field_, getattr(self, field_), f"{field_}={getattr(self, field_)!r}: only the PAAC "
+                                                             f"engine (algo 'a2c') checkpoints, this run's engine "
+                                                             f"is {self.engine!r}")
+        if self.resume is not None and not os.path.isfile(self.resume):
+            raise ConfigError("resume", self.resume, f"resume: no checkpoint file {self.resume!r}")
 
     def _parse_fail(self) -> tuple[str, str, int]:
         try:

@@ -42,12 +42,14 @@ import torch.nn.functional as F
 from replaybench.impl.rl.algorithms.base import AlgoConfig, check_range
 from replaybench.impl.rl.algorithms.nets import mlp, params_digest
 from replaybench.impl.rl.algorithms.optim import TFRMSprop
+from replaybench.impl.rl.common.atari import AtariOptions
 from replaybench.impl.rl.common.errors import ConfigError
 from torch import nn
 
 __all__ = ["A2CConfig", "n_step_returns", "ActorCritic", "make_network", "check_env", "Rollout", "collect",
            "A2CLearner"]
 
+STEPPING = ("shared", "ale-vector")
 FRAME_SHAPE = (4, 84, 84)  # what the convolutional network takes (impl.rl.common.envs' Atari preprocessing)
 
 
@@ -94,6 +96,21 @@ class A2CConfig:
     halves: bool = False
     """Step the two halves of the envs in alternation, so that the forward pass of one half
     overlaps the workers' stepping of the other (the same transitions and actions)."""
+    resize: str = "nearest"
+    """Atari frames: "nearest" (the authors' imresize) or "area" (cv2.INTER_AREA: gymnasium's,
+    SB3's); :mod:`impl.rl.common.atari`. Ignored by other environments."""
+    reset_stack: str = "noop"
+    """Atari frame stack after a reset: "noop" (the authors': 4 no-op steps, 4 real frames),
+    "repeat" (the first frame 4 times: gymnasium's) or "zeros" (SB3's, ALE's vector env)."""
+    stepping: str = "shared"
+    """Stepping backend of the PAAC loop: "shared" (:class:`~impl.rl.common.stepping.SharedVectorEnv`:
+    ``n_workers`` processes, any environment) or "ale-vector" (ALE's C++ vector env,
+    :mod:`impl.rl.common.ale_vector`: ``n_workers`` threads, Atari only)."""
+    channels_last: bool = False
+    """Keep the conv net's weights and frame batches channels-last (NHWC) in memory, oneDNN's
+    preferred layout on CPU; the arithmetic is the same up to summation order."""
+    compile: bool = False
+    """``torch.compile`` the network's forward (used by the inference and the update)."""
 
     PRESETS = {}  # env id -> overrides, filled below the class (a class attribute, not a field)
 
@@ -120,6 +137,16 @@ class A2CConfig:
             check_range(self, name, 0.0)
         check_range(self, "loss_scale", 0.0, low_open=True)
         check_range(self, "hidden", 1)
+        self.atari_options().validate()
+        if self.stepping not in STEPPING:
+            raise ConfigError("stepping", self.stepping, f"stepping must be one of {STEPPING}, got {self.stepping!r}")
+        for name in ("channels_last", "compile"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(name, getattr(self, name), f"{name} must be true or false, got {getattr(self, name)!r}")
+
+    def atari_options(self) -> AtariOptions:
+        """The Atari preprocessing these settings ask for (other fields at their defaults)."""
+        return AtariOptions(resize=self.resize, reset_stack=self.reset_stack)
 
     def lr_at(self, env_steps: int) -> float:
         """The learning rate after ``env_steps`` env steps: lr -> 0 linearly over lr_anneal_steps."""
@@ -188,18 +215,22 @@ class ActorCritic(nn.Module):
     """``obs -> (policy logits (batch, n_actions), value (batch,))`` over one shared body.
 
     uint8 frames are scaled to [0, 1] inside :meth:`forward`, so callers pass the frames as the
-    environment gives them (and rollouts store 1 byte per pixel).
+    environment gives them (and rollouts store 1 byte per pixel). With ``channels_last`` the
+    scaled frames are laid out NHWC before the convolutions (the weights are, by make_network).
     """
 
-    def __init__(self, body: nn.Module, features: int, n_actions: int, frames: bool):
+    def __init__(self, body: nn.Module, features: int, n_actions: int, frames: bool, channels_last: bool = False):
         super().__init__()
         self.body = body
         self.policy = nn.Linear(features, n_actions)
         self.value = nn.Linear(features, 1)
         self.frames = frames
+        self.channels_last = channels_last
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = obs.float() / 255.0 if self.frames else obs
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
         h = self.body(x)
         return self.policy(h), self.value(h).squeeze(-1)
 
@@ -220,7 +251,9 @@ def make_network(obs_space: gym.Space, action_space: gym.Space, cfg: A2CConfig) 
     if obs_space.dtype == np.uint8 and tuple(obs_space.shape) == FRAME_SHAPE:
         body = nn.Sequential(nn.Conv2d(4, 16, 8, stride=4), nn.ReLU(), nn.Conv2d(16, 32, 4, stride=2), nn.ReLU(),
                              nn.Flatten(), nn.Linear(32 * 9 * 9, 256), nn.ReLU())
-        return ActorCritic(body, 256, n_actions, frames=True)
+        net = ActorCritic(body, 256, n_actions, frames=True, channels_last=cfg.channels_last)
+        # the conv weights NHWC too (same values): oneDNN then skips the reorders around each conv
+        return net.to(memory_format=torch.channels_last) if cfg.channels_last else net
     if len(obs_space.shape) != 1:
         raise ConfigError("env", str(obs_space), f"A2C takes 1-D observations or uint8 {FRAME_SHAPE} frames, "
                                                  f"got shape {obs_space.shape} ({obs_space.dtype})")
@@ -345,6 +378,9 @@ class A2CLearner:
         self.cfg = cfg
         torch.manual_seed(seed)
         self.net = make_network(obs_space, action_space, cfg)
+        # what act, the update and the bootstrap values call: the module, or its compiled graph
+        # (the same parameters; a compiled graph is built per batch shape on first use)
+        self.forward = torch.compile(self.net) if cfg.compile else self.net
         rmsprop = TFRMSprop if cfg.rmsprop_tf else torch.optim.RMSprop
         self.optimizer = rmsprop(self.net.parameters(), lr=cfg.lr, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps)
         self.rng = np.random.default_rng(seed)
@@ -356,14 +392,14 @@ class A2CLearner:
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Sample one action per row of ``obs`` from the policy: ONE forward pass of the batch.
         Returns ``(actions int64 (n,), values float32 (n,))``."""
-        logits, values = self.net(torch.tensor(obs))  # a copy: the venv's views are read-only
+        logits, values = self.forward(torch.tensor(obs))  # a copy: the venv's views are read-only
         gumbel = self.rng.gumbel(size=logits.shape)  # argmax(logits + Gumbel noise) ~ softmax(logits)
         actions = (logits.numpy() + gumbel).argmax(axis=1)
         return actions.astype(np.int64), values.numpy()
 
     def _values(self, obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
-            return self.net(torch.tensor(obs))[1].numpy().astype(np.float64)
+            return self.forward(torch.tensor(obs))[1].numpy().astype(np.float64)
 
     def losses(self, rollout: Rollout) -> dict:
         """The loss and its parts (tensors; ``loss`` carries the graph)::
@@ -388,7 +424,7 @@ class A2CLearner:
                                  rollout.truncated & ~rollout.terminated, truncation_values)
 
         obs = torch.from_numpy(rollout.obs.reshape(t_max * n_envs, *rollout.obs.shape[2:]))
-        logits, values = self.net(obs)
+        logits, values = self.forward(obs)
         log_probs = F.log_softmax(logits, dim=1)
         returns_t = torch.from_numpy(returns.reshape(-1).astype(np.float32))
         advantages = returns_t - values.detach()
@@ -427,6 +463,20 @@ class A2CLearner:
         return {"loss": float(parts["loss"].detach()), "policy_loss": float(parts["policy_loss"]),
                 "value_loss": float(parts["value_loss"]), "entropy": float(parts["entropy"]),
                 "grad_norm": float(grad_norm), "lr": lr}
+
+    def state_dict(self) -> dict:
+        """Everything an update and an action draw depend on: the network, the optimizer's
+        state, the step counters, the action sampler's generator and torch's (for a checkpoint;
+        :meth:`load_state_dict` puts it back so that the next updates are bit for bit the same)."""
+        return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(), "env_steps": self.env_steps,
+                "updates": self.updates, "rng": self.rng.bit_generator.state, "torch_rng": torch.get_rng_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.net.load_state_dict(state["net"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.env_steps, self.updates = int(state["env_steps"]), int(state["updates"])
+        self.rng.bit_generator.state = state["rng"]
+        torch.set_rng_state(state["torch_rng"])
 
     def modules(self) -> list[nn.Module]:
         return [self.net]

@@ -34,7 +34,7 @@ __all__ = ["ConfigError", "AlgoConfig", "check_range", "Actor", "Learner"]
 
 
 def _typed(name: str, hint, value):
-    """``value`` as the field's type ``hint`` (int, float, bool, tuple[int, ...] or X | None).
+    """``value`` as the field's type ``hint`` (int, float, bool, str, tuple[int, ...] or X | None).
 
     Integral floats are accepted for int fields (``1e3``), ints for float fields and a single
     int for a tuple (``--set hidden=64``); floats must be finite. Raises ConfigError otherwise.
@@ -61,6 +61,10 @@ def _typed(name: str, hint, value):
         if is_number and math.isfinite(value):
             return float(value)
         raise ConfigError(name, value, f"{name} must be a finite number, got {value!r}")
+    if hint is str:  # a name among choices: the config's validate checks which
+        if isinstance(value, str):
+            return value
+        raise ConfigError(name, value, f"{name} must be a string, got {value!r}")
     raise TypeError(f"field {name}: no rule for type {hint!r}")  # a config author's mistake
 
 

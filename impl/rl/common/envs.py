@@ -37,6 +37,7 @@ from collections import deque
 
 import gymnasium as gym
 import numpy as np
+from replaybench.impl.rl.common.atari import AtariOptions, resize_and_stack
 from replaybench.impl.rl.common.errors import ConfigError
 
 __all__ = ["THRESHOLDS", "WINDOW", "ATARI_PREFIX", "ACTION_KINDS", "make_env", "transition_fields", "EpisodeLog",
@@ -55,16 +56,21 @@ ATARI_FRAME_STACK = 4
 ACTION_KINDS = {"discrete": gym.spaces.Discrete, "continuous": gym.spaces.Box}
 
 
-def make_env(env_id: str, algo=None) -> gym.Env:
+def make_env(env_id: str, algo=None, atari: AtariOptions | None = None) -> gym.Env:
     """``gym.make(env_id)``, checked: the id exists and, given ``algo`` (an
     :class:`~impl.rl.algorithms.Algorithm`), the action space is of its ``action_kind``.
 
     Raises ConfigError (field "env") naming the id otherwise, with the environment closed.
-    Atari ids get the standard preprocessing and non-Box observations are flattened to float32
-    (module docstring). Seed it with the first ``reset(seed=...)`` (:meth:`EnvRunner.reset`).
+    Atari ids get the standard preprocessing with the choices of ``atari``
+    (:class:`~impl.rl.common.atari.AtariOptions`; default: gymnasium's; ignored for other
+    ids; a bad option raises ConfigError naming it before anything is made) and non-Box
+    observations are flattened to float32 (module docstring). Seed it with the first
+    ``reset(seed=...)`` (:meth:`EnvRunner.reset`).
     """
+    atari = AtariOptions() if atari is None else atari
+    atari.validate()
     try:
-        env = _make_atari(env_id) if env_id.startswith(ATARI_PREFIX) else gym.make(env_id)
+        env = _make_atari(env_id, atari) if env_id.startswith(ATARI_PREFIX) else gym.make(env_id)
     except (gym.error.Error, ImportError) as err:  # NameNotFound, DependencyNotInstalled, "module:Id" ...
         raise ConfigError("env", env_id, f"env {env_id!r} cannot be made: {err}") from None
     if not isinstance(env.observation_space, gym.spaces.Box):
@@ -77,8 +83,9 @@ def make_env(env_id: str, algo=None) -> gym.Env:
     return env
 
 
-def _make_atari(env_id: str) -> gym.Env:
-    """An ALE game with the preprocessing of the DQN and PAAC papers (see the module docstring).
+def _make_atari(env_id: str, opts: AtariOptions) -> gym.Env:
+    """An ALE game with the preprocessing of the DQN and PAAC papers (see the module docstring),
+    and ``opts``' choices where those codes differ (:mod:`impl.rl.common.atari`).
 
     The emulator runs every frame (``frameskip=1``) so that the wrapper can max-pool the last
     two of each 4 (Atari sprites flicker between frames); ``repeat_action_probability=0``
@@ -88,10 +95,15 @@ def _make_atari(env_id: str) -> gym.Env:
     import ale_py  # the `atari` extra; registers the ALE/ ids with gymnasium
 
     gym.register_envs(ale_py)
-    env = gym.make(env_id, frameskip=1, repeat_action_probability=0.0)
-    env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=ATARI_FRAME_SKIP, screen_size=84,
-                                          grayscale_obs=True, terminal_on_life_loss=False, scale_obs=False)
-    return gym.wrappers.FrameStackObservation(env, ATARI_FRAME_STACK)
+    env = gym.make(env_id, frameskip=1, repeat_action_probability=0.0, max_num_frames_per_episode=opts.max_frames)
+    # "nearest": AtariPreprocessing keeps the full screen (cv2.resize to the same size copies it)
+    # and NearestResize samples it; "area" is AtariPreprocessing's own INTER_AREA.
+    height, width = env.unwrapped.ale.getScreenDims()
+    screen = (int(width), int(height)) if opts.resize == "nearest" else 84  # cv2's (width, height)
+    env = gym.wrappers.AtariPreprocessing(env, noop_max=opts.noop_max, frame_skip=ATARI_FRAME_SKIP,
+                                          screen_size=screen, grayscale_obs=True, terminal_on_life_loss=False,
+                                          scale_obs=False)
+    return resize_and_stack(env, opts, ATARI_FRAME_STACK)
 
 
 def transition_fields(env: gym.Env) -> dict:

@@ -52,6 +52,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import pickle
 import select
 import signal
 import struct
@@ -154,7 +155,7 @@ def _step_range(envs: dict, lo: int, hi: int, a: dict, discrete: bool) -> None:
         a["ep_length"][ended] = 0
 
 
-def _worker(rank: int, env_id: str, seed: int, ranges: list, discrete: bool, block, layout: dict,
+def _worker(rank: int, env_id: str, atari, seed: int, ranges: list, discrete: bool, block, layout: dict,
             cmd_conn, done_conn, busy) -> None:
     """Worker process: make its envs, say ready, then serve commands until end-of-file."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the master's to handle; it closes us
@@ -163,7 +164,7 @@ def _worker(rank: int, env_id: str, seed: int, ranges: list, discrete: bool, blo
     try:
         for lo, hi in ranges:  # one range per part
             for i in range(lo, hi):
-                envs[i] = make_env(env_id)
+                envs[i] = make_env(env_id, atari=atari)
         a = _views(block, layout)
         os.write(done_fd, _OK)  # ready
         while True:
@@ -232,6 +233,8 @@ class SharedVectorEnv:
         every environment in this process (no processes; the same results).
     seed : int
         Environment ``i`` is reset with ``seed + i`` at the first :meth:`reset`.
+    atari : AtariOptions or None
+        Preprocessing choices of Atari ids (:mod:`impl.rl.common.atari`; None: the defaults).
     halves : bool
         Two parts that can be stepped independently (``part=0/1``); otherwise one.
     start_method : {"spawn", "forkserver"}
@@ -265,7 +268,7 @@ class SharedVectorEnv:
     """
 
     def __init__(self, env_id: str, n_envs: int, n_workers: int, *, seed: int, halves: bool = False,
-                 start_method: str = "spawn", timeout_s: float = 120.0, deadline: float | None = None):
+                 start_method: str = "spawn", timeout_s: float = 120.0, deadline: float | None = None, atari=None):
         self._closed = True  # until everything below exists (close() is safe meanwhile)
         for name, value, low in (("n_envs", n_envs, 1), ("n_workers", n_workers, 0), ("seed", seed, 0)):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
@@ -287,7 +290,7 @@ class SharedVectorEnv:
                                      or not math.isfinite(deadline)):
             raise ConfigError("deadline", deadline, f"deadline must be None or a time.monotonic() value, "
                                                     f"got {deadline!r}")
-        probe = make_env(env_id)  # ConfigError("env") for an id that cannot be made
+        probe = make_env(env_id, atari=atari)  # ConfigError("env") for an id that cannot be made
         try:
             obs_space, act_space = probe.observation_space, probe.action_space
         finally:
@@ -300,6 +303,7 @@ class SharedVectorEnv:
             raise ConfigError("env", env_id, f"env {env_id!r} has actions {act_space}: need Discrete or Box")
 
         self.env_id = env_id
+        self.atari = atari
         self.num_envs = int(n_envs)
         self.n_workers = int(n_workers)
         self.seed = int(seed)
@@ -323,7 +327,7 @@ class SharedVectorEnv:
         if self.n_workers == 0:
             self._block = bytearray(layout["nbytes"])
             self._busy = np.zeros(0)
-            self._envs = {i: make_env(env_id) for i in range(self.num_envs)}
+            self._envs = {i: make_env(env_id, atari=atari) for i in range(self.num_envs)}
             self._worker_parts = []
         else:
             self._start_workers(start_method, layout)
@@ -350,7 +354,7 @@ class SharedVectorEnv:
                 cmd_r, cmd_w = ctx.Pipe(duplex=False)
                 done_r, done_w = ctx.Pipe(duplex=False)
                 p = ctx.Process(target=_worker, name=f"stepping-{w}", daemon=True,
-                                args=(w, self.env_id, self.seed, self._worker_parts[w], self._discrete, self._block,
+                                args=(w, self.env_id, self.atari, self.seed, self._worker_parts[w], self._discrete, self._block,
                                       layout, cmd_r, done_w, busy))
                 self._cmd.append(cmd_w)
                 self._done.append(done_r)
@@ -527,6 +531,35 @@ class SharedVectorEnv:
             self._episodes.append((i, float(a["final_return"][i]), int(a["final_length"][i])))
         return (self._readonly(a["obs"][sl]), self._readonly(a["rewards"][sl]),
                 self._readonly(a["terminated"][sl]), self._readonly(a["truncated"][sl]))
+
+    def env_state(self) -> bytes | None:
+        """The environments' whole state for a checkpoint (:mod:`impl.rl.common.checkpoint`):
+        with ``n_workers=0`` the pickled envs (ALE emulators cloned) and the shared arrays
+        (observations, running returns); None with worker processes (their envs stay there).
+        Not while a step is in flight."""
+        if self.n_workers or self._in_flight or not self._was_reset:
+            return None
+        from replaybench.impl.rl.common.checkpoint import pickle_envs
+
+        return pickle.dumps((pickle_envs(self._envs), bytes(self._block)))
+
+    def restore_env_state(self, state: bytes) -> np.ndarray:
+        """Put back what :meth:`env_state` returned (``n_workers=0`` only; the envs it made are
+        closed); returns the observations to act on, as :meth:`reset` does."""
+        from replaybench.impl.rl.common.checkpoint import unpickle_envs
+
+        if self.n_workers:
+            raise RuntimeError("restore_env_state needs n_workers=0: worker processes keep their own envs")
+        envs_blob, block = pickle.loads(state)
+        for env in self._envs.values():
+            env.close()
+        self._envs = unpickle_envs(envs_blob)
+        self._finalizer.detach()  # the new envs must be the ones closed at the end
+        self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._cmd, self._done, self._envs)
+        self._block[:] = block
+        self._was_reset = True
+        self._episodes.clear()
+        return self._readonly(self._a["obs"])
 
     @property
     def final_obs(self) -> np.ndarray:

@@ -16,6 +16,12 @@ through :meth:`TrainConfig.algo_config`); the processes and the shared memory ar
 ``TrainConfig(algo="a2c", ...)``; its replay fields (buffer, policy, actors, learners,
 insert_batch, weight_sync_every) do not apply.
 
+Stepping backends (``A2CConfig.stepping``): "shared", the SharedVectorEnv above (any
+environment, halves); "ale-vector", ALE's C++ vector env (:mod:`impl.rl.common.ale_vector`:
+Atari only, ``max(1, n_workers)`` threads in this process, no halves, INTER_AREA resize only,
+no ``reset_stack="noop"``). Atari preprocessing follows ``A2CConfig.resize`` and
+``reset_stack`` (:mod:`impl.rl.common.atari`).
+
 Counting: ``cfg.steps`` is rounded up to whole rollouts (``n_envs * t_max`` env steps each).
 An episode is logged when the rollout it ended in is done (its env steps and wall time are
 those of that rollout's end: at most one rollout late). Seeds: environment ``i`` starts from
@@ -30,12 +36,15 @@ process has exited; Ctrl-C or a timeout closes the workers on the way out.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import TYPE_CHECKING
 
 import torch
 from replaybench.impl.machine import usable_cores
 from replaybench.impl.rl.algorithms.a2c import A2CConfig, A2CLearner, check_env, collect
+from replaybench.impl.rl.common import checkpoint
+from replaybench.impl.rl.common.ale_vector import AleVectorEnv, ale_game, check_options
 from replaybench.impl.rl.common.envs import EpisodeLog
 from replaybench.impl.rl.common.errors import ConfigError
 from replaybench.impl.rl.common.processes import PROGRESS_EVERY_S
@@ -63,7 +72,34 @@ def check(cfg: TrainConfig, acfg: A2CConfig) -> None:
         raise ConfigError("algo", cfg.algo, f"the PAAC loop runs algo 'a2c', got {cfg.algo!r}")
     if cfg.fail is not None:
         raise ConfigError("fail", cfg.fail, "the PAAC loop has no failure hook (test a failing environment instead)")
+    if acfg.stepping == "ale-vector":
+        ale_game(cfg.env)
+        check_options(acfg.atari_options())
+        if acfg.halves:
+            raise ConfigError("halves", acfg.halves, "stepping 'ale-vector' steps every env per call: halves must be false")
     check_env(cfg.env, acfg)
+
+
+#: A2C fields that choose only how fast a run goes: a checkpoint resumes under other values.
+_SPEED_FIELDS = ("n_workers", "halves", "stepping", "channels_last", "compile")
+
+
+def _run_identity(cfg: TrainConfig, acfg: A2CConfig) -> dict:
+    """What a checkpoint and the run resuming it must share."""
+    settings = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(acfg).items()
+                if k not in _SPEED_FIELDS}
+    return {"algo": cfg.algo, "env": cfg.env, "seed": cfg.seed, "a2c": settings}
+
+
+def _open_stepping(cfg: TrainConfig, acfg: A2CConfig, n_workers: int, seed: int, deadline: float | None):
+    """The stepping backend ``acfg.stepping`` names: SharedVectorEnv over ``n_workers`` processes
+    (ending every wait on them at ``deadline``), or ALE's vector env on ``max(1, n_workers)``
+    threads of this process (one C++ call per step: the run's deadline is checked between
+    updates only)."""
+    if acfg.stepping == "ale-vector":
+        return AleVectorEnv(cfg.env, acfg.n_envs, max(1, n_workers), seed=seed, atari=acfg.atari_options())
+    return SharedVectorEnv(cfg.env, acfg.n_envs, n_workers, seed=seed, halves=acfg.halves, atari=acfg.atari_options(),
+                           start_method=cfg.start_method, timeout_s=cfg.timeout_s or 120.0, deadline=deadline)
 
 
 def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
@@ -75,6 +111,12 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
     (at least one thread).
     ``progress(env_steps, updates, recent_mean_return, episodes)`` (see :func:`~impl.rl.train`) is
     called about every 0.25 s.
+    Checkpoints (:mod:`impl.rl.common.checkpoint`): with ``cfg.checkpoint`` the run's state is
+    saved there every ``cfg.checkpoint_every`` env steps (at the first rollout boundary past
+    each multiple) and at its end; with ``cfg.resume`` it starts from such a file and runs to
+    ``cfg.steps`` in all: ``env_steps``, ``updates``, ``episodes`` and ``wall_s`` count the
+    whole run, the profiles this process's part. Bit for bit with ``n_workers=0`` (the envs'
+    state is in the checkpoint), fresh episodes otherwise.
     Raises ConfigError before any process starts (:func:`validate`), WorkerFailed when a
     stepping worker fails, TimeoutError past ``cfg.timeout_s`` counted from the call (after
     :func:`validate`): the stepping checks it before every env step and ends every wait on the
@@ -91,19 +133,39 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
     log = EpisodeLog(cfg.resolved_threshold(), cfg.window)
     prof = SectionProfiler()
     sgd = prof.section("sgd")
+    ckpt = None
+    if cfg.resume is not None:
+        ckpt = checkpoint.load(cfg.resume)
+        checkpoint.check_compatible(ckpt, _run_identity(cfg, acfg), cfg.resume)
+    # envs come back bit for bit only from in-process stepping; otherwise fresh episodes, seeded
+    # apart from the run's first ones
+    restore_envs = ckpt is not None and ckpt["envs"] is not None and n_workers == 0 and acfg.stepping == "shared"
+    env_seed = seeds.actor(0).env + (ckpt["steps"] if ckpt is not None and not restore_envs else 0)
     threads_before = torch.get_num_threads()
     deadline = None if cfg.timeout_s is None else time.monotonic() + cfg.timeout_s
     steps = 0
     try:
-        with SharedVectorEnv(cfg.env, acfg.n_envs, n_workers, seed=seeds.actor(0).env, halves=acfg.halves,
-                             start_method=cfg.start_method, timeout_s=cfg.timeout_s or 120.0,
-                             deadline=deadline) as venv:
+        with _open_stepping(cfg, acfg, n_workers, env_seed, deadline) as venv:
             learner = A2CLearner(venv.single_observation_space, venv.single_action_space, acfg, seeds.networks)
-            obs = venv.reset()
+            steps, wall0 = 0, 0.0
+            if ckpt is not None:
+                learner.load_state_dict(ckpt["learner"])
+                steps, wall0 = int(ckpt["steps"]), float(ckpt["wall_s"])
+                for row in ckpt["episodes"]:
+                    log.record(*row)
+            obs = venv.restore_env_state(ckpt["envs"]) if restore_envs else venv.reset()
             busy0 = venv.worker_busy_s
-            t0 = time.perf_counter()
+            t0 = time.perf_counter() - wall0  # now - t0: wall seconds since the run's first start
             prof.restart()
-            next_report, steps = t0, 0
+            next_report = t0
+            next_ckpt = steps + cfg.checkpoint_every if cfg.checkpoint_every else None
+
+            def save_checkpoint():
+                checkpoint.save(cfg.checkpoint, {
+                    "run": _run_identity(cfg, acfg), "steps": steps, "wall_s": time.perf_counter() - t0,
+                    "episodes": list(log.episodes), "learner": learner.state_dict(),
+                    "envs": venv.env_state() if acfg.stepping == "shared" else None})
+
             while steps < cfg.steps:
                 torch.set_num_threads(act_threads)
                 rollout, obs = collect(venv, learner, obs, acfg.t_max, prof)
@@ -120,8 +182,13 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
                         progress(steps, learner.updates, log.recent_mean(), log.episodes)
                 if deadline is not None and time.monotonic() >= deadline:  # after the update
                     raise TimeoutError("the run's time limit passed after an update")
+                if next_ckpt is not None and steps >= next_ckpt:
+                    save_checkpoint()
+                    next_ckpt = steps + cfg.checkpoint_every
                 if cfg.stop_at_threshold and log.reached:
                     break
+            if cfg.checkpoint is not None:
+                save_checkpoint()
             wall = time.perf_counter() - t0
             busy = venv.worker_busy_s - busy0
             pids, envs_per_worker = venv.worker_pids, venv.envs_per_worker
@@ -133,9 +200,9 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
     if progress is not None:
         progress(steps, learner.updates, log.recent_mean(), log.episodes)
 
-    profiles = {"paac": prof.breakdown(wall)}
+    profiles = {"paac": prof.breakdown(wall - wall0)}  # this process's part of a resumed run
     processes = {"paac": 1}
-    if n_workers:
+    if n_workers and acfg.stepping == "shared":
         # the stepping processes: stepping their envs, else waiting for the master (its inference and update)
         profiles["stepping"] = {"env_step": float(busy.sum()), "inference": 0.0, "replay": 0.0, "sgd": 0.0,
                                 "wait": max(0.0, n_workers * wall - float(busy.sum())), "other": 0.0}

@@ -1,0 +1,76 @@
+"""Checkpoints of a PAAC run: what a stopped run needs to go on as if it had not stopped.
+
+A checkpoint is one file written at a rollout boundary (after an update, every episode of the
+finished rollouts logged), atomically: written to ``<path>.tmp`` and renamed, so a run killed
+while writing leaves the previous checkpoint whole. It holds (:func:`save`, a ``torch.save``
+dict):
+
+- ``run``: the fields of the run that must agree to resume it (algo, env, seed, the algorithm
+  config); :func:`check_compatible` refuses a checkpoint of another run;
+- ``steps``, ``wall_s``: env steps and wall seconds of the run so far;
+- ``episodes``: the episode log's ``(env_steps, wall_s, return)`` rows;
+- ``learner``: :meth:`A2CLearner.state_dict` (network, optimizer, step counters, the action
+  sampler's numpy generator, torch's generator);
+- ``envs``: the environments' state (:func:`pickle_envs`), or None where the stepping backend
+  cannot hand it over (worker processes, ALE's vector env): a resumed run then starts fresh
+  episodes, seeded from ``seed + steps`` so they differ from the first ones, and continues in
+  law but not bit for bit.
+
+Bit for bit: with in-process stepping (``n_workers=0``) the environments are pickled with
+their random generators; an ALE environment's emulator is not in its pickle, so its
+``clone_state(include_rng=True)`` goes with it and is restored. A resumed run then makes the
+same transitions, actions and updates as the run that never stopped (tested on CartPole).
+Cost: one pickle of the envs and one ``torch.save`` of the network and optimizer per checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import torch
+from replaybench.impl.rl.common.errors import ConfigError
+
+__all__ = ["save", "load", "check_compatible", "pickle_envs", "unpickle_envs"]
+
+
+def save(path: str | os.PathLike, state: dict) -> None:
+    """Write ``state`` to ``path`` atomically (a temporary file renamed over it)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def load(path: str | os.PathLike) -> dict:
+    """The checkpoint at ``path``; ConfigError (field "resume") when it is missing or unreadable."""
+    try:
+        # weights_only=False: the checkpoint holds numpy generator states and pickled envs; load
+        # only checkpoints this project wrote (a pickle runs code).
+        return torch.load(path, weights_only=False)
+    except (OSError, pickle.UnpicklingError, EOFError, RuntimeError) as err:
+        raise ConfigError("resume", str(path), f"resume: cannot read checkpoint {str(path)!r}: {err}") from None
+
+
+def check_compatible(ckpt: dict, run: dict, path) -> None:
+    """ConfigError (field "resume") naming the first field where ``ckpt``'s run and ``run`` differ."""
+    for key, value in run.items():
+        if ckpt["run"].get(key) != value:
+            raise ConfigError("resume", str(path), f"resume: checkpoint {str(path)!r} is of a run with {key}="
+                                                   f"{ckpt['run'].get(key)!r}, this run has {key}={value!r}")
+
+
+def pickle_envs(envs: dict) -> bytes:
+    """``{index: env}`` with each ALE emulator's full state (``clone_state(include_rng=True)``)."""
+    emulators = {i: env.unwrapped.clone_state(include_rng=True) for i, env in envs.items()
+                 if hasattr(env.unwrapped, "clone_state")}
+    return pickle.dumps((envs, emulators))
+
+
+def unpickle_envs(blob: bytes) -> dict:
+    """The environments of :func:`pickle_envs`, emulators restored."""
+    envs, emulators = pickle.loads(blob)
+    for i, state in emulators.items():
+        envs[i].unwrapped.restore_state(state)
+    return envs

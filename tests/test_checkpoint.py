@@ -1,0 +1,78 @@
+"""Checkpoint and resume of PAAC runs (impl.rl.common.checkpoint, TrainConfig.checkpoint /
+checkpoint_every / resume): a stopped run goes on as if it had not stopped."""
+
+from __future__ import annotations
+
+import pytest
+from replaybench.impl.rl import ConfigError, TrainConfig, train
+
+SMALL = {"n_envs": 4, "n_workers": 0, "t_max": 5, "hidden": [16, 16]}  # 20 env steps per update
+
+
+def run(steps, **kwargs):
+    overrides = {**SMALL, **kwargs.pop("overrides", {})}
+    return train(TrainConfig(algo="a2c", env="CartPole-v1", steps=steps, seed=3, overrides=overrides, **kwargs))
+
+
+def test_a_resumed_run_ends_bit_for_bit_where_the_uninterrupted_one_does(tmp_path):
+    whole = run(240)
+    path = str(tmp_path / "run.ckpt")
+    first = run(120, checkpoint=path)
+    assert first.env_steps == 120 and (tmp_path / "run.ckpt").exists() and not (tmp_path / "run.ckpt.tmp").exists()
+    rest = run(240, resume=path)
+    assert rest.env_steps == 240 and rest.updates == whole.updates == 12
+    assert rest.learner_digests == whole.learner_digests
+    assert [(s, r) for s, _, r in rest.episodes] == [(s, r) for s, _, r in whole.episodes]
+    assert len(whole.episodes) > len(first.episodes) > 0  # episodes before and after the stop
+    assert rest.wall_s >= first.wall_s  # the wall clock goes on from the checkpoint's
+
+
+def test_an_interrupted_run_resumes_from_its_last_periodic_checkpoint(tmp_path):
+    whole = run(240)
+    path = str(tmp_path / "run.ckpt")
+
+    def interrupt(steps, updates, recent):
+        if steps >= 180:
+            raise KeyboardInterrupt
+
+    cfg = TrainConfig(algo="a2c", env="CartPole-v1", steps=240, seed=3, overrides=SMALL, checkpoint=path,
+                      checkpoint_every=60)
+    import replaybench.impl.rl.engines.paac as paac
+
+    old, paac.PROGRESS_EVERY_S = paac.PROGRESS_EVERY_S, 0.0  # report after every rollout
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train(cfg, progress=interrupt)
+    finally:
+        paac.PROGRESS_EVERY_S = old
+    from replaybench.impl.rl.common import checkpoint
+
+    assert checkpoint.load(path)["steps"] == 120  # every 60 steps; stopped at 180 before its own
+    assert run(240, resume=path).learner_digests == whole.learner_digests
+
+
+@pytest.mark.slow  # starts worker processes twice
+def test_a_resume_with_worker_processes_goes_on_in_law(tmp_path):
+    path = str(tmp_path / "run.ckpt")
+    first = run(200, checkpoint=path, overrides={"n_workers": 1})
+    rest = run(400, resume=path, overrides={"n_workers": 1}, start_method="spawn")
+    # the learner's state carried over (counters, episodes so far); the envs start new episodes
+    assert rest.env_steps == 400 and rest.updates == 20
+    assert rest.episodes[: len(first.episodes)] == first.episodes
+
+
+def test_bad_checkpoint_settings_are_refused_before_anything_runs(tmp_path):
+    path = str(tmp_path / "run.ckpt")
+    for kwargs, field in (({"checkpoint_every": 100}, "checkpoint_every"), ({"checkpoint_every": -1}, "checkpoint_every"),
+                          ({"resume": str(tmp_path / "none.ckpt")}, "resume"), ({"checkpoint": ""}, "checkpoint")):
+        with pytest.raises(ConfigError) as err:
+            run(100, **kwargs)
+        assert err.value.field == field
+    assert not (tmp_path / "run.ckpt").exists()
+    with pytest.raises(ConfigError) as err:
+        train(TrainConfig(algo="dqn", env="CartPole-v1", steps=100, checkpoint=path))
+    assert err.value.field == "checkpoint"
+    run(100, checkpoint=path)
+    with pytest.raises(ConfigError, match="t_max") as err:  # a checkpoint of another run
+        run(200, resume=path, overrides={"t_max": 4})
+    assert err.value.field == "resume"
