@@ -15,9 +15,10 @@ import numpy as np
 
 from replaybench.impl import registry
 from replaybench.impl.buffers import check_buffer_params
-from replaybench.impl.trees.base import SumTree, as_indices
+from replaybench.impl.trees.base import SumTree, as_indices, check_real
 
-__all__ = ["FRAMEWORKS", "availability", "require", "sampler_params", "PriorityIndex", "DEFAULT_VARIANT"]
+__all__ = ["FRAMEWORKS", "availability", "require", "sampler_params", "real_array", "PriorityIndex",
+           "DEFAULT_VARIANT"]
 
 #: Adapter module -> (the framework's import name, its distribution, the extra that installs it).
 FRAMEWORKS = {"sb3": ("stable_baselines3", "stable-baselines3", "sb3"),
@@ -56,6 +57,21 @@ def sampler_params(checked: dict) -> dict:
     """Checked sampler parameters as a variant factory takes them: ``stratified`` only when
     True, since the uniform baseline accepts (and ignores) alpha, beta and eps but not it."""
     return {k: v for k, v in checked.items() if k != "stratified" or v}
+
+
+def real_array(values, name: str) -> np.ndarray:
+    """``values`` (a NumPy array, a sequence, a number, or a torch tensor on any device) as a
+    NumPy array of real numbers, or a TypeError naming ``name`` and the first entry that is not
+    one (a string, a complex number, None). What the frameworks hand an adapter as priorities
+    (TD errors) goes through here before any arithmetic, so a complex TD error is refused
+    rather than turned into its modulus by ``abs``. No copy for a CPU tensor or an array.
+    """
+    if hasattr(values, "detach") and hasattr(values, "cpu"):  # a torch tensor (torch is not imported here)
+        values = values.detach().cpu()
+        if str(values.dtype) == "torch.bfloat16":  # no NumPy dtype holds it: widen, exactly
+            values = values.float()
+        values = values.numpy()
+    return check_real(np.asarray(values), name)
 
 
 class PriorityIndex:
@@ -109,13 +125,21 @@ class PriorityIndex:
         pmax = self.tree.update(slots, priorities, n_valid=n_valid, eps=self.eps, alpha=self.alpha)
         self.max_priority = max(self.max_priority, pmax)
 
-    def sample(self, n: int, beta=None) -> tuple[np.ndarray, np.ndarray]:
+    def sample(self, n: int, beta=None, *, n_valid: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``n`` slots drawn with probability ``p_i / total`` and their weights
-        ``(p_i / p_min) ** -beta`` (float32: 1 for the smallest stored priority)."""
+        ``(p_i / p_min) ** -beta`` (float32: 1 for the smallest stored priority).
+
+        ``n_valid`` (the storage's length, which the framework owns) lets the error for a
+        total of 0 say which case it is: nothing stored, or every stored priority 0 (possible
+        with ``eps=0`` and zero TD errors)."""
         if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
             raise ValueError(f"batch_size must be a positive integer, got {n!r}")
+        if n_valid == 0:
+            raise ValueError(f"cannot sample batch_size={n} from an empty buffer: add transitions first")
         if not self.tree.total() > 0:
-            raise ValueError("cannot sample from an empty buffer: add transitions first")
+            stored = "nothing is stored or all stored" if n_valid is None else f"all {n_valid} stored"
+            raise ValueError(f"cannot sample batch_size={n}: {stored} priorities are 0 (eps={self.eps!r}, so a "
+                             f"zero TD error gives priority 0); set some priority above 0 or use eps > 0")
         beta = self.beta if beta is None else check_buffer_params(alpha=self.alpha, beta=beta, eps=self.eps,
                                                                   stratified=False)["beta"]
         idx, prio = self.tree.sample(int(n), self.rng, self.stratified)

@@ -21,8 +21,10 @@ weights ``(p_i / p_min) ** -beta`` with ``p_min`` the smallest stored priority, 
   ``mark_update`` passes its ``default_priority``, already ``(max + eps) ** alpha``, through
   ``update_priority``, which raises it to alpha again: its new transitions get ``p_max **
   alpha``, less than ``p_max`` once a priority above 1 was set.
-- Bad input (a NaN, inf or negative priority, an index outside the storage, an empty storage,
-  a multi-dimensional storage) raises an error naming it and changes nothing.
+- Bad input (a NaN, inf, negative, complex or string priority, an index outside the storage,
+  an empty storage, a multi-dimensional storage) raises an error naming it and changes
+  nothing; ``loads`` and ``load_state_dict`` are all or nothing (a corrupt folder leaves the
+  sampler as it was; TorchRL's sets alpha, beta and eps before it checks the capacity).
 - Draws come from this sampler's NumPy generator, seeded from torch's global generator when
   the sampler is made (so ``torch.manual_seed`` makes runs repeatable), or from the buffer's
   ``generator`` when it has one.
@@ -33,7 +35,7 @@ weights ``(p_i / p_min) ** -beta`` with ``p_min`` the smallest stored priority, 
 
 from __future__ import annotations
 
-from replaybench.adapters._core import DEFAULT_VARIANT, PriorityIndex, require
+from replaybench.adapters._core import DEFAULT_VARIANT, PriorityIndex, real_array, require
 
 require("torchrl")
 
@@ -84,9 +86,12 @@ class PrioritizedSampler(_TorchRLPrioritizedSampler):
 
     def _init(self) -> None:  # called by TorchRL's __init__ and _empty: a fresh, empty tree
         seed = int(torch.randint(0, 2**62, (1,)).item())
-        self._index = PriorityIndex(self._variant, self._max_capacity, alpha=self._alpha, beta=self._beta,
-                                    eps=self._eps, stratified=self._stratified, seed=seed, **self._variant_params)
+        self._index = self._new_index(self._alpha, self._beta, self._eps, seed)
         self._max_priority = None
+
+    def _new_index(self, alpha, beta, eps, seed) -> PriorityIndex:
+        return PriorityIndex(self._variant, self._max_capacity, alpha=alpha, beta=beta, eps=eps,
+                             stratified=self._stratified, seed=seed, **self._variant_params)
 
     @property
     def device(self) -> torch.device:
@@ -125,7 +130,7 @@ class PrioritizedSampler(_TorchRLPrioritizedSampler):
         if self._rng is not None and self._rng is not self._seeded_by:
             self._index.rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=self._rng).item()))
             self._seeded_by = self._rng
-        idx, weights = self._index.sample(batch_size)
+        idx, weights = self._index.sample(batch_size, n_valid=len(storage))
         return torch.from_numpy(idx), {"priority_weight": torch.from_numpy(weights)}
 
     def add(self, index) -> None:  # new data is marked by the writer's mark_update
@@ -159,7 +164,7 @@ class PrioritizedSampler(_TorchRLPrioritizedSampler):
         if idx.ndim > 1:
             raise ValueError(f"index must be 1-D (a 1-dimensional storage), got shape {idx.shape}")
         idx = idx.reshape(-1)
-        prio = priority.detach().cpu().numpy() if isinstance(priority, torch.Tensor) else np.asarray(priority)
+        prio = real_array(priority, "priority")
         prio = np.broadcast_to(prio, idx.shape) if prio.size == 1 else prio.reshape(-1)
         return idx, prio
 
@@ -167,8 +172,17 @@ class PrioritizedSampler(_TorchRLPrioritizedSampler):
         return {"_alpha": self._alpha, "_beta": self._beta, "_eps": self._eps, "_index": self._index}
 
     def load_state_dict(self, state_dict: dict) -> None:
+        """Take what :meth:`state_dict` gave: all or nothing (a missing key or an index of
+        another capacity raises ValueError and changes nothing)."""
+        missing = sorted({"_alpha", "_beta", "_eps", "_index"} - set(state_dict))
+        if missing:
+            raise ValueError(f"state_dict lacks {missing}: not a state_dict of this sampler")
+        index = state_dict["_index"]
+        if not isinstance(index, PriorityIndex) or index.capacity != self._max_capacity:
+            raise ValueError(f"state_dict['_index'] must be a PriorityIndex of capacity {self._max_capacity}, "
+                             f"got {index!r}")
         self._alpha, self._beta, self._eps = state_dict["_alpha"], state_dict["_beta"], state_dict["_eps"]
-        self._index = state_dict["_index"]
+        self._index = index
 
     def dumps(self, path) -> None:
         """Write the leaf priorities (``priorities.npy``) and parameters (JSON) into folder ``path``."""
@@ -181,14 +195,48 @@ class PrioritizedSampler(_TorchRLPrioritizedSampler):
         (path / "sampler_metadata.json").write_text(json.dumps(meta))
 
     def loads(self, path) -> None:
-        """Read what :meth:`dumps` wrote (the same capacity and variant are required)."""
+        """Read what :meth:`dumps` wrote into folder ``path`` (the same capacity and variant
+        are required): all or nothing.
+
+        Both files are read and checked (the metadata's keys and values, the priorities'
+        shape and values) and a new tree is filled before this sampler changes; a missing,
+        truncated or corrupt file raises ValueError naming the file and what is wrong, and
+        the sampler keeps its priorities and parameters. The sampler's generator is kept.
+        Cost O(capacity D).
+        """
         path = Path(path).absolute()
-        meta = json.loads((path / "sampler_metadata.json").read_text())
+        meta_file, prio_file = path / "sampler_metadata.json", path / "priorities.npy"
+        try:
+            meta = json.loads(meta_file.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"{meta_file}: cannot read the sampler's metadata ({type(err).__name__}: {err})") from err
+        keys = {"alpha", "beta", "eps", "max_priority", "max_capacity", "variant"}
+        if not isinstance(meta, dict) or not keys <= meta.keys():
+            got = sorted(meta) if isinstance(meta, dict) else type(meta).__name__
+            raise ValueError(f"{meta_file}: the metadata must hold {sorted(keys)}, got {got}")
         if meta["max_capacity"] != self._max_capacity or meta["variant"] != self._variant:
-            raise ValueError(f"{path}: written by a sampler of capacity {meta['max_capacity']} and variant "
+            raise ValueError(f"{path}: written by a sampler of capacity {meta['max_capacity']!r} and variant "
                              f"{meta['variant']!r}; this one has {self._max_capacity} and {self._variant!r}")
-        self._alpha, self._beta, self._eps = meta["alpha"], meta["beta"], meta["eps"]
-        self._init()
-        leaves = np.load(path / "priorities.npy")
-        self._index.tree.update(np.arange(leaves.size), leaves, eps=0.0, alpha=1.0)
-        self._index.max_priority = meta["max_priority"]
+        try:
+            params = check_buffer_params(alpha=meta["alpha"], beta=meta["beta"], eps=meta["eps"], stratified=False)
+        except ValueError as err:
+            raise ValueError(f"{meta_file}: {err}") from err
+        max_p = meta["max_priority"]
+        if isinstance(max_p, bool) or not isinstance(max_p, (int, float)) or not 0 < max_p < float("inf"):
+            raise ValueError(f"{meta_file}: max_priority must be a finite number > 0, got {max_p!r}")
+        try:
+            leaves = np.load(prio_file, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as err:
+            raise ValueError(f"{prio_file}: cannot read the priorities ({type(err).__name__}: {err})") from err
+        if leaves.shape != (self._max_capacity,) or leaves.dtype.kind not in "fiu":
+            raise ValueError(f"{prio_file}: the priorities must be {self._max_capacity} numbers, got shape "
+                             f"{leaves.shape} of dtype {leaves.dtype}")
+        index = self._new_index(params["alpha"], params["beta"], params["eps"], seed=None)
+        try:  # validates every leaf (finite, >= 0, not too large for the tree)
+            index.tree.update(np.arange(leaves.size), leaves, eps=0.0, alpha=1.0)
+        except ValueError as err:
+            raise ValueError(f"{prio_file}: {err}") from err
+        index.max_priority, index.rng = float(max_p), self._index.rng
+        # Everything is read and checked: only now does this sampler change.
+        self._alpha, self._beta, self._eps = params["alpha"], params["beta"], params["eps"]
+        self._index = index

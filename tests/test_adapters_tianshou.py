@@ -264,3 +264,34 @@ def test_tianshou_dqn_with_a_vector_env_collector_runs_with_the_vector_buffer():
         torch.set_num_threads(threads)
     assert buf.maxsize == 300 and len(buf) == 300 and list(buf._lengths) == [100] * ENVS
     assert len(np.unique(buf.priorities.tree.leaves())) > 20     # |TD error| written back by the algorithm
+
+
+def test_string_and_complex_td_errors_are_named_and_change_nothing(no_prev_next_warm_up):
+    single, vector = both()[0], both_vector()[0]
+    for i in range(3):
+        single.add(transition(i))
+    vector.add(rows(0, [0]), buffer_ids=[0])
+    for ours in (single, vector):
+        before = ours.priorities.tree.leaves().copy()
+        for bad, shown in ((np.array(["1.0"]), r"new_weight\[0\] = '1\.0'"),
+                           (np.array([3 + 4j]), r"new_weight\[0\] = \(3\+4j\)"),
+                           (torch.tensor([1j]), r"new_weight\[0\] = 1j")):
+            with pytest.raises(TypeError, match=rf"new_weight must be numbers, got dtype \S+: {shown} is not a real"):
+                ours.update_weight(np.array([0]), bad)
+        assert np.array_equal(ours.priorities.tree.leaves(), before)
+
+
+def test_an_empty_buffer_an_empty_batch_and_all_zero_priorities_are_named():
+    ours = PrioritizedReplayBuffer(SIZE, 0.6, 0.4, eps=0.0)
+    with pytest.raises(ValueError, match=r"cannot sample batch_size=4 from an empty buffer"):
+        ours.sample(4)
+    with pytest.raises(IndexError, match="cannot index an empty buffer"):
+        ours.sample(0)                                     # Tianshou's "every stored transition": none
+    for i in range(3):
+        ours.add(transition(i))
+    batch = ours[np.array([], dtype=np.int64)]             # an empty sample: no maximum to normalise by
+    assert len(batch) == 0 and batch.weight.shape == (0,)
+    ours.update_weight(np.arange(3), np.zeros(3))          # zero TD errors with eps=0: every priority 0
+    with pytest.raises(ValueError, match=r"all 3 stored priorities are 0 \(eps=0\.0") as err:
+        ours.sample(4)
+    assert "empty" not in str(err.value)

@@ -4,6 +4,9 @@ priority key and a wrap-around, so the same probabilities (chi-square on our dra
 same globally normalised weights; a DQN loop with TorchRL's DQNLoss runs with it; bad input
 gets our errors."""
 
+import json
+import shutil
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -163,3 +166,69 @@ def test_a_dqn_loop_with_torchrl_dqnloss_runs_with_it():
         torch.set_num_threads(threads)
     assert len(rb) == 300
     assert len(np.unique(rb._sampler._index.tree.leaves()[:300])) > 20   # TD errors written back
+
+
+def test_string_and_complex_priorities_are_named_and_all_zero_priorities_are_not_an_empty_buffer():
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(SIZE), priority_key="td_error",
+                                sampler=PrioritizedSampler(SIZE, 0.6, 0.4, eps=0.0))
+    rb.extend(data(0, 3))
+    before = leaves(rb).copy()
+    for bad, shown in ((torch.tensor([1.0, 2 + 1j]), r"priority\[1\] = \(2\+1j\)"),
+                       (np.array(["1.0", "2.0"]), r"priority\[0\] = '1\.0'")):
+        with pytest.raises(TypeError, match=rf"priority must be numbers, got dtype \S+: {shown} is not a real"):
+            rb._sampler.update_priority(torch.tensor([0, 1]), bad)
+    assert np.array_equal(leaves(rb), before)
+    rb.update_priority(torch.arange(3), torch.zeros(3))    # zero TD errors with eps=0: every priority 0
+    with pytest.raises(ValueError, match=r"all 3 stored priorities are 0 \(eps=0\.0") as err:
+        rb.sample(4)
+    assert "empty" not in str(err.value)
+
+
+def corruptions(folder):
+    """Ways a dumped sampler folder can be damaged, each a function that damages it."""
+    meta = folder / "sampler_metadata.json"
+    prio = folder / "priorities.npy"
+
+    def edit_meta(**changes):
+        return lambda: meta.write_text(json.dumps({**json.loads(meta.read_text()), **changes}))
+
+    def drop_meta_key():
+        m = json.loads(meta.read_text())
+        del m["max_priority"]
+        meta.write_text(json.dumps(m))
+
+    def save_prio(values):
+        return lambda: np.save(prio, values)
+
+    return {"truncated priorities": lambda: prio.write_bytes(prio.read_bytes()[:40]),
+            "nan priority": save_prio(np.r_[np.ones(SIZE - 1), np.nan]),
+            "negative priority": save_prio(np.r_[-np.ones(1), np.ones(SIZE - 1)]),
+            "short priorities": save_prio(np.ones(SIZE - 2)),
+            "missing priorities": prio.unlink,
+            "metadata not json": lambda: meta.write_text("{"),
+            "metadata without max_priority": drop_meta_key,
+            "alpha nan": edit_meta(alpha=float("nan")),
+            "beta 3": edit_meta(beta=3.0),
+            "max_priority a string": edit_meta(max_priority="big")}
+
+
+def test_loads_is_all_or_nothing_a_corrupt_folder_leaves_the_sampler_as_it_was(tmp_path):
+    source, _ = both()
+    drive([source])
+    source.update_priority(torch.tensor([3]), torch.tensor([9.0]))      # a max priority above 1
+    source._sampler.dumps(tmp_path / "good")      # the sampler's own folder (a buffer's dumps nests it)
+    target, _ = both(alpha=0.5, beta=0.7)
+    drive([target])
+    sampler = target._sampler
+    state = (leaves(target).copy(), sampler._index.max_priority, sampler.alpha, sampler.beta, sampler._eps)
+    for name in corruptions(tmp_path / "good"):
+        folder = tmp_path / name.replace(" ", "-")
+        shutil.copytree(tmp_path / "good", folder)
+        corruptions(folder)[name]()
+        with pytest.raises(ValueError, match=r"sampler_metadata\.json|priorities\.npy"):
+            sampler.loads(folder)
+        after = (leaves(target), sampler._index.max_priority, sampler.alpha, sampler.beta, sampler._eps)
+        assert np.array_equal(after[0], state[0]) and after[1:] == state[1:], name
+    target.sample(8)                                                      # still samples as before
+    sampler.loads(tmp_path / "good")                                      # and a good folder loads
+    assert np.array_equal(leaves(target), leaves(source)) and sampler.alpha == 0.6
