@@ -9,16 +9,17 @@ are drawn with probability ``p_i / sum p`` and weighted by ``(p_i / p_min) ** -b
 from __future__ import annotations
 
 import importlib
+import math
 import numbers
 
 import numpy as np
 
 from replaybench.impl import registry
-from replaybench.impl.buffers import check_buffer_params
+from replaybench.impl.buffers import check_buffer_params, check_number
 from replaybench.impl.trees.base import SumTree, as_indices, check_real
 
 __all__ = ["FRAMEWORKS", "availability", "require", "sampler_params", "real_array", "PriorityIndex",
-           "DEFAULT_VARIANT"]
+           "NothingToSampleError", "DEFAULT_VARIANT"]
 
 #: Adapter module -> (the framework's import name, its distribution, the extra that installs it).
 FRAMEWORKS = {"sb3": ("stable_baselines3", "stable-baselines3", "sb3"),
@@ -53,6 +54,14 @@ def availability(*adapters: str) -> dict[str, tuple[bool, str]]:
     return out
 
 
+class NothingToSampleError(ValueError, RuntimeError):
+    """A sample asked of an empty buffer, or of one whose stored priorities are all 0.
+
+    A ValueError, as our own buffers raise for it, and a RuntimeError, as TorchRL's samplers
+    raise for it ("Cannot sample from an empty storage", "non-positive p_sum"), so code
+    written against either catches it."""
+
+
 def sampler_params(checked: dict) -> dict:
     """Checked sampler parameters as a variant factory takes them: ``stratified`` only when
     True, since the uniform baseline accepts (and ignores) alpha, beta and eps but not it."""
@@ -85,6 +94,10 @@ class PriorityIndex:
         Slots of the storage it indexes.
     alpha, beta, eps, stratified, seed
         As :class:`replaybench.impl.buffers.PrioritizedReplayBuffer` (checked the same way).
+    beta_max : float
+        The largest ``beta`` taken: 1 (Schaul et al.'s range, and Tianshou's use) or ``inf``
+        (TorchRL takes any ``beta >= 0``; an annealing schedule may overshoot 1). Weights
+        ``(p_i / p_min) ** -beta`` stay in ``(0, 1]`` for any ``beta >= 0``.
     **params
         The variant's structure parameters (``K=...``, ``dtype=...``).
 
@@ -93,8 +106,13 @@ class PriorityIndex:
     """
 
     def __init__(self, variant: str, capacity: int, *, alpha=0.6, beta=0.4, eps=1e-6, stratified=False,
-                 seed=None, **params):
-        checked = check_buffer_params(alpha=alpha, beta=beta, eps=eps, stratified=stratified)
+                 seed=None, beta_max: float = 1.0, **params):
+        if beta_max not in (1.0, math.inf):
+            raise ValueError(f"beta_max must be 1.0 or math.inf, got {beta_max!r}")
+        self.beta_max = beta_max
+        beta = self._checked_beta(beta)
+        # The variant's buffer checks beta in [0, 1]; it never uses it (only its tree is kept).
+        checked = check_buffer_params(alpha=alpha, beta=min(beta, 1.0), eps=eps, stratified=stratified)
         if not isinstance(variant, str):
             raise ValueError(f"variant must be a registered variant's name, got {variant!r}")
         # The variant's own buffer validates capacity and parameters and builds the tree; a
@@ -107,17 +125,29 @@ class PriorityIndex:
                              f"need a prioritized variant, such as {DEFAULT_VARIANT!r}")
         self.variant, self.capacity, self.tree = variant, int(capacity), tree
         self.alpha, self.eps, self.stratified = checked["alpha"], checked["eps"], checked["stratified"]
-        self.beta = checked["beta"]
+        self.beta = beta
         self.max_priority = 1.0  # largest stored p = (priority + eps) ** alpha so far
         self.rng = np.random.default_rng(seed)
 
     def set_beta(self, beta) -> None:
-        """Set the default importance-sampling exponent (a number in [0, 1])."""
-        self.beta = check_buffer_params(alpha=self.alpha, beta=beta, eps=self.eps, stratified=False)["beta"]
+        """Set the default importance-sampling exponent (a number in ``[0, beta_max]``)."""
+        self.beta = self._checked_beta(beta)
+
+    def _checked_beta(self, beta) -> float:
+        return check_number("beta", beta, 0.0, self.beta_max)
+
+    def reseed(self, key: int) -> None:
+        """Put the generator in the state ``key`` names (an integer ``0 <= key < 2**128``): the
+        draws that follow depend on ``key`` alone. O(1), a few microseconds, no allocation of
+        a new generator: how an adapter follows a framework's generator (one key drawn from
+        it per sample)."""
+        state = self.rng.bit_generator.state  # PCG64's: {"state": {"state": s, "inc": i}, ...}
+        state["state"]["state"] = int(key)
+        self.rng.bit_generator.state = state
 
     def mark_new(self, slots) -> None:
         """Give ``slots`` (just written) the largest priority stored so far."""
-        idx = self._slots(slots)
+        idx = self.checked_slots(slots)
         self.tree.update(idx, np.full(idx.size, self.max_priority), eps=0.0, alpha=1.0)
 
     def update(self, slots, priorities, n_valid: int) -> None:
@@ -135,13 +165,13 @@ class PriorityIndex:
         if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
             raise ValueError(f"batch_size must be a positive integer, got {n!r}")
         if n_valid == 0:
-            raise ValueError(f"cannot sample batch_size={n} from an empty buffer: add transitions first")
+            raise NothingToSampleError(f"cannot sample batch_size={n} from an empty buffer: add transitions first")
         if not self.tree.total() > 0:
             stored = "nothing is stored or all stored" if n_valid is None else f"all {n_valid} stored"
-            raise ValueError(f"cannot sample batch_size={n}: {stored} priorities are 0 (eps={self.eps!r}, so a "
-                             f"zero TD error gives priority 0); set some priority above 0 or use eps > 0")
-        beta = self.beta if beta is None else check_buffer_params(alpha=self.alpha, beta=beta, eps=self.eps,
-                                                                  stratified=False)["beta"]
+            raise NothingToSampleError(f"cannot sample batch_size={n}: {stored} priorities are 0 (eps={self.eps!r}, "
+                                       f"so a zero TD error gives priority 0); set some priority above 0 or use "
+                                       f"eps > 0")
+        beta = self.beta if beta is None else self._checked_beta(beta)
         idx, prio = self.tree.sample(int(n), self.rng, self.stratified)
         return idx, np.power(prio / self.tree.min(), -beta).astype(np.float32)
 
@@ -149,7 +179,7 @@ class PriorityIndex:
         """``(p_i / p_min) ** -beta`` for ``slots`` (float64); 0-priority slots get ``inf``."""
         beta = self.beta if beta is None else beta
         with np.errstate(divide="ignore"):
-            return np.power(self.tree.get(self._slots(slots)) / self.tree.min(), -beta)
+            return np.power(self.tree.get(self.checked_slots(slots)) / self.tree.min(), -beta)
 
     def clear(self) -> None:
         """Every slot back to priority 0 and the running maximum to 1 (an emptied storage)."""
@@ -157,7 +187,8 @@ class PriorityIndex:
         self.tree.rebuild()
         self.max_priority = 1.0
 
-    def _slots(self, slots) -> np.ndarray:
+    def checked_slots(self, slots) -> np.ndarray:
+        """``slots`` as int64 slot numbers, or IndexError naming the first outside ``0 .. capacity - 1``."""
         idx = as_indices(slots, "indices")
         bad = np.flatnonzero((idx < 0) | (idx >= self.capacity))
         if bad.size:

@@ -6,7 +6,11 @@ HDF5 saving unchanged) whose priorities live in a :class:`~replaybench.adapters.
 so Tianshou's DQN and trainer use it unchanged: the algorithm sees ``update_weight`` and writes
 ``|TD error|`` back after each update. Methods as Tianshou's: ``add``, ``update``,
 ``sample`` (returns the batch, with ``weight``, and the indices), ``sample_indices``,
-``get_weight``, ``update_weight``, ``set_beta``, ``init_weight``, ``reset``.
+``get_weight``, ``update_weight``, ``set_beta``, ``init_weight``, ``reset``; attributes users
+read as Tianshou's: ``weight`` (a read-only view of the priorities as Tianshou's segment
+tree: ``weight[i]``, ``weight[index_array]``, ``weight.reduce(start, end)``, ``len``; see
+:mod:`replaybench.adapters.views`), ``_alpha`` (read-only) and ``_beta`` (setting it is
+``set_beta``). Tianshou's ``weight.get_prefix_sum_idx`` is not offered: sampling is ``sample``.
 
 Behaviour as Tianshou's: priorities ``(|w| + eps) ** alpha`` with eps = float32's (about
 1.2e-7); new transitions get the largest priority so far; ``weight`` normalised by its maximum
@@ -41,6 +45,7 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 from tianshou.data import ReplayBuffer, ReplayBufferManager  # noqa: E402
 
+from replaybench.adapters.views import SumTreeView  # noqa: E402
 from replaybench.impl.trees.base import as_indices  # noqa: E402
 
 __all__ = ["PrioritizedReplayBuffer", "PrioritizedVectorReplayBuffer"]
@@ -85,6 +90,27 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         """Attach ``index`` (one slot per storage slot) once Tianshou's storage is set up."""
         self.priorities = index
         self._weight_norm = bool(weight_norm)
+
+    @property
+    def weight(self) -> SumTreeView:
+        """Read-only view of the priorities as Tianshou's ``weight`` segment tree:
+        ``weight[i]`` is ``(|w| + eps) ** alpha`` of slot ``i``, ``weight.reduce(start, end)``
+        their sum (O(1) for the whole tree). Set them with :meth:`update_weight`."""
+        return SumTreeView(self.priorities, "update_weight")
+
+    @property
+    def _alpha(self) -> float:
+        """The priority exponent, read-only (Tianshou's attribute)."""
+        return self.priorities.alpha
+
+    @property
+    def _beta(self) -> float:
+        """The importance-sampling exponent (Tianshou's attribute); setting it is :meth:`set_beta`."""
+        return self.priorities.beta
+
+    @_beta.setter
+    def _beta(self, value) -> None:
+        self.set_beta(value)
 
     def init_weight(self, index) -> None:
         """Give ``index`` the largest priority stored so far (new transitions)."""
