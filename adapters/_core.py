@@ -98,15 +98,21 @@ class PriorityIndex:
         The largest ``beta`` taken: 1 (Schaul et al.'s range, and Tianshou's use) or ``inf``
         (TorchRL takes any ``beta >= 0``; an annealing schedule may overshoot 1). Weights
         ``(p_i / p_min) ** -beta`` stay in ``(0, 1]`` for any ``beta >= 0``.
+    max_within_buffer : bool
+        False (the default): new slots get the largest priority ever stored. True: the
+        largest priority stored now, among the slots not being overwritten (1 when there is
+        none), as TorchRL's ``max_priority_within_buffer`` means it.
     **params
         The variant's structure parameters (``K=...``, ``dtype=...``).
 
     Costs: D = tree depth. :meth:`mark_new` and :meth:`update` O(n D), :meth:`sample` O(n K D),
-    :meth:`weights` O(n). Errors name the argument and value and change nothing.
+    :meth:`weights` O(n). With ``max_within_buffer``, an update that lowers the slot holding
+    the maximum, or a write over it, adds one O(capacity) scan of the leaves (our trees keep
+    sums and minima, not maxima). Errors name the argument and value and change nothing.
     """
 
     def __init__(self, variant: str, capacity: int, *, alpha=0.6, beta=0.4, eps=1e-6, stratified=False,
-                 seed=None, beta_max: float = 1.0, **params):
+                 seed=None, beta_max: float = 1.0, max_within_buffer: bool = False, **params):
         if beta_max not in (1.0, math.inf):
             raise ValueError(f"beta_max must be 1.0 or math.inf, got {beta_max!r}")
         self.beta_max = beta_max
@@ -126,7 +132,9 @@ class PriorityIndex:
         self.variant, self.capacity, self.tree = variant, int(capacity), tree
         self.alpha, self.eps, self.stratified = checked["alpha"], checked["eps"], checked["stratified"]
         self.beta = beta
-        self.max_priority = 1.0  # largest stored p = (priority + eps) ** alpha so far
+        self.max_priority = 1.0  # largest stored p = (priority + eps) ** alpha so far (or now: see max_slot)
+        self.max_within = bool(max_within_buffer)
+        self.max_slot = None  # with max_within: a slot holding max_priority, None when none does
         self.rng = np.random.default_rng(seed)
 
     def set_beta(self, beta) -> None:
@@ -146,14 +154,39 @@ class PriorityIndex:
         self.rng.bit_generator.state = state
 
     def mark_new(self, slots) -> None:
-        """Give ``slots`` (just written) the largest priority stored so far."""
+        """Give ``slots`` (just written) the largest priority stored so far (or now, with
+        ``max_within_buffer``)."""
         idx = self.checked_slots(slots)
+        if self.max_within and self.max_slot is not None and np.any(idx == self.max_slot):
+            # The transition that held the maximum is gone: the maximum is among the others.
+            self.tree.update(idx, np.zeros(idx.size), eps=0.0, alpha=1.0)
+            self.rescan_max()
         self.tree.update(idx, np.full(idx.size, self.max_priority), eps=0.0, alpha=1.0)
+        if self.max_within and idx.size:
+            self.max_slot = int(idx[-1])  # the newest holds it: the last of them to be overwritten
 
     def update(self, slots, priorities, n_valid: int) -> None:
         """Store ``(priorities + eps) ** alpha`` at ``slots`` (each below ``n_valid``)."""
         pmax = self.tree.update(slots, priorities, n_valid=n_valid, eps=self.eps, alpha=self.alpha)
-        self.max_priority = max(self.max_priority, pmax)
+        if not self.max_within:
+            self.max_priority = max(self.max_priority, pmax)
+            return
+        # What the tree stores now (rounded to its float type; the last of repeated slots),
+        # so max_priority is a value mark_new can store exactly.
+        idx = as_indices(slots)  # checked by the tree's update
+        stored = self.tree.get(idx)
+        j = int(np.argmax(stored)) if idx.size else 0
+        if idx.size and stored[j] >= self.max_priority:
+            self.max_priority, self.max_slot = float(stored[j]), int(idx[j])
+        elif self.max_slot is not None and np.any(idx == self.max_slot):
+            self.rescan_max()
+
+    def rescan_max(self) -> None:
+        """``max_priority`` and ``max_slot`` from the leaves, O(capacity); 1 and None when
+        every leaf is 0 (the priority new data gets in an empty storage)."""
+        leaves = self.tree.leaves()
+        j = int(np.argmax(leaves))
+        self.max_priority, self.max_slot = (float(leaves[j]), j) if leaves[j] > 0 else (1.0, None)
 
     def sample(self, n: int, beta=None, *, n_valid: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``n`` slots drawn with probability ``p_i / total`` and their weights
@@ -185,7 +218,7 @@ class PriorityIndex:
         """Every slot back to priority 0 and the running maximum to 1 (an emptied storage)."""
         self.tree.fill(0, self.tree.capacity, 0.0)
         self.tree.rebuild()
-        self.max_priority = 1.0
+        self.max_priority, self.max_slot = 1.0, None
 
     def checked_slots(self, slots) -> np.ndarray:
         """``slots`` as int64 slot numbers, or IndexError naming the first outside ``0 .. capacity - 1``."""

@@ -25,6 +25,11 @@ weights ``(p_i / p_min) ** -beta`` with ``p_min`` the smallest stored priority, 
   repeats them. Without one, draws come from this sampler's NumPy generator, seeded from
   torch's global generator when the sampler is made (``torch.manual_seed`` makes runs
   repeatable; TorchRL draws from NumPy's global generator there).
+- ``max_priority_within_buffer=True``: new data gets the largest priority stored *now*,
+  among the transitions it does not overwrite (1 when there is none); an update that lowers
+  the slot holding it, or a write over that slot, costs one O(capacity) scan of the leaves.
+  TorchRL's own mode falls back to priority 1 once the slot holding the maximum is
+  overwritten, until the next ``update_priority`` rescans the leaves.
 - An empty storage raises :class:`~replaybench.adapters._core.NothingToSampleError`, a
   RuntimeError as TorchRL's and a ValueError as our buffers' (so is a storage whose
   priorities are all 0, TorchRL's "non-positive p_sum").
@@ -52,13 +57,11 @@ Refused, each with an error naming it, and why:
   leaves (into another slot's or the padding's node). A slot not yet written (>= the
   storage's length, which the buffer passes): TorchRL stores it, but it is never drawn and
   is overwritten when the slot is written, so it has no effect there; ours would be drawn.
-- ``max_priority_within_buffer=True``: it needs the largest priority *currently stored*
-  after every overwrite, which our trees (sum and min) do not keep; TorchRL's own mode
-  rescans every leaf in Python when the slot holding the maximum is updated, and falls back
-  to priority 1 when it is overwritten. New transitions here get the largest priority ever
-  stored (TorchRL's default, ``False``).
-- A multi-dimensional storage (``ndim > 1``): the index would have to be raveled on every
-  call and unraveled on every sample; use a 1-D storage.
+- A multi-dimensional storage (``ndim > 1``), not supported yet: it needs the ``(n, ndim)``
+  indices TorchRL's writers pass raveled onto the flat tree, sampled slots unraveled back,
+  and the written-slot check following the storage's fill order; none of that is tested
+  against TorchRL here. The error comes at the first ``extend``, after TorchRL's writer has
+  filled the storage and before any priority changes; use a 1-D storage.
 - ``device`` other than the CPU: the trees are CPU structures. The tree's float type is the
   variant's (``variant_params={"dtype": "float64"}``), not ``dtype``.
 """
@@ -107,14 +110,14 @@ class PrioritizedSampler(_TorchRLPrioritizedSampler):
                  dtype: torch.dtype = torch.float, reduction: str = "max", max_priority_within_buffer: bool = False,
                  device=None, *, variant: str = DEFAULT_VARIANT, stratified: bool = False,
                  variant_params: dict | None = None) -> None:
-        if max_priority_within_buffer:
-            raise ValueError("max_priority_within_buffer=True is not supported: new transitions get the largest "
-                             "priority ever stored (pass False)")
         if device is not None and torch.device(device).type != "cpu":
             raise ValueError(f"device must be the CPU (the trees are CPU structures), got {device!r}")
         self._variant, self._stratified, self._variant_params = variant, stratified, dict(variant_params or {})
         alpha, beta = _scalar(alpha, "alpha"), _scalar(beta, "beta")
-        super().__init__(max_capacity, alpha, beta, eps, dtype, reduction, False, None)
+        self._key = torch.empty((), dtype=torch.int64)  # where sample draws its key from the buffer's generator
+        # TorchRL's __init__ only stores max_priority_within_buffer (its add/extend use it; ours
+        # do not): _new_index reads it from there.
+        super().__init__(max_capacity, alpha, beta, eps, dtype, reduction, bool(max_priority_within_buffer), None)
 
     def _init(self) -> None:  # called by TorchRL's __init__ and _empty: a fresh, empty tree
         seed = int(torch.randint(0, 2**62, (1,)).item())
@@ -123,7 +126,8 @@ class PrioritizedSampler(_TorchRLPrioritizedSampler):
 
     def _new_index(self, alpha, beta, eps, seed) -> PriorityIndex:
         return PriorityIndex(self._variant, self._max_capacity, alpha=alpha, beta=beta, eps=eps,
-                             stratified=self._stratified, seed=seed, beta_max=math.inf, **self._variant_params)
+                             stratified=self._stratified, seed=seed, beta_max=math.inf,
+                             max_within_buffer=self._max_priority_within_buffer, **self._variant_params)
 
     @property
     def _sum_tree(self) -> SumTreeView:
@@ -140,7 +144,11 @@ class PrioritizedSampler(_TorchRLPrioritizedSampler):
     def _max_priority(self) -> tuple[float | None, int | None]:
         """``(largest raw priority given to update_priority, its slot)``, as TorchRL's, or
         ``(None, None)`` before any; the first ``mark_update`` records the default priority
-        there, as TorchRL's does. Read-only."""
+        there, as TorchRL's does. With ``max_priority_within_buffer``: the raw priority new
+        data gets now and a slot holding it. Read-only."""
+        if self._index.max_within:
+            slot = self._index.max_slot
+            return (None, None) if slot is None else (self.default_priority, slot)
         return self._raw_max if self._raw_max is not None else (None, None)
 
     @property
@@ -180,7 +188,8 @@ class PrioritizedSampler(_TorchRLPrioritizedSampler):
         if self._rng is not None:
             # One key drawn from the buffer's generator per sample: its state alone decides the
             # draws, so resetting it (manual_seed, set_state, set_rng) repeats them, as in TorchRL.
-            self._index.reseed(int(torch.randint(0, 2**62, (1,), generator=self._rng)))
+            # (random_ into a kept 0-d tensor: a quarter of torch.randint's cost per call.)
+            self._index.reseed(int(self._key.random_(0, 2**62, generator=self._rng)))
         idx, weights = self._index.sample(batch_size, n_valid=len(storage))
         return torch.from_numpy(idx), {"priority_weight": torch.from_numpy(weights)}
 
@@ -299,6 +308,8 @@ class PrioritizedSampler(_TorchRLPrioritizedSampler):
         except ValueError as err:
             raise ValueError(f"{prio_file}: {err}") from err
         index.max_priority, index.rng = float(max_p), self._index.rng
+        if index.max_within:  # the maximum stored now is in the leaves just read
+            index.rescan_max()
         # Everything is read and checked: only now does this sampler change.
         self._alpha, self._beta, self._eps = params["alpha"], params["beta"], params["eps"]
         self._index, self._raw_max = index, None if raw_max is None else (float(raw_max[0]), int(raw_max[1]))

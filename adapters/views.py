@@ -49,7 +49,7 @@ class _LeafView:
 
     def __getitem__(self, index):
         if isinstance(index, numbers.Integral) and not isinstance(index, bool):
-            return self._leaves(np.array([index]))[0]
+            return self._leaves(np.array([index], dtype=np.int64))[0]
         idx = np.asarray(index)
         return self._leaves(idx.reshape(-1)).reshape(idx.shape)
 
@@ -62,7 +62,7 @@ class _LeafView:
                         f"with {self._writer}")
 
     def _leaves(self, idx: np.ndarray) -> np.ndarray:
-        return self._index.tree.get(self._index.checked_slots(idx))
+        return self._index.tree.get(idx)  # checks idx against 0 .. capacity - 1, naming the first outside
 
     def _range(self, start, end) -> tuple[int, int]:
         """``[start, end)`` clipped to the leaves, as TorchRL's and Tianshou's trees read it

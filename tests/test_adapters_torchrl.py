@@ -106,8 +106,6 @@ def test_dumps_and_loads_round_trip(tmp_path):
 def test_bad_input_gets_our_errors_and_changes_nothing():
     with pytest.raises(ValueError, match="variant 'uniform' keeps no priorities"):
         PrioritizedSampler(SIZE, 0.6, 0.4, variant="uniform")
-    with pytest.raises(ValueError, match="max_priority_within_buffer"):
-        PrioritizedSampler(SIZE, 0.6, 0.4, max_priority_within_buffer=True)
     ours, _ = both()
     with pytest.raises(ValueError, match="cannot sample from an empty storage"):
         ours.sample(4)
@@ -320,8 +318,7 @@ def test_sum_min_and_max_priority_views_read_as_torchrls():
 
 
 def test_what_stays_refused_is_named_and_changes_no_priority():
-    with pytest.raises(ValueError, match="max_priority_within_buffer=True is not supported"):
-        PrioritizedSampler(SIZE, 0.6, 0.4, max_priority_within_buffer=True)
+    """A slot past the capacity and a multi-dimensional storage (see the adapter's docstring)."""
     sampler = PrioritizedSampler(SIZE, 0.6, 0.4)
     with pytest.raises(IndexError, match=rf"indices\[0\] = {SIZE} is out of range: valid indices are 0 .. {SIZE - 1}"):
         sampler.update_priority(torch.tensor([SIZE]), torch.tensor([1.0]))   # TorchRL writes past its leaves
@@ -329,3 +326,35 @@ def test_what_stays_refused_is_named_and_changes_no_priority():
     with pytest.raises(ValueError, match=r"got shape \(\d+, 2\): a multi-dimensional storage is not supported"):
         rb.extend(TensorDict({"x": torch.zeros(8, 2)}, batch_size=[8, 2]))
     assert sampler._sum_tree.query(0, SIZE) == 0
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_max_priority_within_buffer_gives_new_data_the_largest_priority_stored_now(dtype, tmp_path):
+    """The definition, against an O(N) oracle over random extends and updates (with wrap-arounds,
+    the maximum's slot overwritten and lowered); TorchRL's own mode falls back to priority 1
+    after an overwrite of the maximum's slot, so it is no oracle here."""
+    cap = 8
+    sampler = PrioritizedSampler(cap, 0.7, 0.4, max_priority_within_buffer=True, variant_params={"dtype": dtype})
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(cap), sampler=sampler)
+    rng = np.random.default_rng(0)
+    written, lowered_max, overwritten_max = 0, 0, 0
+    for step in range(60):
+        n = int(rng.integers(1, 4))
+        before = sampler._index.tree.leaves()
+        slots = (written + np.arange(n)) % cap
+        kept = np.setdiff1d(np.arange(min(written, cap)), slots)   # stored, and not overwritten now
+        expect = before[kept].max() if kept.size and before[kept].max() > 0 else 1.0
+        overwritten_max += written > 0 and int(np.argmax(before)) in slots
+        rb.extend(data(step * 10, n))
+        written += n
+        after = sampler._index.tree.leaves()
+        assert np.array_equal(after[slots], np.full(n, expect)), step
+        assert after[sampler._max_priority[1]] == after.max()
+        idx = rng.choice(min(written, cap), 2, replace=False)
+        lowered_max += int(np.argmax(after)) in idx
+        rb.update_priority(torch.as_tensor(idx), torch.as_tensor(rng.uniform(0.0, 3.0, 2)))
+    assert lowered_max > 3 and overwritten_max > 3                # both rescan paths were taken
+    sampler.dumps(tmp_path / "s")
+    other = PrioritizedSampler(cap, 0.7, 0.4, max_priority_within_buffer=True, variant_params={"dtype": dtype})
+    other.loads(tmp_path / "s")                                   # the maximum is found again in the leaves
+    assert other._index.max_priority == sampler._index.tree.leaves().max()
