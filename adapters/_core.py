@@ -9,15 +9,17 @@ are drawn with probability ``p_i / sum p`` and weighted by ``(p_i / p_min) ** -b
 from __future__ import annotations
 
 import importlib
+import math
 import numbers
 
 import numpy as np
 
 from replaybench.impl import registry
-from replaybench.impl.buffers import check_buffer_params
-from replaybench.impl.trees.base import SumTree, as_indices
+from replaybench.impl.buffers import check_buffer_params, check_number
+from replaybench.impl.trees.base import SumTree, as_indices, check_real
 
-__all__ = ["FRAMEWORKS", "availability", "require", "sampler_params", "PriorityIndex", "DEFAULT_VARIANT"]
+__all__ = ["FRAMEWORKS", "availability", "require", "sampler_params", "real_array", "PriorityIndex",
+           "NothingToSampleError", "DEFAULT_VARIANT"]
 
 #: Adapter module -> (the framework's import name, its distribution, the extra that installs it).
 FRAMEWORKS = {"sb3": ("stable_baselines3", "stable-baselines3", "sb3"),
@@ -52,10 +54,33 @@ def availability(*adapters: str) -> dict[str, tuple[bool, str]]:
     return out
 
 
+class NothingToSampleError(ValueError, RuntimeError):
+    """A sample asked of an empty buffer, or of one whose stored priorities are all 0.
+
+    A ValueError, as our own buffers raise for it, and a RuntimeError, as TorchRL's samplers
+    raise for it ("Cannot sample from an empty storage", "non-positive p_sum"), so code
+    written against either catches it."""
+
+
 def sampler_params(checked: dict) -> dict:
     """Checked sampler parameters as a variant factory takes them: ``stratified`` only when
     True, since the uniform baseline accepts (and ignores) alpha, beta and eps but not it."""
     return {k: v for k, v in checked.items() if k != "stratified" or v}
+
+
+def real_array(values, name: str) -> np.ndarray:
+    """``values`` (a NumPy array, a sequence, a number, or a torch tensor on any device) as a
+    NumPy array of real numbers, or a TypeError naming ``name`` and the first entry that is not
+    one (a string, a complex number, None). What the frameworks hand an adapter as priorities
+    (TD errors) goes through here before any arithmetic, so a complex TD error is refused
+    rather than turned into its modulus by ``abs``. No copy for a CPU tensor or an array.
+    """
+    if hasattr(values, "detach") and hasattr(values, "cpu"):  # a torch tensor (torch is not imported here)
+        values = values.detach().cpu()
+        if str(values.dtype) == "torch.bfloat16":  # no NumPy dtype holds it: widen, exactly
+            values = values.float()
+        values = values.numpy()
+    return check_real(np.asarray(values), name)
 
 
 class PriorityIndex:
@@ -69,16 +94,31 @@ class PriorityIndex:
         Slots of the storage it indexes.
     alpha, beta, eps, stratified, seed
         As :class:`replaybench.impl.buffers.PrioritizedReplayBuffer` (checked the same way).
+    beta_max : float
+        The largest ``beta`` taken: 1 (Schaul et al.'s range, and Tianshou's use) or ``inf``
+        (TorchRL takes any ``beta >= 0``; an annealing schedule may overshoot 1). Weights
+        ``(p_i / p_min) ** -beta`` stay in ``(0, 1]`` for any ``beta >= 0``.
+    max_within_buffer : bool
+        False (the default): new slots get the largest priority ever stored. True: the
+        largest priority stored now, among the slots not being overwritten (1 when there is
+        none), as TorchRL's ``max_priority_within_buffer`` means it.
     **params
         The variant's structure parameters (``K=...``, ``dtype=...``).
 
     Costs: D = tree depth. :meth:`mark_new` and :meth:`update` O(n D), :meth:`sample` O(n K D),
-    :meth:`weights` O(n). Errors name the argument and value and change nothing.
+    :meth:`weights` O(n). With ``max_within_buffer``, an update that lowers the slot holding
+    the maximum, or a write over it, adds one O(capacity) scan of the leaves (our trees keep
+    sums and minima, not maxima). Errors name the argument and value and change nothing.
     """
 
     def __init__(self, variant: str, capacity: int, *, alpha=0.6, beta=0.4, eps=1e-6, stratified=False,
-                 seed=None, **params):
-        checked = check_buffer_params(alpha=alpha, beta=beta, eps=eps, stratified=stratified)
+                 seed=None, beta_max: float = 1.0, max_within_buffer: bool = False, **params):
+        if beta_max not in (1.0, math.inf):
+            raise ValueError(f"beta_max must be 1.0 or math.inf, got {beta_max!r}")
+        self.beta_max = beta_max
+        beta = self._checked_beta(beta)
+        # The variant's buffer checks beta in [0, 1]; it never uses it (only its tree is kept).
+        checked = check_buffer_params(alpha=alpha, beta=min(beta, 1.0), eps=eps, stratified=stratified)
         if not isinstance(variant, str):
             raise ValueError(f"variant must be a registered variant's name, got {variant!r}")
         # The variant's own buffer validates capacity and parameters and builds the tree; a
@@ -91,33 +131,80 @@ class PriorityIndex:
                              f"need a prioritized variant, such as {DEFAULT_VARIANT!r}")
         self.variant, self.capacity, self.tree = variant, int(capacity), tree
         self.alpha, self.eps, self.stratified = checked["alpha"], checked["eps"], checked["stratified"]
-        self.beta = checked["beta"]
-        self.max_priority = 1.0  # largest stored p = (priority + eps) ** alpha so far
+        self.beta = beta
+        self.max_priority = 1.0  # largest stored p = (priority + eps) ** alpha so far (or now: see max_slot)
+        self.max_within = bool(max_within_buffer)
+        self.max_slot = None  # with max_within: a slot holding max_priority, None when none does
         self.rng = np.random.default_rng(seed)
 
     def set_beta(self, beta) -> None:
-        """Set the default importance-sampling exponent (a number in [0, 1])."""
-        self.beta = check_buffer_params(alpha=self.alpha, beta=beta, eps=self.eps, stratified=False)["beta"]
+        """Set the default importance-sampling exponent (a number in ``[0, beta_max]``)."""
+        self.beta = self._checked_beta(beta)
+
+    def _checked_beta(self, beta) -> float:
+        return check_number("beta", beta, 0.0, self.beta_max)
+
+    def reseed(self, key: int) -> None:
+        """Put the generator in the state ``key`` names (an integer ``0 <= key < 2**128``): the
+        draws that follow depend on ``key`` alone. O(1), a few microseconds, no allocation of
+        a new generator: how an adapter follows a framework's generator (one key drawn from
+        it per sample)."""
+        state = self.rng.bit_generator.state  # PCG64's: {"state": {"state": s, "inc": i}, ...}
+        state["state"]["state"] = int(key)
+        self.rng.bit_generator.state = state
 
     def mark_new(self, slots) -> None:
-        """Give ``slots`` (just written) the largest priority stored so far."""
-        idx = self._slots(slots)
+        """Give ``slots`` (just written) the largest priority stored so far (or now, with
+        ``max_within_buffer``)."""
+        idx = self.checked_slots(slots)
+        if self.max_within and self.max_slot is not None and np.any(idx == self.max_slot):
+            # The transition that held the maximum is gone: the maximum is among the others.
+            self.tree.update(idx, np.zeros(idx.size), eps=0.0, alpha=1.0)
+            self.rescan_max()
         self.tree.update(idx, np.full(idx.size, self.max_priority), eps=0.0, alpha=1.0)
+        if self.max_within and idx.size:
+            self.max_slot = int(idx[-1])  # the newest holds it: the last of them to be overwritten
 
     def update(self, slots, priorities, n_valid: int) -> None:
         """Store ``(priorities + eps) ** alpha`` at ``slots`` (each below ``n_valid``)."""
         pmax = self.tree.update(slots, priorities, n_valid=n_valid, eps=self.eps, alpha=self.alpha)
-        self.max_priority = max(self.max_priority, pmax)
+        if not self.max_within:
+            self.max_priority = max(self.max_priority, pmax)
+            return
+        # What the tree stores now (rounded to its float type; the last of repeated slots),
+        # so max_priority is a value mark_new can store exactly.
+        idx = as_indices(slots)  # checked by the tree's update
+        stored = self.tree.get(idx)
+        j = int(np.argmax(stored)) if idx.size else 0
+        if idx.size and stored[j] >= self.max_priority:
+            self.max_priority, self.max_slot = float(stored[j]), int(idx[j])
+        elif self.max_slot is not None and np.any(idx == self.max_slot):
+            self.rescan_max()
 
-    def sample(self, n: int, beta=None) -> tuple[np.ndarray, np.ndarray]:
+    def rescan_max(self) -> None:
+        """``max_priority`` and ``max_slot`` from the leaves, O(capacity); 1 and None when
+        every leaf is 0 (the priority new data gets in an empty storage)."""
+        leaves = self.tree.leaves()
+        j = int(np.argmax(leaves))
+        self.max_priority, self.max_slot = (float(leaves[j]), j) if leaves[j] > 0 else (1.0, None)
+
+    def sample(self, n: int, beta=None, *, n_valid: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``n`` slots drawn with probability ``p_i / total`` and their weights
-        ``(p_i / p_min) ** -beta`` (float32: 1 for the smallest stored priority)."""
+        ``(p_i / p_min) ** -beta`` (float32: 1 for the smallest stored priority).
+
+        ``n_valid`` (the storage's length, which the framework owns) lets the error for a
+        total of 0 say which case it is: nothing stored, or every stored priority 0 (possible
+        with ``eps=0`` and zero TD errors)."""
         if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
             raise ValueError(f"batch_size must be a positive integer, got {n!r}")
+        if n_valid == 0:
+            raise NothingToSampleError(f"cannot sample batch_size={n} from an empty buffer: add transitions first")
         if not self.tree.total() > 0:
-            raise ValueError("cannot sample from an empty buffer: add transitions first")
-        beta = self.beta if beta is None else check_buffer_params(alpha=self.alpha, beta=beta, eps=self.eps,
-                                                                  stratified=False)["beta"]
+            stored = "nothing is stored or all stored" if n_valid is None else f"all {n_valid} stored"
+            raise NothingToSampleError(f"cannot sample batch_size={n}: {stored} priorities are 0 (eps={self.eps!r}, "
+                                       f"so a zero TD error gives priority 0); set some priority above 0 or use "
+                                       f"eps > 0")
+        beta = self.beta if beta is None else self._checked_beta(beta)
         idx, prio = self.tree.sample(int(n), self.rng, self.stratified)
         return idx, np.power(prio / self.tree.min(), -beta).astype(np.float32)
 
@@ -125,15 +212,16 @@ class PriorityIndex:
         """``(p_i / p_min) ** -beta`` for ``slots`` (float64); 0-priority slots get ``inf``."""
         beta = self.beta if beta is None else beta
         with np.errstate(divide="ignore"):
-            return np.power(self.tree.get(self._slots(slots)) / self.tree.min(), -beta)
+            return np.power(self.tree.get(self.checked_slots(slots)) / self.tree.min(), -beta)
 
     def clear(self) -> None:
         """Every slot back to priority 0 and the running maximum to 1 (an emptied storage)."""
         self.tree.fill(0, self.tree.capacity, 0.0)
         self.tree.rebuild()
-        self.max_priority = 1.0
+        self.max_priority, self.max_slot = 1.0, None
 
-    def _slots(self, slots) -> np.ndarray:
+    def checked_slots(self, slots) -> np.ndarray:
+        """``slots`` as int64 slot numbers, or IndexError naming the first outside ``0 .. capacity - 1``."""
         idx = as_indices(slots, "indices")
         bad = np.flatnonzero((idx < 0) | (idx >= self.capacity))
         if bad.size:

@@ -22,7 +22,7 @@ and ``Dict`` observation spaces.
 
 from __future__ import annotations
 
-from replaybench.adapters._core import DEFAULT_VARIANT, require, sampler_params
+from replaybench.adapters._core import DEFAULT_VARIANT, real_array, require, sampler_params
 
 require("sb3")
 
@@ -136,10 +136,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def update_priorities(self, indices, priorities) -> None:
         """Set new raw priorities (``|TD error|``) for sampled ``indices``; a tensor is moved to
-        the CPU. Bad input raises an error naming the entry and changes nothing."""
-        if isinstance(priorities, th.Tensor):
-            priorities = priorities.detach().cpu().numpy().reshape(-1)
-        self.store.update_priorities(indices, priorities)
+        the CPU, a ``(batch, 1)`` column (the loss's shape) is flattened. Bad input (a string or
+        complex priority, NaN, a slot not written) raises an error naming the entry and changes
+        nothing."""
+        priorities = real_array(priorities, "priorities")
+        self.store.update_priorities(indices, priorities.reshape(-1) if priorities.ndim > 1 else priorities)
 
     def reset(self) -> None:
         """Empty the buffer (a fresh variant buffer of the same parameters)."""

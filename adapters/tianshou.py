@@ -6,7 +6,11 @@ HDF5 saving unchanged) whose priorities live in a :class:`~replaybench.adapters.
 so Tianshou's DQN and trainer use it unchanged: the algorithm sees ``update_weight`` and writes
 ``|TD error|`` back after each update. Methods as Tianshou's: ``add``, ``update``,
 ``sample`` (returns the batch, with ``weight``, and the indices), ``sample_indices``,
-``get_weight``, ``update_weight``, ``set_beta``, ``init_weight``, ``reset``.
+``get_weight``, ``update_weight``, ``set_beta``, ``init_weight``, ``reset``; attributes users
+read as Tianshou's: ``weight`` (a read-only view of the priorities as Tianshou's segment
+tree: ``weight[i]``, ``weight[index_array]``, ``weight.reduce(start, end)``, ``len``; see
+:mod:`replaybench.adapters.views`), ``_alpha`` (read-only) and ``_beta`` (setting it is
+``set_beta``). Tianshou's ``weight.get_prefix_sum_idx`` is not offered: sampling is ``sample``.
 
 Behaviour as Tianshou's: priorities ``(|w| + eps) ** alpha`` with eps = float32's (about
 1.2e-7); new transitions get the largest priority so far; ``weight`` normalised by its maximum
@@ -16,8 +20,10 @@ within the batch when ``weight_norm`` (the default). Differences, on purpose:
   ``p_min`` the smallest *stored* priority (the min tree). Tianshou divides by the smallest raw
   ``|w| + eps`` ever set, not raised to alpha and never forgotten, so its unnormalised weights
   are off by a constant factor; with ``weight_norm=True`` the factor cancels and both agree.
-- Bad input to ``update_weight`` (a NaN or inf TD error, an index not yet written) raises an
-  error naming it and changes nothing; Tianshou stores it.
+- Bad input to ``update_weight`` (a NaN, inf, complex or string TD error, an index not yet
+  written) raises an error naming it and changes nothing; Tianshou stores it (the modulus of
+  a complex one) or fails inside NumPy. Sampling an empty buffer, or one whose stored
+  priorities are all 0 (``eps=0``), raises ValueError saying which.
 - Draws come from the buffer's own generator, seeded with ``random_seed`` (Tianshou's own
   argument, default 42), not from NumPy's global one.
 - ``reset`` also clears the priorities.
@@ -29,7 +35,7 @@ within the batch when ``weight_norm`` (the default). Differences, on purpose:
 
 from __future__ import annotations
 
-from replaybench.adapters._core import DEFAULT_VARIANT, PriorityIndex, require
+from replaybench.adapters._core import DEFAULT_VARIANT, PriorityIndex, real_array, require
 
 require("tianshou")
 
@@ -37,8 +43,9 @@ import numbers  # noqa: E402  (after the framework check, on purpose)
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
-from tianshou.data import ReplayBuffer, ReplayBufferManager, to_numpy  # noqa: E402
+from tianshou.data import ReplayBuffer, ReplayBufferManager  # noqa: E402
 
+from replaybench.adapters.views import SumTreeView  # noqa: E402
 from replaybench.impl.trees.base import as_indices  # noqa: E402
 
 __all__ = ["PrioritizedReplayBuffer", "PrioritizedVectorReplayBuffer"]
@@ -84,6 +91,27 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.priorities = index
         self._weight_norm = bool(weight_norm)
 
+    @property
+    def weight(self) -> SumTreeView:
+        """Read-only view of the priorities as Tianshou's ``weight`` segment tree:
+        ``weight[i]`` is ``(|w| + eps) ** alpha`` of slot ``i``, ``weight.reduce(start, end)``
+        their sum (O(1) for the whole tree). Set them with :meth:`update_weight`."""
+        return SumTreeView(self.priorities, "update_weight")
+
+    @property
+    def _alpha(self) -> float:
+        """The priority exponent, read-only (Tianshou's attribute)."""
+        return self.priorities.alpha
+
+    @property
+    def _beta(self) -> float:
+        """The importance-sampling exponent (Tianshou's attribute); setting it is :meth:`set_beta`."""
+        return self.priorities.beta
+
+    @_beta.setter
+    def _beta(self, value) -> None:
+        self.set_beta(value)
+
     def init_weight(self, index) -> None:
         """Give ``index`` the largest priority stored so far (new transitions)."""
         self.priorities.mark_new(index)
@@ -100,9 +128,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return indices
 
     def sample_indices(self, batch_size: int | None) -> np.ndarray:
-        """``batch_size`` indices by priority; Tianshou's meaning of None, 0 and negative sizes."""
-        if batch_size is not None and batch_size > 0 and len(self) > 0:
-            return self.priorities.sample(batch_size)[0]
+        """``batch_size`` indices by priority; Tianshou's meaning of None, 0 and negative sizes.
+        A positive size on an empty buffer, or on one whose stored priorities are all 0, raises
+        ValueError saying which (Tianshou's fails inside NumPy)."""
+        if batch_size is not None and batch_size > 0:
+            return self.priorities.sample(batch_size, n_valid=len(self))[0]
         return super().sample_indices(batch_size)
 
     def get_weight(self, index) -> float | np.ndarray:
@@ -111,17 +141,21 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return float(out[0]) if np.ndim(index) == 0 else out
 
     def update_weight(self, index: np.ndarray, new_weight) -> None:
-        """Set priorities from ``new_weight`` (TD errors; their absolute value is used)."""
-        self.priorities.update(index, np.abs(to_numpy(new_weight)).reshape(-1), n_valid=len(self))
+        """Set priorities from ``new_weight`` (TD errors; their absolute value is used). A TD
+        error that is not a real number (a string, a complex number) raises TypeError naming it."""
+        self.priorities.update(index, np.abs(real_array(new_weight, "new_weight")).reshape(-1), n_valid=len(self))
 
     def __getitem__(self, index):
+        if len(self) == 0:  # Tianshou's storage has no keys yet: it would fail with KeyError('obs')
+            raise IndexError(f"cannot index an empty buffer with {index!r}: add transitions first")
         if isinstance(index, slice):  # Tianshou's meaning: buffer[:] is every stored transition
             indices = self.sample_indices(0) if index == slice(None) else self._indices[: len(self)][index]
         else:
             indices = index
         batch = super().__getitem__(indices)
         weight = self.get_weight(indices)
-        batch.weight = weight / np.max(weight) if self._weight_norm else weight
+        # An empty index gives an empty batch: there is no maximum to normalise by.
+        batch.weight = weight / np.max(weight) if self._weight_norm and np.size(weight) else weight
         return batch
 
     def set_beta(self, beta: float) -> None:
@@ -205,6 +239,7 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
     def update_weight(self, index: np.ndarray, new_weight) -> None:
         """Set priorities from ``new_weight`` (TD errors; their absolute value is used) at
         ``index``, slots some sub-buffer has written."""
+        weight = np.abs(real_array(new_weight, "new_weight")).reshape(-1)
         idx = as_indices(index, "indices")
         outside = np.flatnonzero((idx < 0) | (idx >= self.maxsize))
         if outside.size:
@@ -217,7 +252,7 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
             start, n = int(self._offset[i]), int(self._lengths[i])
             raise IndexError(f"indices[{b}] = {int(idx[b])} is not written yet: sub-buffer {i} has written "
                              + (f"slots {start} .. {start + n - 1}" if n else "nothing"))
-        self.priorities.update(idx, np.abs(to_numpy(new_weight)).reshape(-1), n_valid=self.maxsize)
+        self.priorities.update(idx, weight, n_valid=self.maxsize)
 
     def _check_buffer_ids(self, batch, buffer_ids) -> None:
         rows = len(batch)

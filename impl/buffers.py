@@ -32,7 +32,7 @@ from .trees.array_trees import ArraySumTree
 from .trees.base import SumTree, as_indices, as_priorities, raise_for_status
 
 __all__ = ["ReplayBuffer", "UniformReplayBuffer", "PrioritizedReplayBuffer", "SampleOut", "check_buffer_params",
-           "check_priorities"]
+           "check_priorities", "check_number"]
 
 
 def check_priorities(idx: np.ndarray, priorities, n_valid: int) -> None:
@@ -51,7 +51,7 @@ def check_priorities(idx: np.ndarray, priorities, n_valid: int) -> None:
         raise_for_status(status, b, idx, vals, n_valid, "priorities")
 
 
-def _check_number(name: str, value, low: float, high: float = math.inf) -> float:
+def check_number(name: str, value, low: float, high: float = math.inf) -> float:
     """``value`` as a float in ``[low, high]``; always finite, even where ``high`` is inf."""
     if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
             or not low <= value <= high):
@@ -75,8 +75,8 @@ def check_buffer_params(*, alpha, beta, eps, stratified) -> dict:
     """
     if not isinstance(stratified, (bool, np.bool_)):
         raise ValueError(f"stratified must be True or False, got {stratified!r}")
-    return {"alpha": _check_number("alpha", alpha, 0.0), "beta": _check_number("beta", beta, 0.0, 1.0),
-            "eps": _check_number("eps", eps, 0.0), "stratified": bool(stratified)}
+    return {"alpha": check_number("alpha", alpha, 0.0), "beta": check_number("beta", beta, 0.0, 1.0),
+            "eps": check_number("eps", eps, 0.0), "stratified": bool(stratified)}
 
 
 class SampleOut(dict):
@@ -205,7 +205,7 @@ class ReplayBuffer:
             return batch_size, beta
         if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        beta = _check_number("beta", beta, 0.0, 1.0)
+        beta = check_number("beta", beta, 0.0, 1.0)
         if self._size == 0:
             raise ValueError("cannot sample from an empty buffer: add transitions first")
         return int(batch_size), beta

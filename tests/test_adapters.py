@@ -56,5 +56,32 @@ def test_priority_index_marks_samples_and_weights():
     with pytest.raises(ValueError, match="is not finite"):
         index.update([0], [np.nan], n_valid=4)
     index.clear()
-    with pytest.raises(ValueError, match="empty buffer"):
+    with pytest.raises(ValueError, match="nothing is stored or all stored priorities are 0"):
         index.sample(1)
+
+
+def test_priority_index_says_whether_it_is_empty_or_its_priorities_are_all_zero():
+    index = PriorityIndex("binary", 8, eps=0.0, seed=0)
+    with pytest.raises(ValueError, match=r"cannot sample batch_size=4 from an empty buffer"):
+        index.sample(4, n_valid=0)
+    index.mark_new([0, 1, 2])
+    index.update([0, 1, 2], [0.0, 0.0, 0.0], n_valid=3)     # zero TD errors with eps=0: priority 0
+    with pytest.raises(ValueError, match=r"all 3 stored priorities are 0 \(eps=0\.0") as err:
+        index.sample(4, n_valid=3)
+    assert "empty" not in str(err.value)
+
+
+@pytest.mark.parametrize("values, shown", [(["1.0", "x"], r"td\[0\] = '1\.0'"),
+                                           (np.array([1.0, 2 + 1j]), r"td\[1\] = \(2\+1j\)"),
+                                           ([1.0, None], r"td\[1\] = None")])
+def test_real_array_names_the_first_value_that_is_not_a_real_number(values, shown):
+    import torch
+
+    from replaybench.adapters._core import real_array
+
+    with pytest.raises(TypeError, match=rf"td must be numbers, got dtype \S+: {shown} is not a real number"):
+        real_array(values, "td")
+    with pytest.raises(TypeError, match=r"td\[1\] = \(2\+1j\) is not a real number"):
+        real_array(torch.tensor([1.0, 2 + 1j]), "td")
+    column = torch.arange(3, dtype=torch.bfloat16).reshape(3, 1)
+    assert np.array_equal(real_array(column, "td"), [[0.0], [1.0], [2.0]])   # no NumPy bfloat16: widened

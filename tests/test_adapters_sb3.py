@@ -137,3 +137,18 @@ def test_prioritized_dqn_learns_with_vector_envs_and_round_trips_its_buffer(tmp_
     assert np.array_equal(a.indices, b.indices) and th.equal(a.observations, b.observations)
     other.learn(40)                               # plain DQN trains on it (weights ignored)
     assert loaded.size() == 150 + 20
+
+
+def test_string_and_complex_priorities_are_named_and_change_nothing():
+    buf = PrioritizedReplayBuffer(8, OBS, ACT, "cpu", variant="binary", seed=0, eps=0.0)
+    fill([buf], 3, 1, np.random.default_rng(0))
+    before = buf.store.tree.leaves().copy()
+    for bad, shown in ((["1.0", "abc"], r"priorities\[0\] = '1\.0'"), (np.array([1.0, 3j]), r"priorities\[1\] = 3j"),
+                       (th.tensor([1.0, 2 - 2j]), r"priorities\[1\] = \(2-2j\)")):
+        with pytest.raises(TypeError, match=rf"priorities must be numbers, got dtype \S+: {shown} is not a real"):
+            buf.update_priorities([0, 1], bad)
+    assert np.array_equal(buf.store.tree.leaves(), before)
+    buf.update_priorities([0, 1, 2], th.zeros(3, 1))       # the loss's (batch, 1) column; eps=0: all zero
+    with pytest.raises(ValueError, match="total priority is 0") as err:
+        buf.sample(4)
+    assert "empty" not in str(err.value)

@@ -264,3 +264,66 @@ def test_tianshou_dqn_with_a_vector_env_collector_runs_with_the_vector_buffer():
         torch.set_num_threads(threads)
     assert buf.maxsize == 300 and len(buf) == 300 and list(buf._lengths) == [100] * ENVS
     assert len(np.unique(buf.priorities.tree.leaves())) > 20     # |TD error| written back by the algorithm
+
+
+def test_string_and_complex_td_errors_are_named_and_change_nothing(no_prev_next_warm_up):
+    single, vector = both()[0], both_vector()[0]
+    for i in range(3):
+        single.add(transition(i))
+    vector.add(rows(0, [0]), buffer_ids=[0])
+    for ours in (single, vector):
+        before = ours.priorities.tree.leaves().copy()
+        for bad, shown in ((np.array(["1.0"]), r"new_weight\[0\] = '1\.0'"),
+                           (np.array([3 + 4j]), r"new_weight\[0\] = \(3\+4j\)"),
+                           (torch.tensor([1j]), r"new_weight\[0\] = 1j")):
+            with pytest.raises(TypeError, match=rf"new_weight must be numbers, got dtype \S+: {shown} is not a real"):
+                ours.update_weight(np.array([0]), bad)
+        assert np.array_equal(ours.priorities.tree.leaves(), before)
+
+
+def test_an_empty_buffer_an_empty_batch_and_all_zero_priorities_are_named():
+    ours = PrioritizedReplayBuffer(SIZE, 0.6, 0.4, eps=0.0)
+    with pytest.raises(ValueError, match=r"cannot sample batch_size=4 from an empty buffer"):
+        ours.sample(4)
+    with pytest.raises(IndexError, match="cannot index an empty buffer"):
+        ours.sample(0)                                     # Tianshou's "every stored transition": none
+    for i in range(3):
+        ours.add(transition(i))
+    batch = ours[np.array([], dtype=np.int64)]             # an empty sample: no maximum to normalise by
+    assert len(batch) == 0 and batch.weight.shape == (0,)
+    ours.update_weight(np.arange(3), np.zeros(3))          # zero TD errors with eps=0: every priority 0
+    with pytest.raises(ValueError, match=r"all 3 stored priorities are 0 \(eps=0\.0") as err:
+        ours.sample(4)
+    assert "empty" not in str(err.value)
+
+
+def test_weight_alpha_and_beta_read_as_tianshous():
+    ours, theirs = both(alpha=0.5, beta=0.3)
+    drive([ours, theirs], np.random.default_rng(2))
+    assert len(ours.weight) == len(theirs.weight) == SIZE
+    assert np.allclose([ours.weight[i] for i in range(SIZE)], their_priorities(theirs), rtol=1e-6)
+    idx = np.array([[3, 0], [9, 15]])                   # an index array keeps its shape, as NumPy's
+    assert ours.weight[idx].shape == theirs.weight[idx].shape == (2, 2)
+    assert np.allclose(ours.weight[idx], theirs.weight[idx], rtol=1e-6)
+    for args in ((), (2, 9), (0, -1), (5,), (3, 3)):
+        assert ours.weight.reduce(*args) == pytest.approx(theirs.weight.reduce(*args), rel=1e-6, abs=1e-12)
+    assert (ours._alpha, ours._beta) == (theirs._alpha, theirs._beta) == (0.5, 0.3)
+    for b in (ours, theirs):
+        b.set_beta(0.7)
+    assert ours._beta == theirs._beta == 0.7
+    ours._beta = 0.9                                     # Tianshou's set_beta writes it; ours checks it
+    assert ours._beta == 0.9 and np.allclose(ours.get_weight(np.arange(3)), ours.priorities.weights(np.arange(3), 0.9))
+    with pytest.raises(ValueError, match="beta must be a number in"):
+        ours._beta = 2.0
+    with pytest.raises(TypeError, match="read-only view .* update_weight"):
+        ours.weight[0] = 1.0
+    with pytest.raises(AttributeError):
+        ours._alpha = 0.1
+
+
+def test_vector_weight_covers_every_sub_buffer(no_prev_next_warm_up):
+    ours, theirs = both_vector()
+    drive_vector([ours, theirs], np.random.default_rng(3))
+    assert len(ours.weight) == len(theirs.weight) == ENVS * SUB
+    assert ours.weight.reduce() == pytest.approx(theirs.weight.reduce(), rel=1e-6)
+    assert np.allclose(ours.weight[np.arange(ENVS * SUB)], theirs.weight[np.arange(ENVS * SUB)], rtol=1e-6)

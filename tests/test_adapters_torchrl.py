@@ -4,6 +4,9 @@ priority key and a wrap-around, so the same probabilities (chi-square on our dra
 same globally normalised weights; a DQN loop with TorchRL's DQNLoss runs with it; bad input
 gets our errors."""
 
+import json
+import shutil
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -103,8 +106,6 @@ def test_dumps_and_loads_round_trip(tmp_path):
 def test_bad_input_gets_our_errors_and_changes_nothing():
     with pytest.raises(ValueError, match="variant 'uniform' keeps no priorities"):
         PrioritizedSampler(SIZE, 0.6, 0.4, variant="uniform")
-    with pytest.raises(ValueError, match="max_priority_within_buffer"):
-        PrioritizedSampler(SIZE, 0.6, 0.4, max_priority_within_buffer=True)
     ours, _ = both()
     with pytest.raises(ValueError, match="cannot sample from an empty storage"):
         ours.sample(4)
@@ -116,8 +117,8 @@ def test_bad_input_gets_our_errors_and_changes_nothing():
         ours.update_priority(torch.tensor([2]), torch.tensor([-1.0]))
     with pytest.raises(IndexError, match=r"indices\[0\] = 7 is out of range: valid indices are 0 .. 4"):
         ours.update_priority(torch.tensor([7]), torch.tensor([1.0]))
-    with pytest.raises(ValueError, match="beta must be a number in"):
-        ours._sampler.beta = 3
+    with pytest.raises(ValueError, match="beta must be a finite number >= 0"):
+        ours._sampler.beta = -1
     assert np.array_equal(leaves(ours), before)
 
 
@@ -163,3 +164,197 @@ def test_a_dqn_loop_with_torchrl_dqnloss_runs_with_it():
         torch.set_num_threads(threads)
     assert len(rb) == 300
     assert len(np.unique(rb._sampler._index.tree.leaves()[:300])) > 20   # TD errors written back
+
+
+def test_string_and_complex_priorities_are_named_and_all_zero_priorities_are_not_an_empty_buffer():
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(SIZE), priority_key="td_error",
+                                sampler=PrioritizedSampler(SIZE, 0.6, 0.4, eps=0.0))
+    rb.extend(data(0, 3))
+    before = leaves(rb).copy()
+    for bad, shown in ((torch.tensor([1.0, 2 + 1j]), r"priority\[1\] = \(2\+1j\)"),
+                       (np.array(["1.0", "2.0"]), r"priority\[0\] = '1\.0'")):
+        with pytest.raises(TypeError, match=rf"priority must be numbers, got dtype \S+: {shown} is not a real"):
+            rb._sampler.update_priority(torch.tensor([0, 1]), bad)
+    assert np.array_equal(leaves(rb), before)
+    rb.update_priority(torch.arange(3), torch.zeros(3))    # zero TD errors with eps=0: every priority 0
+    with pytest.raises(ValueError, match=r"all 3 stored priorities are 0 \(eps=0\.0") as err:
+        rb.sample(4)
+    assert "empty" not in str(err.value)
+
+
+def corruptions(folder):
+    """Ways a dumped sampler folder can be damaged, each a function that damages it."""
+    meta = folder / "sampler_metadata.json"
+    prio = folder / "priorities.npy"
+
+    def edit_meta(**changes):
+        return lambda: meta.write_text(json.dumps({**json.loads(meta.read_text()), **changes}))
+
+    def drop_meta_key():
+        m = json.loads(meta.read_text())
+        del m["max_priority"]
+        meta.write_text(json.dumps(m))
+
+    def save_prio(values):
+        return lambda: np.save(prio, values)
+
+    return {"truncated priorities": lambda: prio.write_bytes(prio.read_bytes()[:40]),
+            "nan priority": save_prio(np.r_[np.ones(SIZE - 1), np.nan]),
+            "negative priority": save_prio(np.r_[-np.ones(1), np.ones(SIZE - 1)]),
+            "short priorities": save_prio(np.ones(SIZE - 2)),
+            "missing priorities": prio.unlink,
+            "metadata not json": lambda: meta.write_text("{"),
+            "metadata without max_priority": drop_meta_key,
+            "alpha nan": edit_meta(alpha=float("nan")),
+            "beta negative": edit_meta(beta=-1.0),
+            "max_priority a string": edit_meta(max_priority="big")}
+
+
+def test_loads_is_all_or_nothing_a_corrupt_folder_leaves_the_sampler_as_it_was(tmp_path):
+    source, _ = both()
+    drive([source])
+    source.update_priority(torch.tensor([3]), torch.tensor([9.0]))      # a max priority above 1
+    source._sampler.dumps(tmp_path / "good")      # the sampler's own folder (a buffer's dumps nests it)
+    target, _ = both(alpha=0.5, beta=0.7)
+    drive([target])
+    sampler = target._sampler
+    state = (leaves(target).copy(), sampler._index.max_priority, sampler.alpha, sampler.beta, sampler._eps)
+    for name in corruptions(tmp_path / "good"):
+        folder = tmp_path / name.replace(" ", "-")
+        shutil.copytree(tmp_path / "good", folder)
+        corruptions(folder)[name]()
+        with pytest.raises(ValueError, match=r"sampler_metadata\.json|priorities\.npy"):
+            sampler.loads(folder)
+        after = (leaves(target), sampler._index.max_priority, sampler.alpha, sampler.beta, sampler._eps)
+        assert np.array_equal(after[0], state[0]) and after[1:] == state[1:], name
+    target.sample(8)                                                      # still samples as before
+    sampler.loads(tmp_path / "good")                                      # and a good folder loads
+    assert np.array_equal(leaves(target), leaves(source)) and sampler.alpha == 0.6
+
+
+# Compatibility with code written against TorchRL's own PrioritizedSampler (issue 29)
+
+def test_alpha_and_beta_as_0d_tensors_and_a_schedule_past_1_as_torchrl_takes_them():
+    from torchrl.data.replay_buffers.scheduler import LinearScheduler
+
+    ours = TensorDictReplayBuffer(storage=LazyTensorStorage(SIZE), priority_key="td_error",
+                                  sampler=PrioritizedSampler(SIZE, torch.tensor(0.6), torch.tensor(0.4)))
+    theirs = TensorDictPrioritizedReplayBuffer(alpha=torch.tensor(0.6), beta=torch.tensor(0.4),
+                                               storage=LazyTensorStorage(SIZE))
+    drive([ours, theirs])
+    schedules = [LinearScheduler(b, "beta", final_value=1.5, num_steps=4) for b in (ours, theirs)]
+    for _ in range(6):                                   # past num_steps: beta ends at 1.5, above 1
+        for schedule in schedules:
+            schedule.step()
+    assert float(ours.sampler.beta) == pytest.approx(1.5) == float(theirs.sampler.beta)
+    ours.sampler.alpha = torch.tensor(0.5)               # a 0-d tensor, as a scheduler of alpha gives
+    assert ours.sampler.alpha == 0.5
+    torch.manual_seed(0)
+    got = theirs.sample(64)
+    p = leaves(theirs)
+    assert np.allclose(got["priority_weight"].numpy(), (p[got["index"].numpy()] / p.min()) ** -1.5, rtol=1e-5)
+    mine = ours.sample(64)
+    assert np.allclose(mine["priority_weight"].numpy(), (p[mine["index"].numpy()] / p.min()) ** -1.5, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"beta must be a number or a 0-d tensor, got shape \(2,\)"):
+        ours.sampler.beta = torch.tensor([0.5, 0.6])
+    assert float(ours.sampler.beta) == 1.5
+
+
+def test_resetting_the_buffers_generator_repeats_the_samples_as_in_torchrl():
+    for sampler in (PrioritizedSampler(SIZE, 0.6, 0.4), None):
+        kw = {"sampler": sampler} if sampler is not None else {"alpha": 0.6, "beta": 0.4}
+        cls = TensorDictReplayBuffer if sampler is not None else TensorDictPrioritizedReplayBuffer
+        rb = cls(storage=LazyTensorStorage(SIZE), generator=torch.Generator().manual_seed(7), **kw)
+        drive([rb])
+        start = rb._rng.get_state()
+        first, second = rb.sample(32)["index"], rb.sample(32)["index"]
+        assert not torch.equal(first, second)
+        rb._rng.set_state(start)                         # the same generator object, reset
+        assert torch.equal(rb.sample(32)["index"], first) and torch.equal(rb.sample(32)["index"], second)
+        rb._rng.manual_seed(7)
+        rb.set_rng(torch.Generator().manual_seed(8))     # a new generator: another stream
+        assert not torch.equal(rb.sample(32)["index"], first)
+
+
+def test_an_empty_storage_raises_runtime_error_as_torchrl_and_value_error_as_ours():
+    ours, theirs = both()
+    for b in (ours, theirs):
+        with pytest.raises(RuntimeError, match="(?i)cannot sample from an empty storage"):
+            b.sample(4)
+    with pytest.raises(ValueError, match="cannot sample from an empty storage"):
+        ours.sample(4)
+
+
+def test_sum_min_and_max_priority_views_read_as_torchrls():
+    ours, theirs = both()
+    for rb in (ours, theirs):
+        assert rb.sampler._max_priority == (None, None)
+    drive([ours, theirs])
+    for rb in (ours, theirs):
+        rb.update_priority(torch.tensor([5, 2]), torch.tensor([6.0, 0.5]))
+    a, b = ours.sampler, theirs.sampler
+    assert np.allclose([a._sum_tree[i] for i in range(SIZE)], [b._sum_tree[i] for i in range(SIZE)], rtol=1e-5)
+    idx = torch.tensor([3, 0, 9, 9])
+    assert isinstance(a._sum_tree[idx], torch.Tensor)
+    assert np.allclose(a._sum_tree[idx].numpy(), b._sum_tree[idx].numpy(), rtol=1e-5)
+    assert np.allclose(a._sum_tree[np.array([1, 4])], b._sum_tree[np.array([1, 4])], rtol=1e-5)
+    for lo, hi in ((0, SIZE), (3, 9), (0, 5), (7, SIZE)):
+        assert a._sum_tree.query(lo, hi) == pytest.approx(b._sum_tree.query(lo, hi), rel=1e-5)
+        assert a._min_tree.query(lo, hi) == pytest.approx(b._min_tree.query(lo, hi), rel=1e-5)
+    assert a._min_tree[4] == pytest.approx(b._min_tree[4], rel=1e-5) and len(a._sum_tree) == len(b._sum_tree)
+    assert float(a._max_priority[0]) == pytest.approx(6.0) == float(b._max_priority[0])
+    assert int(a._max_priority[1]) == 5 == int(b._max_priority[1])
+    with pytest.raises(TypeError, match="read-only view .* update_priority"):
+        a._sum_tree[0] = 1.0
+    with pytest.raises(AttributeError):
+        a._max_priority = None
+    with pytest.raises(IndexError, match=r"indices\[0\] = 16 is out of range"):
+        a._sum_tree[SIZE]
+    fresh = PrioritizedSampler(4, 0.6, 0.4)              # unwritten slots: sum 0, min inf, as TorchRL's
+    assert fresh._sum_tree[0] == 0 and fresh._min_tree[0] == np.inf and fresh._min_tree.query(0, 4) == np.inf
+    for rb in (ours, theirs):
+        rb.empty()
+        assert rb.sampler._max_priority == (None, None) and rb.sampler._sum_tree.query(0, SIZE) == 0
+
+
+def test_what_stays_refused_is_named_and_changes_no_priority():
+    """A slot past the capacity and a multi-dimensional storage (see the adapter's docstring)."""
+    sampler = PrioritizedSampler(SIZE, 0.6, 0.4)
+    with pytest.raises(IndexError, match=rf"indices\[0\] = {SIZE} is out of range: valid indices are 0 .. {SIZE - 1}"):
+        sampler.update_priority(torch.tensor([SIZE]), torch.tensor([1.0]))   # TorchRL writes past its leaves
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(SIZE, ndim=2), sampler=sampler)
+    with pytest.raises(ValueError, match=r"got shape \(\d+, 2\): a multi-dimensional storage is not supported"):
+        rb.extend(TensorDict({"x": torch.zeros(8, 2)}, batch_size=[8, 2]))
+    assert sampler._sum_tree.query(0, SIZE) == 0
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_max_priority_within_buffer_gives_new_data_the_largest_priority_stored_now(dtype, tmp_path):
+    """The definition, against an O(N) oracle over random extends and updates (with wrap-arounds,
+    the maximum's slot overwritten and lowered); TorchRL's own mode falls back to priority 1
+    after an overwrite of the maximum's slot, so it is no oracle here."""
+    cap = 8
+    sampler = PrioritizedSampler(cap, 0.7, 0.4, max_priority_within_buffer=True, variant_params={"dtype": dtype})
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(cap), sampler=sampler)
+    rng = np.random.default_rng(0)
+    written, lowered_max, overwritten_max = 0, 0, 0
+    for step in range(60):
+        n = int(rng.integers(1, 4))
+        before = sampler._index.tree.leaves()
+        slots = (written + np.arange(n)) % cap
+        kept = np.setdiff1d(np.arange(min(written, cap)), slots)   # stored, and not overwritten now
+        expect = before[kept].max() if kept.size and before[kept].max() > 0 else 1.0
+        overwritten_max += written > 0 and int(np.argmax(before)) in slots
+        rb.extend(data(step * 10, n))
+        written += n
+        after = sampler._index.tree.leaves()
+        assert np.array_equal(after[slots], np.full(n, expect)), step
+        assert after[sampler._max_priority[1]] == after.max()
+        idx = rng.choice(min(written, cap), 2, replace=False)
+        lowered_max += int(np.argmax(after)) in idx
+        rb.update_priority(torch.as_tensor(idx), torch.as_tensor(rng.uniform(0.0, 3.0, 2)))
+    assert lowered_max > 3 and overwritten_max > 3                # both rescan paths were taken
+    sampler.dumps(tmp_path / "s")
+    other = PrioritizedSampler(cap, 0.7, 0.4, max_priority_within_buffer=True, variant_params={"dtype": dtype})
+    other.loads(tmp_path / "s")                                   # the maximum is found again in the leaves
+    assert other._index.max_priority == sampler._index.tree.leaves().max()

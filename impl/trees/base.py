@@ -7,13 +7,14 @@ job of a concurrency policy wrapped around it (DESIGN.md, "three independent axe
 
 from __future__ import annotations
 
+import numbers
 from abc import ABC, abstractmethod
 
 import numpy as np
 
 from . import kernels
 
-__all__ = ["SumTree", "as_indices", "as_priorities", "raise_for_status", "MAX_REDRAWS"]
+__all__ = ["SumTree", "as_indices", "as_priorities", "check_real", "raise_for_status", "MAX_REDRAWS"]
 
 #: How often sample() redraws positions that rounding sent onto a zero leaf before giving up.
 MAX_REDRAWS = 64
@@ -35,7 +36,7 @@ def as_indices(indices, name: str = "indices") -> np.ndarray:
     if arr.dtype.kind not in "iu":
         if arr.size == 0:
             return np.empty(0, dtype=np.int64)
-        raise TypeError(f"{name} must be integers, got dtype {arr.dtype}")
+        raise TypeError(f"{name} must be integers, got dtype {arr.dtype}: {name}[0] = {arr[:1].tolist()[0]!r}")
     if arr.dtype == np.uint64 and arr.size:
         huge = np.flatnonzero(arr > np.iinfo(np.int64).max)
         if huge.size:  # the cast below would wrap it to a negative number
@@ -44,11 +45,32 @@ def as_indices(indices, name: str = "indices") -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 
+def check_real(arr: np.ndarray, name: str) -> np.ndarray:
+    """``arr`` itself when its dtype holds real numbers (float, int, bool); otherwise a
+    TypeError naming ``name``, the dtype and the first entry that is not a real number (a
+    string, a complex number, an object), so nothing downstream (``abs``, a cast) turns it
+    into a priority or fails with NumPy's own error. O(1) for a real dtype."""
+    if arr.dtype.kind in "fiub":
+        return arr
+    flat = arr.reshape(-1)
+    # Name the first offending entry (this path is only taken to raise, so a scan is fine):
+    # one with an imaginary part, one that is not a number in an object array, else the first.
+    if arr.dtype.kind == "c":
+        bad = np.flatnonzero(flat.imag != 0)
+    elif arr.dtype.kind == "O":
+        bad = [i for i, v in enumerate(flat) if not isinstance(v, numbers.Real)]
+    else:
+        bad = range(flat.size)
+    if len(bad) == 0:
+        raise TypeError(f"{name} must be numbers in a real dtype (float, int or bool), got dtype {arr.dtype}")
+    pos = int(bad[0])
+    raise TypeError(f"{name} must be numbers, got dtype {arr.dtype}: {name}[{pos}] = {flat[pos:pos + 1].tolist()[0]!r} "
+                    f"is not a real number")
+
+
 def as_priorities(priorities, n: int, name: str = "priorities") -> np.ndarray:
     """``priorities`` as a contiguous float64 array of length ``n`` (a scalar is broadcast)."""
-    arr = np.asarray(priorities)
-    if arr.dtype.kind not in "fiub":
-        raise TypeError(f"{name} must be numbers, got dtype {arr.dtype}")
+    arr = check_real(np.asarray(priorities), name)
     if arr.ndim == 0:
         return np.full(n, arr, dtype=np.float64)
     if arr.shape != (n,):
