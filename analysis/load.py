@@ -78,7 +78,38 @@ def load_run(run_dir) -> tuple[pd.DataFrame, dict]:
     frame["run_id"] = frame["run_id"].fillna(meta.get("run_id") or run_dir.name)
     frame["suite"] = (meta.get("suite") or {}).get("name") or meta.get("scenario")
     frame["started"] = meta.get("start_time") or ""  # orders runs whatever their ids (reference-...)
-    return frame.astype(object), meta
+    return legacy_columns(frame.astype(object)), meta
+
+
+#: The ``mode`` that training rows held before the ``engine`` column, by engine.
+_LEGACY_TRAINING_MODES = {"processes": "process", "ray": "ray", "dataflow": "dataflow"}
+
+
+def legacy_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows written before a column split, read as rows written after it (the stored files
+    are never edited; this is a reading):
+
+    - training rows held the engine in ``mode`` ("processes" for the process engine and for
+      the sequential baseline alike): ``engine`` is "sequential" for a baseline (actors 0),
+      else the mode's engine, and ``mode`` is cleared (it is the concurrency scenario's);
+    - gossip rows held the topology in ``policy``: ``topology`` takes it, ``policy`` is "none";
+      the PAAC line's ``engine`` is "paac".
+    Rows that have the new columns are left as they are. Cost: O(rows of those scenarios)."""
+    old_training = (frame["scenario"] == "training") & frame["engine"].isna() & frame["mode"].notna()
+    if old_training.any():
+        part = frame.loc[old_training]
+        baseline = part["actors"].isna() | (part["actors"] == 0)
+        frame.loc[old_training, "engine"] = [
+            "sequential" if b else _LEGACY_TRAINING_MODES.get(m, m) for b, m in zip(baseline, part["mode"])]
+        frame.loc[old_training, "mode"] = None
+    old_gossip = (frame["scenario"] == "gossip") & frame["mode"].notna()
+    if old_gossip.any():
+        policy = frame.loc[old_gossip, "policy"]
+        frame.loc[old_gossip, "topology"] = [None if p in (None, "none") else p for p in policy]
+        frame.loc[old_gossip, "policy"] = "none"
+        frame.loc[old_gossip, "engine"] = ["paac" if v == "paac" else None for v in frame.loc[old_gossip, "variant"]]
+        frame.loc[old_gossip, "mode"] = None
+    return frame
 
 
 def _typed(table: pd.DataFrame) -> pd.DataFrame:

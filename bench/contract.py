@@ -73,10 +73,12 @@ COLUMNS = [
     "status", "error",
     # cache scenario: which cache level, measuring method, address stream and cache geometry
     "level", "method", "stream", "cache_config",
-    # concurrency and training scenarios: actors (writers) and learners (samplers/updaters),
-    # "threads" or "processes"; training adds the algorithm, environment, seed and, for
-    # return-curve points, the environment steps and wall seconds at which the value was taken
-    "actors", "learners", "mode", "algo", "env", "seed", "env_steps", "wall_s",
+    # concurrency and training scenarios: actors (writers) and learners (samplers/updaters);
+    # mode: the concurrency scenario's "threads" or "processes"; engine: the training engine
+    # that ran (impl.rl.engines: "sequential", "process", "ray", "dataflow", "paac"); topology:
+    # a gossip run's ("exponential/p1/k1"); training adds the algorithm, environment, seed and,
+    # for return-curve points, the environment steps and wall seconds at which the value was taken
+    "actors", "learners", "mode", "engine", "topology", "algo", "env", "seed", "env_steps", "wall_s",
 ]
 
 #: Columns naming what was measured (not who measured it, nor the measurement): rows equal in

@@ -21,7 +21,7 @@ import pytest
 from replaybench.analysis import load
 from replaybench.analysis.__main__ import main as analysis_main
 from replaybench.bench import contract, results
-from replaybench.bench.scenarios.lf import WORKLOADS
+from replaybench.bench.derive import LF_WORKLOADS as WORKLOADS
 from replaybench.cli import main as replaybench_main
 
 REPO = Path(__file__).resolve().parent.parent

@@ -11,12 +11,12 @@ __all__ = ["training_rows", "task_label", "several_buffers", "is_baseline", "buf
            "WORKER_COLOURS", "worker_colour"]
 
 #: What one training configuration is (seeds are its repeats).
-CONFIG = ["run_id", "task", "variant", "K", "policy", "algo", "env", "mode", "actors", "learners", "updates_per_step",
+CONFIG = ["run_id", "task", "variant", "K", "policy", "algo", "env", "engine", "actors", "learners", "updates_per_step",
           "envs_per_actor"]
 
 #: What makes two runs' rows the same measurement (params, which hold run lengths and roles, are
 #: left out so that the newest run of a configuration and seed replaces older ones whole).
-CELL = ["scenario", "op", "metric", "variant", "K", "policy", "algo", "env", "mode", "actors", "learners", "seed",
+CELL = ["scenario", "op", "metric", "variant", "K", "policy", "algo", "env", "engine", "actors", "learners", "seed",
         "updates_per_step", "envs_per_actor"]
 
 #: Colours by number of learners (1, 2, 4, 8 ...); the sequential baseline is black.

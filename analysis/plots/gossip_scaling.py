@@ -27,7 +27,7 @@ _METRICS = [("env_steps_per_s", "env steps/s (all learners)"), ("time_to_thresho
             ("bytes_per_step", "bytes sent per env step"), ("wait_fraction", "fraction of time waiting")]
 _COLOURS = {"gossip": "#0072B2", "gossip-free": "#56B4E9", "allreduce": "#D55E00", "independent": "#7F7F7F",
             "paac": "#009E73"}
-_CELL = ["scenario", "op", "metric", "variant", "policy", "env", "learners", "seed", "straggler"]
+_CELL = ["scenario", "op", "metric", "variant", "topology", "env", "learners", "seed", "straggler"]
 
 
 def gossip_rows(table: pd.DataFrame, op: str) -> pd.DataFrame:
@@ -39,12 +39,12 @@ def gossip_rows(table: pd.DataFrame, op: str) -> pd.DataFrame:
         return rows
     rows = rows.assign(straggler=[float(contract.params_of(p).get("straggler_slowdown", 1.0)) for p in rows["params"]])
     rows = load.latest_per_cell(rows, _CELL)
-    return rows.assign(scheme=[scheme_label(v, p) for v, p in zip(rows["variant"], rows["policy"])])
+    return rows.assign(scheme=[scheme_label(v, t) for v, t in zip(rows["variant"], rows["topology"])])
 
 
-def scheme_label(variant, policy) -> str:
+def scheme_label(variant, topology) -> str:
     """``gossip (exponential/p1/k2)``, or the variant alone for the baselines."""
-    return f"{variant} ({policy})" if policy and policy != "none" else str(variant)
+    return f"{variant} ({topology})" if isinstance(topology, str) and topology not in ("", "none") else str(variant)
 
 
 def scheme_colour(label: str) -> str:

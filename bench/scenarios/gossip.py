@@ -19,11 +19,12 @@ settings. A suite declares::
 Grid: seeds x stragglers x schemes x learners (``paac`` once per seed, without straggler: it
 has one learner; at 1 learner only ``independent`` runs, since every scheme is that there;
 stragglers only where there are at least 2 learners). ``--variants`` keeps the schemes with those labels. Every configuration is
-checked (:func:`impl.rl.gossip_launch.check_launch`: the config and the nodes this machine can host) while
+checked (:func:`impl.rl.gossip.launch.check_launch`: the config and the nodes this machine can host) while
 the suite is expanded, before any process.
 
-Rows: variant = the scheme's label (default: its scheme), policy = the gossip topology
-(``exponential/p1/k1``; ``none`` otherwise), learners = N, mode "processes", algo "a2c";
+Rows: variant = the scheme's label (default: its scheme), topology = the gossip topology
+(``exponential/p1/k1``; empty otherwise; runs stored before that column hold it in policy),
+policy "none", engine "paac" for the PAAC line, learners = N, algo "a2c";
 params hold nodes, learners_per_node, topology, peers, staleness, lr_scaling (gossip: the
 A2C rate times sqrt(N), or not; see :class:`GossipConfig`), straggler_slowdown, n_envs and
 steps. Per run:
@@ -119,19 +120,18 @@ def _columns(label: str, cfg) -> dict:
         params = {"n_envs": cfg.overrides["n_envs"], "env_workers": cfg.overrides["n_workers"], "steps": cfg.steps,
                   "straggler_slowdown": 1.0}
         return {"scenario": "gossip", "variant": label, "structure": "a2c", "policy": "none", "algo": "a2c",
-                "env": cfg.env, "actors": 0, "learners": 1, "seed": cfg.seed, "mode": "processes", "params": params}
+                "env": cfg.env, "actors": 0, "learners": 1, "seed": cfg.seed, "engine": "paac", "params": params}
     params = {"nodes": cfg.nodes, "learners_per_node": cfg.learners_per_node, "n_envs": cfg.n_envs,
               "env_workers": cfg.env_workers, "steps": cfg.steps, "straggler_slowdown": cfg.straggler_slowdown}
-    policy = "none"
+    topology = None
     if cfg.scheme == "gossip":
         params.update(topology=cfg.topology, peers=cfg.peers, staleness=cfg.staleness,
                       lr_scaling=cfg.lr_scaling)
-        policy = f"{cfg.topology}/p{cfg.peers}/k{'-' if cfg.staleness is None else cfg.staleness}"
+        topology = f"{cfg.topology}/p{cfg.peers}/k{'-' if cfg.staleness is None else cfg.staleness}"
     if cfg.overrides:
         params["overrides"] = cfg.overrides
-    return {"scenario": "gossip", "variant": label, "structure": "a2c", "policy": policy, "algo": "a2c",
-            "env": cfg.env, "actors": 0, "learners": cfg.learners, "seed": cfg.seed, "mode": "processes",
-            "params": params}
+    return {"scenario": "gossip", "variant": label, "structure": "a2c", "policy": "none", "topology": topology,
+            "algo": "a2c", "env": cfg.env, "actors": 0, "learners": cfg.learners, "seed": cfg.seed, "params": params}
 
 
 def _episode_rows(episodes, row: dict, start: int) -> list[dict]:
@@ -326,7 +326,7 @@ def format_table(rows: list[dict]) -> str:
         if r["op"] != "summary":
             continue
         params = json.loads(r["params"]) if isinstance(r["params"], str) else r["params"]
-        key = (r["variant"], r["policy"], r["learners"], params.get("straggler_slowdown"), r["seed"])
+        key = (r["variant"], r.get("topology") or "none", r["learners"], params.get("straggler_slowdown"), r["seed"])
         runs.setdefault(key, {})[r["metric"]] = r.get("value") if r["status"] == "ok" else r["status"]
 
     def num(x, fmt):

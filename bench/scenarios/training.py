@@ -14,7 +14,9 @@ Two entry points, both run by the driver (:mod:`bench.driver`) into ``results/<r
   (bench/suites/training-ray.json: Ray against processes in one run;
   bench/suites/training-dataflow.json: processes, the static dataflow and Ray).
 
-Rows (scenario "training", mode "processes", or "ray" / "dataflow" for those backends; the sequential
+Rows (scenario "training", ``engine`` the engine that ran: "sequential" for the baseline,
+"process", "ray" or "dataflow" for the parallel layouts; runs stored before the engine column
+have ``mode`` "processes", "ray" or "dataflow" instead, which the readers map; the sequential
 baseline has actors = learners = 0, policy "none" and ``"baseline": true`` in params;
 params.envs_per_actor is E, the environments each actor, and the sequential loop, steps with
 one batched forward), per run:
@@ -80,9 +82,6 @@ def _structure_and_k(variant: str, buffer_params: dict):
     return v.structure, buffer_params.get("K", v.params.get("K"))
 
 
-_MODES = {"process": "processes", "ray": "ray", "dataflow": "dataflow"}  # TrainConfig.backend -> the rows' mode
-
-
 def run_base(cfg, acfg, base: dict) -> dict:
     """The columns every row of one run shares."""
     structure, k = _structure_and_k(cfg.buffer, cfg.buffer_params)
@@ -97,7 +96,7 @@ def run_base(cfg, acfg, base: dict) -> dict:
     return {**base, "scenario": "training", "variant": cfg.buffer, "structure": structure, "K": k,
             "policy": "none" if cfg.sequential else cfg.policy, "algo": cfg.algo, "env": cfg.env,
             "actors": 0 if cfg.sequential else cfg.actors, "learners": 0 if cfg.sequential else cfg.learners,
-            "seed": cfg.seed, "mode": "processes" if cfg.sequential else _MODES[cfg.backend],
+            "seed": cfg.seed, "engine": cfg.engine,
             "capacity": acfg.buffer_capacity, "batch": acfg.batch_size,
             "params": params}
 
@@ -219,7 +218,7 @@ def format_table(rows: list[dict]) -> str:
         params = json.loads(r["params"]) if isinstance(r["params"], str) else r["params"]  # read back or in memory
         ratio = params.get("updates_per_step")
         key = (r["variant"], r["policy"], ratio, params.get("envs_per_actor", 1), r["actors"], r["learners"],
-               r["seed"], r.get("mode", "processes"))
+               r["seed"], r.get("engine"))
         entry = runs.setdefault(key, {"profile": {}})
         if r["op"] == "summary":
             entry[r["metric"]] = r.get("value") if r["status"] == "ok" else r["status"]
@@ -230,15 +229,15 @@ def format_table(rows: list[dict]) -> str:
         return fmt.format(x) if isinstance(x, (int, float)) else (x or "-")
 
     body = []
-    for (variant, policy, ratio, envs, a, l, seed, mode), e in runs.items():
+    for (variant, policy, ratio, envs, a, l, seed, engine), e in runs.items():
         total = sum(e["profile"].values())
         share = e["profile"].get("replay", 0.0) / total if total else None
-        body.append([variant, policy, mode, str(ratio), str(envs), str(a), str(l), str(seed),
+        body.append([variant, policy, str(engine), str(ratio), str(envs), str(a), str(l), str(seed),
                      num(e.get("env_steps_per_s"), "{:.0f}"), num(e.get("updates_per_s"), "{:.0f}"), num(e.get("time_to_threshold_s"), "{:.1f}"),
                      num(e.get("speedup"), "{:.2f}"), num(e.get("vs_process"), "{:.2f}"),
                      num(e.get("actor_wait_s"), "{:.1f}"),
                      num(e.get("learner_wait_s"), "{:.1f}"), num(share, "{:.1%}")])
-    header = ["variant", "policy", "mode", "upd/step", "E", "A", "L", "seed", "steps/s", "upd/s", "t_thresh s",
+    header = ["variant", "policy", "engine", "upd/step", "E", "A", "L", "seed", "steps/s", "upd/s", "t_thresh s",
               "speedup", "vs process", "actor wait s", "learner wait s", "replay share"]
     return "\n".join(table(header, body, set(range(3, len(header)))))
 
