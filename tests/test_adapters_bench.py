@@ -90,8 +90,8 @@ def test_a_run_through_the_driver_makes_the_figure_and_the_report_section(tmp_pa
     monkeypatch.setattr(frameworks, "RUNNERS", {fw: stand_in for fw in frameworks.FRAMEWORKS})
     suite = {**suites.load("frameworks-quick"), "frameworks": ["sb3", "torchrl"]}
     run_dir = driver.run(suite, out=tmp_path, run_id="fw", progress=False, echo=lambda *_: None)
-    frame, _ = load_run(run_dir)
-    plot = figure.build(frame, {})
+    frame, meta = load_run(run_dir)
+    plot = figure.build(frame, {"fw": meta})
     data = plot.data.set_index(["framework", "variant", "metric"])
     assert data.loc[("sb3", "kary-aligned", "speedup_vs_own"), "median"] == pytest.approx(2.0)
     assert data.loc[("torchrl", "own", "replay_share"), "median"] == pytest.approx(0.5)
@@ -101,6 +101,9 @@ def test_a_run_through_the_driver_makes_the_figure_and_the_report_section(tmp_pa
     class Outcome:
         data = {"frameworks": plot.data}
 
-    text = "\n".join(report._frameworks(Outcome()))
+    class Res:
+        metas = {"fw": meta}  # the suite's paper range, copied into meta.json by the driver
+
+    text = "\n".join(report._frameworks(Outcome(), Res()))
     assert "## Inside other frameworks" in text and "PAL: 1.1-2.1x" in text
     assert "| sb3 | CartPole-v1 | `kary-aligned` | 1 | 2 | 50% | 2.00 | 0.14 (1/1 seeds) | 500 |" in text

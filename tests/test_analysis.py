@@ -24,7 +24,7 @@ import pytest
 from replaybench.analysis import compare, load, palette, render, report
 from replaybench.analysis.__main__ import main
 from replaybench.analysis.plots import modules
-from replaybench.bench import results
+from replaybench.bench import contract, results
 
 from _examples import load_example
 
@@ -530,7 +530,7 @@ def test_the_other_runs_still_plot_beside_a_broken_one(synthetic, tmp_path, caps
     status = main(["plots", "--runs", *runs, "--out", str(tmp_path / "figs"), "--only", "cache_misses", "capacity"])
     out = capsys.readouterr()
     assert status == 0
-    assert f"warning: run left out: {broken}, line 5: 7 fields where the header has 37" in out.err
+    assert f"warning: run left out: {broken}, line 5: 7 fields where the header has {len(contract.COLUMNS)}" in out.err
     assert "skipped capacity: " in out.out  # the micro run was the only source of timings
     assert (tmp_path / "figs" / "cache_misses.png").stat().st_size > 0
     # --strict: the same, but a broken run makes the exit status 1
@@ -543,7 +543,7 @@ def test_truncated_last_line_is_reported_with_its_number(synthetic, tmp_path):
     text = path.read_text()
     n_lines = text.count("\n")
     path.write_text(text[:-40])  # a write cut short in the middle of the last row
-    with pytest.raises(load.RunError, match=rf"rows.csv, line {n_lines}: \d+ fields where the header has 37"):
+    with pytest.raises(load.RunError, match=rf"rows.csv, line {n_lines}: \d+ fields where the header has {len(contract.COLUMNS)}"):
         load.load_run(path.parent)
 
 

@@ -179,7 +179,7 @@ def check_quick_meta(run_dir: Path, ops: list[str], peers: list[str]) -> None:
     for key in ("start_time", "end_time", "command", "git_sha", "dirty", "suite", "pyperf_settings"):
         assert key in meta, key
     suite_arg = meta["command"][meta["command"].index("--suite") + 1]  # the name, or the path of the test's copy
-    assert suite_arg.endswith(("quick", "-quick.json")) and meta["suite"]["name"] == "quick"
+    assert suite_arg.endswith(("micro-quick", "-quick.json")) and meta["suite"]["name"] == "micro-quick"
     assert meta["machine"]["cpu_model"] and meta["machine"]["logical_cpus"] >= 1
     assert isinstance(meta["machine"]["caches"], list)
     for lib in ("numpy", "numba", "pyperf", "cpprb", "python"):

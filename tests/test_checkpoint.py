@@ -31,7 +31,7 @@ def test_an_interrupted_run_resumes_from_its_last_periodic_checkpoint(tmp_path):
     whole = run(240)
     path = str(tmp_path / "run.ckpt")
 
-    def interrupt(steps, updates, recent):
+    def interrupt(steps, updates, recent, *_):
         if steps >= 180:
             raise KeyboardInterrupt
 

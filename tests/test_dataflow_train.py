@@ -153,11 +153,11 @@ def test_training_scenario_writes_dataflow_rows_beside_the_process_backends(monk
     monkeypatch.setattr(rl, "train", fake_train)
     configs = [tiny(backend="process", steps=1000), tiny(steps=1000)]
     rows = results.read_rows(run_configs(configs, out=tmp_path, run_id="df", progress=False))
-    summary = {(r["mode"], r["metric"]): r for r in rows if r["op"] == "summary"}
-    assert ("processes", "vs_process") not in summary
+    summary = {(r["engine"], r["metric"]): r for r in rows if r["op"] == "summary"}
+    assert ("process", "vs_process") not in summary
     assert float(summary[("dataflow", "vs_process")]["value"]) == pytest.approx(2.0)
     roles = {json.loads(r["params"])["role"]: json.loads(r["params"])["processes"]
-             for r in rows if r["op"] == "profile" and r["mode"] == "dataflow"}
+             for r in rows if r["op"] == "profile" and r["engine"] == "dataflow"}
     assert roles == {"actor": 1, "learner": 1, "env_worker": 2}
 
 

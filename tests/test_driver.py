@@ -198,7 +198,7 @@ def test_driver_refuses_an_out_that_is_a_file(tmp_path):
     blocker.write_text("")
     for out in (blocker, blocker / "sub"):
         with pytest.raises(ValueError, match=f"--out .*{blocker.name}.* is a file"):
-            driver.run(suites.load("quick"), Selection(variants=["binary"], ops=["sample"]), out=out,
+            driver.run(suites.load("micro-quick"), Selection(variants=["binary"], ops=["sample"]), out=out,
                        progress=False, echo=quiet)
     assert sorted(tmp_path.iterdir()) == [blocker]
 

@@ -143,7 +143,10 @@ def test_report_section_puts_the_envs_per_actor_ratio_beside_its_target(tmp_path
             for section in ("env_step", "inference"):
                 rows.append({**base, "op": "profile", "metric": section, "value": acting_s / 2, "unit": "s",
                              "params": {**params, "role": "actor", "processes": 1}})
-    writer = results.RunWriter(tmp_path, "r", {"scenario": "training", "suite": {"name": "t"}})
+    from replaybench.bench import suites
+
+    targets = suites.load("training-throughput")["targets"]  # the driver copies them into meta.json
+    writer = results.RunWriter(tmp_path, "r", {"scenario": "training", "suite": {"name": "t"}, "targets": targets})
     writer.append(rows)
     writer.finish(True)
     text = "\n".join(report._paac(load.load_runs([writer.dir])))

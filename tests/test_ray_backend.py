@@ -174,8 +174,8 @@ def test_suite_runs_each_parallel_layout_on_each_backend_process_first():
     configs = suite_configs(suite)
     assert [(c.actors, c.learners, c.backend) for c in configs] == [(0, 0, "process"), (2, 1, "process"),
                                                                      (2, 1, "ray")]
-    modes = [cell.columns["mode"] for cell in cells_for(configs)]
-    assert modes == ["processes", "processes", "ray"]
+    engines = [cell.columns["engine"] for cell in cells_for(configs)]
+    assert engines == ["sequential", "process", "ray"]
 
 
 @pytest.mark.slow
@@ -190,5 +190,5 @@ def test_train_command_on_a_ray_cluster(cluster, tmp_path):
     assert code == 0
     (run_dir,) = tmp_path.iterdir()
     summary = {r["metric"]: r for r in results.read_rows(run_dir) if r["op"] == "summary"}
-    assert {r["mode"] for r in summary.values()} == {"ray"}
+    assert {r["engine"] for r in summary.values()} == {"ray"}
     assert summary["env_steps_per_s"]["value"] > 0 and summary["actor_restarts"]["value"] == 0

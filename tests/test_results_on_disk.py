@@ -101,7 +101,7 @@ def test_a_full_disk_at_the_end_of_train_keeps_the_episodes_and_marks_the_run_in
 
 
 def _gossip_result(episodes):
-    from replaybench.impl.rl.gossip_train import GossipResult
+    from replaybench.impl.rl.gossip.learner import GossipResult
 
     return GossipResult(env_steps=400, wall_s=2.0, env_steps_per_s=200.0, time_to_threshold_s=None,
                         steps_to_threshold=None, consensus=[(1.0, 0.5)], final_consensus=0.25, bytes_sent=0,
@@ -117,7 +117,7 @@ def test_a_full_disk_at_the_end_of_gossip_keeps_the_episodes_and_marks_the_run_i
     """The gossip command's run: the episodes the launcher reported while it ran are on disk;
     the summary rows at the end hit a full disk; meta.json says incomplete; exit 1."""
     from replaybench.cli import main
-    from replaybench.impl.rl import gossip_launch
+    from replaybench.impl.rl.gossip import launch as gossip_launch
 
     reported = [[(0.5, 40, 12.0, 1), (0.6, 30, 9.0, 0)], [(1.5, 120, 30.0, 0)]]
 

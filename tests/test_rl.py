@@ -236,10 +236,12 @@ def test_rate_limiter_holds_the_ratio_and_stops():
     limiter = RateLimiter(state, ratio=0.5, starts=100, tolerance=4, insert_batch=8, poll_s=1e-4)
     assert limiter.tolerance == 5.0  # raised to 1 + ratio * insert_batch: no deadlock
     state.actor_steps[:] = [60, 60]  # 120 steps: 10 updates due
-    assert limiter._may_update(9) and not limiter._may_update(10)
-    assert not limiter._may_insert(8)  # backlog after the insert: 0.5 * 28 - 0 = 14 > 5
+    bounds = limiter.bounds  # (inserted, sampled = updates, n)
+    assert bounds.may_sample(120, 9, 1) and not bounds.may_sample(120, 10, 1)
+    assert limiter.wait_update(0, 9) == 0.0
+    assert not bounds.may_insert(120, 0, 8)  # backlog after the insert: 0.5 * 28 - 0 = 14 > 5
     state.learner_updates[0] = 10
-    assert limiter._may_insert(8)  # 0.5 * 28 - 10 = 4 <= 5
+    assert bounds.may_insert(120, 10, 8) and limiter.wait_insert(0, 8) == 0.0  # 0.5 * 28 - 10 = 4 <= 5
     state.stop()
     with pytest.raises(Stopped):
         limiter.wait_update(0, 10)
@@ -453,7 +455,7 @@ def test_training_quick_suite_rows(tmp_path):
     meta = results.read_meta(run_dir)
     assert meta["complete"] and meta["scenario"] == "training"
     assert {r["status"] for r in rows} <= {"ok", "skipped"}
-    assert {r["scenario"] for r in rows} == {"training"} and {r["mode"] for r in rows} == {"processes"}
+    assert {r["scenario"] for r in rows} == {"training"} and {r["engine"] for r in rows} == {"sequential", "process"}
     layouts = {(r["actors"], r["learners"]) for r in rows}
     assert layouts == {(0, 0), (2, 1)}
     summary = {(r["actors"], r["metric"]): r for r in rows if r["op"] == "summary"}

@@ -132,9 +132,10 @@ class RateLimiter:
     def __init__(self, state, ratio: float, starts: int, tolerance: float, insert_batch: int,
                  poll_s: float = 5e-5, max_poll_s: float = 1e-3):
         self.state = state
-        bounds = SampleToInsertRatio(float(ratio), int(starts), 0.0, float(tolerance)).deadlock_free(1, insert_batch)
-        self.tolerance = bounds.insert_slack
-        self._limiter = _Limiter(bounds, state.env_steps, state.updates, lambda: state.stopped, poll_s, max_poll_s)
+        self.bounds = SampleToInsertRatio(float(ratio), int(starts), 0.0, float(tolerance)).deadlock_free(1, insert_batch)
+        self.tolerance = self.bounds.insert_slack
+        self._limiter = _Limiter(self.bounds, state.env_steps, state.updates, lambda: state.stopped, poll_s,
+                                 max_poll_s)
 
     def wait_insert(self, actor: int, n: int) -> float:
         """Block actor ``actor`` until it may insert ``n`` transitions; returns seconds waited."""
