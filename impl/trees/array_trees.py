@@ -116,7 +116,6 @@ class ArraySumTree(SumTree):
         self.capacity = capacity
         self.K = K
         self.dtype = _check_dtype(dtype)
-        self.prefetch = _check_flag("prefetch", prefetch)
         self.hugepages = _check_flag("hugepages", hugepages)
         self._lay = lay
         self._kshift = K.bit_length() - 1 if layouts.is_power_of_two(K) else -1
@@ -131,11 +130,23 @@ class ArraySumTree(SumTree):
         # updates since the last rebuild, largest total read after an update since, resum_every,
         # rebuilds so far (impl.trees.ops applies the rule in compiled code)
         self._state = np.array([0.0, 0.0, float(resum_every), 0.0])
-        self._touch_from = (touch_depth(lay, K, self.dtype.itemsize, self.depth) if self.prefetch
-                            else self.depth + 1)
         # Largest storable priority: a leaf at the dtype's max would make the sums overflow,
         # so leave room for the total (capacity leaves) below it.
         self._vmax = float(np.finfo(self.dtype).max) / (2.0 * capacity)
+        self.prefetch = prefetch  # binds the kernel arguments
+
+    @property
+    def prefetch(self) -> bool:
+        """Whether descents touch the levels that leave the caches first (:func:`touch_depth`).
+        Settable (True or False; speed only, never a result): a buffer whose ``prefetch`` is
+        ``"auto"`` sets it from its working set (:mod:`impl.working_set`)."""
+        return self._prefetch
+
+    @prefetch.setter
+    def prefetch(self, value) -> None:
+        self._prefetch = _check_flag("prefetch", value)
+        self._touch_from = (touch_depth(self._lay, self.K, self.dtype.itemsize, self.depth) if self._prefetch
+                            else self.depth + 1)
         self._bind_kernel_args()
 
     def _bind_kernel_args(self) -> None:
