@@ -16,7 +16,6 @@ import pytest
 from scipy.stats import kstest
 
 from replaybench.impl import fused, registry, working_set
-from replaybench.impl.trees import array_trees
 from replaybench.impl.storage import make_storage, random_batch
 
 from _support import ALL_VARIANTS, PRIORITIZED, takes_param
@@ -31,16 +30,6 @@ CAPACITY = 300  # not a power of any K; filled past capacity so the ring wraps
 SPEED_SETTINGS = [{"storage": "rows"}, {"prefetch": True}, {"hugepages": True},
                   {"storage": "rows", "prefetch": True, "hugepages": True},
                   {"storage": "columns", "prefetch": False}, {"storage": "auto", "prefetch": "auto"}]
-
-
-@pytest.fixture(params=["machine-cache", "tiny-cache"])
-def cache(request, monkeypatch):
-    """The machine's cache sizes, or a 64-byte private cache with every tree level touched, so
-    that "auto" picks rows and the touch passes (and they run) even at test capacities."""
-    if request.param == "tiny-cache":
-        monkeypatch.setattr(working_set, "private_cache_bytes", lambda: 64)
-        monkeypatch.setattr(array_trees, "TOUCH_LEVEL_BYTES", 0)
-    return request.param
 
 
 def filled(name, fields=FIELDS, capacity=CAPACITY, seed=0, **params):

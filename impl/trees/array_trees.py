@@ -7,8 +7,10 @@ prefix tree uses the same tables with :mod:`impl.trees.prefix_kernels`.
 
 Numeric error (float32 sums)
 ----------------------------
-Delta propagation rounds once per ancestor per update, so the stored sum of a node drifts
-from the exact sum of its leaves. Between two rebuilds, after ``m`` updates,
+Delta propagation rounds at most once per ancestor per update (once per ancestor per update
+call, in fact: a call's changes below a node are summed in float64 first,
+:func:`impl.trees.kernels.propagate_batch`), so the stored sum of a node drifts from the
+exact sum of its leaves. Between two rebuilds, after ``m`` updates,
 ``|stored - exact| <= m * 2**-24 * T_max`` for the root (``T_max`` the largest total held
 in that time; the float64 delta itself is exact). The tree therefore rebuilds itself from
 the leaves every ``resum_every`` updates (default ``max(2**16, capacity)``, amortised cost of
@@ -255,7 +257,8 @@ class ArraySumTree(SumTree):
         return idx, prio
 
     def _find_into(self, us, out_index, out_priority) -> int:
-        return self.kernels.find(self._sums, self._lay, self.K, us, out_index, out_priority)
+        # the compiled descent of the fused sample (impl.trees.ops), touch passes included
+        return ops.find(self.kind, self._sums, self._lay, self.K, self._touch_from, us, out_index, out_priority)
 
     def get(self, indices):
         idx = as_indices(indices)

@@ -31,7 +31,8 @@ from numba import njit
 from . import kernels, prefix_kernels
 from .kernels import addr
 
-__all__ = ["PLAIN", "PREFIX", "PREFIX16", "update", "fill", "rebuild", "count_updates", "descend", "read_leaves"]
+__all__ = ["PLAIN", "PREFIX", "PREFIX16", "update", "fill", "rebuild", "count_updates", "descend", "read_leaves",
+           "find"]
 
 PLAIN = 0
 PREFIX = 1
@@ -166,3 +167,16 @@ def read_leaves(kind, sums, lay, touch_from, j, out_priority):
         for b in range(j.shape[0]):
             acc += sums[addr(lay, row, j[b])]
     return kernels.read_reached_leaves(sums, lay, row, j, out_priority), acc
+
+
+@njit(nogil=True, cache=True)
+def find(kind, sums, lay, K, touch_from, us, out_index, out_priority):
+    """A tree's ``find``: :func:`descend` (with its touch passes) on a copy of ``us``, then
+    :func:`read_leaves`. Same results as :func:`impl.trees.kernels.find` and
+    :func:`impl.trees.prefix_kernels.find`; returns how many draws reached a zero leaf (``-1``)."""
+    u = us.copy()
+    acc = descend(kind, sums, lay, K, touch_from, u, out_index)
+    misses, leaf_touch = read_leaves(kind, sums, lay, touch_from, out_index, out_priority)
+    if out_priority.shape[0] > 0:
+        out_priority[0] += 0.0 * (acc + leaf_touch)  # adds 0; keeps the touch loads (see descend)
+    return misses

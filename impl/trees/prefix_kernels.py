@@ -13,7 +13,8 @@ drops by the slot left of it. Those compares are independent of each other, so t
 vectorises and has no chain of dependent adds, unlike the plain K-ary scan, whose K - 1
 dependent adds per level make large K compute-bound.
 Update: a leaf's delta is added to the slots from its position to the end of its group, at
-every level (up to K adds per level, all in the same cache line when aligned).
+every level (up to K adds per level, all in the same cache line when aligned), level by level
+over the batch with each touched node once (:func:`impl.trees.kernels.propagate_batch`).
 """
 
 from __future__ import annotations
@@ -21,35 +22,20 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .kernels import (STATUS_OK, addr, checked_values, min_of_children, parent, propagate_mins,
-                      read_reached_leaves)
+from .kernels import STATUS_OK, addr, checked_values, min_of_children, propagate_batch, read_reached_leaves
 
 __all__ = ["update", "fill", "find", "get", "rebuild"]
 
 
-@njit(nogil=True, cache=True, inline="always")
-def _add_to_group(pre, lay, K, kshift, d, j, delta):
-    """Add ``delta`` to the slots of node (d, j) and of its right siblings.
-
-    Written as a masked add over the whole group with ``delta`` already in the array's
-    dtype, which LLVM turns into a few SIMD adds: 3x faster than looping from j's slot.
-    """
-    if d == 0:
-        pre[addr(lay, 0, 0)] += delta
-        return
-    k = j & (K - 1)
-    group = pre[addr(lay, d, j - k) : addr(lay, d, j - k) + K]
-    zero = delta - delta
-    for c in range(K):
-        group[c] += delta if c >= k else zero
-
-
 @njit(nogil=True, cache=True)
 def _set_leaves(pre, mins, lay, K, kshift, indices, values):
+    """Store ``values`` at the raw leaves ``indices`` (batch order: a repeated index keeps its
+    last value) and propagate with :func:`impl.trees.kernels.propagate_batch` (its running-sum
+    mode: each level's group slots from the node's position on)."""
     D = lay.shape[0] - 2
     leaf_base = lay[D + 1, 0]
     n = indices.shape[0]
-    delta = np.empty(n, dtype=pre.dtype)  # rounded to the tree's dtype: see _add_to_group
+    delta = np.empty(n, dtype=np.float64)
     old_min = np.empty(n, dtype=mins.dtype)
     for b in range(n):
         a = leaf_base + indices[b]
@@ -59,13 +45,7 @@ def _set_leaves(pre, mins, lay, K, kshift, indices, values):
         m = addr(lay, D, indices[b])
         old_min[b] = mins[m]
         mins[m] = pre[a] if pre[a] > 0.0 else np.inf  # stored value: may underflow
-    # level by level for the whole batch, like kernels._set_leaves (additions commute)
-    j = indices.copy()
-    for d in range(D, -1, -1):
-        for b in range(n):
-            _add_to_group(pre, lay, K, kshift, d, j[b], delta[b])
-            j[b] = parent(j[b], K, kshift)
-    propagate_mins(mins, lay, K, kshift, indices, old_min, D)
+    propagate_batch(pre, mins, lay, K, kshift, D, indices, delta, old_min, True)
 
 
 @njit(nogil=True, cache=True)
