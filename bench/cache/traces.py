@@ -21,12 +21,14 @@ What is traced, in the kernels' order (the whole batch goes one level at a time)
 * ``sample`` (``find``): per level ``d = 1 .. D``, per draw, the ``K - 1`` child slots that the
   scan reads (``addr(d, j*K) + c*stride``); the prefix tree also reads the slot left of the
   chosen child when ``k > 0``; then per draw the leaf slot (prefix tree: the raw leaf row).
-* ``update`` (``_set_leaves`` + ``propagate_batch``): per item the leaf slot in sums and in
-  mins; then per distinct leaf (prefix tree: its group's ``K`` slots, the masked group add)
-  its min slot; then per level, per distinct ancestor, as the kernel does it on the copies:
-  the ancestor's min slot, the min slot of each child whose minimum changed, the ancestor's
-  sums slot (prefix tree: the ``K`` slots of its group), the ``K`` children when a raised
-  minimum forces a rescan, and the min slot again when it changes.
+* ``update`` (``_set_leaves``: ``propagate_batch`` + ``propagate_mins``): per item the leaf
+  slot in sums and in mins; then on each wide level, per item, the ancestor's sums slot
+  (prefix tree: the ``K`` slots of the sibling group, the masked group add, from the leaves'
+  level on), and on the narrow upper levels (:func:`impl.trees.kernels.narrow_levels`) the
+  same per node whose summed delta is not 0; then the min propagation as the kernel does it
+  on the copies: per level, per item still active, the child's and the parent's min slots,
+  the ``K`` children when a raised minimum forces a rescan, stopping at the first unchanged
+  ancestor.
 * ``data`` (``storage.gather``): per field, per sampled index, the row's first byte and, when
   the row crosses a line, its last byte (``numpy.take`` copies rows field by field).
 
@@ -47,7 +49,9 @@ from numba import njit
 
 from replaybench.impl.trees import ArraySumTree, SumTree, kernels, prefix_kernels
 from replaybench.impl.trees.kernels import addr as _addr
+from replaybench.impl.trees.kernels import narrow_levels as _narrow_levels
 from replaybench.impl.trees.kernels import parent as _parent
+from replaybench.impl.trees.kernels import summed_by_parent as _summed_by_parent
 
 __all__ = ["REPLAYS", "TreeTracer", "trace_support", "tree_of", "data_gather"]
 
@@ -123,7 +127,7 @@ def _min_children(mins, lay, K, d, q, mbase, item, out, t):
 @njit(nogil=True, cache=True, inline="always")
 def _trace_group_add(sums, lay, K, d, j, delta, sbase, item, out, t, prefix):
     """One node's sum update, as the kernels do it: a plain add, or the prefix tree's masked
-    add over the node's running-sum group (kernels.add_to_group). Returns the new ``t``."""
+    add over the node's running-sum group (prefix_kernels._add_to_group). Returns the new ``t``."""
     dv = sums.dtype.type(delta)
     if not prefix:
         a = _addr(lay, d, j)
@@ -147,9 +151,9 @@ def _trace_group_add(sums, lay, K, d, j, delta, sbase, item, out, t, prefix):
 
 @njit(nogil=True, cache=True)
 def _trace_update(sums, mins, lay, K, kshift, D, prefix, sbase, mbase, item, indices, values, out):
-    """Replicates kernels._set_leaves / prefix_kernels._set_leaves and kernels.propagate_batch,
-    decision for decision, on the copies ``sums`` and ``mins``; ``values`` are the stored
-    priorities (after eps/alpha). The sort and merge of the batch work on scratch: not traced."""
+    """Replicates kernels._set_leaves (with propagate_batch) / prefix_kernels._set_leaves and
+    propagate_mins, decision for decision, on the copies ``sums`` and ``mins``; ``values`` are
+    the stored priorities (after eps/alpha)."""
     n = indices.shape[0]
     t = 0
     delta = np.empty(n, dtype=np.float64)
@@ -166,83 +170,64 @@ def _trace_update(sums, mins, lay, K, kshift, D, prefix, sbase, mbase, item, ind
         mins[m] = sums[leaf] if sums[leaf] > 0.0 else np.inf
         out[t] = mbase + m * item
         t += 1
-    if n == 0:
-        return t
-    order = np.argsort(indices, kind="mergesort")
-    j = np.empty(n, dtype=np.int64)
-    dl = np.empty(n, dtype=np.float64)
-    prev = np.empty(n, dtype=mins.dtype)
-    live = np.empty(n, dtype=np.bool_)
-    m = 0
-    for r in range(n):
-        b = order[r]
-        if m > 0 and j[m - 1] == indices[b]:
-            dl[m - 1] += delta[b]
-        else:
-            j[m] = indices[b]
-            dl[m] = delta[b]
-            prev[m] = old_min[b]
-            m += 1
-    for r in range(m):
-        if prefix:
-            t = _trace_group_add(sums, lay, K, D, j[r], dl[r], sbase, item, out, t, prefix)
-        a = _addr(lay, D, j[r])
-        live[r] = mins[a] != prev[r]
-        out[t] = mbase + a * item
-        t += 1
+    # the sums: per item on the wide levels, per changed node on the narrow ones (narrow_levels)
+    L, width = _narrow_levels(D, K, n)
+    j = indices.copy()
+    if prefix:
+        for d in range(D, L - 1, -1):
+            for b in range(n):
+                t = _trace_group_add(sums, lay, K, d, j[b], delta[b], sbase, item, out, t, prefix)
+                j[b] = _parent(j[b], K, kshift)
+    else:
+        for d in range(D - 1, L - 1, -1):
+            for b in range(n):
+                j[b] = _parent(j[b], K, kshift)
+                t = _trace_group_add(sums, lay, K, d, j[b], delta[b], sbase, item, out, t, prefix)
+    if L > 0:
+        acc = np.zeros(width, dtype=np.float64)
+        for b in range(n):
+            acc[j[b] if prefix else _parent(j[b], K, kshift)] += delta[b]
+        for d in range(L - 1, -1, -1):
+            for q in range(width):
+                if acc[q] != 0.0:
+                    t = _trace_group_add(sums, lay, K, d, q, acc[q], sbase, item, out, t, prefix)
+            if d > 0:
+                width //= K
+                acc = _summed_by_parent(np.arange(acc.shape[0]), acc, width, K, kshift)
+    # propagate_mins, decision for decision
+    j = indices.copy()
+    prev = old_min.copy()
+    active = n
     for d in range(D - 1, -1, -1):
-        w = -1
-        p = -1
-        acc = 0.0
-        mp = mins[0]
-        lower = mp
-        raised = False
-        any_live = False
-        for r in range(m + 1):
-            q = _parent(j[r], K, kshift) if r < m else -2
-            if q != p:
-                if w >= 0:
-                    a = _addr(lay, d, p)
-                    t = _trace_group_add(sums, lay, K, d, p, acc, sbase, item, out, t, prefix)
-                    changed = False
-                    if any_live:
-                        if raised:
-                            new, t = _min_children(mins, lay, K, d, p, mbase, item, out, t)
-                        else:
-                            new = min(mp, lower)
-                        if new != mp:
-                            mins[a] = new
-                            out[t] = mbase + a * item
-                            t += 1
-                            changed = True
-                    j[w] = p
-                    dl[w] = acc
-                    prev[w] = mp
-                    live[w] = changed
-                if r == m:
-                    break
-                w += 1
-                p = q
-                acc = 0.0
-                a = _addr(lay, d, p)
-                mp = mins[a]
+        if active == 0:
+            break
+        for b in range(n):
+            if j[b] < 0:
+                continue
+            c_addr = _addr(lay, d + 1, j[b])
+            cur = mins[c_addr]
+            out[t] = mbase + c_addr * item
+            t += 1
+            p = _parent(j[b], K, kshift)
+            a = _addr(lay, d, p)
+            mp = mins[a]
+            out[t] = mbase + a * item
+            t += 1
+            if cur < mp:
+                new = cur
+            elif cur > mp and prev[b] == mp:
+                new, t = _min_children(mins, lay, K, d, p, mbase, item, out, t)
+            else:
+                new = mp
+            if new == mp:
+                j[b] = -1
+                active -= 1
+            else:
+                mins[a] = new
                 out[t] = mbase + a * item
                 t += 1
-                lower = mp
-                raised = False
-                any_live = False
-            acc += dl[r]
-            if live[r]:
-                any_live = True
-                c_addr = _addr(lay, d + 1, j[r])
-                c = mins[c_addr]
-                out[t] = mbase + c_addr * item
-                t += 1
-                if c < lower:
-                    lower = c
-                if c > mp and prev[r] == mp:
-                    raised = True
-        m = w + 1
+                prev[b] = mp
+                j[b] = p
     return t
 
 

@@ -23,9 +23,10 @@ Conventions
 * ``sums`` holds subtree sums; ``mins`` holds the minimum *positive* leaf in each subtree
   (``+inf`` when there is none), so zero-priority leaves never set the weight normaliser.
 * Updates propagate the difference ``delta = new - old`` to every ancestor (PAL's scheme),
-  level-synchronously over the batch with each touched node written once
-  (:func:`propagate_batch`); ``mins`` compares children and parent on the way up, re-reads all
-  K children only when a minimum rises, and stops at the first unchanged ancestor.
+  level-synchronously over the batch, each node of the narrow upper levels written once with
+  the summed deltas below it (:func:`propagate_batch`); ``mins`` compares child and parent on
+  the way up, re-reads all K children only when a minimum rises, and stops at the first
+  unchanged ancestor (:func:`propagate_mins`).
 * None of these kernels lock anything: callers serialise access (see the concurrency
   policies). They release the GIL (``nogil=True``) so threads really run in parallel.
 """
@@ -49,7 +50,9 @@ __all__ = [
     "write_leaves",
     "propagate_paths",
     "propagate_batch",
-    "add_to_group",
+    "propagate_mins",
+    "narrow_levels",
+    "summed_by_parent",
 ]
 
 STATUS_OK = 0
@@ -91,120 +94,73 @@ def _set_leaves(sums, mins, lay, K, kshift, indices, values):
         delta[b] = np.float64(sums[leaf]) - np.float64(old)
         old_min[b] = mins[leaf]
         mins[leaf] = sums[leaf] if sums[leaf] > 0.0 else np.inf  # stored value: may underflow
-    propagate_batch(sums, mins, lay, K, kshift, D, indices, delta, old_min, False)
+    propagate_batch(sums, mins, lay, K, kshift, D, indices, delta, old_min)
+
+
+#: The upper levels with at most ``n // NARROW`` nodes (``n`` the batch size) are "narrow": an
+#: update sums its deltas per node there (:func:`propagate_batch`). 2 measured best of 1/2/4/8
+#: at 2**20 leaves and 256 items.
+NARROW = 2
 
 
 @njit(nogil=True, cache=True, inline="always")
-def add_to_group(pre, lay, K, d, j, delta, cast):
-    """Add ``delta`` (a float64) to the running-sum slots of node (d, j) and of its right
-    siblings: the prefix tree's update of one level (:mod:`impl.trees.prefix_kernels`).
+def narrow_levels(D, K, n):
+    """``(L, width)``: depths ``0 .. L-1`` hold at most ``n // NARROW`` nodes each (``L <= D``),
+    and ``width = K**(L-1)`` nodes are at depth ``L - 1`` (1 when ``L == 0``)."""
+    L, w = 0, 1
+    while L < D and w * NARROW <= n:
+        L += 1
+        w *= K
+    return L, max(w // K, 1)
 
-    Written as a masked add over the whole group with ``delta`` rounded to the array's dtype
-    first (through ``cast``, a one-slot array of that dtype), which LLVM turns into a few SIMD
-    adds: 3x faster than looping from j's slot.
-    """
-    cast[0] = delta
-    dd = cast[0]
-    if d == 0:
-        pre[addr(lay, 0, 0)] += dd
-        return
-    k = j & (K - 1)
-    group = pre[addr(lay, d, j - k) : addr(lay, d, j - k) + K]
-    zero = dd - dd
-    for c in range(K):
-        group[c] += dd if c >= k else zero
+
+@njit(nogil=True, cache=True, inline="always")
+def summed_by_parent(j, delta, width, K, kshift):
+    """float64 ``acc[q]``: the sum of ``delta[b]`` over the items whose node ``j[b]`` has parent
+    ``q`` (``width`` parents). Called with ``j`` the items' nodes, or ``acc`` itself folded a
+    level up with ``j = 0 .. len(acc) - 1``."""
+    acc = np.zeros(width, dtype=np.float64)
+    for b in range(j.shape[0]):
+        acc[parent(j[b], K, kshift)] += delta[b]
+    return acc
 
 
 @njit(nogil=True, cache=True)
-def propagate_batch(sums, mins, lay, K, kshift, D, indices, delta, old_min, prefix):
+def propagate_batch(sums, mins, lay, K, kshift, D, indices, delta, old_min):
     """Bring every ancestor of leaves ``indices`` (depth ``D``; leaves already written) up to
-    date for the whole batch, one level at a time, each touched node written once.
+    date for the whole batch, one level at a time; ``delta[b]`` is the change of leaf
+    ``indices[b]`` by item ``b``, ``old_min[b]`` its min slot before item ``b`` wrote it.
 
-    ``delta[b]``: the change of leaf ``indices[b]`` by item ``b``; ``old_min[b]``: its min slot
-    before item ``b`` wrote it. The batch is sorted once (stable) and merged into distinct
-    leaves (deltas summed, the first write's old minimum kept); parents keep that order
-    (``parent`` is monotone), so at each level the nodes sharing a parent are neighbours and
-    are merged too: the parent's sum gets one add of their summed deltas, and its minimum is
-    settled from all of them at once (lowered to the smallest changed child, re-read from its
-    K children only when a child that held the minimum rose; a parent whose minimum does not
-    change stops the minimum's climb, the sums go on to the root). With ``prefix`` the sums are
-    the running-sum groups of the prefix tree (:func:`add_to_group`, from depth ``D`` on).
+    Sums: on the wide levels, where items rarely share a node, each item adds its delta to its
+    ancestor, the whole batch one level at a time, so the loads of different items are
+    independent and several misses are in flight. On the narrow levels above
+    (:func:`narrow_levels`), where many items share each node, the deltas are summed per node
+    in float64 (a dense array over the level, folded K to 1 for the level above) and each
+    node that changed gets one add: no chain of dependent read-modify-writes on a shared node,
+    and one rounding instead of one per item. Minima: :func:`propagate_mins`.
 
-    One pass per level over at most ``n`` nodes, so the loads of different nodes are
-    independent and the core keeps several misses in flight; a node shared by many items
-    (the upper levels, repeated or clustered indices) costs one add, not one per item. Cost:
-    O(n log n) for the sort plus O(n D) adds and typically O(n) minima loads (O(n K D) worst
-    case). Sums are added in float64 per node, rounded once into the tree's dtype.
+    Cost: O(n (D - L)) adds on the wide levels plus O(K**L) (at most about ``n``) on the narrow
+    ones, plus the minima's (typically two loads per item). Measured at 2**20 leaves and 256
+    items: 0.7-0.8x the time of per-item adds on every level; deduplicating every level by
+    sorting the batch measured 1.4x instead.
     """
     n = indices.shape[0]
-    if n == 0:
-        return
-    order = np.argsort(indices, kind="mergesort")
-    cast = np.empty(1, dtype=sums.dtype)
-    j = np.empty(n, dtype=np.int64)
-    dl = np.empty(n, dtype=np.float64)
-    prev = np.empty(n, dtype=mins.dtype)
-    live = np.empty(n, dtype=np.bool_)  # whether the node's minimum changed (its parent must look)
-    m = 0
-    for r in range(n):
-        b = order[r]
-        if m > 0 and j[m - 1] == indices[b]:
-            dl[m - 1] += delta[b]
-        else:
-            j[m] = indices[b]
-            dl[m] = delta[b]
-            prev[m] = old_min[b]
-            m += 1
-    for r in range(m):
-        if prefix:
-            add_to_group(sums, lay, K, D, j[r], dl[r], cast)
-        # a leaf's minimum changed unless it was rewritten with what it held
-        live[r] = mins[addr(lay, D, j[r])] != prev[r]
-    for d in range(D - 1, -1, -1):
-        w = -1
-        p = -1
-        acc = 0.0
-        mp = mins[0]
-        lower = mp
-        raised = False
-        any_live = False
-        for r in range(m + 1):
-            q = parent(j[r], K, kshift) if r < m else -2
-            if q != p:
-                if w >= 0:  # settle parent p (group w) before starting the next
-                    a = addr(lay, d, p)
-                    if prefix:
-                        add_to_group(sums, lay, K, d, p, acc, cast)
-                    else:
-                        sums[a] += acc
-                    changed = False
-                    if any_live:
-                        new = min_of_children(mins, lay, K, d, p) if raised else min(mp, lower)
-                        if new != mp:
-                            mins[a] = new
-                            changed = True
-                    j[w] = p
-                    dl[w] = acc
-                    prev[w] = mp
-                    live[w] = changed
-                if r == m:
-                    break
-                w += 1
-                p = q
-                acc = 0.0
-                mp = mins[addr(lay, d, p)]
-                lower = mp
-                raised = False
-                any_live = False
-            acc += dl[r]
-            if live[r]:
-                any_live = True
-                c = mins[addr(lay, d + 1, j[r])]
-                if c < lower:
-                    lower = c
-                if c > mp and prev[r] == mp:
-                    raised = True  # this child held the minimum and rose: re-read all K
-        m = w + 1
+    L, width = narrow_levels(D, K, n)
+    j = indices.copy()
+    for d in range(D - 1, L - 1, -1):
+        for b in range(n):
+            j[b] = parent(j[b], K, kshift)
+            sums[addr(lay, d, j[b])] += delta[b]
+    if L > 0:
+        acc = summed_by_parent(j, delta, width, K, kshift)  # j holds depth-L nodes
+        for d in range(L - 1, -1, -1):
+            for q in range(width):
+                if acc[q] != 0.0:
+                    sums[addr(lay, d, q)] += acc[q]
+            if d > 0:
+                width //= K
+                acc = summed_by_parent(np.arange(acc.shape[0]), acc, width, K, kshift)
+    propagate_mins(mins, lay, K, kshift, indices, old_min, D)
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -218,6 +174,46 @@ def min_of_children(mins, lay, K, d, q):
         if c < m:
             m = c
     return m
+
+
+@njit(nogil=True, cache=True)
+def propagate_mins(mins, lay, K, kshift, indices, old, D):
+    """Bring the minima above leaves ``indices`` (depth ``D``) up to date, level by level.
+
+    ``old[b]`` is what leaf ``indices[b]``'s min slot held before item ``b`` wrote it. Per
+    ancestor, with ``cur`` the child's value now and ``mp`` the parent's: ``cur < mp`` lowers
+    the parent; ``cur == mp`` changes nothing; ``cur > mp`` matters only if the child held the
+    minimum before (``old == mp``), and only then are the K children re-read. An item stops at
+    the first unchanged ancestor. Items sharing an ancestor stay correct because ``cur`` is
+    re-read (so a repeated index sees its last value) and a raise re-reads every child.
+    Typical cost: two loads per item (child and parent), so about one miss, not K loads.
+    """
+    j = indices.copy()
+    prev = old.copy()
+    active = j.shape[0]
+    for d in range(D - 1, -1, -1):
+        if active == 0:
+            break
+        for b in range(j.shape[0]):
+            if j[b] < 0:
+                continue
+            cur = mins[addr(lay, d + 1, j[b])]
+            p = parent(j[b], K, kshift)
+            a = addr(lay, d, p)
+            mp = mins[a]
+            if cur < mp:
+                new = cur
+            elif cur > mp and prev[b] == mp:
+                new = min_of_children(mins, lay, K, d, p)
+            else:
+                new = mp
+            if new == mp:
+                j[b] = -1
+                active -= 1
+            else:
+                mins[a] = new
+                prev[b] = mp
+                j[b] = p
 
 
 @njit(nogil=True, cache=True)
