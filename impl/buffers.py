@@ -131,9 +131,14 @@ class ReplayBuffer:
     @property
     def resolved_params(self) -> dict:
         """The speed parameters this buffer runs with, ``"auto"`` resolved: ``{"storage": "rows"
-        or "columns", "prefetch": bool}`` (what a result row records beside the asked-for
-        parameters: :mod:`bench.scenarios.micro`)."""
-        return {"storage": self.storage.layout, "prefetch": self.prefetch}
+        or "columns", "prefetch": bool}``, plus ``"kernel"`` where the tree has a choice of
+        descent (:class:`~impl.trees.PrefixKarySumTree`): what a result row records beside the
+        asked-for parameters (:mod:`bench.scenarios.micro`)."""
+        out = {"storage": self.storage.layout, "prefetch": self.prefetch}
+        kernel = getattr(getattr(self, "tree", None), "kernel", None)
+        if isinstance(kernel, str):
+            out["kernel"] = kernel
+        return out
 
     @property
     def fields(self):

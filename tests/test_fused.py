@@ -57,8 +57,9 @@ def test_speed_parameters_change_no_result(name, cache):
     state (with a tiny cache, "auto" resolves to rows and every touch pass)."""
     base = filled(name)
     if cache == "tiny-cache":
-        assert base.resolved_params == {"storage": "rows", "prefetch": True}
-    for params in SPEED_SETTINGS + ([{"kernel": "specialised"}] if takes_param(name, "kernel") else []):
+        assert {k: base.resolved_params[k] for k in ("storage", "prefetch")} == {"storage": "rows", "prefetch": True}
+    kernels = [{"kernel": k} for k in ("generic", "specialised", "auto")] if takes_param(name, "kernel") else []
+    for params in SPEED_SETTINGS + kernels:
         other = filled(name, **params)
         for stratified_seed in (1, 2):
             assert_same(base.sample(64, rng=np.random.default_rng(stratified_seed)),
@@ -189,8 +190,12 @@ def test_speed_parameters_are_checked():
         registry.create("uniform", 8, FIELDS, hugepages=1)
     with pytest.raises(ValueError, match="kernel='specialised' is the K=16 descent; got K=4"):
         registry.create("kary-prefix", 8, FIELDS, K=4, kernel="specialised")
-    with pytest.raises(ValueError, match="kernel must be one of"):
+    with pytest.raises(ValueError, match="kernel must be one of .*'auto'.*got 'fast'"):
         registry.create("kary-prefix", 8, FIELDS, kernel="fast")
+    # "auto": the specialised descent where K = 16, else the generic one; recorded
+    assert registry.create("kary-prefix", 8, FIELDS).resolved_params["kernel"] == "specialised"
+    assert registry.create("kary-prefix", 8, FIELDS, K=4).resolved_params["kernel"] == "generic"
+    assert "kernel" not in registry.create("kary-aligned", 8, FIELDS).resolved_params
 
 
 @pytest.mark.parametrize("name", ["uniform", "binary"])
@@ -202,7 +207,7 @@ def test_auto_settings_follow_the_working_set(name, monkeypatch):
     monkeypatch.setattr(working_set, "private_cache_bytes", lambda: 4096)
     small, large = registry.create(name, 16, FIELDS), registry.create(name, 1024, FIELDS)
     assert small.resolved_params == {"storage": "columns", "prefetch": False}
-    assert large.resolved_params == {"storage": "rows", "prefetch": True}
+    assert large.resolved_params == {"storage": "rows", "prefetch": True}  # binary: no kernel choice
     assert registry.create(name, 1024, {"x": ((), "float32")}).resolved_params["storage"] == "columns"
     explicit = registry.create(name, 1024, FIELDS, storage="columns", prefetch=False)
     assert explicit.resolved_params == {"storage": "columns", "prefetch": False}

@@ -17,7 +17,8 @@ declare for it (``K=abc`` is refused for a variant whose K defaults to 16; ``eps
 needs a power of 2, a peer's fixed parameter or capacity limit) is one ``skipped`` row with the
 reason. Parameters appear in the rows: K, dtype, batch and transitions as columns, everything
 in the ``params`` JSON column. A registered variant's rows also record the speed parameters its
-buffer ran with, ``"auto"`` resolved (``resolved_storage``, ``resolved_prefetch`` in ``params``:
+buffer ran with, ``"auto"`` resolved (``resolved_storage``, ``resolved_prefetch``, and
+``resolved_kernel`` where the tree has a choice, in ``params``:
 :attr:`impl.buffers.ReplayBuffer.resolved_params`, written by the worker to a side file).
 
 The first cell is the timing-loop overhead: the ``empty`` op (a loop, a Python call and a pool

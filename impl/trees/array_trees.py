@@ -341,22 +341,26 @@ class PrefixKarySumTree(ArraySumTree):
     :mod:`impl.trees.prefix_kernels`): the descent compares, it never adds. K a power of 2.
 
     ``kernel="specialised"`` (K = 16 only) descends with a fixed 15-compare loop that the
-    compiler unrolls into SIMD compares, beside the ``"generic"`` loop over any K; the
-    results are identical, the speed is what the micro scenario compares.
+    compiler unrolls into SIMD compares, beside the ``"generic"`` loop over any K (compares
+    vectorised over the draws); ``"auto"`` (the default) takes the specialised one where K = 16.
+    The results are identical, the speed is what the micro scenario compares (``sweep-kernel``);
+    :attr:`kernel` says which one runs.
     """
 
     kernels = prefix_kernels
     KERNELS = ("generic", "specialised")
 
     def __init__(self, capacity: int, K: int = 16, dtype="float32", resum_every=None, *, prefetch=False,
-                 hugepages=False, kernel="generic"):
+                 hugepages=False, kernel="auto"):
         capacity = check_capacity(capacity)
         K = check_K(K, power_of_two=True)
-        if kernel not in self.KERNELS:
-            raise ValueError(f"kernel must be one of {self.KERNELS}, got {kernel!r}")
+        if kernel != "auto" and kernel not in self.KERNELS:
+            raise ValueError(f"kernel must be one of {('auto', *self.KERNELS)}, got {kernel!r}")
         if kernel == "specialised" and K != 16:
             raise ValueError(f"kernel='specialised' is the K=16 descent; got K={K!r}")
-        self.kind = ops.PREFIX16 if kernel == "specialised" else ops.PREFIX
+        #: The descent that runs: ``"specialised"`` or ``"generic"`` (``"auto"`` resolved).
+        self.kernel = kernel if kernel != "auto" else ("specialised" if K == 16 else "generic")
+        self.kind = ops.PREFIX16 if self.kernel == "specialised" else ops.PREFIX
         lay, size = layouts.level_order(capacity, K, padded=True)
         lay, size = layouts.with_leaf_row(lay, size, K)
         # the last table row places the leaves, it is not a level
