@@ -18,9 +18,10 @@ change, where propagation stops).
 
 What is traced, in the kernels' order (the whole batch goes one level at a time):
 
-* ``sample`` (``find``): per level ``d = 1 .. D``, per draw, the ``K - 1`` child slots that the
-  scan reads (``addr(d, j*K) + c*stride``); the prefix tree also reads the slot left of the
-  chosen child when ``k > 0``; then per draw the leaf slot (prefix tree: the raw leaf row).
+* ``sample`` (``find``: :func:`impl.trees.ops.descend`): per level ``d = 1 .. D``, per draw,
+  the ``K - 1`` child slots that the scan reads (``addr(d, j*K) + c*stride``); the prefix
+  tree also reads the slot left of the chosen child when ``k > 0``; then per draw the leaf
+  slot (prefix tree: the raw leaf row).
 * ``update`` (``_set_leaves``: ``propagate_batch`` + ``propagate_mins``): per item the leaf
   slot in sums and in mins; then on each wide level, per item, the ancestor's sums slot
   (prefix tree: the ``K`` slots of the sibling group, the masked group add, from the leaves'
@@ -66,7 +67,8 @@ _KERNEL_CALLERS = ("update", "find", "_find_into")
 
 @njit(nogil=True, cache=True)
 def _trace_find(sums, lay, K, D, prefix, base, item, us, out_leaf, out):
-    """Replicates kernels.find (prefix=False) / prefix_kernels.find (prefix=True)."""
+    """Replicates ops.descend + ops.read_leaves for the plain kind (prefix=False) and the prefix
+    kinds (prefix=True; every prefix scan reads the same K - 1 slots), without the touch passes."""
     n = us.shape[0]
     u = us.copy()
     j = np.zeros(n, dtype=np.int64)

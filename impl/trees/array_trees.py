@@ -108,9 +108,10 @@ class ArraySumTree(SumTree):
     #: The descent code this tree's kernels take in :mod:`impl.trees.ops`.
     kind = ops.PLAIN
 
-    #: The module whose numba functions do this tree's work (``update``, ``fill``, ``find``, ``get``,
-    #: ``rebuild``); the prefix-sum tree declares its own. Tools that replay the kernels (the cache
-    #: tracer) key on it, so a tree with a kernel set they do not know is never replayed as another.
+    #: The module whose numba functions do this tree's work (``update``, ``fill``, ``get``,
+    #: ``rebuild``; the descent is :func:`impl.trees.ops.descend`, chosen by :attr:`kind`); the
+    #: prefix-sum tree declares its own. Tools that replay the kernels (the cache tracer) key on
+    #: it, so a tree with a kernel set they do not know is never replayed as another.
     kernels = kernels
 
     def __init__(self, capacity: int, K: int, lay: np.ndarray, size: int, dtype="float32",

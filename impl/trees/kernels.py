@@ -44,7 +44,6 @@ __all__ = [
     "STATUS_OVERFLOW",
     "update",
     "fill",
-    "find",
     "get",
     "rebuild",
     "write_leaves",
@@ -358,46 +357,6 @@ def transform(values, eps, alpha, vmax):
             return ps, pmax, b
         pmax = max(pmax, ps[b])
     return ps, pmax, -1
-
-
-@njit(nogil=True, cache=True)
-def find(sums, lay, K, us, out_index, out_priority):
-    """Prefix-sum search: for each ``u`` the leaf ``i`` with ``S(i-1) <= u < S(i)``.
-
-    ``S`` is the running sum of the leaves in index order. At each level the child is the
-    number of running child sums ``<= u`` among the first ``K - 1`` children (the last child
-    needs no comparison), and ``u`` drops by the mass to its left: PAL's left-to-right scan,
-    written without branches. The whole batch descends one level at a time, so the loads of
-    different draws are independent and the core keeps several cache misses in flight; a
-    branchy per-draw descent measured 1.3x (K=16) to 3.7x (blocked) slower at 2**20 leaves.
-
-    Rounding can push ``u`` past a subtree's stored sum and land on a zero leaf; such draws
-    get index ``-1`` (priority 0) so the caller redraws them: a zero-priority leaf is never
-    returned. Returns the number of ``-1`` entries. Cost: O(n * K * D) flops, and one cache
-    line per level per draw for aligned layouts; the K - 1 dependent adds per level make
-    large K compute-bound.
-    """
-    D = lay.shape[0] - 1
-    n = us.shape[0]
-    u = us.copy()
-    j = out_index
-    j[:] = 0
-    for d in range(1, D + 1):
-        stride = lay[d, 4]
-        for b in range(n):
-            first = addr(lay, d, j[b] * K)
-            ub = u[b]
-            s = 0.0
-            left = 0.0
-            k = 0
-            for c in range(K - 1):
-                s += sums[first + c * stride]
-                passed = s <= ub
-                k += passed
-                left = s if passed else left
-            u[b] = ub - left
-            j[b] = j[b] * K + k
-    return read_reached_leaves(sums, lay, D, out_index, out_priority)
 
 
 @njit(nogil=True, cache=True, inline="always")

@@ -8,8 +8,8 @@ is its parent's subtree sum and the root's slot holds the total::
 
     children:  3   0   5   2            group slots:  3   3   8  10   (parent sum = 10)
 
-Descent: the child is the number of the first ``K - 1`` slots that are ``<= u``, and ``u``
-drops by the slot left of it. Those compares are independent of each other, so the scan
+Descent (:func:`impl.trees.ops.descend`): the child is the number of the first ``K - 1`` slots
+that are ``<= u``, and ``u`` drops by the slot left of it. Those compares are independent of each other, so the scan
 vectorises and has no chain of dependent adds, unlike the plain K-ary scan, whose K - 1
 dependent adds per level make large K compute-bound.
 Update: a leaf's delta is added to the slots from its position to the end of its group, at
@@ -25,7 +25,7 @@ from numba import njit
 from .kernels import (STATUS_OK, addr, checked_values, min_of_children, narrow_levels, parent, propagate_mins,
                       read_reached_leaves, summed_by_parent)
 
-__all__ = ["update", "fill", "find", "get", "rebuild"]
+__all__ = ["update", "fill", "get", "rebuild"]
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -107,28 +107,6 @@ def fill(pre, mins, lay, K, kshift, start, count, capacity, p):
         i = start + b
         indices[b] = i if i < capacity else i - capacity
     _set_leaves(pre, mins, lay, K, kshift, indices, np.full(count, p))
-
-
-@njit(nogil=True, cache=True)
-def find(pre, lay, K, us, out_index, out_priority):
-    """As :func:`impl.trees.kernels.find`; the scan is compare-only. Returns the misses."""
-    D = lay.shape[0] - 2
-    n = us.shape[0]
-    u = us.copy()
-    j = out_index
-    j[:] = 0
-    for d in range(1, D + 1):
-        for b in range(n):
-            first = addr(lay, d, j[b] * K)
-            ub = u[b]
-            k = 0
-            for c in range(first, first + K - 1):
-                k += pre[c] <= ub
-            if k > 0:
-                ub -= pre[first + k - 1]
-            u[b] = ub
-            j[b] = j[b] * K + k
-    return read_reached_leaves(pre, lay, D + 1, out_index, out_priority)  # row D + 1: the raw leaves
 
 
 @njit(nogil=True, cache=True)
