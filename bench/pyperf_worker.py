@@ -48,7 +48,7 @@ __all__ = ["build_call", "preload", "TimedOp", "ForkingRunner", "main", "run_man
 
 #: Our options, forwarded from the manager to every worker it spawns.
 _FORWARDED = ("target", "capacity", "op", "batch", "mixed_adds", "transitions", "seed", "error_file", "params",
-              "threads")
+              "threads", "resolved_file")
 #: Capacity of the manager's warm-up buffer: large enough for a batch, small enough to fill at once.
 _PRELOAD_CAPACITY = 1024
 
@@ -106,6 +106,10 @@ class TimedOp:
                     with open(self.args.error_file, "w") as fh:
                         fh.write(f"{type(err).__name__}: {err}\n\n{traceback.format_exc()}")
                 raise
+            if self.args.resolved_file:
+                first = self.call[0] if isinstance(self.call, list) else self.call
+                with open(self.args.resolved_file, "w") as fh:
+                    json.dump(getattr(first, "resolved_params", {}), fh, sort_keys=True)
         if isinstance(self.call, list):
             return workloads.time_threads(self.call, loops)
         return workloads.time_calls(self.call, loops)
@@ -198,6 +202,7 @@ def main(argv=None, runner_cls=ForkingRunner) -> None:
     p.add_argument("--transitions", default="cartpole", choices=sorted(derive.SCHEMAS))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--error-file", help="where a worker writes its set-up error")
+    p.add_argument("--resolved-file", help="where a worker writes its buffer's resolved_params (JSON)")
     p.add_argument("--params", help="JSON object of variant parameters for registry.create (K, dtype, ...)")
     p.add_argument("--threads", type=int, default=1, help="threads running the op at once, each on its own buffer")
     args = runner.parse_args(argv)

@@ -178,6 +178,8 @@ def warmed_call(op: str, target_name: str | None, *, capacity: int, fields: dict
     calls the op once, so that first-touch page faults and numba's dispatch (or compilation,
     when its on-disk cache is cold) happen before any timing. Three generators spawned from
     ``seed`` feed the fill, the inputs and ``sample``, so a cell's inputs do not depend on the op.
+    ``call.resolved_params`` holds the buffer's ``resolved_params`` (its ``"auto"`` settings as
+    chosen: :mod:`impl.working_set`), ``{}`` for a target without them (a peer, ``empty``).
     """
     fill_rng, input_rng, sample_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3))
     target = None
@@ -191,6 +193,7 @@ def warmed_call(op: str, target_name: str | None, *, capacity: int, fields: dict
         fill(target, capacity, fields, fill_rng)
     call = make_call(op, target, capacity=capacity, fields=fields, batch=batch, mixed_adds=mixed_adds, rng=input_rng)
     call(0)
+    call.resolved_params = dict(getattr(getattr(target, "buffer", None), "resolved_params", None) or {})
     return call
 
 

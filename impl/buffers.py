@@ -26,7 +26,8 @@ import numbers
 import numpy as np
 
 from . import fused
-from .storage import Storage, gather_rows, make_storage, write_rows
+from . import working_set
+from .storage import Storage, gather_rows, make_storage, parse_schema, write_rows
 from .trees import kernels, ops
 from .trees.array_trees import ArraySumTree
 from .trees.base import SumTree, as_indices, as_priorities, raise_for_status
@@ -101,15 +102,24 @@ class ReplayBuffer:
     contiguous); ``hugepages``: put the storage (and the tree) on transparent huge pages;
     ``prefetch``: load every sampled row once before copying any, and let the tree's descent
     touch the levels that leave cache first. The three change speed only, never a result.
+    ``storage="auto"`` and ``prefetch="auto"`` (the defaults) choose from the working set: the
+    storage's bytes plus ``extra_nbytes`` (what the sampler keeps beside it: the tree) against
+    the machine's private cache (:mod:`impl.working_set`); :attr:`resolved_params` says what
+    was chosen. Bad arguments raise ValueError naming them before anything is allocated.
     """
 
-    def __init__(self, capacity: int, fields, *, seed=None, storage="columns", hugepages=False, prefetch=False):
+    def __init__(self, capacity: int, fields, *, seed=None, storage="auto", hugepages=False, prefetch="auto",
+                 extra_nbytes: int = 0):
         if isinstance(capacity, bool) or not isinstance(capacity, numbers.Integral) or capacity < 1:
             raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
-        if not isinstance(prefetch, (bool, np.bool_)):
-            raise ValueError(f"prefetch must be True or False, got {prefetch!r}")
-        self.prefetch = bool(prefetch)
-        self.storage: Storage = make_storage(storage, int(capacity), fields, hugepages=hugepages)
+        prefetch = working_set.check_prefetch(prefetch)
+        specs = parse_schema(fields)
+        layout = working_set.choose_storage(storage, int(capacity) * sum(s.nbytes for s in specs.values()),
+                                            len(specs))
+        self.storage: Storage = make_storage(layout, int(capacity), fields, hugepages=hugepages)
+        self.prefetch = working_set.choose_prefetch(prefetch, extra_nbytes + self.storage.arena.nbytes)
+        self._auto = {"storage": isinstance(storage, str) and storage == working_set.AUTO,
+                      "prefetch": prefetch == working_set.AUTO}
         try:
             self._rng = np.random.default_rng(seed)
         except (TypeError, ValueError) as err:
@@ -121,6 +131,18 @@ class ReplayBuffer:
     @property
     def capacity(self) -> int:
         return self.storage.capacity
+
+    @property
+    def resolved_params(self) -> dict:
+        """The speed parameters this buffer runs with, ``"auto"`` resolved: ``{"storage": "rows"
+        or "columns", "prefetch": bool}``, plus ``"kernel"`` where the tree has a choice of
+        descent (:class:`~impl.trees.PrefixKarySumTree`): what a result row records beside the
+        asked-for parameters (:mod:`bench.scenarios.micro`)."""
+        out = {"storage": self.storage.layout, "prefetch": self.prefetch}
+        kernel = getattr(getattr(self, "tree", None), "kernel", None)
+        if isinstance(kernel, str):
+            out["kernel"] = kernel
+        return out
 
     @property
     def fields(self):
@@ -305,12 +327,17 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     """
 
     def __init__(self, capacity: int, fields, tree: SumTree, *, alpha=0.6, beta=0.4, eps=1e-6,
-                 stratified=False, seed=None, storage="columns", hugepages=False, prefetch=False):
+                 stratified=False, seed=None, storage="auto", hugepages=False, prefetch="auto"):
         params = check_buffer_params(alpha=alpha, beta=beta, eps=eps, stratified=stratified)
-        super().__init__(capacity, fields, seed=seed, storage=storage, hugepages=hugepages, prefetch=prefetch)
-        if not isinstance(tree, SumTree) or tree.capacity < self.capacity:
-            raise ValueError(f"tree must be a SumTree with capacity >= {self.capacity}, got {tree!r}")
+        if (not isinstance(tree, SumTree) or isinstance(capacity, numbers.Integral)
+                and not isinstance(capacity, bool) and tree.capacity < capacity):
+            raise ValueError(f"tree must be a SumTree with capacity >= {capacity!r}, got {tree!r}")
+        # The tree's arrays are part of the working set that prefetch="auto" weighs.
+        super().__init__(capacity, fields, seed=seed, storage=storage, hugepages=hugepages, prefetch=prefetch,
+                         extra_nbytes=getattr(tree, "nbytes", 0))
         self.tree = tree
+        if self._auto["prefetch"] and isinstance(tree, ArraySumTree):
+            tree.prefetch = self.prefetch  # "auto" decides for the tree's touch pass too
         # Array trees run each operation as one compiled call; any other SumTree (a plug-in, the
         # reference tree) is driven through its Python methods, with the same results contract.
         self._fused = isinstance(tree, ArraySumTree)

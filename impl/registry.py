@@ -28,8 +28,10 @@ ENTRY_POINT_GROUP = "replaybench.variants"
 #: Parameters every tree-based variant accepts besides its structure parameters: the sampler's,
 #: and three that change speed only (impl.buffers.ReplayBuffer): the storage layout ("columns"
 #: or "rows"), transparent huge pages for tree and storage, and the touch (prefetch) passes.
+#: Storage and prefetch default to "auto": chosen from the working set (impl.working_set), and
+#: recorded in the buffer's ``resolved_params``.
 BUFFER_PARAMS = {"alpha": 0.6, "beta": 0.4, "eps": 1e-6, "stratified": False, "seed": None,
-                 "storage": "columns", "hugepages": False, "prefetch": False}
+                 "storage": "auto", "hugepages": False, "prefetch": "auto"}
 
 
 @dataclass(frozen=True)
@@ -77,13 +79,16 @@ def register_tree(name: str, tree_cls, *, structure: str, params: dict | None = 
                   description: str = "") -> Variant:
     """Register a PrioritizedReplayBuffer over ``tree_cls(capacity, **structure_params)``.
 
-    ``hugepages`` and ``prefetch`` go to the tree as well when set (a tree class that does
-    not take them then refuses them with a TypeError)."""
+    ``hugepages`` and an explicit ``prefetch`` go to the tree as well when set (a tree class that
+    does not take them then refuses them with a TypeError); ``prefetch="auto"`` is resolved by
+    the buffer, which then sets the tree's."""
     from .buffers import PrioritizedReplayBuffer
+    from .working_set import AUTO, check_prefetch
 
-    def factory(capacity, fields, *, alpha=0.6, beta=0.4, eps=1e-6, stratified=False, seed=None, storage="columns",
-                hugepages=False, prefetch=False, **tree_params):
-        speed = {k: v for k, v in (("hugepages", hugepages), ("prefetch", prefetch)) if v is not False}
+    def factory(capacity, fields, *, alpha=0.6, beta=0.4, eps=1e-6, stratified=False, seed=None, storage="auto",
+                hugepages=False, prefetch="auto", **tree_params):
+        check_prefetch(prefetch)  # named, before the tree is built
+        speed = {k: v for k, v in (("hugepages", hugepages), ("prefetch", prefetch)) if v is not False and v != AUTO}
         tree = tree_cls(capacity, **tree_params, **speed)
         return PrioritizedReplayBuffer(capacity, fields, tree, alpha=alpha, beta=beta, eps=eps,
                                        stratified=stratified, seed=seed, storage=storage, hugepages=hugepages,

@@ -34,7 +34,7 @@ from numba import njit
 from .trees.layouts import CACHE_LINE, aligned_empty
 
 __all__ = ["FieldSpec", "Storage", "ColumnarStorage", "RowStorage", "STORAGE_LAYOUTS", "make_storage",
-           "parse_schema", "random_batch", "gather_rows", "write_rows"]
+           "parse_schema", "random_batch", "gather_rows", "touch_rows", "write_rows"]
 
 
 @dataclass(frozen=True)
@@ -277,20 +277,37 @@ def _gather_field(dst, dbase, dstride, src, sbase, sstride, width, indices):
 
 
 @njit(nogil=True, cache=True)
+def touch_rows(arena, table, indices, size):
+    """Load the first and the last byte of every field of the rows at ``indices`` (those in
+    ``0 .. size - 1``; others are skipped), so every line a later copy of those rows reads is
+    requested (all of them for fields up to a line long; a longer field is a sequential copy,
+    which the hardware prefetcher follows): a pass with a short body, so the core has all the
+    rows' misses in flight at once (the copy loops' longer bodies would let only a few overlap).
+    Returns the bytes' sum, which the caller must use (or the compiler may drop the loads).
+    O(n * fields), no store."""
+    acc = 0
+    for b in range(indices.shape[0]):
+        i = indices[b]
+        if i < 0 or i >= size:
+            continue
+        for f in range(table.shape[0]):
+            if table[f, 2] > 0:
+                first = table[f, 0] + i * table[f, 1]
+                acc += arena[first] + arena[first + table[f, 2] - 1]
+    return acc
+
+
+@njit(nogil=True, cache=True)
 def gather_rows(arena, table, indices, out, out_table, touch):
     """Copy the rows at ``indices`` (unchecked) from ``arena`` (address table ``table``) into
-    ``out`` (address table ``out_table``, one row per position). ``touch``: first load one byte
-    of every row to be copied, so the core has all the rows' cache misses in flight at once
-    before the copy loops (whose longer bodies would otherwise let only a few overlap).
-    Copies move the widest word every offset allows (``arena`` and ``out`` sizes are multiples
-    of 8). Returns the touched bytes' sum (so the loads are not optimised away). O(n * row bytes).
+    ``out`` (address table ``out_table``, one row per position). ``touch``: first load every
+    line of the rows to be copied (:func:`touch_rows`), so their misses overlap. Copies move
+    the widest word every offset allows (``arena`` and ``out`` sizes are multiples of 8).
+    Returns the touched bytes' sum (so the loads are not optimised away). O(n * row bytes).
     """
-    n = indices.shape[0]
     acc = 0
     if touch:
-        for b in range(n):
-            for f in range(table.shape[0]):
-                acc += arena[table[f, 0] + indices[b] * table[f, 1]]
+        acc = touch_rows(arena, table, indices, np.int64(1) << 62)
     a8, a4, a2 = arena.view(np.uint64), arena.view(np.uint32), arena.view(np.uint16)
     o8, o4, o2 = out.view(np.uint64), out.view(np.uint32), out.view(np.uint16)
     for f in range(table.shape[0]):

@@ -77,6 +77,8 @@ def _variant_tree_factory(name):
         tree = registry.create(name, capacity=capacity, fields={"x": ((), "float32")}, **params).tree
         if "resum_every" in kw and hasattr(tree, "resum_every"):
             tree.resum_every = int(kw["resum_every"])
+        if "prefetch" in kw and hasattr(tree, "prefetch"):
+            tree.prefetch = kw["prefetch"]
         return tree
 
     return factory

@@ -1,4 +1,5 @@
-"""Shared fixtures: the CartPole-sized schema and batch generators."""
+"""Shared fixtures: the CartPole-sized schema, batch generators, and the cache sizes that the
+"auto" speed settings read."""
 
 import numpy as np
 import pytest
@@ -23,3 +24,17 @@ def make_batch(n, rng, fields=CARTPOLE_FIELDS):
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)
+
+
+@pytest.fixture(params=["machine-cache", "tiny-cache"])
+def cache(request, monkeypatch):
+    """The machine's cache sizes, or a 64-byte private cache with every tree level counted as
+    leaving it, so that prefetch="auto" (and storage="auto") pick the touch passes (and rows),
+    and the touch passes run over every level, even at test capacities."""
+    if request.param == "tiny-cache":
+        from replaybench.impl import working_set
+        from replaybench.impl.trees import array_trees
+
+        monkeypatch.setattr(working_set, "private_cache_bytes", lambda: 64)
+        monkeypatch.setattr(array_trees, "TOUCH_LEVEL_BYTES", 0)
+    return request.param

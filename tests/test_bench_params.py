@@ -69,6 +69,11 @@ def test_param_reaches_the_worker_and_the_rows(tmp_path):
     ok = [r for r in rows if r["variant"] == "kary-aligned"]
     assert {r["status"] for r in ok} == {"ok"} and {r["K"] for r in ok} == {4, 8}
     assert {json.loads(r["params"])["K"] for r in ok} == {4, 8}
+    for r in ok:  # what "auto" chose in the worker, as this process's buffer chooses it
+        p = json.loads(r["params"])
+        chose = registry.create("kary-aligned", r["capacity"], derive.SCHEMAS[r["transitions"]],
+                                K=p["K"]).resolved_params
+        assert (p["resolved_storage"], p["resolved_prefetch"]) == (chose["storage"], chose["prefetch"])
     assert (run_dir / "pyperf" / "kary-aligned__1024__sample__K-8.json").exists()
     meta = results.read_meta(run_dir)
     assert meta["selection"]["params"] == {"K": [4, 8]}

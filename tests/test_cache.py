@@ -176,7 +176,7 @@ def test_a_tree_with_code_of_its_own_is_unsupported_not_mis_traced(monkeypatch):
     """A tree whose kernel set has no replay, or which overrides the methods that call its
     kernels, gets no tracer: the model meter and the cache scenario say ``unsupported``."""
     own = types.ModuleType("own_kernels")  # the same functions, but a kernel set the tracer does not know
-    for fn in ("update", "fill", "find", "get", "rebuild"):
+    for fn in ("update", "fill", "get", "rebuild"):
         setattr(own, fn, getattr(kernels, fn))
 
     class OwnKernels(AlignedKarySumTree):

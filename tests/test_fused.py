@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy.stats import kstest
 
-from replaybench.impl import fused, registry
+from replaybench.impl import fused, registry, working_set
 from replaybench.impl.storage import make_storage, random_batch
 
 from _support import ALL_VARIANTS, PRIORITIZED, takes_param
@@ -26,9 +26,10 @@ FIELDS = {"obs": ((4,), "float32"), "action": ((), "int64"), "reward": ((), "flo
 ATARI = {"obs": ((4, 84, 84), "uint8"), "action": ((), "int64"), "reward": ((), "float32"), "done": ((), "bool")}
 CAPACITY = 300  # not a power of any K; filled past capacity so the ring wraps
 
-#: Parameter settings that must not change any result (speed only).
+#: Parameter settings that must not change any result (speed only); the default is "auto".
 SPEED_SETTINGS = [{"storage": "rows"}, {"prefetch": True}, {"hugepages": True},
-                  {"storage": "rows", "prefetch": True, "hugepages": True}]
+                  {"storage": "rows", "prefetch": True, "hugepages": True},
+                  {"storage": "columns", "prefetch": False}, {"storage": "auto", "prefetch": "auto"}]
 
 
 def filled(name, fields=FIELDS, capacity=CAPACITY, seed=0, **params):
@@ -51,10 +52,14 @@ def stored_rows(buf, indices):
 
 
 @pytest.mark.parametrize("name", ALL_VARIANTS)
-def test_speed_parameters_change_no_result(name):
-    """Rows instead of columns, touch passes, huge pages: the same samples, weights and state."""
+def test_speed_parameters_change_no_result(name, cache):
+    """Rows instead of columns, touch passes, huge pages, "auto": the same samples, weights and
+    state (with a tiny cache, "auto" resolves to rows and every touch pass)."""
     base = filled(name)
-    for params in SPEED_SETTINGS + ([{"kernel": "specialised"}] if takes_param(name, "kernel") else []):
+    if cache == "tiny-cache":
+        assert {k: base.resolved_params[k] for k in ("storage", "prefetch")} == {"storage": "rows", "prefetch": True}
+    kernels = [{"kernel": k} for k in ("generic", "specialised", "auto")] if takes_param(name, "kernel") else []
+    for params in SPEED_SETTINGS + kernels:
         other = filled(name, **params)
         for stratified_seed in (1, 2):
             assert_same(base.sample(64, rng=np.random.default_rng(stratified_seed)),
@@ -175,14 +180,53 @@ def test_storage_layouts_write_and_gather_exact_rows(storage):
 def test_speed_parameters_are_checked():
     with pytest.raises(ValueError, match="storage must be one of .*got 'packed'"):
         registry.create("binary", 8, FIELDS, storage="packed")
-    with pytest.raises(ValueError, match="prefetch must be True or False, got 'yes'"):
+    with pytest.raises(ValueError, match="prefetch must be True, False or 'auto', got 'yes'"):
         registry.create("kary", 8, FIELDS, prefetch="yes")
+    with pytest.raises(ValueError, match="prefetch must be True, False or 'auto', got 'yes'"):
+        registry.create("uniform", 8, FIELDS, prefetch="yes")
+    with pytest.raises(ValueError, match="storage must be one of .*got 'Auto'"):
+        registry.create("kary-prefix", 8, FIELDS, storage="Auto")
     with pytest.raises(ValueError, match="hugepages must be True or False, got 1"):
         registry.create("uniform", 8, FIELDS, hugepages=1)
     with pytest.raises(ValueError, match="kernel='specialised' is the K=16 descent; got K=4"):
         registry.create("kary-prefix", 8, FIELDS, K=4, kernel="specialised")
-    with pytest.raises(ValueError, match="kernel must be one of"):
+    with pytest.raises(ValueError, match="kernel must be one of .*'auto'.*got 'fast'"):
         registry.create("kary-prefix", 8, FIELDS, kernel="fast")
+    # "auto": the specialised descent where K = 16, else the generic one; recorded
+    assert registry.create("kary-prefix", 8, FIELDS).resolved_params["kernel"] == "specialised"
+    assert registry.create("kary-prefix", 8, FIELDS, K=4).resolved_params["kernel"] == "generic"
+    assert "kernel" not in registry.create("kary-aligned", 8, FIELDS).resolved_params
+
+
+@pytest.mark.parametrize("name", ["uniform", "binary"])
+def test_auto_settings_follow_the_working_set(name, monkeypatch):
+    """storage="auto" picks rows once the storage leaves the private cache (and the schema has
+    several fields), prefetch="auto" turns the touch passes on once tree + storage do; both are
+    what the buffer (and its tree) then run with, recorded in resolved_params; explicit
+    settings are kept."""
+    monkeypatch.setattr(working_set, "private_cache_bytes", lambda: 4096)
+    small, large = registry.create(name, 16, FIELDS), registry.create(name, 1024, FIELDS)
+    assert small.resolved_params == {"storage": "columns", "prefetch": False}
+    assert large.resolved_params == {"storage": "rows", "prefetch": True}  # binary: no kernel choice
+    assert registry.create(name, 1024, {"x": ((), "float32")}).resolved_params["storage"] == "columns"
+    explicit = registry.create(name, 1024, FIELDS, storage="columns", prefetch=False)
+    assert explicit.resolved_params == {"storage": "columns", "prefetch": False}
+    if name != "uniform":
+        assert large.tree.prefetch and not small.tree.prefetch and not explicit.tree.prefetch
+
+
+def test_cache_sizes_are_read_from_sysfs_with_a_fallback(tmp_path):
+    for index, (level, kind, size) in enumerate([(1, "Data", "48K"), (1, "Instruction", "32K"),
+                                                 (2, "Unified", "2048K"), (3, "Unified", "96M")]):
+        d = tmp_path / f"index{index}"
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    assert working_set.cache_sizes(str(tmp_path)) == {1: 48 << 10, 2: 2 << 20, 3: 96 << 20}
+    # no sysfs: os.sysconf's values (this platform's), never an error
+    assert isinstance(working_set.cache_sizes(str(tmp_path / "missing")), dict)
+    assert working_set.private_cache_bytes() > 0
 
 
 def test_draws_are_uniform_and_keyed():

@@ -56,7 +56,8 @@ def test_there_are_prioritized_variants():
 
 @pytest.mark.parametrize("stratified", [False, True], ids=["plain", "stratified"])
 @pytest.mark.parametrize("name", PRIORITIZED)
-def test_frequencies_match_priorities(name, stratified):
+def test_frequencies_match_priorities(name, stratified, cache):
+    """Default ("auto") speed settings; with the tiny cache they are rows and every touch pass."""
     capacity = 37  # not a power of any K
     prios = np.random.default_rng(7).uniform(0.2, 3.0, capacity)
     buf = make_buffer(name, capacity, prios, alpha=1.0, eps=0.0, stratified=stratified)
@@ -177,7 +178,7 @@ def check_weights(buf, raw, beta, alpha, eps, rng, rtol):
 
 @pytest.mark.parametrize("beta", [0.0, 0.4, 1.0])
 @pytest.mark.parametrize("name,dtype", prioritized_with_dtypes())
-def test_importance_weights(name, dtype, beta):
+def test_importance_weights(name, dtype, beta, cache):
     rng = np.random.default_rng(21)
     alpha, eps, capacity = 0.7, 0.0, 50
     buf = registry.create(name, capacity=capacity, fields=FIELDS, alpha=alpha, eps=eps, **dtype_kw(dtype))

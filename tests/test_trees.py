@@ -8,6 +8,7 @@ bound of impl/trees/array_trees.py) and prefix-sum searches are compared.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -30,6 +31,7 @@ from replaybench.impl.trees import (
     ReferenceSumTree,
     SumTree,
 )
+from replaybench.impl.trees import array_trees
 from replaybench.impl.trees.layouts import BLOCK_DEPTHS, BLOCK_SLOTS, CACHE_LINE
 
 from _support import (
@@ -338,7 +340,10 @@ PARITY_SETTINGS = settings(
 
 
 @pytest.mark.parametrize("factory", TREE_FACTORIES, ids=TREE_IDS)
-def test_parity_with_reference(factory):
+def test_parity_with_reference(factory, cache):
+    """With the tiny cache, the trees are built with prefetch=True and touch every level."""
+    if cache == "tiny-cache":
+        factory = functools.partial(factory, prefetch=True)
     machine = type("TreeParity", (TreeParity,), {"factory": staticmethod(factory)})
     run_state_machine_as_test(machine, settings=PARITY_SETTINGS)
 
@@ -356,12 +361,17 @@ def test_parity_with_reference_thorough(factory):
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("prefetch", [False, True], ids=["no-touch", "touch"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("factory", TREE_FACTORIES, ids=TREE_IDS)
-def test_random_batches_match_reference(factory, dtype):
-    """A quick deterministic parity check with a full search sweep (also fast to debug)."""
+def test_random_batches_match_reference(factory, dtype, prefetch, monkeypatch):
+    """A quick deterministic parity check with a full search sweep (also fast to debug); with
+    ``touch`` every level of a descent gets its touch pass first."""
+    monkeypatch.setattr(array_trees, "TOUCH_LEVEL_BYTES", 0)
     for capacity in CAPACITIES:
-        check_random_batches(factory(capacity, dtype), ReferenceSumTree(capacity), np.random.default_rng(12345))
+        tree = factory(capacity, dtype, prefetch=prefetch)
+        assert getattr(tree, "prefetch", prefetch) == prefetch
+        check_random_batches(tree, ReferenceSumTree(capacity), np.random.default_rng(12345))
 
 
 def check_random_batches(tree, ref, rng):

@@ -18,19 +18,23 @@ change, where propagation stops).
 
 What is traced, in the kernels' order (the whole batch goes one level at a time):
 
-* ``sample`` (``find``): per level ``d = 1 .. D``, per draw, the ``K - 1`` child slots that the
-  scan reads (``addr(d, j*K) + c*stride``); the prefix tree also reads the slot left of the
-  chosen child when ``k > 0``; then per draw the leaf slot (prefix tree: the raw leaf row).
-* ``update`` (``_set_leaves`` + ``propagate_mins``): per item the leaf slot in sums and in mins;
-  then per level, per item, the ancestor's sums slot (prefix tree: the ``K`` slots of the
-  sibling group, the masked group add, at every level from the leaves' to the root); then the
-  min propagation as the kernel does it on the copies: per level, per item still active, the
-  child's and the parent's min slots, the ``K`` children when a raised minimum forces a
-  rescan, stopping at the first unchanged ancestor.
+* ``sample`` (``find``: :func:`impl.trees.ops.descend`): per level ``d = 1 .. D``, per draw,
+  the ``K - 1`` child slots that the scan reads (``addr(d, j*K) + c*stride``); the prefix
+  tree also reads the slot left of the chosen child when ``k > 0``; then per draw the leaf
+  slot (prefix tree: the raw leaf row).
+* ``update`` (``_set_leaves``: ``propagate_batch`` + ``propagate_mins``): per item the leaf
+  slot in sums and in mins; then on each wide level, per item, the ancestor's sums slot
+  (prefix tree: the ``K`` slots of the sibling group, the masked group add, from the leaves'
+  level on), and on the narrow upper levels (:func:`impl.trees.kernels.narrow_levels`) the
+  same per node whose summed delta is not 0; then the min propagation as the kernel does it
+  on the copies: per level, per item still active, the child's and the parent's min slots,
+  the ``K`` children when a raised minimum forces a rescan, stopping at the first unchanged
+  ancestor.
 * ``data`` (``storage.gather``): per field, per sampled index, the row's first byte and, when
   the row crosses a line, its last byte (``numpy.take`` copies rows field by field).
 
-Not traced: the kernels' per-call scratch arrays (``u``, ``j``, ``delta``: about 8 KiB per
+Not traced: the touch passes of ``prefetch`` (loads of lines the descent reads next anyway), the
+kernels' per-call scratch arrays (``u``, ``j``, ``delta``: about 8 KiB per
 256-item batch, freshly allocated), the output arrays, the input checks and the ``(p + eps)
 ** alpha`` transform, the O(N) ``rebuild`` run every ``resum_every`` updates, and the Python
 interpreter. A read-modify-write of one slot is one access (both hit the same line).
@@ -46,7 +50,9 @@ from numba import njit
 
 from replaybench.impl.trees import ArraySumTree, SumTree, kernels, prefix_kernels
 from replaybench.impl.trees.kernels import addr as _addr
+from replaybench.impl.trees.kernels import narrow_levels as _narrow_levels
 from replaybench.impl.trees.kernels import parent as _parent
+from replaybench.impl.trees.kernels import summed_by_parent as _summed_by_parent
 
 __all__ = ["REPLAYS", "TreeTracer", "trace_support", "tree_of", "data_gather"]
 
@@ -61,7 +67,8 @@ _KERNEL_CALLERS = ("update", "find", "_find_into")
 
 @njit(nogil=True, cache=True)
 def _trace_find(sums, lay, K, D, prefix, base, item, us, out_leaf, out):
-    """Replicates kernels.find (prefix=False) / prefix_kernels.find (prefix=True)."""
+    """Replicates ops.descend + ops.read_leaves for the plain kind (prefix=False) and the prefix
+    kinds (prefix=True; every prefix scan reads the same K - 1 slots), without the touch passes."""
     n = us.shape[0]
     u = us.copy()
     j = np.zeros(n, dtype=np.int64)
@@ -119,10 +126,36 @@ def _min_children(mins, lay, K, d, q, mbase, item, out, t):
     return m, t
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _trace_group_add(sums, lay, K, d, j, delta, sbase, item, out, t, prefix):
+    """One node's sum update, as the kernels do it: a plain add, or the prefix tree's masked
+    add over the node's running-sum group (prefix_kernels._add_to_group). Returns the new ``t``."""
+    dv = sums.dtype.type(delta)
+    if not prefix:
+        a = _addr(lay, d, j)
+        sums[a] += delta
+        out[t] = sbase + a * item
+        return t + 1
+    if d == 0:
+        a = _addr(lay, 0, 0)
+        sums[a] += dv
+        out[t] = sbase + a * item
+        return t + 1
+    k = j & (K - 1)
+    g = _addr(lay, d, j - k)
+    zero = dv - dv
+    for c in range(K):
+        sums[g + c] += dv if c >= k else zero
+        out[t] = sbase + (g + c) * item
+        t += 1
+    return t
+
+
 @njit(nogil=True, cache=True)
 def _trace_update(sums, mins, lay, K, kshift, D, prefix, sbase, mbase, item, indices, values, out):
-    """Replicates kernels._set_leaves / prefix_kernels._set_leaves and propagate_mins on the
-    copies ``sums`` and ``mins``; ``values`` are the stored priorities (after eps/alpha)."""
+    """Replicates kernels._set_leaves (with propagate_batch) / prefix_kernels._set_leaves and
+    propagate_mins, decision for decision, on the copies ``sums`` and ``mins``; ``values`` are
+    the stored priorities (after eps/alpha)."""
     n = indices.shape[0]
     t = 0
     delta = np.empty(n, dtype=np.float64)
@@ -134,41 +167,35 @@ def _trace_update(sums, mins, lay, K, kshift, D, prefix, sbase, mbase, item, ind
         sums[leaf] = values[b]
         out[t] = sbase + leaf * item
         t += 1
-        if prefix:
-            delta[b] = np.float64(sums.dtype.type(np.float64(sums[leaf]) - np.float64(old)))
-        else:
-            delta[b] = np.float64(sums[leaf]) - np.float64(old)
+        delta[b] = np.float64(sums[leaf]) - np.float64(old)
         old_min[b] = mins[m]
         mins[m] = sums[leaf] if sums[leaf] > 0.0 else np.inf
         out[t] = mbase + m * item
         t += 1
+    # the sums: per item on the wide levels, per changed node on the narrow ones (narrow_levels)
+    L, width = _narrow_levels(D, K, n)
     j = indices.copy()
     if prefix:
-        for d in range(D, -1, -1):
+        for d in range(D, L - 1, -1):
             for b in range(n):
-                if d == 0:
-                    a = _addr(lay, 0, 0)
-                    sums[a] += sums.dtype.type(delta[b])
-                    out[t] = sbase + a * item
-                    t += 1
-                else:
-                    k = j[b] & (K - 1)
-                    g = _addr(lay, d, j[b] - k)
-                    dv = sums.dtype.type(delta[b])
-                    zero = dv - dv
-                    for c in range(K):
-                        sums[g + c] += dv if c >= k else zero
-                        out[t] = sbase + (g + c) * item
-                        t += 1
+                t = _trace_group_add(sums, lay, K, d, j[b], delta[b], sbase, item, out, t, prefix)
                 j[b] = _parent(j[b], K, kshift)
     else:
-        for d in range(D - 1, -1, -1):
+        for d in range(D - 1, L - 1, -1):
             for b in range(n):
                 j[b] = _parent(j[b], K, kshift)
-                a = _addr(lay, d, j[b])
-                sums[a] += delta[b]
-                out[t] = sbase + a * item
-                t += 1
+                t = _trace_group_add(sums, lay, K, d, j[b], delta[b], sbase, item, out, t, prefix)
+    if L > 0:
+        acc = np.zeros(width, dtype=np.float64)
+        for b in range(n):
+            acc[j[b] if prefix else _parent(j[b], K, kshift)] += delta[b]
+        for d in range(L - 1, -1, -1):
+            for q in range(width):
+                if acc[q] != 0.0:
+                    t = _trace_group_add(sums, lay, K, d, q, acc[q], sbase, item, out, t, prefix)
+            if d > 0:
+                width //= K
+                acc = _summed_by_parent(np.arange(acc.shape[0]), acc, width, K, kshift)
     # propagate_mins, decision for decision
     j = indices.copy()
     prev = old_min.copy()

@@ -16,7 +16,10 @@ declare for it (``K=abc`` is refused for a variant whose K defaults to 16; ``eps
 (a parameter it does not have, a value its constructor refuses such as K=3 for a layout that
 needs a power of 2, a peer's fixed parameter or capacity limit) is one ``skipped`` row with the
 reason. Parameters appear in the rows: K, dtype, batch and transitions as columns, everything
-in the ``params`` JSON column.
+in the ``params`` JSON column. A registered variant's rows also record the speed parameters its
+buffer ran with, ``"auto"`` resolved (``resolved_storage``, ``resolved_prefetch``, and
+``resolved_kernel`` where the tree has a choice, in ``params``:
+:attr:`impl.buffers.ReplayBuffer.resolved_params`, written by the worker to a side file).
 
 The first cell is the timing-loop overhead: the ``empty`` op (a loop, a Python call and a pool
 lookup, nothing else) recorded as variant ``harness``. Its median is stored in meta.json
@@ -204,7 +207,8 @@ def typed_grid(grid: dict, origin: dict, variants: list[VariantInfo]) -> dict:
                     raise SelectionError(f"{where}: no variant of this run takes {key!r} "
                                          f"(variants: {', '.join(v.name for v in variants)})")
                 for name, default in declared:
-                    if default is not None:
+                    # None or "auto": the variant takes an explicit setting of any type in its place
+                    if default is not None and default != "auto":
                         value = _typed(value, type(default), where, key, f"{name} (default {key}={default!r})")
                 if key in _COLUMN_TYPES:
                     value = _typed(value, _COLUMN_TYPES[key], where, key, f"the results' {key} column")
@@ -428,6 +432,21 @@ def _error_message(err_file: Path, stderr: str, returncode: int | None) -> str:
     return lines[-1] if lines else f"pyperf manager exited with status {returncode}"
 
 
+def _resolved_params(cell: Cell, path: Path) -> dict:
+    """``{"params": ...}``: the cell's params plus ``resolved_<name>`` for each speed parameter
+    the worker's buffer resolved (``storage``, ``prefetch``: what ``"auto"`` chose, or the
+    explicit setting), from the file the worker wrote; ``{}`` when there is none (a peer)."""
+    try:
+        resolved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    finally:
+        path.unlink(missing_ok=True)
+    if not isinstance(resolved, dict) or not resolved:
+        return {}
+    return {"params": {**(cell.columns.get("params") or {}), **{f"resolved_{k}": v for k, v in resolved.items()}}}
+
+
 def _measure(cell: Cell, raw_dir: Path) -> list[dict]:
     """Time one cell in fresh processes; its rows (one per value, or one failed row)."""
     from replaybench.bench import pyperf_worker
@@ -437,13 +456,14 @@ def _measure(cell: Cell, raw_dir: Path) -> list[dict]:
     out_json = raw_dir / f"{item.slug}.json"
     err_file = raw_dir / f"{item.slug}.error.txt"
     stderr_file = raw_dir / f"{item.slug}.stderr.txt"
+    resolved_file = raw_dir / f"{item.slug}.resolved.json"
     argv = ["--quiet", "-o", str(out_json),
             "--target", item.variant.name, "--capacity", str(item.capacity or 0), "--op", item.op,
             "--batch", str(suite["batch"]), "--mixed-adds", str(suite["mixed_adds"]),
             "--transitions", suite["transitions"], "--seed", str(suite["seed"]), "--error-file", str(err_file),
             "--processes", str(settings["processes"]), "--values", str(settings["values"]),
             "--warmups", str(settings["warmups"]), "--loops", str(settings["loops"]),
-            "--min-time", str(settings["min_time"])]
+            "--min-time", str(settings["min_time"]), "--resolved-file", str(resolved_file)]
     if item.variant_params:
         argv += ["--params", json.dumps(item.variant_params, sort_keys=True)]
     if suite.get("threads", 1) > 1:
@@ -461,8 +481,9 @@ def _measure(cell: Cell, raw_dir: Path) -> list[dict]:
     import pyperf
 
     bench = pyperf.Benchmark.load(str(out_json))
+    extra = _resolved_params(cell, resolved_file)
     rows = []
     for run in bench.get_runs():
         for value in run.values:  # calibration runs have none
-            rows.append(cell.row("ok", value=float(value), repeat=len(rows), loops=run.get_loops()))
+            rows.append(cell.row("ok", value=float(value), repeat=len(rows), loops=run.get_loops(), **extra))
     return rows or [cell.row("failed", "pyperf produced no values")]

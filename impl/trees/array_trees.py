@@ -7,8 +7,10 @@ prefix tree uses the same tables with :mod:`impl.trees.prefix_kernels`.
 
 Numeric error (float32 sums)
 ----------------------------
-Delta propagation rounds once per ancestor per update, so the stored sum of a node drifts
-from the exact sum of its leaves. Between two rebuilds, after ``m`` updates,
+Delta propagation rounds at most once per ancestor per update (once per ancestor per update
+call, in fact: a call's changes below a node are summed in float64 first,
+:func:`impl.trees.kernels.propagate_batch`), so the stored sum of a node drifts from the
+exact sum of its leaves. Between two rebuilds, after ``m`` updates,
 ``|stored - exact| <= m * 2**-24 * T_max`` for the root (``T_max`` the largest total held
 in that time; the float64 delta itself is exact). The tree therefore rebuilds itself from
 the leaves every ``resum_every`` updates (default ``max(2**16, capacity)``, amortised cost of
@@ -106,9 +108,10 @@ class ArraySumTree(SumTree):
     #: The descent code this tree's kernels take in :mod:`impl.trees.ops`.
     kind = ops.PLAIN
 
-    #: The module whose numba functions do this tree's work (``update``, ``fill``, ``find``, ``get``,
-    #: ``rebuild``); the prefix-sum tree declares its own. Tools that replay the kernels (the cache
-    #: tracer) key on it, so a tree with a kernel set they do not know is never replayed as another.
+    #: The module whose numba functions do this tree's work (``update``, ``fill``, ``get``,
+    #: ``rebuild``; the descent is :func:`impl.trees.ops.descend`, chosen by :attr:`kind`); the
+    #: prefix-sum tree declares its own. Tools that replay the kernels (the cache tracer) key on
+    #: it, so a tree with a kernel set they do not know is never replayed as another.
     kernels = kernels
 
     def __init__(self, capacity: int, K: int, lay: np.ndarray, size: int, dtype="float32",
@@ -116,7 +119,6 @@ class ArraySumTree(SumTree):
         self.capacity = capacity
         self.K = K
         self.dtype = _check_dtype(dtype)
-        self.prefetch = _check_flag("prefetch", prefetch)
         self.hugepages = _check_flag("hugepages", hugepages)
         self._lay = lay
         self._kshift = K.bit_length() - 1 if layouts.is_power_of_two(K) else -1
@@ -131,11 +133,23 @@ class ArraySumTree(SumTree):
         # updates since the last rebuild, largest total read after an update since, resum_every,
         # rebuilds so far (impl.trees.ops applies the rule in compiled code)
         self._state = np.array([0.0, 0.0, float(resum_every), 0.0])
-        self._touch_from = (touch_depth(lay, K, self.dtype.itemsize, self.depth) if self.prefetch
-                            else self.depth + 1)
         # Largest storable priority: a leaf at the dtype's max would make the sums overflow,
         # so leave room for the total (capacity leaves) below it.
         self._vmax = float(np.finfo(self.dtype).max) / (2.0 * capacity)
+        self.prefetch = prefetch  # binds the kernel arguments
+
+    @property
+    def prefetch(self) -> bool:
+        """Whether descents touch the levels that leave the caches first (:func:`touch_depth`).
+        Settable (True or False; speed only, never a result): a buffer whose ``prefetch`` is
+        ``"auto"`` sets it from its working set (:mod:`impl.working_set`)."""
+        return self._prefetch
+
+    @prefetch.setter
+    def prefetch(self, value) -> None:
+        self._prefetch = _check_flag("prefetch", value)
+        self._touch_from = (touch_depth(self._lay, self.K, self.dtype.itemsize, self.depth) if self._prefetch
+                            else self.depth + 1)
         self._bind_kernel_args()
 
     def _bind_kernel_args(self) -> None:
@@ -244,7 +258,8 @@ class ArraySumTree(SumTree):
         return idx, prio
 
     def _find_into(self, us, out_index, out_priority) -> int:
-        return self.kernels.find(self._sums, self._lay, self.K, us, out_index, out_priority)
+        # the compiled descent of the fused sample (impl.trees.ops), touch passes included
+        return ops.find(self.kind, self._sums, self._lay, self.K, self._touch_from, us, out_index, out_priority)
 
     def get(self, indices):
         idx = as_indices(indices)
@@ -327,22 +342,26 @@ class PrefixKarySumTree(ArraySumTree):
     :mod:`impl.trees.prefix_kernels`): the descent compares, it never adds. K a power of 2.
 
     ``kernel="specialised"`` (K = 16 only) descends with a fixed 15-compare loop that the
-    compiler unrolls into SIMD compares, beside the ``"generic"`` loop over any K; the
-    results are identical, the speed is what the micro scenario compares.
+    compiler unrolls into SIMD compares, beside the ``"generic"`` loop over any K (compares
+    vectorised over the draws); ``"auto"`` (the default) takes the specialised one where K = 16.
+    The results are identical, the speed is what the micro scenario compares (``sweep-kernel``);
+    :attr:`kernel` says which one runs.
     """
 
     kernels = prefix_kernels
     KERNELS = ("generic", "specialised")
 
     def __init__(self, capacity: int, K: int = 16, dtype="float32", resum_every=None, *, prefetch=False,
-                 hugepages=False, kernel="generic"):
+                 hugepages=False, kernel="auto"):
         capacity = check_capacity(capacity)
         K = check_K(K, power_of_two=True)
-        if kernel not in self.KERNELS:
-            raise ValueError(f"kernel must be one of {self.KERNELS}, got {kernel!r}")
+        if kernel != "auto" and kernel not in self.KERNELS:
+            raise ValueError(f"kernel must be one of {('auto', *self.KERNELS)}, got {kernel!r}")
         if kernel == "specialised" and K != 16:
             raise ValueError(f"kernel='specialised' is the K=16 descent; got K={K!r}")
-        self.kind = ops.PREFIX16 if kernel == "specialised" else ops.PREFIX
+        #: The descent that runs: ``"specialised"`` or ``"generic"`` (``"auto"`` resolved).
+        self.kernel = kernel if kernel != "auto" else ("specialised" if K == 16 else "generic")
+        self.kind = ops.PREFIX16 if self.kernel == "specialised" else ops.PREFIX
         lay, size = layouts.level_order(capacity, K, padded=True)
         lay, size = layouts.with_leaf_row(lay, size, K)
         # the last table row places the leaves, it is not a level

@@ -8,12 +8,13 @@ is its parent's subtree sum and the root's slot holds the total::
 
     children:  3   0   5   2            group slots:  3   3   8  10   (parent sum = 10)
 
-Descent: the child is the number of the first ``K - 1`` slots that are ``<= u``, and ``u``
-drops by the slot left of it. Those compares are independent of each other, so the scan
+Descent (:func:`impl.trees.ops.descend`): the child is the number of the first ``K - 1`` slots
+that are ``<= u``, and ``u`` drops by the slot left of it. Those compares are independent of each other, so the scan
 vectorises and has no chain of dependent adds, unlike the plain K-ary scan, whose K - 1
 dependent adds per level make large K compute-bound.
 Update: a leaf's delta is added to the slots from its position to the end of its group, at
-every level (up to K adds per level, all in the same cache line when aligned).
+every level (up to K adds per level, all in the same cache line when aligned), level by level
+over the batch with each touched node once (:func:`impl.trees.kernels.propagate_batch`).
 """
 
 from __future__ import annotations
@@ -21,18 +22,19 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .kernels import (STATUS_OK, addr, checked_values, min_of_children, parent, propagate_mins,
-                      read_reached_leaves)
+from .kernels import (STATUS_OK, addr, checked_values, min_of_children, narrow_levels, parent, propagate_mins,
+                      read_reached_leaves, summed_by_parent)
 
-__all__ = ["update", "fill", "find", "get", "rebuild"]
+__all__ = ["update", "fill", "get", "rebuild"]
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _add_to_group(pre, lay, K, kshift, d, j, delta):
-    """Add ``delta`` to the slots of node (d, j) and of its right siblings.
+def _add_to_group(pre, lay, K, d, j, delta):
+    """Add ``delta`` (already in the array's dtype) to the slots of node (d, j) and of its right
+    siblings.
 
-    Written as a masked add over the whole group with ``delta`` already in the array's
-    dtype, which LLVM turns into a few SIMD adds: 3x faster than looping from j's slot.
+    Written as a masked add over the whole group, which LLVM turns into a few SIMD adds: 3x
+    faster than looping from j's slot.
     """
     if d == 0:
         pre[addr(lay, 0, 0)] += delta
@@ -46,25 +48,44 @@ def _add_to_group(pre, lay, K, kshift, d, j, delta):
 
 @njit(nogil=True, cache=True)
 def _set_leaves(pre, mins, lay, K, kshift, indices, values):
+    """Store ``values`` at the raw leaves ``indices`` (batch order: a repeated index keeps its
+    last value) and propagate, level by level over the batch as
+    :func:`impl.trees.kernels.propagate_batch` does: one group add per item on the wide levels
+    (the leaves' groups included), one per changed node on the narrow upper levels (the deltas
+    summed per node in float64 first), then the minima."""
     D = lay.shape[0] - 2
     leaf_base = lay[D + 1, 0]
     n = indices.shape[0]
-    delta = np.empty(n, dtype=pre.dtype)  # rounded to the tree's dtype: see _add_to_group
+    delta = np.empty(n, dtype=np.float64)
+    rounded = np.empty(n, dtype=pre.dtype)  # what a group adds: the delta in the tree's dtype
     old_min = np.empty(n, dtype=mins.dtype)
     for b in range(n):
         a = leaf_base + indices[b]
         old = pre[a]
         pre[a] = values[b]
         delta[b] = np.float64(pre[a]) - np.float64(old)
+        rounded[b] = delta[b]
         m = addr(lay, D, indices[b])
         old_min[b] = mins[m]
         mins[m] = pre[a] if pre[a] > 0.0 else np.inf  # stored value: may underflow
-    # level by level for the whole batch, like kernels._set_leaves (additions commute)
+    L, width = narrow_levels(D, K, n)
     j = indices.copy()
-    for d in range(D, -1, -1):
+    for d in range(D, L - 1, -1):
         for b in range(n):
-            _add_to_group(pre, lay, K, kshift, d, j[b], delta[b])
+            _add_to_group(pre, lay, K, d, j[b], rounded[b])
             j[b] = parent(j[b], K, kshift)
+    if L > 0:  # j holds depth-(L-1) nodes; the deltas of the items below each, summed
+        acc = np.zeros(width, dtype=np.float64)
+        for b in range(n):
+            acc[j[b]] += delta[b]
+        for d in range(L - 1, -1, -1):
+            rounded_acc = acc.astype(pre.dtype)
+            for q in range(width):
+                if acc[q] != 0.0:
+                    _add_to_group(pre, lay, K, d, q, rounded_acc[q])
+            if d > 0:
+                width //= K
+                acc = summed_by_parent(np.arange(acc.shape[0]), acc, width, K, kshift)
     propagate_mins(mins, lay, K, kshift, indices, old_min, D)
 
 
@@ -86,28 +107,6 @@ def fill(pre, mins, lay, K, kshift, start, count, capacity, p):
         i = start + b
         indices[b] = i if i < capacity else i - capacity
     _set_leaves(pre, mins, lay, K, kshift, indices, np.full(count, p))
-
-
-@njit(nogil=True, cache=True)
-def find(pre, lay, K, us, out_index, out_priority):
-    """As :func:`impl.trees.kernels.find`; the scan is compare-only. Returns the misses."""
-    D = lay.shape[0] - 2
-    n = us.shape[0]
-    u = us.copy()
-    j = out_index
-    j[:] = 0
-    for d in range(1, D + 1):
-        for b in range(n):
-            first = addr(lay, d, j[b] * K)
-            ub = u[b]
-            k = 0
-            for c in range(first, first + K - 1):
-                k += pre[c] <= ub
-            if k > 0:
-                ub -= pre[first + k - 1]
-            u[b] = ub
-            j[b] = j[b] * K + k
-    return read_reached_leaves(pre, lay, D + 1, out_index, out_priority)  # row D + 1: the raw leaves
 
 
 @njit(nogil=True, cache=True)

@@ -9,6 +9,6 @@ from replaybench.impl.trees import PrefixKarySumTree
 
 registry.register_tree(
     "kary-prefix", PrefixKarySumTree, structure="kary-prefix",
-    params={"K": 16, "dtype": "float32", "kernel": "generic"},
+    params={"K": 16, "dtype": "float32", "kernel": "auto"},
     description="cache-aligned K-ary tree, sibling groups store running sums (branch-free compares)",
 )

@@ -4,8 +4,8 @@ from replaybench.impl import registry
 from replaybench.impl.buffers import UniformReplayBuffer
 
 
-def uniform_buffer(capacity, fields, *, seed=None, alpha=None, beta=None, eps=None, storage="columns",
-                   hugepages=False, prefetch=False):
+def uniform_buffer(capacity, fields, *, seed=None, alpha=None, beta=None, eps=None, storage="auto",
+                   hugepages=False, prefetch="auto"):
     """A UniformReplayBuffer. ``alpha``, ``beta`` and ``eps`` are accepted and ignored (no
     priorities), so callers pass every variant the same PER arguments; ``storage``,
     ``hugepages`` and ``prefetch`` are the buffer's (impl.buffers.ReplayBuffer)."""
@@ -14,6 +14,6 @@ def uniform_buffer(capacity, fields, *, seed=None, alpha=None, beta=None, eps=No
 
 registry.register(
     "uniform", uniform_buffer, structure="uniform",
-    params={"storage": "columns", "hugepages": False, "prefetch": False},
+    params={"storage": "auto", "hugepages": False, "prefetch": "auto"},
     description="uniform sampling with replacement, no priorities (baseline)",
 )
