@@ -14,18 +14,26 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,peers,atari,ray,multiagent,sb3,tianshou,torchrl]'
 	touch $(STAMP)
 
-test: $(STAMP)
+# numba's on-disk caches (cache=True) are not refreshed when a kernel they call changes in
+# another file, so old code could run after an edit or a merge: drop them whenever a source
+# under impl/ is newer than the last drop (the first run after that compiles again).
+NUMBA_STAMP := $(VENV)/.numba-caches-dropped
+$(NUMBA_STAMP): $(shell find impl -name '*.py') | $(STAMP)
+	find impl \( -name '*.nbi' -o -name '*.nbc' \) -delete
+	touch $@
+
+test: $(STAMP) $(NUMBA_STAMP)
 	$(PY) -m pytest -q
 
-test-slow: $(STAMP)
+test-slow: $(STAMP) $(NUMBA_STAMP)
 	$(PY) -m pytest -q -m slow
 
 # `make bench` runs the composite suite bench/suites/default.json (today: micro with the peers, threads, cache-model);
 # to add a suite to it (e.g. the cache-miss meters), add its name to that file's "suites" list.
-bench: $(STAMP)
+bench: $(STAMP) $(NUMBA_STAMP)
 	$(VENV)/bin/replaybench run --suite default
 
-bench-quick: $(STAMP)
+bench-quick: $(STAMP) $(NUMBA_STAMP)
 	$(VENV)/bin/replaybench run --suite micro-quick
 
 # Quick per-op regression check of every registered variant with pytest-benchmark (not part of
