@@ -5,8 +5,9 @@ machine), so an actor asking for one CPU each really lands on both nodes. Defaul
 up-front refusals (no Ray started) and one short run on the cluster checking placement, the
 loop's contracts and the cleanup. Slow: an actor killed mid-run (restarted, the run goes on,
 its lost batch counted), the replay server killed mid-run (a clear error, nothing leaked),
-two learners (gloo) on Ray, and a run whose driver is SIGKILLed or whose raylet dies
-mid-run (every worker process exits, every /dev/shm segment of the run is unlinked).
+two learners (gloo) on Ray, and a run with a Ray of its own (started beside the cluster,
+not joining it) whose driver is SIGKILLed or whose raylet dies mid-run: every worker process
+exits, every /dev/shm segment of the run is unlinked.
 """
 
 from __future__ import annotations
@@ -167,19 +168,6 @@ def test_ray_run_places_actors_on_both_nodes_and_keeps_the_loop_contracts(cluste
 
 
 @pytest.mark.slow
-def test_run_without_address_starts_its_own_ray_beside_a_running_cluster(cluster):
-    # without ray_address, ray.init(address=None) would join the cluster it finds among this
-    # machine's processes, and refuse the num_cpus given for a Ray of our own
-    result = train(tiny())
-    assert result.mode == "ray" and not ray.is_initialized()
-    assert result.env_steps == result.inserted == 600
-    cluster_nodes = {node.node_id for node in [cluster.head_node, *cluster.worker_nodes]}
-    assert not set(result.actor_nodes) & cluster_nodes
-    assert segments_of(result.worker_pids) == []
-    assert_gone(result.worker_pids)
-
-
-@pytest.mark.slow
 def test_killed_actor_is_restarted_and_the_run_goes_on(cluster):
     # actor 1 SIGKILLs itself after 150 env steps
     cfg = tiny(steps=1000, fail="actor-kill:1:150", ray_address=cluster.address)
@@ -266,9 +254,10 @@ def _ours(processes: dict[int, str]) -> dict[int, str]:
 
 
 @pytest.fixture
-def ray_driver(tmp_path):
-    """Start ``_DRIVER`` (a run with a Ray it starts itself) in a subprocess, marked by an
-    environment variable every process of the run inherits; wait until the learners update.
+def ray_driver(tmp_path, cluster):
+    """Start ``_DRIVER`` (a run with a Ray it starts itself, beside the ``cluster`` running on
+    this machine: it must not join that one) in a subprocess, marked by an environment
+    variable every process of the run inherits; wait until the learners update.
     Yields ``(driver Popen, mark)``; at the end SIGKILLs every marked process still there
     (the Ray cluster included) and unlinks the segments they created."""
     mark = f"REPLAYBENCH_TEST_RUN={uuid.uuid4().hex}"
