@@ -1,17 +1,24 @@
-"""The Ray backend of the training loop (impl/rl/engines/ray/driver.py, ray_workers.py).
+"""The Ray backend of the training loop (impl/rl/engines/ray/driver.py, workers.py).
 
 Ray runs here on a two-node ``ray.cluster_utils.Cluster`` (one CPU per node, both on this
 machine), so an actor asking for one CPU each really lands on both nodes. Default run: the
 up-front refusals (no Ray started) and one short run on the cluster checking placement, the
 loop's contracts and the cleanup. Slow: an actor killed mid-run (restarted, the run goes on,
 its lost batch counted), the replay server killed mid-run (a clear error, nothing leaked),
-and two learners (gloo) on Ray.
+two learners (gloo) on Ray, and a run with a Ray of its own (started beside the cluster,
+not joining it) whose driver is SIGKILLed or whose raylet dies mid-run: every worker process
+exits, every /dev/shm segment of the run is unlinked.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import threading
 import time
+import uuid
 
 import pytest
 
@@ -77,6 +84,51 @@ def test_bad_backend_config_is_refused_up_front(cell, field):
         train(tiny(**cell))
     assert info.value.field == field and repr(info.value.value) in str(info.value)
     assert not ray.is_initialized()
+
+
+def _refusing_address() -> str:
+    """A local port nobody listens on (bound, then closed: refused until someone takes it)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+@pytest.fixture
+def silent_address():
+    """A local port whose SYNs go unanswered, as a host that drops them (a firewall, a dead
+    route): a listener with a backlog of 0 and its one queue slot taken, never accepting."""
+    import socket
+
+    with socket.socket() as server, socket.socket() as filler:
+        server.bind(("127.0.0.1", 0))
+        server.listen(0)
+        filler.connect(server.getsockname())
+        yield "127.0.0.1:%d" % server.getsockname()[1]
+
+
+@pytest.mark.parametrize("address", ["refused", "ray://refused", "silent", "127.0.0.1:99999", "nohost.invalid:6379"])
+def test_unreachable_ray_address_is_refused_within_the_bound(address, silent_address, monkeypatch, tmp_path, capsys):
+    # refused at once; silent (the connect times out); a port out of range; a name nobody
+    # resolves (at once, or the bound when the resolver is silent)
+    from replaybench.impl.rl.engines.ray import driver as ray_backend
+
+    monkeypatch.setattr(ray_backend, "ADDRESS_TIMEOUT_S", 1.0)
+    address = address.replace("refused", _refusing_address()).replace("silent", silent_address)
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError) as info:
+        train(tiny(ray_address=address))
+    assert time.monotonic() - t0 < 3.0  # the bound (1 s here, 5 s by default) plus the checks before it
+    assert info.value.field == "ray_address" and repr(address) in str(info.value)
+    assert not ray.is_initialized()
+    from replaybench.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--backend", "ray", "--ray-address", address, "--out", str(tmp_path), "--no-progress"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "argument --ray-address" in err and address in err
+    assert list(tmp_path.iterdir()) == [] and not ray.is_initialized()
 
 
 def test_without_ray_the_backend_says_it_is_unavailable(monkeypatch, tmp_path, capsys):
@@ -162,6 +214,114 @@ def test_two_learners_on_ray_stay_identical(cluster):
     result = train(tiny(learners=2, ray_address=cluster.address))
     assert len(result.learner_digests) == 2 and len(set(result.learner_digests)) == 1
     assert result.inserted == 600 and segments_of(result.worker_pids) == []
+
+
+# ---------------------------------------------------------------------------------------- killed mid-run
+_DRIVER = """
+import sys
+from replaybench.impl.rl import TrainConfig, train
+
+tiny = dict(hidden=(16, 16), batch_size=16, learning_starts=100, buffer_capacity=1024, updates_per_step=0.25)
+cfg = TrainConfig(algo="dqn", env="CartPole-v1", steps=200_000, seed=3, overrides=tiny, backend="ray", actors=2,
+                  learners=1, timeout_s=600)
+train(cfg, lambda steps, updates, recent: print("progress", steps, updates, flush=True))
+"""
+
+
+def _marked(mark: str) -> dict[int, str]:
+    """The live processes (pid -> command line) whose environment holds ``mark``: the driver,
+    the Ray cluster it started (gcs, raylet, agents, workers) and whatever they started."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:  # empty for a zombie
+                if mark.encode() not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                found[int(entry)] = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:  # gone meanwhile, or not ours
+            pass
+    return found
+
+
+def _ours(processes: dict[int, str]) -> dict[int, str]:
+    """The run's own processes: every Ray worker (``ray::...``) and anything our code started,
+    not Ray's per-node agents (``ray::DashboardAgent``, ``ray::RuntimeEnvAgent``), which
+    exit on a timer of Ray's own (about a minute) once their raylet is gone."""
+    return {pid: cmd for pid, cmd in processes.items() if not cmd.endswith("Agent")
+            and ("ray::" in cmd or "reaper" in cmd)}
+
+
+@pytest.fixture
+def ray_driver(tmp_path, cluster):
+    """Start ``_DRIVER`` (a run with a Ray it starts itself, beside the ``cluster`` running on
+    this machine: it must not join that one) in a subprocess, marked by an environment
+    variable every process of the run inherits; wait until the learners update.
+    Yields ``(driver Popen, mark)``; at the end SIGKILLs every marked process still there
+    (the Ray cluster included) and unlinks the segments they created."""
+    mark = f"REPLAYBENCH_TEST_RUN={uuid.uuid4().hex}"
+    env = {**os.environ, mark.split("=")[0]: mark.split("=")[1]}
+    env.pop("RAY_ADDRESS", None)  # set by the cluster fixture: the driver would join that cluster
+    script = tmp_path / "driver.py"
+    script.write_text(_DRIVER)
+    driver = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env=env)
+    lines: list[str] = []
+    learning = threading.Event()
+
+    def read():
+        for line in driver.stdout:
+            lines.append(line)
+            if line.startswith("progress") and int(line.split()[2]) > 10:
+                learning.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    seen: dict[int, str] = {}
+    try:
+        assert learning.wait(240), "the run did not start learning:\n" + "".join(lines[-30:])
+        seen = _marked(mark)  # the server among them: its pid names the segments
+        yield driver, mark
+    finally:
+        driver.kill()
+        seen.update(_marked(mark))
+        for pid in seen:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        driver.wait(60)
+        for name in [n for pid in seen for n in leaked_segments(pid)]:
+            try:
+                os.unlink("/dev/shm/" + name)
+            except FileNotFoundError:
+                pass
+
+
+def _wait_until_clean(mark: str, segments: list[str], within_s: float) -> None:
+    deadline = time.monotonic() + within_s
+    while True:
+        left = [name for name in segments if os.path.exists("/dev/shm/" + name)]
+        alive = _ours(_marked(mark))
+        if not (left or alive) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert not left, f"segments of the run still in /dev/shm {within_s} s after: {left}"
+    assert not alive, f"processes of the run still there {within_s} s after: {alive}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("victim", ["driver", "raylet"])
+def test_killed_driver_or_raylet_leaves_no_segment_and_no_worker(ray_driver, victim):
+    driver, mark = ray_driver
+    processes = _marked(mark)
+    assert any("ray::ReplayServer" in cmd for cmd in processes.values()), processes
+    segments = [name for pid in processes for name in leaked_segments(pid)]
+    assert len(segments) == 2, segments  # the buffer and the counters, named by the server's pid
+    (raylet,) = [pid for pid, cmd in processes.items() if "/raylet/raylet " in cmd]
+    os.kill(driver.pid if victim == "driver" else raylet, signal.SIGKILL)
+    _wait_until_clean(mark, segments, within_s=60.0)
 
 
 # ---------------------------------------------------------------------------------------- scenario

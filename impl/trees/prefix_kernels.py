@@ -23,7 +23,7 @@ import numpy as np
 from numba import njit
 
 from .kernels import (STATUS_OK, addr, checked_values, min_of_children, narrow_levels, parent, propagate_mins,
-                      read_reached_leaves, summed_by_parent)
+                      summed_by_parent)
 
 __all__ = ["update", "fill", "get", "rebuild"]
 

@@ -24,15 +24,28 @@ Faults:
   ``TrainResult.dropped_batches``) and runs the rows still owed on the new life; more than
   ``actor_max_restarts`` deaths, or an exception raised in an actor, fail the run;
 - the server's death ends the run with :class:`~impl.rl.config.WorkerFailed` (worker
-  "replay-server"); its segments are unlinked by a cleanup task on its node, unless
-  multiprocessing's resource tracker (the server registered them with it) got there first;
+  "replay-server"); its segments are unlinked by its reaper (below), and by a cleanup task on
+  its node before the driver raises, whichever comes first;
 - on every exit path (success, failure, timeout, Ctrl-C) the driver stops the counters,
-  kills every Ray actor it made, unlinks the buffer, and shuts down a Ray it started itself.
+  kills every Ray actor it made, unlinks the buffer, and shuts down a Ray it started itself;
+- when the driver cannot (it was SIGKILLed, or the server's raylet died), Ray kills the
+  server, and the server's :class:`~impl.concurrent.reaper.SegmentReaper` (a process out of
+  the reach of Ray's kill of a worker's children, which takes multiprocessing's resource
+  tracker with it) unlinks both segments as soon as the server's process is gone. Ray
+  itself ends the rest: the actors and learners of a dead driver's job, and every worker of
+  a local cluster whose driver or raylet died.
+
+The scheme is ownership, as in the process backend (the creating process owns a segment;
+its tracker unlinks it when it is gone): the server is the one process that creates
+segments, learners only map them by name, so one watcher of one process covers a run.
+(Unlinking right after the learners attached would leave the whole start-up, seconds to
+minutes on a loaded machine, uncovered.)
 """
 
 from __future__ import annotations
 
-import os
+import socket
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -44,18 +57,67 @@ from replaybench.impl.rl.common.result import TrainResult
 if TYPE_CHECKING:  # the config module imports the engines to check a run against them
     from replaybench.impl.rl.config import TrainConfig
 
-__all__ = ["run_ray", "check"]
+__all__ = ["run_ray", "check", "unreachable_reason"]
 
 STARTUP_TIMEOUT_S = 180.0  # Ray worker start, imports and numba cache loads, on a loaded 2-core machine
 ACTOR_CPUS = 1  # each actor asks Ray for one CPU: with SPREAD, that spreads them over the nodes
+ADDRESS_TIMEOUT_S = 5.0  # a cluster's GCS port answers a TCP connect in milliseconds, even across a WAN
 
 
 def check(cfg: TrainConfig, acfg) -> None:
-    """The Ray engine's own limit: its actors step one environment each
-    (:mod:`impl.rl.engines.ray.workers`). Raises ConfigError naming the field."""
+    """The Ray engine's own checks: its actors step one environment each
+    (:mod:`impl.rl.engines.ray.workers`), and a given ``ray_address`` answers (bounded by
+    ADDRESS_TIMEOUT_S). Raises ConfigError naming the field."""
     if cfg.envs_per_actor != 1:
         raise ConfigError("envs_per_actor", cfg.envs_per_actor, f"backend 'ray' steps one environment per "
                                                                 f"actor, got envs_per_actor {cfg.envs_per_actor}")
+    if cfg.ray_address is not None:  # ray.init would retry for minutes, saying nothing
+        reason = unreachable_reason(cfg.ray_address)
+        if reason is not None:
+            raise ConfigError("ray_address", cfg.ray_address,
+                              f"ray_address {cfg.ray_address!r} is unreachable: {reason}")
+
+
+def unreachable_reason(address: str, timeout_s: float | None = None) -> str | None:
+    """Why no Ray cluster can answer at ``address`` ("host:port" or "ray://host:port"), or
+    None when that port takes a TCP connection within ``timeout_s`` (default
+    ADDRESS_TIMEOUT_S). Other forms ("auto", "local", a malformed one) give None: ``ray.init``
+    resolves or refuses those itself within milliseconds.
+
+    Why: for an address nobody answers at, ``ray.init`` retries for about 14 minutes (20
+    attempts of ~40 s each, measured with Ray 2.60) and says nothing. This check is bounded by
+    ``timeout_s`` whatever the network does (name lookup included: it runs in a daemon
+    thread, which a lookup hanging past the bound leaves behind until it returns). It does
+    not tell a Ray GCS from another server on that port: ``ray.init`` then fails on its own,
+    after its 20 attempts (~20 s against a server that refuses the calls at once).
+    """
+    timeout_s = ADDRESS_TIMEOUT_S if timeout_s is None else timeout_s
+    rest = address.strip()
+    rest = rest[len("ray://"):] if rest.startswith("ray://") else rest
+    host, sep, port_text = rest.rpartition(":")
+    host = host.strip("[]")  # "[::1]:6379"
+    if not sep or not host or not port_text.isdigit():
+        return None
+    port = int(port_text)
+    if not 0 < port < 65536:
+        return f"port {port} is not a TCP port (1..65535)"
+    outcome: list = []
+
+    def connect():
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+            outcome.append(None)
+        except OSError as err:  # refused, unreachable, name unknown, timed out
+            outcome.append(err)
+
+    probe = threading.Thread(target=connect, name=f"ray-address-probe {address}", daemon=True)
+    probe.start()
+    probe.join(timeout_s)
+    if not outcome:
+        return f"no answer from {host}:{port} within {timeout_s:g} s"
+    if outcome[0] is not None:
+        return f"no Ray cluster answers at {host}:{port} ({outcome[0]})"
+    return None
 
 
 
@@ -219,13 +281,16 @@ class _RayRun:
         self.server = None
 
     def _remove_segments(self) -> None:
-        """The server died: unlink its segments with a task on its node (the resource tracker
-        normally has, so this finds nothing)."""
+        """The server died: unlink its segments with a task on its node, so they are gone when
+        the driver raises (its reaper does the same as soon as it sees the server gone; the
+        first one finds them)."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        from replaybench.impl.concurrent.reaper import unlink_segments
+
         names = [self.placement["buffer"].arena.name, self.placement["counters"].name]
-        task = ray.remote(_unlink_segments).options(
+        task = ray.remote(unlink_segments).options(
             num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(self.placement["node"], soft=True))
         try:
             ray.get(task.remote(names), timeout=60.0)
@@ -233,24 +298,11 @@ class _RayRun:
             pass  # the node is gone with its /dev/shm
 
 
-def _unlink_segments(names: list[str]) -> list[str]:
-    """Unlink the named /dev/shm segments that still exist; returns those it removed."""
-    from replaybench.impl.concurrent.shm import leaked_segments
-
-    removed = []
-    for name in set(names) & set(leaked_segments()):
-        try:
-            os.unlink("/dev/shm/" + name)
-            removed.append(name)
-        except FileNotFoundError:
-            pass
-    return removed
-
-
 def run_ray(cfg: TrainConfig, progress=None) -> TrainResult:
     """Run ``cfg`` (``backend="ray"``) on a Ray cluster: ``cfg.ray_address``'s, or one started
     here for the run (``ray.init`` with as many CPUs as the machine has, at least one per
-    actor) and shut down after it; a Ray already initialised in this process is used as is.
+    actor; beside any other Ray on the machine, never joining it) and shut down after it; a
+    Ray already initialised in this process is used as is.
 
     ``progress(env_steps, updates, recent_mean_return, episodes)`` (see :func:`~impl.rl.train`) is
     called about every 0.25 s. Raises
@@ -268,7 +320,9 @@ def run_ray(cfg: TrainConfig, progress=None) -> TrainResult:
     own = not ray.is_initialized()
     if own:
         local = {"num_cpus": max(usable_cores(), cfg.actors), "include_dashboard": False}
-        ray.init(address=cfg.ray_address, logging_level="error", **({} if cfg.ray_address else local))
+        # "local": a Ray of its own even when another runs on this machine (address None would
+        # join that one, found by its processes, and refuse num_cpus)
+        ray.init(address=cfg.ray_address or "local", logging_level="error", **({} if cfg.ray_address else local))
     run = _RayRun(cfg)
     try:
         try:

@@ -128,22 +128,34 @@ class ReplayServer:
     buffer's concurrency policy arbitrates between this process and the learners').
 
     Episode times are taken when their batch arrives (up to one batch after the episode ended).
+
+    Its two segments (the buffer's and the counters') are unlinked by :meth:`close`, and
+    otherwise by a :class:`~impl.concurrent.reaper.SegmentReaper` when this process is gone:
+    Ray kills a worker's children with it (driver SIGKILLed, raylet dead), multiprocessing's
+    resource tracker included, and the reaper is out of that reach.
     """
 
     def __init__(self, cfg):
         from replaybench.impl.concurrent import SharedPrioritizedBuffer
+        from replaybench.impl.concurrent.reaper import SegmentReaper
 
         self.cfg = cfg
         self.acfg = acfg = cfg.algo_config()
         env = make_env(cfg.env, algorithms.get(cfg.algo))
         fields = transition_fields(env)
         env.close()
-        self.buf = SharedPrioritizedBuffer.create(acfg.buffer_capacity, fields, variant=cfg.buffer, policy=cfg.policy,
-                                                  seed=RunSeeds(cfg.seed).buffer, **buffer_kwargs(cfg, acfg))
+        self.reaper = SegmentReaper()  # before the segments: each is handed over right after its create
         try:
+            self.buf = SharedPrioritizedBuffer.create(acfg.buffer_capacity, fields, variant=cfg.buffer,
+                                                      policy=cfg.policy, seed=RunSeeds(cfg.seed).buffer,
+                                                      **buffer_kwargs(cfg, acfg))
+            self.reaper.watch(self.buf.handle.arena.name)
             self.counters = RunCounters.create(cfg.actors, cfg.learners)
+            self.reaper.watch(self.counters.spec.name)
         except BaseException:
-            self.buf.close()
+            for part in (getattr(self, "counters", None), getattr(self, "buf", None), self.reaper):
+                if part is not None:
+                    part.close()
             raise
         self.limiter = _limiter(cfg, acfg, self.counters)
         self.log = EpisodeLog(cfg.resolved_threshold(), cfg.window)
@@ -234,12 +246,13 @@ class ReplayServer:
 
     def close(self) -> None:
         """Stop the run (waiting inserts and learners return), then unlink the buffer and the
-        counters; later inserts answer "stopped". Idempotent."""
+        counters and let the reaper go; later inserts answer "stopped". Idempotent."""
         self.counters.stop()
         with self.lock:
             self.closed = True
             self.buf.close()
             self.counters.close()
+            self.reaper.close()
 
 
 # ---------------------------------------------------------------------------------------------- actor
