@@ -130,11 +130,11 @@ def add_commands(sub) -> None:
     p.add_argument("--repeats", type=arguments.positive_int, default=3, help="timed passes per size (min kept)")
     p.set_defaults(func=cmd_limits)
 
-    from replaybench.bench import plan  # the scaling model's command (bench/plan.py)
+    from replaybench.bench import plan_command as plan  # the scaling model's command
 
     plan.add_parser(sub)
 
-    from replaybench.bench import train  # the training loop's command (bench/train.py); imports torch only when run
+    from replaybench.bench import train_command as train  # imports torch only when a run starts
 
     train.add_parser(sub)
 

@@ -248,7 +248,7 @@ def gil_share(name: str, capacity: int, *, batch: int = 256, transitions: str = 
     """
     from numba import njit
 
-    from replaybench.impl import fused
+    from replaybench.impl import fused_ops as fused
 
     @njit(nogil=True)
     def kernel_loop(n, tree_args, size, stratified, beta, arena, table, block, block_table, touch, index, weight,

@@ -6,10 +6,10 @@ any :class:`~impl.trees.SumTree`; :class:`UniformReplayBuffer` is the baseline.
 
 One compiled call per operation: over an array tree (every registered variant), ``sample``,
 ``add`` and ``update_priorities`` each check their arguments in Python and then make exactly
-one ``nogil`` call (:mod:`impl.fused`, :func:`impl.trees.ops.update`), so threads overlap all
+one ``nogil`` call (:mod:`impl.fused_ops`, :func:`impl.trees.ops.update`), so threads overlap all
 but the checks. ``sample(..., out=buffer.sample_out(batch_size))`` reuses its output arrays:
 no allocation in steady state. Random draws come from the caller's generator, one key per
-call (:mod:`impl.fused`), so they are reproducible from its seed in any thread.
+call (:mod:`impl.fused_ops`), so they are reproducible from its seed in any thread.
 
 Thread-safety: ``sample`` calls on one buffer may run concurrently with each other (each with
 its own ``out``, or none) as long as nothing writes the buffer meanwhile (the one exception:
@@ -25,7 +25,7 @@ import numbers
 
 import numpy as np
 
-from . import fused
+from . import fused_ops as fused
 from . import working_set
 from .storage import Storage, gather_rows, make_storage, parse_schema, write_rows
 from .trees import kernels, ops

@@ -1,7 +1,7 @@
 """Test oracle and failure injection for the shared buffer, through its public parts only
 (``buf.ring``, ``buf.tree``, ``buf.storage``, ``buf.tree_lock``).
 
-:func:`verify_final` checks a quiescent buffer after a stress run of bench/concurrency.py's
+:func:`verify_final` checks a quiescent buffer after a stress run of bench/concurrency_workers.py's
 tagged workers; :func:`die_mid_insert` is a process target that kills itself mid-insert.
 """
 
@@ -12,7 +12,7 @@ import signal
 
 import numpy as np
 
-from replaybench.bench.concurrency import ID_STRIDE, TRANSITIONS, intact_rows, make_batch
+from replaybench.bench.concurrency_workers import ID_STRIDE, TRANSITIONS, intact_rows, make_batch
 
 __all__ = ["verify_final", "die_mid_insert", "stop_mid_insert", "DEAD_WRITER"]
 

@@ -199,7 +199,7 @@ ROLE_SHARES = {"sequential": {"env_step": 0.4, "inference": 0.1, "replay": 0.15,
 
 
 def training_rows(rng, updates_per_step=None):
-    """As bench/train.py writes them: the baseline has policy "none" and actors = learners = 0;
+    """As bench/train_command.py writes them: the baseline has policy "none" and actors = learners = 0;
     profiles come one row per role and component. ``updates_per_step`` goes to params (it makes
     a task of its own)."""
     ratio = {} if updates_per_step is None else {"updates_per_step": updates_per_step}

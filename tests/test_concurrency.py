@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from replaybench.bench import concurrency as C
+from replaybench.bench import concurrency_workers as C
 from replaybench.impl import concurrent, registry
 from replaybench.impl.concurrent import SharedPrioritizedBuffer, leaked_segments
 from replaybench.impl.concurrent.atomics import cas, fetch_add
@@ -133,7 +133,7 @@ def test_owner_process_leaves_no_segment(ending):
     code = textwrap.dedent(f"""
         import os, signal, sys
         from replaybench.impl.concurrent import SharedPrioritizedBuffer
-        from replaybench.bench.concurrency import schema
+        from replaybench.bench.concurrency_workers import schema
         buf = SharedPrioritizedBuffer.create(1024, schema(40), variant="binary", policy="lazy-writing")
         print(buf.handle.arena.name, flush=True)
         if "{ending}" == "exception":
@@ -187,7 +187,7 @@ def test_closed_buffer_refuses_every_method():
     code = textwrap.dedent("""
         import numpy as np
         from replaybench.impl.concurrent import BufferClosed, SharedPrioritizedBuffer
-        from replaybench.bench.concurrency import make_batch, schema
+        from replaybench.bench.concurrency_workers import make_batch, schema
 
         owner = SharedPrioritizedBuffer.create(64, schema(40), policy="lazy-writing")
         owner.add(make_batch(np.arange(8), 40))
@@ -228,7 +228,7 @@ def test_parts_handed_out_refuse_after_close():
         import numpy as np
         from replaybench.impl.concurrent import BufferClosed, SharedPrioritizedBuffer
         from replaybench.impl.concurrent.shm import SharedArena
-        from replaybench.bench.concurrency import make_batch, schema
+        from replaybench.bench.concurrency_workers import make_batch, schema
 
         for policy in ("lazy-writing", "deferred"):
             buf = SharedPrioritizedBuffer.create(64, schema(40), policy=policy)
@@ -271,7 +271,7 @@ def test_close_waits_for_a_call_in_flight():
         import threading, time
         import numpy as np
         from replaybench.impl.concurrent import BufferClosed, SharedPrioritizedBuffer
-        from replaybench.bench.concurrency import make_batch, schema
+        from replaybench.bench.concurrency_workers import make_batch, schema
 
         buf = SharedPrioritizedBuffer.create(64, schema(40), policy="global-lock")
         buf.add(make_batch(np.arange(8), 40))

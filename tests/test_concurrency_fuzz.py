@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from replaybench.bench import concurrency as C
+from replaybench.bench import concurrency_workers as C
 from replaybench.impl import concurrent
 from replaybench.impl.concurrent import SharedPrioritizedBuffer, leaked_segments
 
@@ -246,7 +246,7 @@ def test_random_calls_from_two_processes_long(child, policy):
 CLOSE_RACE = """
 import random, sys, threading, time
 import numpy as np
-from replaybench.bench import concurrency as C
+from replaybench.bench import concurrency_workers as C
 from replaybench.impl import concurrent
 from replaybench.impl.concurrent import BufferClosed, SharedPrioritizedBuffer
 

@@ -97,7 +97,7 @@ def test_bad_suite_values_are_refused_before_anything_runs(key, value, tmp_path)
 def test_rate_limiter_holds_the_ratio_and_gives_up_at_the_deadline():
     import time
 
-    from replaybench.bench.concurrency import RateLimiter
+    from replaybench.bench.concurrency_workers import RateLimiter
 
     counts = np.zeros(2, np.int64)
     lim = RateLimiter(counts, samples_per_insert=4, slack=8)

@@ -1,4 +1,4 @@
-"""The one-call buffer operations (impl.fused) against the oracle, for every variant, storage
+"""The one-call buffer operations (impl.fused_ops) against the oracle, for every variant, storage
 layout and speed parameter.
 
 The sampling distributions themselves are checked by tests/test_sampling.py (chi-square,
@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from scipy.stats import kstest
 
-from replaybench.impl import fused, registry, working_set
+from replaybench.impl import fused_ops as fused
+from replaybench.impl import registry, working_set
 from replaybench.impl.storage import make_storage, random_batch
 
 from _support import ALL_VARIANTS, PRIORITIZED, takes_param

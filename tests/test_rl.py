@@ -1,4 +1,4 @@
-"""Smoke tests of the training loop (impl/rl, bench/train.py): short real runs, small networks.
+"""Smoke tests of the training loop (impl/rl, bench/train_command.py): short real runs, small networks.
 
 DQN runs with 1 actor and 1 learner and with 2 and 2, TD3 with 2 and 2 (the other layouts are
 slow tests), for a few hundred env steps;

@@ -3,7 +3,7 @@ at a fixed samples-per-insert ratio, as threads and as processes, per policy.
 
 A cell is (variant, policy, transition size, mode, (actors, learners)): the buffer is created
 in shared memory with that policy, filled to capacity, and the workers of
-:mod:`bench.concurrency` run ``repeats`` timed windows of ``window_s`` seconds. With both
+:mod:`bench.concurrency_workers` run ``repeats`` timed windows of ``window_s`` seconds. With both
 kinds of worker, a rate limiter keeps ``samples_per_insert`` sampled transitions per inserted
 one (as a training loop does), so a policy cannot look fast by letting one side starve the
 other. Rows per window:
@@ -27,7 +27,7 @@ model is fitted to a run (``replaybench plan --run``).
 Suite keys (bench/suites/concurrency.json): variants, policies (``"all"``, the default, =
 every policy registered in :mod:`impl.concurrent` when the run starts, so a new policy is
 measured with no edit here; or a list), transitions (``{kind: {capacity, write_batch,
-sample_batch}}`` with kind one of :data:`bench.concurrency.TRANSITIONS`), modes (threads,
+sample_batch}}`` with kind one of :data:`bench.concurrency_workers.TRANSITIONS`), modes (threads,
 processes), workers (``[[actors, learners], ...]``, or ``"auto"``: :func:`auto_workers` for
 this machine's cores), samples_per_insert (optional; default none: no ratio), window_s,
 repeats. Selection: ``--variants``.
@@ -64,7 +64,7 @@ def auto_workers(cores: int) -> list[list[int]]:
 
 
 def _check(suite: dict) -> None:
-    from replaybench.bench.concurrency import TRANSITIONS
+    from replaybench.bench.concurrency_workers import TRANSITIONS
 
     where = f"suite {suite['name']!r}"
     transitions = suite.get("transitions")
@@ -102,7 +102,7 @@ class Concurrency(Scenario):
     name = "concurrency"
 
     def cells(self, suite: dict, selection: Selection) -> list[Cell]:
-        from replaybench.bench.concurrency import TRANSITIONS
+        from replaybench.bench.concurrency_workers import TRANSITIONS
         from replaybench.impl import registry
 
         _check(suite)
@@ -154,7 +154,7 @@ class Concurrency(Scenario):
                 "memory_limits": limits.probe()}
 
     def measure(self, cell: Cell, run: RunState) -> list[dict]:
-        from replaybench.bench.concurrency import prefill, run_workers, schema
+        from replaybench.bench.concurrency_workers import prefill, run_workers, schema
         from replaybench.impl.concurrent import SharedPrioritizedBuffer
 
         (cfg, repeats), c = cell.spec, cell.columns

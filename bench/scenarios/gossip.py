@@ -360,7 +360,7 @@ def _staleness(text: str):
 def add_parser(sub):
     """Add ``replaybench gossip``: one run of N learners, launched like torchrun."""
     from replaybench.bench import arguments
-    from replaybench.bench.train import _key_value
+    from replaybench.bench.train_command import _key_value
 
     p = sub.add_parser("gossip", help="one run of gossip (or all-reduce / independent) A2C learners, "
                                       "one process each, over loopback nodes or machines")

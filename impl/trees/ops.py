@@ -1,7 +1,7 @@
 """One compiled entry point per tree operation, for every array tree: the kernel sets of
 :mod:`impl.trees.kernels` (plain child sums) and :mod:`impl.trees.prefix_kernels` (running
 sums) behind a ``kind`` code, plus the re-summing bookkeeping, so that a buffer operation is a
-single ``nogil`` call (:mod:`impl.fused`) and no Python runs between its steps.
+single ``nogil`` call (:mod:`impl.fused_ops`) and no Python runs between its steps.
 
 Arguments shared by every function here (a tree's :attr:`~impl.trees.ArraySumTree.kernel_args`):
 
@@ -119,7 +119,7 @@ def descend(kind, sums, lay, K, touch_from, u, j):
     Cost: O(n K D) compares, one line per level per draw for aligned layouts.
 
     Returns the touch passes' sum: meaningless, but the caller must use it (see
-    :func:`impl.fused.sample`), or the compiler may drop the loads as dead."""
+    :func:`impl.fused_ops.sample`), or the compiler may drop the loads as dead."""
     n = u.shape[0]
     D = lay.shape[0] - (1 if kind == PLAIN else 2)
     acc = 0.0
