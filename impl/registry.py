@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Callable
 
+from replaybench.registry import Registry
+
 __all__ = ["Variant", "ENTRY_POINT_GROUP", "BUFFER_PARAMS", "register", "register_tree", "names", "get", "create",
            "failures"]
 
@@ -50,9 +52,7 @@ class Variant:
         return {**self.params, **({} if self.accepts_any else BUFFER_PARAMS)}
 
 
-_variants: dict[str, Variant] = {}
 _failures: dict[str, str] = {}
-_discovered = False
 _importing: str | None = None  # module that discovery is importing: the origin of what it registers
 
 
@@ -64,15 +64,9 @@ def register(name: str, factory: Callable, *, structure: str, params: dict | Non
     ``capacity`` as PrioritizedReplayBuffer does. Registering a taken name from another
     module is an error; re-importing the same module replaces its own entry.
     """
-    if not isinstance(name, str) or not name or name != name.strip() or " " in name:
-        raise ValueError(f"variant name must be a non-empty string without spaces, got {name!r}")
     origin = _importing or getattr(factory, "__module__", "") or ""
-    old = _variants.get(name)
-    if old is not None and old.origin != origin:
-        raise ValueError(f"variant name {name!r} is already registered by {old.origin}")
     variant = Variant(name, factory, structure, dict(params or {}), description, origin, accepts_any)
-    _variants[name] = variant
-    return variant
+    return _variants.register(name, variant, origin=origin)
 
 
 def register_tree(name: str, tree_cls, *, structure: str, params: dict | None = None,
@@ -100,10 +94,9 @@ def register_tree(name: str, tree_cls, *, structure: str, params: dict | None = 
 
 
 def _discover() -> None:
-    global _discovered, _importing
-    if _discovered:
-        return
-    _discovered = True
+    """Import impl/variants/ and the plug-ins' entry points (once: :class:`Registry` calls it
+    on the first lookup)."""
+    global _importing
     from . import variants
 
     modules = [f"{variants.__name__}.{m.name}" for m in pkgutil.iter_modules(variants.__path__)]
@@ -124,18 +117,18 @@ def _discover() -> None:
             _importing = None
 
 
+_variants: Registry[Variant] = Registry("variant", _discover)
+
+
 def names() -> list[str]:
     """Sorted names of every registered variant (imports impl/variants and plug-ins once)."""
-    _discover()
-    return sorted(_variants)
+    return _variants.names()
 
 
 def get(name: str) -> Variant:
-    _discover()
-    try:
-        return _variants[name]
-    except KeyError:
-        raise KeyError(f"unknown variant {name!r}; registered: {', '.join(sorted(_variants))}") from None
+    """The variant called ``name``; :class:`~replaybench.registry.UnknownName` (a KeyError)
+    naming the registered ones otherwise."""
+    return _variants.get(name)
 
 
 def create(name: str, capacity: int, fields, **params):
@@ -151,5 +144,5 @@ def create(name: str, capacity: int, fields, **params):
 
 def failures() -> dict[str, str]:
     """Plug-ins that failed to load: entry point value -> error."""
-    _discover()
+    _variants.names()  # discovery, once
     return dict(_failures)

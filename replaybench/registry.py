@@ -90,6 +90,14 @@ class Registry(Generic[T]):
         """(name, entry) pairs in name order."""
         return [(n, self._entries[n]) for n in self.names()]
 
+    def copy(self) -> Registry[T]:
+        """An independent registry with the same entries, already discovered (tests register
+        into a copy and drop it afterwards)."""
+        self._ensure()
+        other: Registry[T] = Registry(self.kind)
+        other._entries, other._origins = dict(self._entries), dict(self._origins)
+        return other
+
     def __contains__(self, name) -> bool:
         self._ensure()
         try:

@@ -192,7 +192,7 @@ def test_a_tree_with_code_of_its_own_is_unsupported_not_mis_traced(monkeypatch):
         assert not ok and reason in why
         with pytest.raises(ValueError, match="cannot be traced"):
             TreeTracer(tree)
-    monkeypatch.setattr(registry, "_variants", dict(registry._variants))  # registrations end with the test
+    monkeypatch.setattr(registry, "_variants", registry._variants.copy())  # registrations end with the test
     registry.register_tree("own-kernels", OwnKernels, structure="kary-aligned", params={"K": 16})
     rows = []
     cache.run({"name": "t", "scenario": "cache", "variants": ["own-kernels"], "capacities": [1024], "batch": 16,

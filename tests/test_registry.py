@@ -61,7 +61,7 @@ def test_every_file_in_variants_registers_something():
 def scratch_registry(monkeypatch):
     """Variants registered inside a test disappear after it."""
     registry.names()  # discover first so the copy holds every built-in
-    monkeypatch.setattr(registry, "_variants", dict(registry._variants))
+    monkeypatch.setattr(registry, "_variants", registry._variants.copy())
     return registry
 
 

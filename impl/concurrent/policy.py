@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from replaybench.registry import Registry
+
 from .locks import SharedLock, my_token
 from .ring import SharedRing
 
@@ -152,46 +154,31 @@ class Policy:
 
 
 # ---------------------------------------------------------------------------- the registry
-_policies: dict[str, type[Policy]] = {}
-_discovered = False
-
-
 def register(cls: type[Policy]) -> type[Policy]:
     """Class decorator: make policy ``cls`` available as ``cls.name``. Registering a taken
     name from another class is an error; re-importing the same module replaces its entry."""
     if not (isinstance(cls, type) and issubclass(cls, Policy)):
         raise TypeError(f"register expects a Policy subclass, got {cls!r}")
-    name = cls.name
-    if not isinstance(name, str) or not name or name != name.strip() or " " in name:
-        raise ValueError(f"policy name must be a non-empty string without spaces, got {name!r}")
-    old = _policies.get(name)
-    if old is not None and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
-        raise ValueError(f"policy name {name!r} is already registered by {old.__module__}.{old.__qualname__}")
-    _policies[name] = cls
-    return cls
+    return _policies.register(cls.name, cls, origin=f"{cls.__module__}.{cls.__qualname__}")
 
 
 def _discover() -> None:
-    global _discovered
-    if _discovered:
-        return
-    _discovered = True
+    """Import every module of ``impl/concurrent/policies/`` (once, on the first lookup)."""
     from . import policies
 
     for module in pkgutil.iter_modules(policies.__path__):
         importlib.import_module(f"{policies.__name__}.{module.name}")
 
 
+_policies: Registry[type[Policy]] = Registry("policy", _discover)
+
+
 def names() -> list[str]:
     """Sorted names of every registered policy (imports ``impl/concurrent/policies/`` once)."""
-    _discover()
-    return sorted(_policies)
+    return _policies.names()
 
 
 def get(name: str) -> type[Policy]:
-    """The policy class registered as ``name``; ValueError naming the choices otherwise."""
-    _discover()
-    try:
-        return _policies[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"policy must be one of {sorted(_policies)}, got {name!r}") from None
+    """The policy class registered as ``name``; :class:`~replaybench.registry.UnknownName`
+    (a ValueError) naming the registered ones otherwise."""
+    return _policies.get(name)
