@@ -80,6 +80,7 @@ def test_op_floors_probe_on_a_tiny_size():
     for s in f["sizes"]:
         assert s["levels"] == len(floors.tree_groups(s["capacity"], 16))
         assert all(math.isfinite(s[k]) and s[k] > 0 for k in floors.FLOOR_KEYS)
+        assert s["sample_ns"] == min(s["sample_fused_ns"], s["descent_ns"] + s["rows_ns"])
     assert "descent" in floors.format_floors(f)
     # the result is one the contract accepts in meta.json
     assert contract._meta_type_error({"memory_limits": {"sizes": [], "op_floors": f}}) is None
