@@ -10,7 +10,9 @@ memory accesses the op cannot avoid, with everything else stripped away, and tim
   line at K=16 and float32). A descent reads one group per level, root's children first. The
   probe does, for each level in turn, one load from a random group of that level for every draw
   of the batch: the loads of a level are independent across draws (all ``batch`` misses in
-  flight at once), the levels come one after another. A real descent also has each level's
+  flight at once), the levels come one after another (the next level's addresses depend on the
+  sum of this level's loads, so no load of a level starts before the level above is done). A
+  real descent also has each level's
   address depend on the level above, and compares within the group; leaving that out makes the
   pattern cheaper, never dearer, so it is a floor.
 * **rows** (``rows_ns``, per draw): the copy of ``batch`` random rows of ``row_bytes`` (rows
@@ -82,10 +84,16 @@ def _kernels():
         for c in range(calls):
             lo = c * batch
             if descent:
+                dep = 0
                 for level in range(levels):
                     base = offsets[level]
+                    ls = 0.0
                     for i in range(lo, lo + batch):
-                        s += tree[base + gidx[level, i] * k]
+                        ls += tree[base + (gidx[level, i] + dep) * k]
+                    # the next level's addresses wait for this level's loads (dep is 0, but the
+                    # core cannot know): levels one after another, as a descent's are
+                    dep = int(ls * 0.0)
+                    s += ls
             if copy:
                 for i in range(batch):
                     r = ridx[lo + i]
@@ -104,14 +112,17 @@ def _kernels():
         for c in range(calls):
             lo = c * batch
             for t in range(trees.shape[0]):
+                dep = 0
                 for level in range(levels - 1, -1, -1):
                     base = offsets[level]
                     if counts[level] <= batch:
                         for g in range(counts[level]):
-                            trees[t, base + g * k] += 1.0
+                            trees[t, base + (g + dep) * k] += 1.0
                     else:
                         for i in range(lo, lo + batch):
-                            trees[t, base + gidx[level, i] * k] += 1.0
+                            trees[t, base + (gidx[level, i] + dep) * k] += 1.0
+                    # a parent's sum needs its children's: the next level waits for this one
+                    dep = int(trees[t, base] * 0.0)
         return trees[0, 0]
 
     return sample_pattern, update_pattern
