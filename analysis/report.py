@@ -166,6 +166,34 @@ def _memory_bound(res) -> list[str]:
                 "`x floor` = ns per item / floor.", ""]
         out += _table(["op", "capacity", "best variant", "ns per item", "floor ns", "latency ns", "x floor"], body)
         out.append("")
+        out += _op_floors(run_id, records, limits)
+    return out
+
+
+def _op_floors(run_id: str, records: list[dict], limits: dict) -> list[str]:
+    """Every op of a micro run as a fraction of the floor of its access pattern
+    (:func:`bench.derive.floor_rows`); nothing for a run whose probe predates the op floors
+    (its section above stays as it was written)."""
+    if not limits.get("op_floors"):
+        return []
+    floors = derive.floor_rows(derive.summarize(records), records, limits)
+    if not floors:
+        return []
+    body = [[b["op"], f"2^{int(b['capacity']).bit_length() - 1}", f"`{b['variant']}`", _g(b["ns_per_item"]),
+             _g(b["floor_ns"]) if b["floor_ns"] is not None else "no floor measured",
+             _g(b["of_floor"]) if b["of_floor"] is not None else "-", "**beats its floor**" if b["beats"] else ""]
+            for b in sorted(floors, key=lambda b: (b["op"], b["capacity"], b["variant"]))]
+    f = limits["op_floors"]
+    out = [f"## Op floors ({run_id})", "",
+           f"Each op's median cost per item against the floor of its own access pattern, run by the probe at the "
+           f"start of the run (`bench/floors.py`: batch {f['batch']}, K={f['K']}, {f['row_bytes']}-byte rows): for "
+           "sample, the descent's levels one after another with the loads of all draws in flight, then the row "
+           "gather; for sample_indices the descent alone; for update the levels upward over the sum and the min "
+           "tree; for `uniform`'s sample the row gather alone. `of floor` = floor / ns per item (1 = at the "
+           f"floor); an op whose fastest value beats its floor by more than {derive.FLOOR_NOISE:.0%} is flagged.",
+           ""]
+    out += _table(["op", "capacity", "variant", "ns per item", "floor ns", "of floor", ""], body)
+    out.append("")
     return out
 
 

@@ -89,7 +89,11 @@ def cmd_summary(args) -> int:
 def cmd_limits(args) -> int:
     from replaybench.bench import limits
 
+    from replaybench.bench import floors
+
     print(limits.format_limits(limits.probe(loads=args.loads, repeats=args.repeats)))
+    print()
+    print(floors.format_floors(floors.op_floors(repeats=args.repeats)))
     return 0
 
 
@@ -125,7 +129,7 @@ def add_commands(sub) -> None:
     p.add_argument("run_dir")
     p.set_defaults(func=cmd_summary)
 
-    p = sub.add_parser("limits", help="measure this machine's dependent-load latency and random-gather floor")
+    p = sub.add_parser("limits", help="measure this machine's dependent-load latency, random-gather floor and each op's floor")
     p.add_argument("--loads", type=arguments.positive_int, default=100_000, help="loads per timed pass")
     p.add_argument("--repeats", type=arguments.positive_int, default=3, help="timed passes per size (min kept)")
     p.set_defaults(func=cmd_limits)

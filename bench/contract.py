@@ -111,6 +111,11 @@ META_TYPES: dict[str, tuple[type, ...]] = {
     "memory_limits": (dict,), "memory_limits.sizes": (list,), "memory_limits.sizes[]": (dict,),
     "memory_limits.sizes[].bytes": (int,), "memory_limits.sizes[].gather_ns": _NUMBER,
     "memory_limits.sizes[].latency_ns": _NUMBER, "memory_limits.sizes[].gather_ns_2threads": _NUMBER,
+    "memory_limits.op_floors": (dict,), "memory_limits.op_floors.batch": (int,),
+    "memory_limits.op_floors.row_bytes": (int,), "memory_limits.op_floors.sizes": (list,),
+    "memory_limits.op_floors.sizes[]": (dict,), "memory_limits.op_floors.sizes[].capacity": (int,),
+    "memory_limits.op_floors.sizes[].descent_ns": _NUMBER, "memory_limits.op_floors.sizes[].rows_ns": _NUMBER,
+    "memory_limits.op_floors.sizes[].sample_ns": _NUMBER, "memory_limits.op_floors.sizes[].update_ns": _NUMBER,
 }
 
 #: Columns without which a rows.csv cannot be used.

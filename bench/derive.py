@@ -12,6 +12,9 @@ Four parts, and :func:`recorded`: the paper figures and targets a run's meta.jso
   from the machine's memory limits (meta.json ``memory_limits``, measured by
   :func:`bench.limits.probe`). :data:`SCHEMAS` and :func:`row_bytes` say what a row's
   ``transitions`` value stands for.
+- **Op floors** (:func:`op_floor_ns`, :func:`floor_rows`): each op's measured cost against the
+  floor of its own access pattern (meta.json ``memory_limits.op_floors``, measured by
+  :func:`bench.floors.op_floors`), as a fraction of it.
 - **Lingua Franca ratios** (:func:`lf_ratios`): each backend's median beside Ray's and the
   one-process backend's in the same cell, and the paper's ratio where the run recorded it.
 - **The scaling model** of actors and learners on one shared buffer (:class:`Costs`,
@@ -87,7 +90,7 @@ import numpy as np
 from replaybench.bench import contract
 
 __all__ = ["RECORDED_KINDS", "recorded", "SCHEMAS", "row_bytes", "summarize_cells", "summarize", "thread_ratios", "BOUND_OPS", "working_set_bytes",
-           "bound_ns", "bound_rows", "LF_WORKLOADS", "LF_SINGLE", "lf_ratios", "MODEL_BOUNDS", "Costs", "Prediction",
+           "bound_ns", "bound_rows", "FLOOR_NOISE", "FLOOR_OF", "op_floor_ns", "floor_rows", "LF_WORKLOADS", "LF_SINGLE", "lf_ratios", "MODEL_BOUNDS", "Costs", "Prediction",
            "predict", "best_split", "costs_from_rows", "validate_model"]
 
 
@@ -255,6 +258,71 @@ def bound_rows(stats: dict, rows: list[dict], memory_limits: dict) -> list[dict]
         ns = 1e9 / s["median"]
         out.append({"op": op, "capacity": capacity, "variant": variant, "ns_per_item": ns, **b,
                     "x_floor": ns / b["gather_ns"]})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# op floors
+
+#: How far a measured op may beat its floor before the floor counts as wrong: 25 %. The floor
+#: is the minimum of a few passes of the probe taken once at the start of a run, the op's
+#: fastest value comes from other processes minutes later; on this shared 2-core VM the same
+#: probe read 21.0 and 38.9 ns per draw at 2**20 in back-to-back runs (a loaded moment makes the
+#: floor read high), and :mod:`bench.limits` states ~10 % between probes on an idle machine. A
+#: margin below that run-to-run spread would fail on noise; one far above it would hide a
+#: model that leaves out a real cost.
+FLOOR_NOISE = 0.25
+
+#: Op -> the :func:`bench.floors.op_floors` number that is its floor, for tree variants and
+#: for ``uniform`` (no tree: its sample is the row gather, its update and index draws touch no
+#: memory the probe models, so they have no floor).
+FLOOR_OF = {"tree": {"sample": "sample_ns", "sample_indices": "descent_ns", "update": "update_ns"},
+            "uniform": {"sample": "rows_ns"}}
+
+
+def op_floor_ns(op_floors: dict, key: str, capacity: int) -> float | None:
+    """ns per item of ``op_floors``' pattern ``key`` (one of :data:`bench.floors.FLOOR_KEYS`) at
+    ``capacity`` leaves: the measured value at a probed capacity, log-log interpolation between
+    two probed ones, None outside the probed range (no extrapolation: a floor guessed beyond
+    what ran is not a measured one). Cost: one pass over the probed sizes."""
+    pts = sorted(op_floors["sizes"], key=lambda s: s["capacity"])
+    for a, b in zip(pts, pts[1:] or pts):
+        if a["capacity"] == capacity:
+            return float(a[key])
+        if b["capacity"] == capacity:
+            return float(b[key])
+        if a["capacity"] < capacity < b["capacity"]:
+            t = (math.log(capacity) - math.log(a["capacity"])) / (math.log(b["capacity"]) - math.log(a["capacity"]))
+            return math.exp((1 - t) * math.log(a[key]) + t * math.log(b[key]))
+    return None
+
+
+def floor_rows(stats: dict, rows: list[dict], memory_limits: dict | None) -> list[dict]:
+    """Per (op, capacity, variant) of ``stats`` (:func:`summarize` of ``rows``) whose op has a
+    floor (:data:`FLOOR_OF`): ``ns_per_item`` (median), ``best_ns`` (fastest value), ``floor_ns``
+    and ``of_floor`` = floor_ns / ns_per_item (1 = at the floor; above ``1 + FLOOR_NOISE`` from
+    ``best_ns`` means the floor does not hold: ``beats``). ``floor_ns`` and ``of_floor`` are
+    None ("no floor measured") where the run has no ``op_floors`` (runs from before the probe),
+    where the cell's batch or row bytes differ from the probe's, or its capacity is outside the
+    probed ones. Peers count as tree variants (each keeps a sum tree)."""
+    floors = (memory_limits or {}).get("op_floors")
+    cell = {(r["variant"], r["capacity"]): r for r in rows if r.get("capacity")}
+    out = []
+    for (op, capacity, variant), s in sorted(stats.items(), key=lambda kv: (kv[0][1] or 0, kv[0][0], kv[0][2])):
+        r = cell.get((variant, capacity)) or {}
+        kind = "uniform" if r.get("structure") == "uniform" else "tree"
+        key = FLOOR_OF[kind].get(op)
+        if key is None or not capacity:
+            continue
+        floor = None
+        schema = SCHEMAS.get(r.get("transitions") or "cartpole")
+        if (floors and schema is not None and row_bytes(schema) == floors["row_bytes"]
+                and int(r.get("batch") or 0) == floors["batch"]):
+            floor = op_floor_ns(floors, key, int(capacity))
+        ns, best = 1e9 / s["median"], 1e9 / s["max"]
+        out.append({"op": op, "capacity": capacity, "variant": variant, "ns_per_item": ns, "best_ns": best,
+                    "floor_key": key, "floor_ns": floor, "of_floor": None if floor is None else floor / ns,
+                    "beats": floor is not None and floor > best * (1 + FLOOR_NOISE)})
     return out
 
 

@@ -117,6 +117,7 @@ def format_rows(rows: list[dict], meta: dict | None = None) -> str:
         out += ["", *threads]
     if meta.get("memory_limits"):
         out += ["", *format_bound(stats, rows, meta["memory_limits"])]
+        out += ["", *format_floor(stats, rows, meta["memory_limits"])]
     missing = [r for r in rows if r.get("status") not in (None, contract.MEASURED)]
     if missing:
         out.append("")
@@ -170,6 +171,25 @@ def format_bound(stats: dict, rows: list[dict], memory_limits: dict) -> list[str
             "dependent-load latency at the buffer's working set (rows + trees)")
     return [head, *format_table(["capacity", "op", "variant", "ns/item", "floor ns", "latency ns", "x floor"], body,
                                 {0, 3, 4, 5, 6})]
+
+
+def format_floor(stats: dict, rows: list[dict], memory_limits: dict) -> list[str]:
+    """Every op with a floor (:func:`bench.derive.floor_rows`) as a fraction of it, as lines;
+    "no floor measured" where the run's probe has none for a cell (or none at all)."""
+    floors = derive.floor_rows(stats, rows, memory_limits)
+    if not floors:
+        return []
+    if not memory_limits.get("op_floors"):
+        return ["Op floors: no floor measured (this run's probe predates bench/floors.py)"]
+    body = [[f"2^{b['capacity'].bit_length() - 1}", b["op"], b["variant"], f"{b['ns_per_item']:.1f}",
+             f"{b['floor_ns']:.1f}" if b["floor_ns"] is not None else "no floor measured",
+             f"{b['of_floor']:.3f}" if b["of_floor"] is not None else "-",
+             f"BEATS (+{derive.FLOOR_NOISE:.0%} noise)" if b["beats"] else ""] for b in floors]
+    head = ("Op floors here (bench/floors.py): ns per item against the floor of the op's own access pattern "
+            "(descent levels with all draws in flight, row gather; update upward over two trees); "
+            "of floor = floor / ns per item (1 = at the floor)")
+    return [head, *format_table(["capacity", "op", "variant", "ns/item", "floor ns", "of floor", ""], body,
+                                {0, 3, 4, 5})]
 
 
 def _why(row: dict) -> str:

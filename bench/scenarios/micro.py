@@ -360,7 +360,9 @@ class Micro(Scenario):
             "plugin_failures": registry.failures(),
             "timing": "pyperf bench_time_func; value = seconds per call averaged over its loops; "
                       "set-up, fill and one call of the op before timing in each worker process",
-            "memory_limits": limits.probe(),  # this machine's latency and gather floor (bench/limits.py)
+            # this machine's latency and gather floor (bench/limits.py), and the floor of each op's
+            # access pattern at the suite's default batch and row size (bench/floors.py)
+            "memory_limits": {**limits.probe(), "op_floors": _op_floors(suite)},
             **({"gil_share": _gil_shares(items)} if any(i.suite.get("threads", 1) > 1 for i in items) else {}),
         }
 
@@ -374,6 +376,16 @@ class Micro(Scenario):
         from replaybench.bench import summary
 
         return summary.format_rows(rows, meta)
+
+
+def _op_floors(suite: dict) -> dict:
+    """:func:`bench.floors.op_floors` at the suite's batch (default 256) and transitions' row bytes
+    (CartPole by default), at the probed capacities whose arrays fit its 1 GiB limit."""
+    from replaybench.bench import derive, floors
+
+    nbytes = derive.row_bytes(derive.SCHEMAS[suite.get("transitions") or "cartpole"])
+    caps = [c for c in floors.FLOOR_CAPACITIES if c * (nbytes + 16) <= 2**30]
+    return floors.op_floors(caps, batch=int(suite.get("batch") or 256), row_bytes=nbytes)
 
 
 SCENARIO = Micro()
