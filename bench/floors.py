@@ -201,7 +201,7 @@ def op_floors(capacities=FLOOR_CAPACITIES, *, batch: int = 256, k: int = 16, row
                  "update_ns": _min_time(update_pattern, (trees, offsets, k, gidx, counts, batch), repeats) * 1e9 / n}
         entry["sample_ns"] = min(entry["sample_fused_ns"], entry["descent_ns"] + entry["rows_ns"])
         out.append(entry)
-        del trees, rows, gidx
+        trees = rows = gidx = None  # freed before the next (larger) capacity is allocated
     return {"batch": batch, "K": k, "row_bytes": row_bytes, "leaf_bytes": leaf_bytes, "draws": n, "repeats": repeats,
             "seconds": time.perf_counter() - start, "sizes": out}
 

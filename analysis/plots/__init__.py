@@ -12,8 +12,9 @@ of exactly the numbers drawn, which the driver (:mod:`analysis.render`) saves be
 and SVG as CSV. When the table has none of the rows a figure needs, ``build`` raises
 :class:`NoRows` with a one-line reason and the figure is skipped.
 
-Modules are found by scanning this folder (names starting with ``_`` are helpers), so a new
-figure is one new file.
+Modules are found by scanning this folder (names starting with ``_`` are helpers) into the
+figure registry (:class:`replaybench.registry.Registry`, by ``NAME``), so a new figure is one
+new file.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from dataclasses import dataclass
 import pandas as pd
 from matplotlib.figure import Figure
 
-__all__ = ["Plot", "NoRows", "modules"]
+from replaybench.registry import Registry
+
+__all__ = ["Plot", "NoRows", "FIGURES", "modules"]
 
 
 @dataclass
@@ -41,13 +44,20 @@ class NoRows(LookupError):
     """The results hold none of the rows this figure needs (the message says which)."""
 
 
-def modules() -> list:
-    """The figure modules in this package, in report order."""
-    found = []
+def _discover() -> None:
+    """Import every figure module of this folder (a module with a ``build``) into FIGURES."""
     for info in pkgutil.iter_modules(__path__):
         if info.name.startswith("_"):
             continue
         module = importlib.import_module(f"{__name__}.{info.name}")
         if callable(getattr(module, "build", None)):
-            found.append(module)
-    return sorted(found, key=lambda m: (getattr(m, "ORDER", 100), m.NAME))
+            FIGURES.register(module.NAME, module, origin=module.__name__)
+
+
+#: Figure name -> its module.
+FIGURES: Registry = Registry("figure", _discover)
+
+
+def modules() -> list:
+    """The figure modules in this package, in report order."""
+    return sorted((m for _, m in FIGURES.items()), key=lambda m: (getattr(m, "ORDER", 100), m.NAME))

@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import importlib
 
+from replaybench.registry import Registry
+
 __all__ = ["PEERS", "PREFIX", "is_peer", "load", "availability", "skip_reason", "fork_after_use"]
 
 PREFIX = "peer:"
 
-#: Peer name -> module implementing it.
-PEERS = {"cpprb": "replaybench.bench.peers.cpprb_peer", "tianshou": "replaybench.bench.peers.tianshou_peer",
-         "torchrl": "replaybench.bench.peers.torchrl_peer"}
+#: Peer name -> the module implementing it (imported when the peer is first used).
+PEERS: Registry[str] = Registry("peer")
+for _name in ("cpprb", "tianshou", "torchrl"):
+    PEERS.register(_name, f"replaybench.bench.peers.{_name}_peer", origin=__name__)
 
 
 def is_peer(variant: str) -> bool:
@@ -30,11 +33,10 @@ def is_peer(variant: str) -> bool:
 
 
 def load(variant: str):
-    """The adapter module for ``peer:<name>`` (a KeyError names the known peers)."""
+    """The adapter module for ``peer:<name>`` (:class:`~replaybench.registry.UnknownName`, a
+    KeyError, names the known peers)."""
     name = variant[len(PREFIX):] if is_peer(variant) else variant
-    if name not in PEERS:
-        raise KeyError(f"unknown peer {variant!r}; known: {', '.join(PREFIX + p for p in PEERS)}")
-    return importlib.import_module(PEERS[name])
+    return importlib.import_module(PEERS.get(name))
 
 
 def availability(variant: str) -> tuple[bool, str]:

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from replaybench.registry import Registry
+
 __all__ = ["Scenario", "Cell", "Selection", "RunState", "SelectionError", "suite_errors", "OPTIONS", "names",
            "load", "check_memory"]
 
@@ -176,9 +178,21 @@ class Scenario:
 _HERE = Path(__file__).resolve().parent
 
 
+def _discover() -> None:
+    """Register every module of this folder but private ones, by name, without importing it
+    (a scenario's module is imported when a suite names it)."""
+    for m in pkgutil.iter_modules([str(_HERE)]):
+        if not m.name.startswith("_"):
+            SCENARIOS.register(m.name, f"{__name__}.{m.name}", origin=__name__)
+
+
+#: Scenario name -> the module path that defines its ``SCENARIO``.
+SCENARIOS: Registry[str] = Registry("scenario", _discover)
+
+
 def names() -> list[str]:
     """The scenarios of this folder (every module but private ones)."""
-    return sorted(m.name for m in pkgutil.iter_modules([str(_HERE)]) if not m.name.startswith("_"))
+    return SCENARIOS.names()
 
 
 def load(name: str) -> Scenario:
@@ -188,7 +202,7 @@ def load(name: str) -> Scenario:
     """
     if not isinstance(name, str) or not name:
         raise SelectionError(f"'scenario' must name a scenario ({', '.join(names())}) or a module, got {name!r}")
-    module_name = f"{__name__}.{name}" if name in names() else name
+    module_name = SCENARIOS.get(name) if name in SCENARIOS else name
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
