@@ -24,7 +24,7 @@ import os
 import re
 from pathlib import Path
 
-__all__ = ["MAX_CAPACITY", "capacity", "csv", "grid_value", "grid_param", "positive_int", "non_negative_int",
+__all__ = ["MAX_CAPACITY", "capacity", "csv", "config_value", "key_value", "grid_value", "grid_param", "positive_int", "non_negative_int",
            "positive_float", "check_run_id", "run_id", "check_out_dir", "out_dir", "add_output_options",
            "config_error"]
 
@@ -121,6 +121,32 @@ def positive_float(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
     return value
+
+
+def config_value(text: str):
+    """``3`` -> 3, ``1e-3`` -> 0.001, ``true`` -> True, ``64,64`` -> (64, 64), else the string."""
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    if "," in text:
+        return tuple(config_value(p) for p in text.split(",") if p)
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def key_value(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` -> ``(key, config_value(value))`` (``--param``, ``--set``); an
+    ArgumentTypeError for text without ``=`` or a key."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    return key.strip(), config_value(value.strip())
 
 
 def check_run_id(value: str) -> str:

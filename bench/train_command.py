@@ -33,30 +33,6 @@ __all__ = ["add_parser", "cmd_train"]
 
 
 # ------------------------------------------------------------------------------------------ command
-def _value(text: str):
-    """``3`` -> 3, ``1e-3`` -> 0.001, ``true`` -> True, ``64,64`` -> (64, 64), else the string."""
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low in ("none", "null"):
-        return None
-    if "," in text:
-        return tuple(_value(p) for p in text.split(",") if p)
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
-def _key_value(text: str) -> tuple[str, object]:
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
-    return key.strip(), _value(value.strip())
-
-
 def add_parser(sub) -> argparse.ArgumentParser:
     """Add the ``train`` subcommand to ``replaybench``'s subparsers."""
     p = sub.add_parser("train", help="one training run (actor/learner loop) into results/<run_id>/")
@@ -64,10 +40,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--env", help="gymnasium id (default: CartPole-v1 for dqn, Pendulum-v1 for td3)")
     p.add_argument("--buffer", default="kary-aligned", help="registered variant (replaybench list)")
     p.add_argument("--policy", default="lazy-writing",
-                   help="concurrency policy of the shared buffer: global-lock, pal-locks, lazy-writing, deferred")
-    p.add_argument("--param", type=_key_value, action="append", metavar="KEY=VALUE",
+                   help="concurrency policy of the shared buffer: global-lock, pal-locks, lazy-writing, deferred, "
+                        "optimistic (impl/concurrent/policies/)")
+    p.add_argument("--param", type=arguments.key_value, action="append", metavar="KEY=VALUE",
                    help="buffer variant parameter, repeatable (K=8, dtype=float64)")
-    p.add_argument("--set", type=_key_value, action="append", metavar="KEY=VALUE", dest="overrides",
+    p.add_argument("--set", type=arguments.key_value, action="append", metavar="KEY=VALUE", dest="overrides",
                    help="algorithm config field, repeatable (lr=5e-4, hidden=64,64, updates_per_step=0.25)")
     p.add_argument("--actors", type=int, default=2, help="actor processes (default 2; 0 = sequential)")
     p.add_argument("--learners", type=int, default=1, help="learner processes (default 1; 0 = sequential)")

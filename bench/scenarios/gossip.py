@@ -360,7 +360,6 @@ def _staleness(text: str):
 def add_parser(sub):
     """Add ``replaybench gossip``: one run of N learners, launched like torchrun."""
     from replaybench.bench import arguments
-    from replaybench.bench.train_command import _key_value
 
     p = sub.add_parser("gossip", help="one run of gossip (or all-reduce / independent) A2C learners, "
                                       "one process each, over loopback nodes or machines")
@@ -388,7 +387,7 @@ def add_parser(sub):
     p.add_argument("--straggler-slowdown", type=float, default=1.0, help="slow the last learner this many times")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds a silent peer may take before the run fails")
     p.add_argument("--time-limit", type=float, help="stop every learner after this many seconds")
-    p.add_argument("--set", type=_key_value, action="append", metavar="KEY=VALUE", dest="overrides",
+    p.add_argument("--set", type=arguments.key_value, action="append", metavar="KEY=VALUE", dest="overrides",
                    help="A2C config field, repeatable (lr=7e-4, hidden=64,64)")
     arguments.add_output_options(p, "default: <UTC time>-gossip")
     p.set_defaults(func=run_command, parser=p)
