@@ -163,7 +163,9 @@ def test_composite_suite_runs_each_sub_suite_and_outside_scenarios(tmp_path, mon
 
 
 def test_bogus_peer_is_recorded_unavailable(tmp_path, monkeypatch):
-    monkeypatch.setitem(peers.PEERS, "bogus", "replaybench.bench.peers.no_such_adapter_module")
+    scratch = peers.PEERS.copy()  # the registration ends with the test
+    scratch.register("bogus", "replaybench.bench.peers.no_such_adapter_module", origin="test")
+    monkeypatch.setattr(peers, "PEERS", scratch)
     suite = {**suites.load("micro-quick"), "peers": ["bogus"]}
     run_dir = driver.run(suite, Selection(variants=["peer:bogus", "binary"], ops=["sample"]), out=tmp_path,
                          progress=False, echo=quiet)
