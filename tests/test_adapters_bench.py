@@ -77,7 +77,6 @@ def test_quick_suite_runs_every_framework_through_the_driver(tmp_path):
 def test_a_run_through_the_driver_makes_the_figure_and_the_report_section(tmp_path, monkeypatch):
     """The lifecycle with stand-in training loops (the real ones are the slow test above): rows
     on disk, the loader, the figure's data and the report's table."""
-    from replaybench.analysis import report
     from replaybench.analysis.load import load_run
     from replaybench.analysis.plots import frameworks as figure
     from replaybench.bench.scenarios import frameworks
@@ -98,12 +97,9 @@ def test_a_run_through_the_driver_makes_the_figure_and_the_report_section(tmp_pa
     # window 5: the 7th episode (70 steps) is the first whose last five all returned 500
     assert data.loc[("sb3", "own", "time_to_threshold_s"), "median"] == pytest.approx(0.004 * 70)
 
-    class Outcome:
-        data = {"frameworks": plot.data}
-
     class Res:
         metas = {"fw": meta}  # the suite's paper range, copied into meta.json by the driver
 
-    text = "\n".join(report._frameworks(Outcome(), Res()))
+    text = "\n".join(figure.report_section(plot.data, Res(), {"frameworks": plot.data}))
     assert "## Inside other frameworks" in text and "PAL: 1.1-2.1x" in text
     assert "| sb3 | CartPole-v1 | `kary-aligned` | 1 | 2 | 50% | 2.00 | 0.14 (1/1 seeds) | 500 |" in text

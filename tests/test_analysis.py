@@ -616,7 +616,6 @@ def test_a_newer_run_of_another_suite_replaces_cache_and_training_cells(syntheti
 def test_paper_and_targets_from_meta_else_the_suite_file_else_said_to_be_missing(tmp_path):
     """What the figures and the report compare with is the run's recorded data (meta.json), for a
     run stored before meta.json held it the shipped suite file of its name, else nothing, said."""
-    from types import SimpleNamespace
 
     from replaybench.analysis import references
     from replaybench.analysis.plots import frameworks, gossip_scaling, lf
@@ -630,11 +629,11 @@ def test_paper_and_targets_from_meta_else_the_suite_file_else_said_to_be_missing
     res, plot = drawn("own", "frameworks", "frameworks", frameworks_rows(),
                       {"paper": {"pal_speedup": {"low": 1.5, "high": 3.0}}})
     assert "PAL reports 1.5-3.0x" in plot.caption
-    assert "(PAL: 1.5-3.0x)" in "\n".join(report._frameworks(SimpleNamespace(data={"frameworks": plot.data}), res))
+    assert "(PAL: 1.5-3.0x)" in "\n".join(frameworks.report_section(plot.data, res, {"frameworks": plot.data}))
     res, plot = drawn("stored", "frameworks", "frameworks", frameworks_rows())  # frameworks.json's figures
     assert "PAL reports 1.1-2.1x" in plot.caption
     res, plot = drawn("renamed", "frameworks-renamed", "frameworks", frameworks_rows())
-    text = "\n".join(report._frameworks(SimpleNamespace(data={"frameworks": plot.data}), res))
+    text = "\n".join(frameworks.report_section(plot.data, res, {"frameworks": plot.data}))
     assert references.NOT_RECORDED in plot.caption and references.NOT_RECORDED in text and "PAL:" not in text
 
     rng = np.random.default_rng(3)
@@ -643,14 +642,14 @@ def test_paper_and_targets_from_meta_else_the_suite_file_else_said_to_be_missing
     assert paper["lockstep", "dataflow"] == pytest.approx(3814 / 3277) and pd.isna(paper["lockstep", "ray"])
     res, plot = drawn("lf-renamed", "lf-renamed", "lf", lf_rows(rng))
     assert plot.data["paper"].isna().all() and references.NOT_RECORDED in plot.caption
-    assert references.NOT_RECORDED in "\n".join(report._lf(SimpleNamespace(data={"lf": plot.data}), res))
+    assert references.NOT_RECORDED in "\n".join(lf.report_section(plot.data, res, {"lf": plot.data}))
 
     res, plot = drawn("gossip", "gossip-renamed", "gossip", gossip_rows(),
                       {"targets": {"gossip": {"learners": 2, "straggler_at_least_x_allreduce": 1.5}}})
-    text = "\n".join(report._gossip(SimpleNamespace(data={"gossip_scaling": plot.data}), res))
+    text = "\n".join(gossip_scaling.report_section(plot.data, res, {"gossip_scaling": plot.data}))
     assert "2 learners: gossip reaches" in text and "4 learners" not in text
     res, plot = drawn("gossip-none", "gossip-renamed", "gossip", gossip_rows())
-    text = "\n".join(report._gossip(SimpleNamespace(data={"gossip_scaling": plot.data}), res))
+    text = "\n".join(gossip_scaling.report_section(plot.data, res, {"gossip_scaling": plot.data}))
     assert references.NOT_RECORDED in text and "learners: gossip reaches" not in text
     with pytest.raises(ValueError, match="kind"):
         references.recorded({}, "goals", "gossip")
@@ -720,6 +719,50 @@ def test_report_lists_machine_runs_tables_and_figures(drawn, tmp_path):
     assert sorted(Path(link).stem for link in links) == sorted(outcome.written)
     for link in links:
         assert not Path(link).is_absolute() and (target.parent / link).resolve().exists(), link
+
+
+def test_every_report_section_has_the_documented_signature_and_returns_lines(drawn):
+    """The contract in analysis.plots: report_section(data, res, drawn) -> list[str], for a
+    figure that was not drawn (data None, nothing else drawn) and for the figure as drawn."""
+    import inspect
+
+    res, outcome, _ = drawn
+    with_section = [m for m in modules() if hasattr(m, "report_section")]
+    assert len(with_section) >= 8  # the sections that moved out of report.py
+    empty = load.Results(table=res.table.iloc[0:0], metas={}, problems=[])
+    for module in with_section:
+        assert list(inspect.signature(module.report_section).parameters) == ["data", "res", "drawn"], module.NAME
+        for lines in (module.report_section(None, empty, {}),
+                      module.report_section(outcome.data.get(module.NAME), res, outcome.data)):
+            assert isinstance(lines, list) and all(isinstance(line, str) for line in lines), module.NAME
+        assert module.report_section(None, empty, {}) == [], module.NAME  # nothing drawn, nothing said
+
+
+def test_report_collects_a_new_figure_modules_section_in_report_order(drawn, tmp_path, monkeypatch):
+    """A figure module with a report_section is picked up from plots.modules() alone (no edit to
+    report.py), handed its own drawn data, and placed by REPORT_ORDER before ORDER."""
+    import types
+
+    from replaybench.analysis import plots
+
+    res, outcome, _ = drawn
+    fake = types.ModuleType("fake_figure")
+    fake.NAME, fake.ORDER, fake.REPORT_ORDER, fake.TITLE = "fake_figure", 99, 11, "A fake figure"
+    seen = {}
+
+    def report_section(data, res, drawn):
+        seen["data"], seen["drawn"] = data, drawn
+        return ["## A fake section", "", f"{len(data)} rows drawn", ""]
+
+    fake.report_section = report_section
+    real = plots.modules
+    monkeypatch.setattr(plots, "modules", lambda: [*real(), fake])
+    drawn_data = {**outcome.data, "fake_figure": pd.DataFrame({"x": [1, 2, 3]})}
+    with_fake = types.SimpleNamespace(**{**vars(outcome), "data": drawn_data})
+    text = report.build(res, with_fake, tmp_path / "R.md")
+    assert "## A fake section\n\n3 rows drawn\n" in text and seen["drawn"] is drawn_data
+    # REPORT_ORDER 11: after the fan-out section (k_sweep, ORDER 10), before grid_effects' (ORDER 12)
+    assert text.index("## Fan-out K") < text.index("## A fake section") < text.index("## Speed parameters")
 
 
 def test_report_training_table_shows_every_task_with_its_own_baseline(tmp_path):

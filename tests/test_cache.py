@@ -442,7 +442,8 @@ def test_figure_and_report_show_a_below_resolution_cell_as_a_bound(tmp_path):
     cache table as ``< bound``; a negative or zero count appears nowhere."""
     import pandas as pd
 
-    from replaybench.analysis import load, render, report
+    from replaybench.analysis import load, render
+    from replaybench.analysis.plots import cache_misses
     from replaybench.bench import results
 
     info = {"variant": "kary-aligned", "structure": "kary-aligned", "policy": "none", "K": 16, "dtype": "float32",
@@ -458,7 +459,8 @@ def test_figure_and_report_show_a_below_resolution_cell_as_a_bound(tmp_path):
         "scenario": "cache", "suite": {"name": "cache", "batch": 256}, "machine": {"cpu_model": "test"}})
     writer.append([{**r, "run_id": writer.run_id, "schema_version": results.SCHEMA_VERSION} for r in rows])
     writer.finish(True)
-    outcome = render.render(load.load_runs([writer.dir]), tmp_path / "figs", echo=lambda _: None,
+    res = load.load_runs([writer.dir])
+    outcome = render.render(res, tmp_path / "figs", echo=lambda _: None,
                             only={"cache_misses"})
     assert set(outcome.written) == {"cache_misses"}, outcome.failed
     got = pd.read_csv(tmp_path / "figs" / "cache_misses.csv")
@@ -466,5 +468,5 @@ def test_figure_and_report_show_a_below_resolution_cell_as_a_bound(tmp_path):
     assert cell["status"] == "below-resolution" and pd.isna(cell["misses_per_transition"])
     assert cell["bound_per_transition"] == pytest.approx(0.5 / 256)
     assert (got["misses_per_transition"].dropna() >= 0).all()
-    text = "\n".join(report._cache(outcome))
+    text = "\n".join(cache_misses.report_section(outcome.data["cache_misses"], res, outcome.data))
     assert "< 0.002" in text and "-0." not in text

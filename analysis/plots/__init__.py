@@ -12,6 +12,20 @@ of exactly the numbers drawn, which the driver (:mod:`analysis.render`) saves be
 and SVG as CSV. When the table has none of the rows a figure needs, ``build`` raises
 :class:`NoRows` with a one-line reason and the figure is skipped.
 
+A figure module may also contribute a section of analysis/REPORT.md::
+
+    report_section(data: pandas.DataFrame | None, res: analysis.load.Results,
+                   drawn: Mapping[str, pandas.DataFrame]) -> list[str]
+
+``data`` is this figure's :attr:`Plot.data` as drawn (``None`` when the figure was skipped,
+failed or not asked for), ``res`` the loaded results (``table``, ``metas``) and ``drawn`` every
+drawn figure's data by ``NAME`` (for a section that sets one figure beside another's). It
+returns markdown lines (headings, text, tables from :mod:`analysis.markdown`), ending with a
+blank line, or ``[]`` when there is nothing to say; it must not raise on ``data=None``. The
+sections stand in the report in ``REPORT_ORDER`` (``ORDER`` where the module sets none),
+ties by ``NAME``; :func:`analysis.report.build` collects them, so a figure with its section is
+still one file.
+
 Modules are found by scanning this folder (names starting with ``_`` are helpers) into the
 figure registry (:class:`replaybench.registry.Registry`, by ``NAME``), so a new figure is one
 new file.

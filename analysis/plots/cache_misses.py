@@ -20,10 +20,14 @@ stays empty), never a negative count.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
+import pandas as pd
 from matplotlib.patches import Patch
 
 from replaybench.analysis import load, palette
+from replaybench.analysis import markdown as md
 from replaybench.analysis.plots import NoRows, Plot
 from replaybench.analysis.plots._common import handle, legend, new_figure, note, pow2
 from replaybench.bench import contract
@@ -121,3 +125,35 @@ def build(table, metas) -> Plot:
     return Plot(fig, data, "Cache misses per transition by layout and capacity, per measuring method; cells a "
                            "method could not measure are labelled, not drawn as zero; open hatched bars are upper "
                            "bounds (a differential within its resolution).")
+
+
+def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFrame]) -> list[str]:
+    """The report's cache-miss tables (one per method and stream) from this figure's data."""
+    if data is None:
+        return []
+    out = ["## Cache misses per transition", "",
+           "Misses per call / items per call (one value per cell: the model is deterministic and cachegrind is "
+           "one differential). `unsupported` = the method cannot run on this machine (or the model has no trace "
+           "of that tree); `< b` = the differential is within its resolution of zero: fewer than b misses.", ""]
+    rank = {m: i for i, m in enumerate(["model", "cachegrind", "perf"])}
+    groups = sorted(data.groupby(["method", "stream"], sort=True), key=lambda kv: (rank.get(kv[0][0], 9), kv[0]))
+    for (method, stream), part in groups:
+        cols = sorted({(op, lv) for op, lv in zip(part["op"], part["level"])})
+        body = []
+        for (variant, cap), cell in part.groupby(["variant", "capacity"], sort=True):
+            line = [f"`{variant}`", f"2^{int(cap).bit_length() - 1}"]
+            for op, lv in cols:
+                hit = cell[(cell["op"] == op) & (cell["level"] == lv)]
+                if hit.empty:
+                    line.append("")
+                elif hit["status"].iloc[0] == "ok":
+                    line.append(f"{hit['misses_per_transition'].iloc[0]:.3g}")
+                elif hit["status"].iloc[0] == "below-resolution":  # an upper bound, not a count
+                    line.append(f"< {hit['bound_per_transition'].iloc[0]:.2g}")
+                else:
+                    line.append(hit["status"].iloc[0])
+            body.append(line)
+        out += [f"### {method}, {stream}", ""]
+        out += md.table(["variant", "capacity", *[f"{op} {lv}" for op, lv in cols]], body)
+        out.append("")
+    return out

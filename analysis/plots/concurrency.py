@@ -21,10 +21,13 @@ number of workers passes the machine's cores.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pandas as pd
 
 from replaybench.analysis import load, palette, stats
+from replaybench.analysis import markdown as md
 from replaybench.bench import contract
 from replaybench.analysis.plots import NoRows, Plot
 from replaybench.analysis.plots._common import handle, legend, new_figure
@@ -151,3 +154,28 @@ def build(table, metas) -> Plot:
     return Plot(fig, data, "Sample throughput (insert throughput for actors alone; never summed), its ratio to "
                            "global-lock in the same split, and the lock-wait fraction against the actor/learner "
                            "split, per policy and transition size.")
+
+
+def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFrame]) -> list[str]:
+    """The report's concurrency table (throughput per actor/learner split) from this figure's data."""
+    if data is None:
+        return []
+    rate = data[data["metric"] == "items_per_s"]
+    # several runs may hold the same cell (concurrency and concurrency-scaling): one ratio per cell
+    ratio = (data[data["metric"] == "x_global_lock"]
+             .groupby([*_CONCURRENCY_KEY, "actors", "learners"], dropna=False)["median"].median())
+    body = []
+    for key, g in rate.groupby(_CONCURRENCY_KEY, dropna=False, sort=True):
+        g = g.sort_values(["workers", "actors"])
+        cells = []
+        for a, l_, m in zip(g["actors"], g["learners"], g["median"]):
+            x = ratio.get((*key, a, l_))
+            cells.append(f"{int(a)}A+{int(l_)}L: {md.num(m / 1e6)}" + (f" ({x:.2f}x)" if x is not None and pd.notna(x) else ""))
+        body.append([*(("-" if pd.isna(k) else str(k)) for k in key), ", ".join(cells)])
+    return (["## Concurrency", "", "Sample throughput (M transitions/s, median over repeats; insert throughput for "
+             "actors alone: the two are never summed) per actor/learner split, and in brackets the ratio to "
+             "global-lock in the same run and split.", ""]
+            + md.table(["transitions", "variant", "policy", "mode", "split: M items/s (x global-lock)"], body) + [""])
+
+
+_CONCURRENCY_KEY = ["transitions", "variant", "policy", "mode"]

@@ -14,15 +14,20 @@ threshold (median, min-max), "not reached" where no seed reached it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pandas as pd
 
 from replaybench.analysis import palette, references, stats
+from replaybench.analysis import markdown as md
 from replaybench.analysis.plots import NoRows, Plot
 from replaybench.analysis.plots._common import new_figure, note
 from replaybench.bench import contract
 
 NAME = "frameworks"
 ORDER = 60
+#: The report's frameworks section follows the LF and gossip sections (ORDER 60 to 63).
+REPORT_ORDER = 64
 TITLE = "Our buffers inside Stable-Baselines3, Tianshou and TorchRL"
 
 METRICS = ("wall_per_step_s", "replay_share", "speedup_vs_own", "time_to_threshold_s", "final_return")
@@ -116,3 +121,48 @@ def build(table, metas) -> Plot:
     return Plot(fig, data, "Wall time per environment step of each framework's own DQN loop (replay part dark) and "
                            "time to the reward threshold, with the framework's own buffer and with ours; speedup "
                            f"over the own buffer above the bars. {pal}")
+
+
+def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFrame]) -> list[str]:
+    """Per framework and buffer (its own first): cost per env step, replay share, speedup over
+    its own buffer beside PAL's reported range (recorded by the frameworks runs:
+    :func:`pal_speedup`), time to threshold and final return; from
+    the frameworks figure's data."""
+    if data is None:
+        return []
+    pal = pal_speedup(res.metas)
+    body = []
+    for (fw, env, variant), g in data.groupby(["framework", "env", "variant"], sort=False):
+        m = {r["metric"]: r for _, r in g.iterrows()}
+
+        def cell(metric, scale=1.0, fmt="{:.3g}"):
+            if metric not in m:
+                return "-"
+            r = m[metric]
+            text = fmt.format(scale * r["median"])
+            return text if r["n_reached"] < 2 else f"{text} ({fmt.format(scale * r['min'])}-{fmt.format(scale * r['max'])})"
+
+        seeds = int(next(iter(m.values()))["n_seeds"])
+        t = cell("time_to_threshold_s")
+        reached = int(m["time_to_threshold_s"]["n_reached"]) if "time_to_threshold_s" in m else 0
+        body.append((variant != "own", [fw, env, f"`{variant}`", str(seeds), cell("wall_per_step_s", 1e3),
+                                        cell("replay_share", 100, "{:.0f}%"),
+                                        "1 (reference)" if variant == "own" else cell("speedup_vs_own", fmt="{:.2f}"),
+                                        f"{t} ({reached}/{seeds} seeds)" if reached else f"not reached (0/{seeds})",
+                                        cell("final_return", fmt="{:.0f}")]))
+    body = [line for _, line in sorted(body, key=lambda b: (b[1][0], b[1][1], b[0], b[1][2]))]
+    if pal:
+        versus = (f"PAL reports {pal[0]}-{pal[1]}x for its buffer in existing frameworks' sequential runs: compare "
+                  "with the speedup column, which is bounded by ")
+    else:
+        versus = (f"PAL's reported speedup for its buffer in existing frameworks: {references.NOT_RECORDED}. The "
+                  "speedup column is bounded by ")
+    return (["## Inside other frameworks", "", "Each framework's own DQN loop (`replaybench run --suite frameworks`) "
+             "with its own buffer (`own`; Stable-Baselines3 has no prioritized one, so its own is uniform) and with "
+             "ours through `replaybench.adapters`, same seeds and hyper-parameters. Medians over seeds (min-max); "
+             "replay share = the buffer's add, sample and priority-update calls over the loop's wall time; time to "
+             "threshold over the seeds that reached it. " + versus
+             + "the own buffer's replay share (a loop that spends 10% in replay gains at most 1.11x).", ""]
+            + md.table(["framework", "env", "buffer", "seeds", "ms per env step", "replay share",
+                      f"speedup vs own (PAL: {pal[0]}-{pal[1]}x)" if pal else "speedup vs own",
+                      "time to threshold (s)", "final return"], body) + [""])

@@ -15,11 +15,13 @@ the extremes. Only ratios within one run are drawn.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
 
 from replaybench.analysis import stats
+from replaybench.analysis import markdown as md
 from replaybench.analysis.plots import NoRows, Plot
 from replaybench.analysis.plots._common import handle, legend, new_figure, pow2
 from replaybench.bench import contract
@@ -128,3 +130,21 @@ def build(table, metas) -> Plot:
     return Plot(fig, data, "Speed of each parameter setting over the run's default setting (the first value of "
                            "each swept key) for the same variant, op and capacity, medians from one run; whiskers: the "
                            "ratio of the extremes.")
+
+
+def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFrame]) -> list[str]:
+    """The report's table of each swept setting against the run's default, from this figure's data."""
+    if data is None:
+        return []
+    body = []
+    for _, e in data.iterrows():
+        scale, unit = contract.op_unit(e["op"])
+        body.append([e["suite"], e["op"], f"2^{int(e['capacity']).bit_length() - 1}", f"`{e['variant']}`",
+                     e["transitions"], e["setting"], md.num(e["median"] / scale), unit, md.num(e["x_default"]),
+                     f"{md.num(e['x_lo'])}-{md.num(e['x_hi'])}"])
+    return (["## Speed parameters and threads", "",
+             "Each setting's median throughput and its ratio to the run's default setting (the first value of each "
+             "swept key) for the same variant, op, capacity and row kind, in the same run; the range is the ratio "
+             "of the extremes. `threads=2`: two threads, each on its own buffer, against one.", ""]
+            + md.table(["suite", "op", "capacity", "variant", "rows", "setting", "median", "unit", "x default",
+                      "range"], body) + [""])

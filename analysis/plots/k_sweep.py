@@ -9,7 +9,12 @@ were recorded as skipped and are simply absent from that line.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+import pandas as pd
+
 from replaybench.analysis import load, palette, stats
+from replaybench.analysis import markdown as md
 from replaybench.bench import contract
 from replaybench.analysis.plots import NoRows, Plot
 from replaybench.analysis.plots._common import draw_median, handle, legend, new_figure, pow2
@@ -67,3 +72,19 @@ def build(table, metas) -> Plot:
     legend(fig, list(handles.values()), title="variant")
     data = data.sort_values(["capacity", "op", "variant", "K"]).reset_index(drop=True)
     return Plot(fig, data, "Throughput against K for the K-ary layouts (median, min-max bars).")
+
+
+def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFrame]) -> list[str]:
+    """The report's fan-out table (the fastest K per layout) from this figure's data."""
+    if data is None:
+        return []
+    body = []
+    for (cap, op, variant), part in data.groupby(["capacity", "op", "variant"], sort=True):
+        best = part.loc[part["median"].idxmax()]
+        scale, unit = contract.op_unit(op)
+        body.append([f"2^{int(cap).bit_length() - 1}", op, f"`{variant}`", int(best["K"]), md.num(best["median"] / scale),
+                     f"{md.num(best['min'] / scale)}-{md.num(best['max'] / scale)}", unit,
+                     ", ".join(f"{int(k)}: {md.num(m / scale)}" for k, m in zip(part["K"], part["median"]))])
+    return (["## Fan-out K", "", "The fastest K per layout (median throughput, min-max), and the median at every K "
+             "measured.", ""]
+            + md.table(["capacity", "op", "variant", "best K", "median", "min-max", "unit", "median by K"], body) + [""])

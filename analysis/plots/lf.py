@@ -13,11 +13,14 @@ cell. The CSV holds every stem (median, min, max, n, x_ray, paper).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
 from replaybench.analysis import references
+from replaybench.analysis import markdown as md
 from replaybench.analysis.plots import NoRows, Plot
 from replaybench.analysis.plots._common import handle, legend, log_y
 from replaybench.bench.derive import LF_WORKLOADS, lf_ratios
@@ -89,3 +92,34 @@ def build(table, metas) -> Plot:
                 f"the paper's Lingua Franca over Ray ratios: {references.NOT_RECORDED}.")
     return Plot(fig, data, "Each backend's speed over Ray's in the same run (rates over Ray's rate, Ray's time over "
                            f"the backend's time); {diamonds}")
+
+
+def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFrame]) -> list[str]:
+    """The LF benchmarks (the lf figure's data): medians, speed over Ray, the paper's LF/Ray
+    (where the run records ``paper.lf_over_ray``: :mod:`analysis.references`)."""
+    if data is None:
+        return []
+    run_id = data["run_id"].iloc[0]
+    recorded = references.recorded(res.metas.get(run_id), "paper", "lf_over_ray") is not None
+    body = []
+    for _, e in data.iterrows():
+        unit = "s" if e["op"] == "pql" else "steps/s"
+        batch = "-" if pd.isna(e["batch"]) else int(e["batch"])
+        paper = "-" if e["paper"] is None or pd.isna(e["paper"]) else f"{e['paper']:.2f}x"
+        x = "-" if pd.isna(e["x_ray"]) else f"{e['x_ray']:.2f}x"
+        single = "-" if e["x_single"] is None or pd.isna(e["x_single"]) else f"{e['x_single']:.2f}x"
+        body.append([e["op"], e["env"], e["policy"], int(e["actors"]), batch, e["backend"],
+                     f"{md.num(e['median'])} {unit}", f"{md.num(e['min'])}-{md.num(e['max'])}", x, paper, single])
+    return (["## Lingua Franca benchmarks", "",
+             f"Run `{run_id}`. Lock-step sampling (random actions), parallel Q-learning on Blackjack "
+             "(time for the run's rounds) and multi-agent inference, every backend in the same run; *x Ray* is the "
+             "backend's speed over Ray's median in the same cell; *paper* is Lingua Franca's over Ray's in "
+             + ("arXiv 2312.04704 (32-core AWS machine), shown on our static dataflow's line" if recorded else
+                f"arXiv 2312.04704: {references.NOT_RECORDED}")
+             + "; *x 1 process* is the speed "
+             "over the one-process backend's (SyncVectorEnv, or the policies one after another). On a machine with "
+             "fewer cores than actors, Ray's one process per env, actor or agent time-shares the cores (each message "
+             "also wakes a scheduler), while the dataflow runs min(cores, envs) worker processes; the parallel "
+             "Q-learning rows with 1 to 16 actors show how the gap moves with the number of actors.", ""]
+            + md.table(["workload", "env", "replay", "actors", "batch", "backend", "median", "min-max", "x Ray",
+                      "paper LF/Ray", "x 1 process"], body) + [""])

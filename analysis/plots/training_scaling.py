@@ -14,9 +14,12 @@ reached it, and a configuration where none did is drawn as an ``x`` on the top e
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pandas as pd
 
 from replaybench.analysis import stats
+from replaybench.analysis import markdown as md
 from replaybench.analysis.plots import NoRows, Plot
 from replaybench.analysis.plots._common import handle, legend, new_figure
 from replaybench.analysis.plots._training import CONFIG, buffer_label, several_buffers, training_rows, worker_colour
@@ -95,3 +98,40 @@ def build(table, metas) -> Plot:
     data = data.sort_values(["task", "metric", "learners", "actors"]).reset_index(drop=True)
     return Plot(fig, data, "Time to the reward threshold, speedup over the sequential baseline and rates, "
                            "against actors, one line per number of learners.")
+
+
+def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFrame]) -> list[str]:
+    """One row per training configuration of every task the training_scaling figure draws (a task
+    is an algorithm, environment and updates-per-step ratio); per task and buffer, its sequential
+    baseline first."""
+    if data is None:
+        return []
+    keys = ["task", "run_id", "variant", "K", "policy", "actors", "learners", "baseline"]
+    rows = []
+    for key, g in data.groupby(keys, dropna=False, sort=False):
+        k = dict(zip(keys, key))
+        a, n = int(k["actors"]), int(k["learners"])
+        K = None if pd.isna(k["K"]) else int(k["K"])
+        who = "sequential" if k["baseline"] else f"{a} actor{'s' * (a != 1)}, {n} learner{'s' * (n != 1)}"
+        variant = f"`{k['variant']}`" + ("" if K is None else f" K={K}")
+        line = [k["task"], f"{variant} {k['policy'] or ''}".strip(), who]
+        for metric in ("time_to_threshold_s", "speedup", "env_steps_per_s", "updates_per_s"):
+            hit = g[g["metric"] == metric]
+            if hit.empty:
+                line.append("-")
+                continue
+            h = hit.iloc[0]  # one row per configuration and metric (the figure's data)
+            text = md.num(h["median"])
+            if metric == "time_to_threshold_s":
+                reached = f"{int(h['n_reached'])}/{int(h['n_seeds'])} seeds"
+                text = f"not reached ({reached})" if h["n_reached"] == 0 else f"{text} ({reached})"
+            line.append(text)
+        order = (k["task"], str(k["run_id"]), str(k["variant"]), K or 0, not k["baseline"], str(k["policy"]), a, n)
+        rows.append((order, line))
+    body = [line for _, line in sorted(rows, key=lambda r: r[0])]
+    return (["## Training", "", "Per task (algorithm, environment, gradient updates per environment step) and buffer, "
+             "the sequential baseline first, then each parallel configuration. Medians over seeds; time to threshold "
+             "over the seeds that reached it (k/n = k of n seeds reached it); speedup over the sequential baseline "
+             "of the same task and seed.", ""]
+            + md.table(["task", "variant / policy", "workers", "time to threshold (s)", "speedup", "env steps/s",
+                      "updates/s"], body) + [""])
