@@ -74,6 +74,14 @@ class Policy:
     """
 
     name = ""
+    #: The one-kernel-call protocols (:mod:`impl.concurrent.fused`) that do what this policy's
+    #: :meth:`select` (``fused_sample``), :meth:`insert` (``fused_insert``) and :meth:`update`
+    #: (``fused_update``) do; None / False: the buffer calls the Python method. The buffer also
+    #: falls back to the method when a kernel cannot finish alone (a held lock, a wait). A
+    #: subclass that overrides a method must set its protocol again (or None).
+    fused_sample: int | None = None
+    fused_insert: int | None = None
+    fused_update: bool = False
     #: True when :meth:`apply` splits tree changes into ``write_leaves`` and ``propagate``;
     #: structures whose ``supports_split_updates`` is False are then refused.
     requires_split_updates = False
