@@ -36,7 +36,6 @@ import numpy as np
 from replaybench.impl.ratelimit import RateLimiter as Limiter
 from replaybench.impl.ratelimit import SampleToInsertRatio
 
-from .workloads import time_calls
 
 __all__ = ["TRANSITIONS", "ID_STRIDE", "RateLimiter", "schema", "make_batch", "intact_rows", "prefill", "run_workers",
            "shared_gil_share"]
@@ -299,7 +298,7 @@ def run_workers(handle, writers: int, learners: int, mode: str, cfg: dict, windo
     return results
 
 
-_KEY_ARG = 17  # position of the key in the sample kernel's arguments (checked in shared_gil_share)
+_KEY_ARG = 15  # position of the key in the sample kernel's arguments (checked in shared_gil_share)
 
 
 def shared_gil_share(policy: str, capacity: int, *, variant: str = "kary-aligned", batch: int = 64,
@@ -311,12 +310,14 @@ def shared_gil_share(policy: str, capacity: int, *, variant: str = "kary-aligned
     priorities; the median seconds of a whole call from Python (``call_s``: the checks, the
     gate, numba's dispatch and the kernel) against the same kernel with the same arguments
     run ``calls`` times from a compiled loop (``kernel_s``: no Python, no dispatch; the sample
-    gets a new key per call, as from Python). ``gil_share = 1 - kernel_s / call_s`` is what a
-    second thread on the buffer cannot overlap; ``2 / (1 + gil_share)`` bounds two threads'
-    speed-up. Returns ``{"policy", "variant", "capacity", "batch", "sample": {...},
-    "update": {...}}`` (each ``call_s``, ``kernel_s``, ``gil_share``). Raises ValueError for a
-    policy without fused sample and update (deferred, pal-locks). Costs ``4 * repeats * calls``
-    calls; as noisy as the machine, so compare shares measured in one run.
+    gets a new key per call, as from Python). Both are this thread's CPU seconds
+    (``time.thread_time``), not wall time, so other processes on a busy machine inflate
+    neither. ``gil_share = 1 - kernel_s / call_s`` is what a second thread on the buffer cannot
+    overlap; ``2 / (1 + gil_share)`` bounds two threads' speed-up. Returns ``{"policy",
+    "variant", "capacity", "batch", "sample": {...}, "update": {...}, "step": {...}}`` (each
+    ``call_s``, ``kernel_s``, ``gil_share``; "step" is one sample plus one update). Raises
+    ValueError for a policy without fused sample and update (deferred, pal-locks). Costs
+    ``4 * repeats * calls`` calls; compare shares measured in one run.
     """
     from numba import njit
 
@@ -344,7 +345,7 @@ def shared_gil_share(policy: str, capacity: int, *, variant: str = "kary-aligned
         sargs = buf.kernel_args("sample", out=out, key=12345)
         uargs = buf.kernel_args("update", indices=idx, priorities=pr)
         if sargs[_KEY_ARG] != 12345:
-            raise RuntimeError("the sample kernel's key is no longer argument 17: update _KEY_ARG")
+            raise RuntimeError("the sample kernel's key is no longer argument 15: update _KEY_ARG")
         head, tail = sargs[:_KEY_ARG], sargs[_KEY_ARG + 1:]
         sample_loop(1, head, tail)
         update_loop(1, uargs)
@@ -352,14 +353,20 @@ def shared_gil_share(policy: str, capacity: int, *, variant: str = "kary-aligned
                  "update": ([], [], lambda i: buf.update_priorities(idx, pr), lambda: update_loop(calls, uargs))}
         for _ in range(repeats):
             for call_s, kernel_s, call, loop in timed.values():
-                call_s.append(time_calls(call, calls) / calls)
-                t0 = time.perf_counter()
+                t0 = time.thread_time()
+                for i in range(calls):
+                    call(i)
+                t1 = time.thread_time()
                 loop()
-                kernel_s.append((time.perf_counter() - t0) / calls)
+                call_s.append((t1 - t0) / calls)
+                kernel_s.append((time.thread_time() - t1) / calls)
     finally:
         buf.close()
     result = {"policy": policy, "variant": variant, "capacity": capacity, "batch": batch}
     for op, (call_s, kernel_s, _, _) in timed.items():
         call, kernel = float(np.median(call_s)), float(np.median(kernel_s))
         result[op] = {"call_s": call, "kernel_s": kernel, "gil_share": max(0.0, 1.0 - kernel / call)}
+    call = result["sample"]["call_s"] + result["update"]["call_s"]
+    kernel = result["sample"]["kernel_s"] + result["update"]["kernel_s"]
+    result["step"] = {"call_s": call, "kernel_s": kernel, "gil_share": max(0.0, 1.0 - kernel / call)}
     return result

@@ -179,3 +179,23 @@ def test_shared_gil_share_measures_both_learner_calls():
         assert 0 < res[op]["kernel_s"] and 0 < res[op]["call_s"] and 0.0 <= res[op]["gil_share"] < 1.0
     with pytest.raises(ValueError, match="op must be 'sample'"):
         C.shared_gil_share("deferred", 256, calls=2, repeats=1)
+
+
+def test_lock_token_names_the_forked_child():
+    """my_token is cached per thread (it is on every fused call's path); a forked child must
+    not reuse its parent's cached token, or its locks would name the parent's pid."""
+    import multiprocessing as mp
+
+    from replaybench.impl.concurrent.locks import my_token, token_pid
+
+    assert token_pid(my_token()) == os.getpid()  # cached in this thread now
+    ctx = mp.get_context("fork")
+    with ctx.Pool(1) as pool:
+        child_pid, child_token_pid = pool.apply(_child_token)
+    assert child_pid != os.getpid() and child_token_pid == child_pid
+
+
+def _child_token():
+    from replaybench.impl.concurrent.locks import my_token, token_pid
+
+    return os.getpid(), token_pid(my_token())

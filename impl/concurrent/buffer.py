@@ -74,10 +74,11 @@ class SharedSampleOut(SampleOut):
     """Reusable output of :meth:`SharedPrioritizedBuffer.sample` (from its ``sample_out``): the
     fields, ``indices``, ``weights`` and ``stamps`` (int64), refilled in place by each call."""
 
-    __slots__ = ("stamp",)
+    __slots__ = ("stamp", "kernel_tail")  # kernel_tail: the sample kernel's last arguments, made once
 
 
 _NO_VALUES = np.empty(0, dtype=np.float64)
+_INT64 = np.dtype(np.int64)
 _NO_STAMPS = np.empty(0, dtype=np.int64)
 
 
@@ -144,10 +145,11 @@ class SharedPrioritizedBuffer:
         # statistics of the lock taken inside them (the SharedLock objects count the rest).
         self._ring_args = (a["ctrl"], a["fctrl"], a["stamps"])
         self._writers = a["writers"]
-        self._lockstats = np.zeros(fused.LOCKSTATS)
-        self._clk = np.zeros(2, dtype=np.int64)  # clock scratch: one per object, as the rng (one thread each)
+        self._lockstats = np.zeros(fused.LOCKSTATS_SIZE)  # with the clock's scratch: one per object, as the rng
+        self._head = (*self._tree.kernel_args, *self._ring_args)  # what every fused call starts with
         self._policy = get_policy(handle.policy)(Parts(self._tree, self._storage, self._ring, self._tree_lock,
                                                        self._leaf_lock, self.alpha, self.eps, self.stratified))
+        self._rounds = getattr(self._policy, "ROUNDS", 0)  # optimistic's unlocked draw rounds
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -224,7 +226,7 @@ class SharedPrioritizedBuffer:
         arena = self._arena
         self._arena = self._tree = self._storage = self._ring = self._policy = None
         self._tree_lock = self._leaf_lock = None
-        self._ring_args = self._writers = None
+        self._ring_args = self._writers = self._head = None
         arena.close()
 
     @property
@@ -344,9 +346,8 @@ class SharedPrioritizedBuffer:
         protocol = self._policy.fused_insert
         if protocol is not None:
             tree, st = self._tree, self._storage
-            ctrl, fctrl, stamps = self._ring_args
-            status, first, row = fused.add(*tree.kernel_args, ctrl, fctrl, stamps, self._writers, self.handle.resum_every,
-                                           my_token(), fused.LOCK_SPINS, self._lockstats, self._clk, protocol, cap,
+            status, first, row = fused.add(*self._head, self._writers, self.handle.resum_every,
+                                           my_token(), self._lockstats, protocol, cap,
                                            _NO_VALUES if vals is None else vals, self.eps, self.alpha, tree.max_leaf,
                                            st.arena, st.table, st.as_bytes(arrays, n - keep, keep), keep)
             if status == fused.STATUS_OK:
@@ -370,6 +371,8 @@ class SharedPrioritizedBuffer:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         out = make_sample_out(SharedSampleOut(), self, self._storage, int(batch_size))
         out.stamp = out["stamps"] = np.empty(int(batch_size), dtype=np.int64)
+        out.kernel_tail = (self._storage.arena, out.src_table, out.block, out.block_table, False, out.index, out.weight,
+                           out.stamp, out.scratch)
         return out
 
     @guarded
@@ -380,14 +383,19 @@ class SharedPrioritizedBuffer:
         per call is taken from it (:mod:`impl.fused`). ``out``: arrays from :meth:`sample_out`,
         refilled and returned. Raises ValueError when nothing is sampleable yet."""
         beta = self.beta if beta is None else beta
-        if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not 0.0 <= beta <= 1.0:
-            raise ValueError(f"beta must be a number in [0, 1], got {beta!r}")
-        rng = self._rng if rng is None else rng
-        if not isinstance(rng, np.random.Generator):
+        # The common case (plain int and float in range, this object's generator and out) is
+        # checked first: it is the Python every call pays for.
+        if not (type(batch_size) is int and batch_size >= 1 and type(beta) is float and 0.0 <= beta <= 1.0):
+            if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+                raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+            if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not 0.0 <= beta <= 1.0:
+                raise ValueError(f"beta must be a number in [0, 1], got {beta!r}")
+            batch_size, beta = int(batch_size), float(beta)
+        if rng is None:
+            rng = self._rng
+        elif type(rng) is not np.random.Generator and not isinstance(rng, np.random.Generator):
             raise TypeError(f"rng must be a numpy.random.Generator or None, got {rng!r}")
-        n = int(batch_size)
+        n = batch_size
         if out is None:
             out = self.sample_out(n)
         elif type(out) is not SharedSampleOut or out.owner is not self or out.batch_size != n:
@@ -397,11 +405,12 @@ class SharedPrioritizedBuffer:
             raise ValueError("cannot sample from an empty buffer: add transitions first")
         protocol = self._policy.fused_sample
         if protocol is not None:
-            status = fused.sample(*self._sample_args(protocol, rng.bit_generator.random_raw() >> 1, float(beta), out))
+            status = fused.sample(*self._head, my_token(), self._lockstats, protocol, self._rounds,
+                                  rng.bit_generator.random_raw() >> 1, self.stratified, beta, *out.kernel_tail)
             if status == fused.STATUS_OK:
                 return out
             self._lockstats[fused.FALLBACKS] += 1
-        return self._sample_python(n, float(beta), rng, out)
+        return self._sample_python(n, beta, rng, out)
 
     def _sample_python(self, n: int, beta: float, rng, out: SharedSampleOut) -> SharedSampleOut:
         """The policy's own select (its waits, timeouts and recovery), then the copy and its
@@ -428,12 +437,13 @@ class SharedPrioritizedBuffer:
         """
         idx = as_indices(indices)
         vals = as_priorities(priorities, idx.shape[0])
-        if stamps is not None:
+        if stamps is not None and not (type(stamps) is np.ndarray and stamps.dtype == _INT64
+                                       and stamps.shape == idx.shape and stamps.flags.c_contiguous):
             stamps = np.asarray(stamps)
             if stamps.shape != idx.shape or stamps.dtype.kind not in "iu":
                 raise ValueError(f"stamps must be an integer array shaped like indices {idx.shape}, got "
                                  f"{stamps.dtype} {stamps.shape}")
-            stamps = stamps.astype(np.int64, copy=False)
+            stamps = np.ascontiguousarray(stamps, dtype=np.int64)
         n_valid = self._len()
         if self._policy.fused_update:
             tree = self._tree
@@ -498,8 +508,8 @@ class SharedPrioritizedBuffer:
         ``indices`` to checked ``priorities`` (``stamps`` optional). ValueError for another op
         or a policy without that protocol."""
         if op == "sample" and self._policy.fused_sample is not None and isinstance(out, SharedSampleOut):
-            return self._sample_args(self._policy.fused_sample, int(key), float(self.beta if beta is None else beta),
-                                     out)
+            return (*self._head, my_token(), self._lockstats, self._policy.fused_sample, self._rounds, int(key),
+                    self.stratified, float(self.beta if beta is None else beta), *out.kernel_tail)
         if op == "update" and self._policy.fused_update:
             idx = as_indices(indices)
             st = None if stamps is None else np.asarray(stamps, dtype=np.int64)
@@ -508,18 +518,10 @@ class SharedPrioritizedBuffer:
                          f"protocol; got {op!r} for policy {self.handle.policy!r}")
 
     # ------------------------------------------------------------------ helpers (unguarded: called inside calls)
-    def _sample_args(self, protocol: int, key: int, beta: float, out: SharedSampleOut) -> tuple:
-        st = self._storage
-        ctrl, fctrl, stamps = self._ring_args
-        return (*self._tree.kernel_args, ctrl, fctrl, stamps, my_token(), fused.LOCK_SPINS, self._lockstats,
-                self._clk, protocol, getattr(self._policy, "ROUNDS", 0), key, self.stratified, beta, st.arena,
-                out.src_table, out.block, out.block_table, False, out.index, out.weight, out.stamp, out.scratch)
-
     def _update_args(self, idx: np.ndarray, vals: np.ndarray, stamps, n_valid: int) -> tuple:
-        ctrl, fctrl, ring_stamps = self._ring_args
-        return (*self._tree.kernel_args, ctrl, fctrl, ring_stamps, self.handle.resum_every, my_token(),
-                fused.LOCK_SPINS, self._lockstats, self._clk, idx, vals, _NO_STAMPS if stamps is None else stamps,
-                stamps is not None, n_valid, self.eps, self.alpha, self._tree.max_leaf)
+        return (*self._head, self.handle.resum_every, my_token(), self._lockstats, idx, vals,
+                _NO_STAMPS if stamps is None else stamps, stamps is not None, n_valid, self.eps, self.alpha,
+                self._tree.max_leaf)
 
     def _len(self) -> int:
         return min(self._ring.inserted, self.handle.capacity)

@@ -28,8 +28,10 @@ The lock inside a kernel, and why the rest stays in Python
 ----------------------------------------------------------
 The tree lock is the same shared word as :class:`~impl.concurrent.locks.SharedLock`'s (0 free,
 else the holder's token), taken by compare-and-swap. A kernel tries it, then polls it for at
-most ``spins`` rounds of one acquire load and one ``pause`` (:data:`LOCK_SPINS`: about
-0.1-0.5 ms, longer than any fused critical section at the sizes measured). If the lock is
+most :data:`LOCK_SPINS` rounds of one acquire load and one ``pause`` or, after
+:data:`LOCK_PAUSES` of those, one ``sched_yield`` (about 0.3-1 ms on an idle machine, longer
+than any fused critical section at the sizes measured; on a busy one each yield may run
+others for longer, which is the point: a holder on this core gets to finish). If the lock is
 still held it gives up and returns :data:`STATUS_BUSY` having changed nothing (or, for an
 insert past its reservation, :data:`STATUS_PUBLISH_BUSY` with what Python needs to finish
 it). Python then runs the policy's own methods, whose :class:`SharedLock` sleeps instead of
@@ -40,7 +42,8 @@ insert that would lap a writer still copying, a full writer table, a sample whos
 changing) also hands the whole call to the Python path, which owns the waits and the errors.
 
 Lock statistics: each kernel adds to the caller's ``lockstats`` (float64:
-``[wait s, hold s, acquisitions, contended, Python fallbacks]``) with two monotonic clock reads
+``[wait s, hold s, acquisitions, contended, Python fallbacks]``, then two words of clock
+scratch: :data:`LOCKSTATS_SIZE` in all, one array per buffer object) with two monotonic clock reads
 per acquisition (:func:`impl.concurrent.atomics.monotonic`, 30-150 ns each), so
 ``lock_wait_seconds`` and ``lock_hold_seconds`` of the buffer keep meaning what they meant.
 
@@ -58,19 +61,23 @@ from numba import njit
 from .. import fused
 from ..storage import gather_rows, write_rows
 from ..trees import kernels, ops
-from .atomics import atomic_cas, atomic_read, cpu_relax, monotonic
+from .atomics import atomic_cas, atomic_read, cpu_relax, monotonic, yield_core
 from .ring import (TREE_LOCK, count_changes, count_redrawn, fresh_mask, max_priority, note_max, note_rebuild,
                    publish_slots, reserve_slots, tickets)
 
 __all__ = ["GATHER_LOCKED", "DRAW_LOCKED", "OPTIMISTIC", "LOCKED", "LAZY", "LOCK_SPINS", "STATUS_OK",
            "STATUS_BUSY", "STATUS_HELD", "STATUS_RESERVE", "STATUS_PUBLISH_BUSY", "STATUS_CHANGING",
-           "MAX_CHANGED_ROUNDS", "LOCKSTATS", "WAIT_S", "HOLD_S", "ACQUISITIONS", "CONTENDED", "FALLBACKS", "sample", "add", "update"]
+           "MAX_CHANGED_ROUNDS", "LOCKSTATS", "LOCKSTATS_SIZE", "WAIT_S", "HOLD_S", "ACQUISITIONS", "CONTENDED", "FALLBACKS", "sample", "add", "update"]
 
 GATHER_LOCKED, DRAW_LOCKED, OPTIMISTIC = 0, 1, 2  # sample protocols
 LOCKED, LAZY = 0, 1  # insert protocols
 
-#: Polls of a held lock before a kernel hands the call to Python (see the module docstring).
-LOCK_SPINS = 8192
+#: Polls of a held lock before a kernel hands the call to Python (see the module docstring):
+#: the first LOCK_PAUSES after a ``pause`` each (a holder running on another core ends a short
+#: section within them), the rest after a ``sched_yield`` each (a holder that shares this core,
+#: e.g. on an oversubscribed machine, gets to run instead of being spun against).
+LOCK_SPINS = 1024
+LOCK_PAUSES = 256
 
 STATUS_OK = 0
 STATUS_NO_MASS = fused.STATUS_NO_MASS
@@ -81,7 +88,8 @@ STATUS_RESERVE = 22  # add: the ring could not be reserved (lapped writer, full 
 STATUS_PUBLISH_BUSY = 23  # add: reserved and copied, but the publishing lock stayed held: Python publishes
 STATUS_CHANGING = 24  # sample: rows kept changing during the copy for MAX_REDRAWS rounds
 
-LOCKSTATS = 5  # length of a lockstats array
+LOCKSTATS = 5  # statistics in a lockstats array
+LOCKSTATS_SIZE = LOCKSTATS + 2  # ... followed by the clock's scratch (int64 seconds, nanoseconds)
 WAIT_S, HOLD_S, ACQUISITIONS, CONTENDED, FALLBACKS = range(LOCKSTATS)
 
 #: Rounds of redrawing rows whose slot changed during the copy before a sample gives up.
@@ -98,9 +106,10 @@ def _subkey(key, tag):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _acquire(ctrl, word, token, spins, lockstats, clk):
+def _acquire(ctrl, word, token, lockstats):
     """Take lock ``ctrl[word]`` for ``token``: ``(STATUS_OK, time taken)``, or
     ``(STATUS_BUSY | STATUS_HELD, 0)`` with the lock not taken."""
+    clk = lockstats[LOCKSTATS:].view(np.int64)
     seen = atomic_cas(ctrl, word, 0, token)
     if seen == 0:
         lockstats[ACQUISITIONS] += 1
@@ -109,8 +118,11 @@ def _acquire(ctrl, word, token, spins, lockstats, clk):
         return STATUS_HELD, 0.0
     start = monotonic(clk)
     lockstats[CONTENDED] += 1
-    for _ in range(spins):
-        cpu_relax()
+    for i in range(LOCK_SPINS):
+        if i < LOCK_PAUSES:
+            cpu_relax()
+        else:
+            yield_core()
         if atomic_read(ctrl, word) == 0 and atomic_cas(ctrl, word, 0, token) == 0:
             now = monotonic(clk)
             lockstats[WAIT_S] += now - start
@@ -121,7 +133,8 @@ def _acquire(ctrl, word, token, spins, lockstats, clk):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _release(ctrl, word, token, lockstats, clk, taken):
+def _release(ctrl, word, token, lockstats, taken):
+    clk = lockstats[LOCKSTATS:].view(np.int64)
     lockstats[HOLD_S] += monotonic(clk) - taken
     atomic_cas(ctrl, word, token, 0)  # seq_cst: every write of the section is visible before the word
 
@@ -198,7 +211,7 @@ def _draw_unlocked(kind, sums, mins, lay, K, touch_from, stamps, key, stratified
 
 
 @njit(nogil=True, cache=True)
-def _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token, spins, lockstats, clk,
+def _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token, lockstats,
           protocol, rounds, key, stratified, arena, table, out, out_table, touch_rows, out_index, prio, out_stamp):
     """Positions ``0 .. n-1`` drawn by ``protocol``, with stamps and ``p_min`` (and, for
     GATHER_LOCKED, their rows copied under the lock): ``(status, p_min, touched)``."""
@@ -209,7 +222,7 @@ def _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stam
         if pmin > 0.0:
             return STATUS_OK, pmin, 0.0
         key = _subkey(key, 0)  # the locked draw gets a stream of its own
-    status, taken = _acquire(ctrl, TREE_LOCK, token, spins, lockstats, clk)
+    status, taken = _acquire(ctrl, TREE_LOCK, token, lockstats)
     if status != STATUS_OK:
         return status, pmin, 0.0
     status, touched = _draw_locked(kind, sums, mins, lay, K, touch_from, state, ctrl, fctrl, key, stratified,
@@ -220,13 +233,13 @@ def _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stam
         pmin = np.float64(mins[lay[0, 0]])
         if protocol == GATHER_LOCKED:
             touched += gather_rows(arena, table, out_index, out, out_table, touch_rows)
-    _release(ctrl, TREE_LOCK, token, lockstats, clk, taken)
+    _release(ctrl, TREE_LOCK, token, lockstats, taken)
     return status, pmin, touched
 
 
 @njit(nogil=True, cache=True)
-def _redraw_changed(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token, spins,
-                    lockstats, clk, protocol, rounds, key, stratified, arena, table, out, out_table, out_index, prio,
+def _redraw_changed(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token,
+                    lockstats, protocol, rounds, key, stratified, arena, table, out, out_table, out_index, prio,
                     out_stamp):
     """Seqlock check after a copy made outside the lock: a row whose slot's stamp changed is
     drawn again (by the same protocol) and copied into its position, until none changed."""
@@ -248,8 +261,8 @@ def _redraw_changed(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, f
         p = np.empty(changed)
         s = np.empty(changed, dtype=np.int64)
         subkey = _subkey(key, 1 + r)
-        status, _, _ = _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token, spins,
-                             lockstats, clk, protocol, rounds, subkey, stratified, arena, table, out, out_table,
+        status, _, _ = _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token,
+                             lockstats, protocol, rounds, subkey, stratified, arena, table, out, out_table,
                              False, j, p, s)
         if status != STATUS_OK:
             return status
@@ -265,13 +278,13 @@ def _redraw_changed(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, f
 
 # ----------------------------------------------------------------------------- operations
 @njit(nogil=True, cache=True)
-def sample(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token, spins, lockstats, clk,
+def sample(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token, lockstats,
            protocol, rounds, key, stratified, beta, arena, table, out, out_table, touch_rows, out_index, out_weight,
            out_stamp, scratch):
     """One whole shared ``sample``; returns a status (``STATUS_*``; see the module docstring).
 
     ``kind .. state``: the tree's kernel arguments; ``ctrl, fctrl, stamps``: the ring's arrays
-    (the tree lock is ``ctrl[0]``); ``token``: this thread's lock token; ``lockstats, clk``: see
+    (the tree lock is ``ctrl[0]``); ``token``: this thread's lock token; ``lockstats``: see
     the module docstring; ``protocol, rounds``: the policy's sample protocol and optimistic's
     unlocked rounds. The rest as :func:`impl.fused.sample`, plus ``out_stamp`` (int64, the
     tickets the drawn slots held). Cost: O(n K D) descent + O(n * row bytes) copy, plus the
@@ -281,14 +294,14 @@ def sample(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, sta
     """
     n = out_index.shape[0]
     status, pmin, touched = _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token,
-                                  spins, lockstats, clk, protocol, rounds, key, stratified, arena, table, out,
+                                  lockstats, protocol, rounds, key, stratified, arena, table, out,
                                   out_table, touch_rows, out_index, scratch, out_stamp)
     if status != STATUS_OK:
         return status
     if protocol != GATHER_LOCKED:
         touched += gather_rows(arena, table, out_index, out, out_table, touch_rows)
         status = _redraw_changed(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token,
-                                 spins, lockstats, clk, protocol, rounds, key, stratified, arena, table, out,
+                                 lockstats, protocol, rounds, key, stratified, arena, table, out,
                                  out_table, out_index, scratch, out_stamp)
         if status != STATUS_OK:
             return status
@@ -319,66 +332,88 @@ def _set_new(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, r
 
 
 @njit(nogil=True, cache=True)
-def add(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, writers, resum_every, token, spins,
-        lockstats, clk, protocol, capacity, values, eps, alpha, vmax, arena, table, rows, keep):
+def add(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, writers, resum_every, token,
+        lockstats, protocol, capacity, values, eps, alpha, vmax, arena, table, rows, keep):
     """One whole shared ``add`` of ``keep`` rows (``rows``: :meth:`impl.storage.Storage.as_bytes`)
     with checked raw ``values`` (empty: the max priority). Returns ``(status, first ticket,
     in-flight row)``: on :data:`STATUS_PUBLISH_BUSY` the rows are reserved (priority 0) and
     copied, and the caller publishes them under the lock. O(keep * (D + row bytes)).
     """
-    status, taken = _acquire(ctrl, TREE_LOCK, token, spins, lockstats, clk)
+    status, taken = _acquire(ctrl, TREE_LOCK, token, lockstats)
     if status != STATUS_OK:
         return status, -1, -1
     t0, row, _ = reserve_slots(ctrl, writers, stamps, keep, token, capacity, protocol == LAZY)
     if row < 0:
-        _release(ctrl, TREE_LOCK, token, lockstats, clk, taken)
+        _release(ctrl, TREE_LOCK, token, lockstats, taken)
         return STATUS_RESERVE, -1, -1
     if protocol == LOCKED:
         write_rows(arena, table, t0 % capacity, capacity, rows, keep)
         _set_new(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, resum_every, capacity, t0, keep,
                  values, eps, alpha, vmax, max_priority(fctrl))
         publish_slots(stamps, writers, row, t0, keep, capacity)
-        _release(ctrl, TREE_LOCK, token, lockstats, clk, taken)
+        _release(ctrl, TREE_LOCK, token, lockstats, taken)
         return STATUS_OK, t0, row
     ops.fill(kind, sums, mins, lay, K, kshift, touch_from, state, t0 % capacity, keep, capacity, 0.0)
     count_changes(kind, sums, mins, lay, K, state, ctrl, fctrl, resum_every, keep)
-    _release(ctrl, TREE_LOCK, token, lockstats, clk, taken)
+    _release(ctrl, TREE_LOCK, token, lockstats, taken)
     write_rows(arena, table, t0 % capacity, capacity, rows, keep)
-    status, taken = _acquire(ctrl, TREE_LOCK, token, spins, lockstats, clk)
+    status, taken = _acquire(ctrl, TREE_LOCK, token, lockstats)
     if status != STATUS_OK:
         return STATUS_PUBLISH_BUSY, t0, row
     _set_new(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, resum_every, capacity, t0, keep,
              values, eps, alpha, vmax, max_priority(fctrl))
     publish_slots(stamps, writers, row, t0, keep, capacity)
-    _release(ctrl, TREE_LOCK, token, lockstats, clk, taken)
+    _release(ctrl, TREE_LOCK, token, lockstats, taken)
     return STATUS_OK, t0, row
 
 
 @njit(nogil=True, cache=True)
-def update(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, resum_every, token, spins,
-           lockstats, clk, indices, values, sampled, use_sampled, n_valid, eps, alpha, vmax):
+def update(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, resum_every, token,
+           lockstats, indices, values, sampled, use_sampled, n_valid, eps, alpha, vmax):
     """One whole shared ``update_priorities``: every entry checked first (as the trees check:
-    index in ``[0, n_valid)``, value finite, >= 0, transform within ``vmax``), then under the
-    lock the stale ones dropped (:func:`impl.concurrent.ring.fresh_mask`), the rest written
-    and counted. Returns ``(status, position, applied)``: a check's status names the first bad
-    entry and nothing was written. O(n D).
+    index in ``[0, n_valid)``, value finite and >= 0), then under the lock the stale ones
+    dropped (:func:`impl.concurrent.ring.fresh_mask`), the rest written and counted; a value
+    whose ``(v + eps) ** alpha`` exceeds ``vmax`` (kept or stale) is found before anything is
+    written, by the tree's own update (the transform is computed once). Returns ``(status,
+    position, applied)``: a check's status names the first bad entry and nothing was written
+    (with an overflow in a batch that also has an invalid entry, either may be named). O(n D).
     """
-    status, pos, _, _ = kernels.checked_values(indices, values, n_valid, eps, alpha, vmax)
+    status, pos = kernels.check_batch(indices, values, n_valid)
     if status != STATUS_OK:
         return status, pos, 0
-    status, taken = _acquire(ctrl, TREE_LOCK, token, spins, lockstats, clk)
+    status, taken = _acquire(ctrl, TREE_LOCK, token, lockstats)
     if status != STATUS_OK:
         return status, -1, 0
     n = indices.shape[0]
     keep = np.empty(n, dtype=np.bool_)
     kept = fresh_mask(ctrl, stamps, indices, sampled, use_sampled, keep)
+    idx, vals = indices, values
+    if kept < n:
+        # the stale entries are skipped, but a value no tree could hold is still an error
+        status, pos = _first_overflow(values, keep, eps, alpha, vmax)
+        if status != STATUS_OK:
+            _release(ctrl, TREE_LOCK, token, lockstats, taken)
+            return status, pos, 0
+        idx, vals = indices[keep], values[keep]
     if kept:
-        idx = indices[keep] if kept < n else indices
-        vals = values[keep] if kept < n else values
         limit = min(tickets(ctrl), stamps.shape[0])  # as Policy.update: tickets handed out, capped at capacity
-        _, _, pmax = ops.update(kind, sums, mins, lay, K, kshift, touch_from, state, idx, vals, limit, eps, alpha,
-                                vmax)
+        status, p, pmax = ops.update(kind, sums, mins, lay, K, kshift, touch_from, state, idx, vals, limit, eps,
+                                     alpha, vmax)
+        if status != STATUS_OK:  # an overflow among the kept entries: nothing was written
+            _release(ctrl, TREE_LOCK, token, lockstats, taken)
+            return status, np.flatnonzero(keep)[p] if kept < n else p, 0
         note_max(fctrl, pmax)
         count_changes(kind, sums, mins, lay, K, state, ctrl, fctrl, resum_every, kept)
-    _release(ctrl, TREE_LOCK, token, lockstats, clk, taken)
+    _release(ctrl, TREE_LOCK, token, lockstats, taken)
     return STATUS_OK, -1, kept
+
+
+@njit(nogil=True, cache=True)
+def _first_overflow(values, keep, eps, alpha, vmax):
+    """``(STATUS_OVERFLOW, b)`` for the first skipped entry ``b`` whose ``(v + eps) ** alpha``
+    exceeds ``vmax``, else ``(STATUS_OK, -1)``."""
+    for b in range(values.shape[0]):
+        v = values[b] + eps
+        if not keep[b] and not (v if alpha == 1.0 else v**alpha) <= vmax:  # as kernels.transform
+            return kernels.STATUS_OVERFLOW, b
+    return STATUS_OK, -1
