@@ -303,8 +303,8 @@ _KEY_ARG = 15  # position of the key in the sample kernel's arguments (checked i
 
 def shared_gil_share(policy: str, capacity: int, *, variant: str = "kary-aligned", batch: int = 64,
                      transition: str = "cartpole", calls: int = 500, repeats: int = 5, seed: int = 0) -> dict:
-    """The share of a shared buffer's ``sample(batch, out=...)`` and ``update_priorities(batch)``
-    calls that holds the GIL (the shared-buffer counterpart of :func:`bench.workloads.gil_share`).
+    """The share of a shared buffer's ``sample(batch, out=...)``, ``update_priorities(batch)``
+    and ``add(batch rows)`` calls that holds the GIL (the shared-buffer counterpart of :func:`bench.workloads.gil_share`).
 
     Method: one thread, one buffer of ``capacity`` rows of ``transition`` size with random
     priorities; the median seconds of a whole call from Python (``call_s``: the checks, the
@@ -314,9 +314,10 @@ def shared_gil_share(policy: str, capacity: int, *, variant: str = "kary-aligned
     (``time.thread_time``), not wall time, so other processes on a busy machine inflate
     neither. ``gil_share = 1 - kernel_s / call_s`` is what a second thread on the buffer cannot
     overlap; ``2 / (1 + gil_share)`` bounds two threads' speed-up. Returns ``{"policy",
-    "variant", "capacity", "batch", "sample": {...}, "update": {...}, "step": {...}}`` (each
-    ``call_s``, ``kernel_s``, ``gil_share``; "step" is one sample plus one update). Raises
-    ValueError for a policy without fused sample and update (deferred, pal-locks). Costs
+    "variant", "capacity", "batch", "sample": {...}, "update": {...}, "add": {...}, "step":
+    {...}}`` (each ``call_s``, ``kernel_s``, ``gil_share``; "step" is a learner's sample plus
+    update). Raises ValueError for a policy without fused sample, update and add (deferred,
+    pal-locks). Costs
     ``4 * repeats * calls`` calls; compare shares measured in one run.
     """
     from numba import njit
@@ -334,6 +335,11 @@ def shared_gil_share(policy: str, capacity: int, *, variant: str = "kary-aligned
         for _ in range(n):
             fused.update(*args)
 
+    @njit(nogil=True)
+    def add_loop(n, args):
+        for _ in range(n):
+            fused.add(*args)
+
     nbytes = TRANSITIONS[transition]
     rng = np.random.default_rng(seed)
     buf = SharedPrioritizedBuffer.create(capacity, schema(nbytes), variant=variant, policy=policy, seed=seed)
@@ -344,13 +350,17 @@ def shared_gil_share(policy: str, capacity: int, *, variant: str = "kary-aligned
         idx, pr = rng.integers(0, capacity, batch), rng.random(batch) + 0.01
         sargs = buf.kernel_args("sample", out=out, key=12345)
         uargs = buf.kernel_args("update", indices=idx, priorities=pr)
+        rows = make_batch(np.arange(batch), nbytes)
+        aargs = buf.kernel_args("add", batch=rows)
         if sargs[_KEY_ARG] != 12345:
             raise RuntimeError("the sample kernel's key is no longer argument 15: update _KEY_ARG")
         head, tail = sargs[:_KEY_ARG], sargs[_KEY_ARG + 1:]
         sample_loop(1, head, tail)
         update_loop(1, uargs)
+        add_loop(1, aargs)
         timed = {"sample": ([], [], lambda i: buf.sample(batch, out=out), lambda: sample_loop(calls, head, tail)),
-                 "update": ([], [], lambda i: buf.update_priorities(idx, pr), lambda: update_loop(calls, uargs))}
+                 "update": ([], [], lambda i: buf.update_priorities(idx, pr), lambda: update_loop(calls, uargs)),
+                 "add": ([], [], lambda i: buf.add(rows), lambda: add_loop(calls, aargs))}
         for _ in range(repeats):
             for call_s, kernel_s, call, loop in timed.values():
                 t0 = time.thread_time()

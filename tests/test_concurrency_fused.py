@@ -175,7 +175,7 @@ def test_shared_gil_share_measures_both_learner_calls():
     """bench.concurrency.shared_gil_share: call and kernel times of sample and update, and the
     share between them; refused for a policy without those kernels."""
     res = C.shared_gil_share("lazy-writing", 2048, batch=32, calls=20, repeats=1)
-    for op in ("sample", "update"):
+    for op in ("sample", "update", "add", "step"):
         assert 0 < res[op]["kernel_s"] and 0 < res[op]["call_s"] and 0.0 <= res[op]["gil_share"] < 1.0
     with pytest.raises(ValueError, match="op must be 'sample'"):
         C.shared_gil_share("deferred", 256, calls=2, repeats=1)

@@ -501,12 +501,13 @@ class SharedPrioritizedBuffer:
 
     @guarded
     def kernel_args(self, op: str, out=None, beta: float | None = None, key: int = 0, indices=None,
-                    priorities=None, stamps=None) -> tuple:
+                    priorities=None, stamps=None, batch=None) -> tuple:
         """The argument tuple the fused kernel of ``op`` gets from the call, for measuring the
         kernel alone (:func:`bench.concurrency.shared_gil_share` runs it from a compiled loop):
         ``"sample"`` into ``out`` (from :meth:`sample_out`) with ``key``; ``"update"`` of
-        ``indices`` to checked ``priorities`` (``stamps`` optional). ValueError for another op
-        or a policy without that protocol."""
+        ``indices`` to checked ``priorities`` (``stamps`` optional); ``"add"`` of ``batch``
+        (a dict of field arrays, at most ``capacity`` rows, new rows at the max priority).
+        ValueError for another op or a policy without that protocol."""
         if op == "sample" and self._policy.fused_sample is not None and isinstance(out, SharedSampleOut):
             return (*self._head, my_token(), self._lockstats, self._policy.fused_sample, self._rounds, int(key),
                     self.stratified, float(self.beta if beta is None else beta), *out.kernel_tail)
@@ -514,7 +515,16 @@ class SharedPrioritizedBuffer:
             idx = as_indices(indices)
             st = None if stamps is None else np.asarray(stamps, dtype=np.int64)
             return self._update_args(idx, as_priorities(priorities, idx.shape[0]), st, self._len())
-        raise ValueError(f"op must be 'sample' (with out from sample_out) or 'update', for a policy with that fused "
+        if op == "add" and self._policy.fused_insert is not None and batch is not None:
+            arrays, n = self._storage.check_batch(batch)
+            if not 0 < n <= self.handle.capacity:
+                raise ValueError(f"batch must have 1 to capacity={self.handle.capacity} rows, got {n}")
+            tree, st = self._tree, self._storage
+            return (*self._head, self._writers, self.handle.resum_every, my_token(), self._lockstats,
+                    self._policy.fused_insert, self.handle.capacity, _NO_VALUES, self.eps, self.alpha, tree.max_leaf,
+                    st.arena, st.table, st.as_bytes(arrays, 0, n), n)
+        raise ValueError(f"op must be 'sample' (with out from sample_out), 'update' or 'add' (with batch), for a "
+                         f"policy with that fused "
                          f"protocol; got {op!r} for policy {self.handle.policy!r}")
 
     # ------------------------------------------------------------------ helpers (unguarded: called inside calls)
