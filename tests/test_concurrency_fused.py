@@ -199,3 +199,29 @@ def _child_token():
     from replaybench.impl.concurrent.locks import my_token, token_pid
 
     return os.getpid(), token_pid(my_token())
+
+
+def test_a_subclass_that_overrides_a_method_is_not_bypassed_by_an_inherited_kernel(monkeypatch):
+    """A policy deriving from lazy-writing that changes only its updates keeps lazy writing's
+    fused insert and sample, but its own update method runs (the inherited fused update would
+    have skipped it)."""
+    from replaybench.impl.concurrent import policy
+    from replaybench.impl.concurrent.policies.lazy_writing import LazyWriting
+
+    monkeypatch.setattr(policy, "_policies", dict(policy._policies))
+    calls = []
+
+    @policy.register
+    class CountedUpdates(LazyWriting):
+        name = "counted-updates"
+
+        def update(self, idx, vals, stamps):
+            calls.append(idx.size)
+            return super().update(idx, vals, stamps)
+
+    assert CountedUpdates.fused_update is False and CountedUpdates.fused_insert == shared_fused.LAZY
+    assert CountedUpdates.fused_sample == shared_fused.DRAW_LOCKED
+    with SharedPrioritizedBuffer.create(64, FIELDS, policy="counted-updates", seed=0) as buf:
+        C.prefill(buf, 64, NB)
+        out = buf.sample(8)
+        assert buf.update_priorities(out["indices"], np.ones(8), out["stamps"]) == 8 and calls == [8]

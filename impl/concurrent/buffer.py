@@ -345,11 +345,8 @@ class SharedPrioritizedBuffer:
             vals = vals[n - keep:]
         protocol = self._policy.fused_insert
         if protocol is not None:
-            tree, st = self._tree, self._storage
-            status, first, row = fused.add(*self._head, self._writers, self.handle.resum_every,
-                                           my_token(), self._lockstats, protocol, cap,
-                                           _NO_VALUES if vals is None else vals, self.eps, self.alpha, tree.max_leaf,
-                                           st.arena, st.table, st.as_bytes(arrays, n - keep, keep), keep)
+            status, first, row = fused.add(*self._add_args(protocol, vals, self._storage.as_bytes(arrays, n - keep,
+                                                                                                    keep), keep))
             if status == fused.STATUS_OK:
                 return self._ring.slots(first, keep)
             self._lockstats[fused.FALLBACKS] += 1
@@ -519,15 +516,17 @@ class SharedPrioritizedBuffer:
             arrays, n = self._storage.check_batch(batch)
             if not 0 < n <= self.handle.capacity:
                 raise ValueError(f"batch must have 1 to capacity={self.handle.capacity} rows, got {n}")
-            tree, st = self._tree, self._storage
-            return (*self._head, self._writers, self.handle.resum_every, my_token(), self._lockstats,
-                    self._policy.fused_insert, self.handle.capacity, _NO_VALUES, self.eps, self.alpha, tree.max_leaf,
-                    st.arena, st.table, st.as_bytes(arrays, 0, n), n)
+            return self._add_args(self._policy.fused_insert, None, self._storage.as_bytes(arrays, 0, n), n)
         raise ValueError(f"op must be 'sample' (with out from sample_out), 'update' or 'add' (with batch), for a "
-                         f"policy with that fused "
-                         f"protocol; got {op!r} for policy {self.handle.policy!r}")
+                         f"policy with that fused protocol; got {op!r} for policy {self.handle.policy!r}")
 
     # ------------------------------------------------------------------ helpers (unguarded: called inside calls)
+    def _add_args(self, protocol: int, vals, rows: tuple, keep: int) -> tuple:
+        st = self._storage
+        return (*self._head, self._writers, self.handle.resum_every, my_token(), self._lockstats, protocol,
+                self.handle.capacity, _NO_VALUES if vals is None else vals, self.eps, self.alpha, self._tree.max_leaf,
+                st.arena, st.table, rows, keep)
+
     def _update_args(self, idx: np.ndarray, vals: np.ndarray, stamps, n_valid: int) -> tuple:
         return (*self._head, self.handle.resum_every, my_token(), self._lockstats, idx, vals,
                 _NO_STAMPS if stamps is None else stamps, stamps is not None, n_valid, self.eps, self.alpha,
