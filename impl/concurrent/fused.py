@@ -65,9 +65,10 @@ from .atomics import atomic_cas, atomic_read, cpu_relax, monotonic, yield_core
 from .ring import (TREE_LOCK, count_changes, count_redrawn, fresh_mask, max_priority, note_max, note_rebuild,
                    publish_slots, reserve_slots, tickets)
 
-__all__ = ["GATHER_LOCKED", "DRAW_LOCKED", "OPTIMISTIC", "LOCKED", "LAZY", "LOCK_SPINS", "STATUS_OK",
+__all__ = ["GATHER_LOCKED", "DRAW_LOCKED", "OPTIMISTIC", "LOCKED", "LAZY", "LOCK_SPINS", "LOCK_PAUSES", "STATUS_OK",
            "STATUS_BUSY", "STATUS_HELD", "STATUS_RESERVE", "STATUS_PUBLISH_BUSY", "STATUS_CHANGING",
-           "MAX_CHANGED_ROUNDS", "LOCKSTATS", "LOCKSTATS_SIZE", "WAIT_S", "HOLD_S", "ACQUISITIONS", "CONTENDED", "FALLBACKS", "sample", "add", "update"]
+           "MAX_CHANGED_ROUNDS", "LOCKSTATS", "LOCKSTATS_SIZE", "WAIT_S", "HOLD_S", "ACQUISITIONS", "CONTENDED",
+           "FALLBACKS", "sample", "add", "update"]
 
 GATHER_LOCKED, DRAW_LOCKED, OPTIMISTIC = 0, 1, 2  # sample protocols
 LOCKED, LAZY = 0, 1  # insert protocols
@@ -86,7 +87,7 @@ STATUS_BUSY = 20  # the lock stayed held for LOCK_SPINS polls; nothing was chang
 STATUS_HELD = 21  # the calling thread holds the lock already (a reentrant call); nothing was changed
 STATUS_RESERVE = 22  # add: the ring could not be reserved (lapped writer, full table); nothing was changed
 STATUS_PUBLISH_BUSY = 23  # add: reserved and copied, but the publishing lock stayed held: Python publishes
-STATUS_CHANGING = 24  # sample: rows kept changing during the copy for MAX_REDRAWS rounds
+STATUS_CHANGING = 24  # sample: rows kept changing during the copy for MAX_CHANGED_ROUNDS rounds
 
 LOCKSTATS = 5  # statistics in a lockstats array
 LOCKSTATS_SIZE = LOCKSTATS + 2  # ... followed by the clock's scratch (int64 seconds, nanoseconds)
