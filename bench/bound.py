@@ -22,7 +22,8 @@ The run's **bound** is the smallest cap; its kind is the role that sets it ("act
 "learner"), or "buffer" when ``replay`` (add, sample, update, lock waits included) is the
 largest busy section of that role: then the buffer, not the role's own work, is what a
 faster run must cut. The **fraction** is the run's env steps per second over the bound
-(1.0 = the binding role never waited; it is the binding role's busy share of the wall time). A sequential run's cap is its own busy rate; its kind
+(1.0 = the binding role never waited; it is the binding role's busy share of the wall
+time). A sequential run's cap is its own busy rate; its kind
 is the largest of acting (env_step + inference), learning (sgd) and replay.
 
 What this leaves out (so a fraction below 1 does not say which): cores shared by more

@@ -304,7 +304,8 @@ _KEY_ARG = 15  # position of the key in the sample kernel's arguments (checked i
 def shared_gil_share(policy: str, capacity: int, *, variant: str = "kary-aligned", batch: int = 64,
                      transition: str = "cartpole", calls: int = 500, repeats: int = 5, seed: int = 0) -> dict:
     """The share of a shared buffer's ``sample(batch, out=...)``, ``update_priorities(batch)``
-    and ``add(batch rows)`` calls that holds the GIL (the shared-buffer counterpart of :func:`bench.workloads.gil_share`).
+    and ``add(batch rows)`` calls that holds the GIL (the shared-buffer counterpart of
+    :func:`bench.workloads.gil_share`).
 
     Method: one thread, one buffer of ``capacity`` rows of ``transition`` size with random
     priorities; the median seconds of a whole call from Python (``call_s``: the checks, the

@@ -27,7 +27,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["atomic_add", "atomic_cas", "atomic_load", "cas", "fetch_add", "load", "atomic_read", "cpu_relax", "monotonic", "yield_core"]
+__all__ = ["atomic_add", "atomic_cas", "atomic_load", "cas", "fetch_add", "load", "atomic_read", "cpu_relax", "monotonic",
+           "yield_core"]
 
 _X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
 _CLOCK_MONOTONIC = 1  # Linux's clock id

@@ -67,7 +67,8 @@ class Reservation(NamedTuple):
 
 @njit(nogil=True, cache=True)
 def reserve_slots(ctrl, writers, stamps, n, token, capacity, guard_lapping):
-    """Under the tree lock: :meth:`SharedRing.reserve`'s one pass. ``(t0, row, -1)`` on success; ``(t0, -1, r)`` when the range would overtake in-flight
+    """Under the tree lock: :meth:`SharedRing.reserve`'s one pass. ``(t0, row, -1)`` on
+    success; ``(t0, -1, r)`` when the range would overtake in-flight
     row ``r``; ``(t0, -1, -1)`` when the table is full. One pass, O(MAX_WRITERS + n)."""
     t0 = ctrl[_TICKET]
     free = -1
