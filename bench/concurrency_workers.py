@@ -36,7 +36,9 @@ import numpy as np
 from replaybench.impl.ratelimit import RateLimiter as Limiter
 from replaybench.impl.ratelimit import SampleToInsertRatio
 
-__all__ = ["TRANSITIONS", "ID_STRIDE", "RateLimiter", "schema", "make_batch", "intact_rows", "prefill", "run_workers"]
+
+__all__ = ["TRANSITIONS", "ID_STRIDE", "RateLimiter", "schema", "make_batch", "intact_rows", "prefill", "run_workers",
+           "shared_gil_share"]
 
 TRANSITIONS = {"cartpole": 40, "mujoco": 200, "atari": 84 * 84 * 4}
 ID_STRIDE = 10**12  # writer w's k-th transition has id w * ID_STRIDE + k
@@ -294,3 +296,88 @@ def run_workers(handle, writers: int, learners: int, mode: str, cfg: dict, windo
                     w.kill()
                 w.join(5)
     return results
+
+
+_KEY_ARG = 15  # position of the key in the sample kernel's arguments (checked in shared_gil_share)
+
+
+def shared_gil_share(policy: str, capacity: int, *, variant: str = "kary-aligned", batch: int = 64,
+                     transition: str = "cartpole", calls: int = 500, repeats: int = 5, seed: int = 0) -> dict:
+    """The share of a shared buffer's ``sample(batch, out=...)``, ``update_priorities(batch)``
+    and ``add(batch rows)`` calls that holds the GIL (the shared-buffer counterpart of
+    :func:`bench.workloads.gil_share`).
+
+    Method: one thread, one buffer of ``capacity`` rows of ``transition`` size with random
+    priorities; the median seconds of a whole call from Python (``call_s``: the checks, the
+    gate, numba's dispatch and the kernel) against the same kernel with the same arguments
+    run ``calls`` times from a compiled loop (``kernel_s``: no Python, no dispatch; the sample
+    gets a new key per call, as from Python). Both are this thread's CPU seconds
+    (``time.thread_time``), not wall time, so other processes on a busy machine inflate
+    neither. ``gil_share = 1 - kernel_s / call_s`` is what a second thread on the buffer cannot
+    overlap; ``2 / (1 + gil_share)`` bounds two threads' speed-up. Returns ``{"policy",
+    "variant", "capacity", "batch", "sample": {...}, "update": {...}, "add": {...}, "step":
+    {...}}`` (each ``call_s``, ``kernel_s``, ``gil_share``; "step" is a learner's sample plus
+    update). Raises ValueError for a policy without fused sample, update and add (deferred,
+    pal-locks). Costs
+    ``4 * repeats * calls`` calls; compare shares measured in one run.
+    """
+    from numba import njit
+
+    from replaybench.impl.concurrent import SharedPrioritizedBuffer
+    from replaybench.impl.concurrent import fused
+
+    @njit(nogil=True)
+    def sample_loop(n, head, tail):
+        for c in range(n):
+            fused.sample(*head, c, *tail)
+
+    @njit(nogil=True)
+    def update_loop(n, args):
+        for _ in range(n):
+            fused.update(*args)
+
+    @njit(nogil=True)
+    def add_loop(n, args):
+        for _ in range(n):
+            fused.add(*args)
+
+    nbytes = TRANSITIONS[transition]
+    rng = np.random.default_rng(seed)
+    buf = SharedPrioritizedBuffer.create(capacity, schema(nbytes), variant=variant, policy=policy, seed=seed)
+    try:
+        prefill(buf, capacity, nbytes)
+        buf.update_priorities(np.arange(capacity), rng.random(capacity) + 0.01)
+        out = buf.sample_out(batch)
+        idx, pr = rng.integers(0, capacity, batch), rng.random(batch) + 0.01
+        sargs = buf.kernel_args("sample", out=out, key=12345)
+        uargs = buf.kernel_args("update", indices=idx, priorities=pr)
+        rows = make_batch(np.arange(batch), nbytes)
+        aargs = buf.kernel_args("add", batch=rows)
+        if sargs[_KEY_ARG] != 12345:
+            raise RuntimeError("the sample kernel's key is no longer argument 15: update _KEY_ARG")
+        head, tail = sargs[:_KEY_ARG], sargs[_KEY_ARG + 1:]
+        sample_loop(1, head, tail)
+        update_loop(1, uargs)
+        add_loop(1, aargs)
+        timed = {"sample": ([], [], lambda i: buf.sample(batch, out=out), lambda: sample_loop(calls, head, tail)),
+                 "update": ([], [], lambda i: buf.update_priorities(idx, pr), lambda: update_loop(calls, uargs)),
+                 "add": ([], [], lambda i: buf.add(rows), lambda: add_loop(calls, aargs))}
+        for _ in range(repeats):
+            for call_s, kernel_s, call, loop in timed.values():
+                t0 = time.thread_time()
+                for i in range(calls):
+                    call(i)
+                t1 = time.thread_time()
+                loop()
+                call_s.append((t1 - t0) / calls)
+                kernel_s.append((time.thread_time() - t1) / calls)
+    finally:
+        buf.close()
+    result = {"policy": policy, "variant": variant, "capacity": capacity, "batch": batch}
+    for op, (call_s, kernel_s, _, _) in timed.items():
+        call, kernel = float(np.median(call_s)), float(np.median(kernel_s))
+        result[op] = {"call_s": call, "kernel_s": kernel, "gil_share": max(0.0, 1.0 - kernel / call)}
+    call = result["sample"]["call_s"] + result["update"]["call_s"]
+    kernel = result["sample"]["kernel_s"] + result["update"]["kernel_s"]
+    result["step"] = {"call_s": call, "kernel_s": kernel, "gil_share": max(0.0, 1.0 - kernel / call)}
+    return result

@@ -33,7 +33,7 @@ from .trees.array_trees import ArraySumTree
 from .trees.base import SumTree, as_indices, as_priorities, raise_for_status
 
 __all__ = ["ReplayBuffer", "UniformReplayBuffer", "PrioritizedReplayBuffer", "SampleOut", "check_buffer_params",
-           "check_priorities", "check_number"]
+           "check_priorities", "check_number", "make_sample_out"]
 
 
 def check_priorities(idx: np.ndarray, priorities, n_valid: int) -> None:
@@ -92,6 +92,23 @@ class SampleOut(dict):
     """
 
     __slots__ = ("owner", "batch_size", "block", "block_table", "src_table", "index", "weight", "scratch")
+
+
+def make_sample_out(out: SampleOut, owner, storage: Storage, n: int, fields: bool = True) -> SampleOut:
+    """Fill the empty ``out`` (a :class:`SampleOut` or a subclass) with the output arrays of ``n``
+    draws from ``storage`` for buffer ``owner`` (unchecked: the callers check ``n``). One
+    allocation per array."""
+    out.block, out.block_table, arrays = storage.out_block(n)
+    out.src_table = storage.table
+    if fields:
+        out.update(arrays)
+    else:
+        out.src_table = out.src_table[:0]  # no field: the gather loop runs over nothing
+    out.owner, out.batch_size = owner, n
+    out.index = out["indices"] = np.empty(n, dtype=np.int64)
+    out.weight = out["weights"] = np.empty(n, dtype=np.float32)
+    out.scratch = np.empty(n, dtype=np.float64)
+    return out
 
 
 class ReplayBuffer:
@@ -191,19 +208,7 @@ class ReplayBuffer:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         if not isinstance(fields, (bool, np.bool_)):
             raise ValueError(f"fields must be True or False, got {fields!r}")
-        n = int(batch_size)
-        out = SampleOut()
-        out.block, out.block_table, arrays = self.storage.out_block(n)
-        out.src_table = self.storage.table
-        if fields:
-            out.update(arrays)
-        else:
-            out.src_table = out.src_table[:0]  # no field: the gather loop runs over nothing
-        out.owner, out.batch_size = self, n
-        out.index = out["indices"] = np.empty(n, dtype=np.int64)
-        out.weight = out["weights"] = np.empty(n, dtype=np.float32)
-        out.scratch = np.empty(n, dtype=np.float64)
-        return out
+        return make_sample_out(SampleOut(), self, self.storage, int(batch_size), bool(fields))
 
     def _check_out(self, out, batch_size: int) -> SampleOut:
         if out is None:

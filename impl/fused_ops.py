@@ -27,7 +27,7 @@ from numba import njit
 from .storage import gather_rows, touch_rows, write_rows
 from .trees import kernels, ops
 
-__all__ = ["UNIFORM", "STATUS_OK", "STATUS_NO_MASS", "STATUS_REDRAWS", "MAX_REDRAWS", "REBUILD_AFTER",
+__all__ = ["UNIFORM", "STATUS_OK", "STATUS_NO_MASS", "STATUS_REDRAWS", "MAX_REDRAWS", "REBUILD_AFTER", "mass", "redraw",
            "uniform01", "sample", "add", "uniform_tree_args"]
 
 #: The ``kind`` of a buffer without a tree (uniform sampling over ``size`` slots).
@@ -59,13 +59,13 @@ def uniform01(key, counter):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _mass(key, counter, b, n, total, stratified):
+def mass(key, counter, b, n, total, stratified):
     v = uniform01(key, counter)
     return (b + v) * (total / n) if stratified else v * total
 
 
 @njit(nogil=True, cache=True)
-def _redraw(kind, sums, mins, lay, K, touch_from, state, key, stratified, out_index, prio):
+def redraw(kind, sums, mins, lay, K, touch_from, state, key, stratified, out_index, prio):
     """Redraw the positions whose ``out_index`` is -1 until none is (see :data:`MAX_REDRAWS`)."""
     n = out_index.shape[0]
     root = lay[0, 0]
@@ -82,7 +82,7 @@ def _redraw(kind, sums, mins, lay, K, touch_from, state, key, stratified, out_in
         j = np.empty(bad.shape[0], dtype=np.int64)
         p = np.empty(bad.shape[0])
         for r in range(bad.shape[0]):
-            u[r] = _mass(key, (attempt + 1) * n + bad[r], bad[r], n, total, stratified)
+            u[r] = mass(key, (attempt + 1) * n + bad[r], bad[r], n, total, stratified)
         ops.descend(kind, sums, lay, K, touch_from, u, j)  # rare: the touch sums need not be kept
         ops.read_leaves(kind, sums, lay, touch_from, j, p)
         for r in range(bad.shape[0]):
@@ -124,7 +124,7 @@ def sample(kind, sums, mins, lay, K, kshift, touch_from, state, size, key, strat
         if not total > 0.0:
             return STATUS_NO_MASS
         for b in range(n):
-            scratch[b] = _mass(key, b, b, n, total, stratified)
+            scratch[b] = mass(key, b, b, n, total, stratified)
         touched += ops.descend(kind, sums, lay, K, touch_from, scratch, out_index)
         if touch_rows:
             # The rows' misses go out now, to overlap the leaf reads and the weights' powers
@@ -133,7 +133,7 @@ def sample(kind, sums, mins, lay, K, kshift, touch_from, state, size, key, strat
         misses, leaf_touch = ops.read_leaves(kind, sums, lay, touch_from, out_index, scratch)
         touched += leaf_touch
         if misses > 0:
-            status = _redraw(kind, sums, mins, lay, K, touch_from, state, key, stratified, out_index, scratch)
+            status = redraw(kind, sums, mins, lay, K, touch_from, state, key, stratified, out_index, scratch)
             if status != STATUS_OK:
                 return status
         pmin = np.float64(mins[root])

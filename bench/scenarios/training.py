@@ -30,7 +30,10 @@ one batched forward), per run:
   baseline is in the same run; 1.0 for the baseline itself); vs_process (x, Ray and dataflow
   runs: env_steps_per_s over the process backend's run of the same configuration in the same run);
   actor_restarts and dropped_batches (Ray runs only: actor processes restarted, batches lost
-  with them);
+  with them); bound_steps_per_s (steps/s) and bound_fraction (x), with params.bound = "actor",
+  "learner" or "buffer" and params.bound_role (the role that sets it): what bounds the run and
+  the fraction of that bound it reached, from its profile (:mod:`bench.bound`; absent when the
+  profile cannot say, e.g. a run without updates);
 - op "episode", metric "return": one row per finished episode, with env_steps and wall_s
   (seconds since the first env step) and ``repeat`` = the episode's index;
 - op "profile", metric env_step / inference / replay / sgd / wait / other: seconds, summed over
@@ -55,6 +58,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from replaybench.bench.bound import run_bound
 from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError, suite_errors
 
 __all__ = ["SUMMARY_UNITS", "WRITE_EVERY_S", "run_base", "episode_rows", "result_rows", "EpisodeRows", "ProgressBar",
@@ -68,7 +72,8 @@ WRITE_EVERY_S = 5.0
 SUMMARY_UNITS = {"env_steps_per_s": "steps/s", "updates_per_s": "updates/s", "sample_latency_s": "s",
                  "time_to_threshold_s": "s", "steps_to_threshold": "steps", "actor_wait_s": "s",
                  "learner_wait_s": "s", "buffer_lock_wait_s": "s", "speedup": "x", "vs_process": "x",
-                 "actor_restarts": "count", "dropped_batches": "count"}
+                 "actor_restarts": "count", "dropped_batches": "count", "bound_steps_per_s": "steps/s",
+                 "bound_fraction": "x"}
 
 
 # ------------------------------------------------------------------------------------------ rows
@@ -131,6 +136,12 @@ def result_rows(result, row: dict, speedup: float | None = None, vs_process: flo
         else:
             r.update(status="ok", value=float(value))
         out.append(r)
+    bound = run_bound(result.profiles, result.processes, result.env_steps, result.updates, result.wall_s)
+    if bound is not None:
+        params = {**row["params"], "bound": bound.kind, "bound_role": bound.role}
+        for metric, value in (("bound_steps_per_s", bound.steps_per_s), ("bound_fraction", bound.fraction)):
+            out.append({**row, "params": params, "op": "summary", "metric": metric, "unit": SUMMARY_UNITS[metric],
+                        "repeat": 0, "status": "ok", "value": float(value)})
     out += episode_rows(result.episodes, row, first_episode)
     for role, sections in result.profiles.items():
         params = {**row["params"], "role": role, "processes": result.processes[role]}
@@ -209,8 +220,9 @@ class ProgressBar:
 
 # ------------------------------------------------------------------------------------------ table
 def format_table(rows: list[dict]) -> str:
-    """One line per run: throughput, time to threshold, waits, speedup, and the replay share:
-    replay seconds over all process seconds of the run (every section of every process)."""
+    """One line per run: throughput, time to threshold, waits, speedup, the replay share
+    (replay seconds over all process seconds of the run: every section of every process), and
+    what bounds the run with the fraction of that bound reached (:mod:`bench.bound`)."""
     from replaybench.bench.summary import format_table as table
 
     runs: dict[tuple, dict] = {}
@@ -222,6 +234,8 @@ def format_table(rows: list[dict]) -> str:
         entry = runs.setdefault(key, {"profile": {}})
         if r["op"] == "summary":
             entry[r["metric"]] = r.get("value") if r["status"] == "ok" else r["status"]
+            if r["metric"] == "bound_fraction":
+                entry["bound"] = params.get("bound")
         elif r["op"] == "profile":
             entry["profile"][r["metric"]] = entry["profile"].get(r["metric"], 0.0) + float(r["value"])
 
@@ -236,9 +250,11 @@ def format_table(rows: list[dict]) -> str:
                      num(e.get("env_steps_per_s"), "{:.0f}"), num(e.get("updates_per_s"), "{:.0f}"), num(e.get("time_to_threshold_s"), "{:.1f}"),
                      num(e.get("speedup"), "{:.2f}"), num(e.get("vs_process"), "{:.2f}"),
                      num(e.get("actor_wait_s"), "{:.1f}"),
-                     num(e.get("learner_wait_s"), "{:.1f}"), num(share, "{:.1%}")])
+                     num(e.get("learner_wait_s"), "{:.1f}"), num(share, "{:.1%}"), e.get("bound") or "-",
+                     num(e.get("bound_steps_per_s"), "{:.0f}"), num(e.get("bound_fraction"), "{:.0%}")])
     header = ["variant", "policy", "engine", "upd/step", "E", "A", "L", "seed", "steps/s", "upd/s", "t_thresh s",
-              "speedup", "vs process", "actor wait s", "learner wait s", "replay share"]
+              "speedup", "vs process", "actor wait s", "learner wait s", "replay share", "bound", "bound steps/s",
+              "of bound"]
     return "\n".join(table(header, body, set(range(3, len(header)))))
 
 

@@ -13,6 +13,16 @@ argument and the value before anything is reserved or written, so a refused call
 nothing; no sample returns a torn row or a slot being written (the copy is stamp-checked and
 redrawn, see :mod:`impl.concurrent.ring`).
 
+One compiled call per operation (:mod:`impl.concurrent.fused`): where the policy declares a
+protocol for it (global-lock, lazy-writing and optimistic for all three operations, pal-locks
+for samples), ``sample``, ``add`` and ``update_priorities`` check their arguments in Python
+and make one ``nogil`` kernel call that takes the lock, draws, copies and computes the weights
+(or reserves, copies, publishes; or drops stale updates and writes the tree). When the kernel
+cannot finish alone (the lock stays held past its spin budget, a sample must wait for
+inserts, an insert would lap a writer still copying) the call runs the policy's Python
+methods instead, which sleep, time out and recover dead holders; :attr:`fallbacks` counts
+those calls. ``sample(..., out=buf.sample_out(n))`` reuses its output arrays.
+
 Closing (:mod:`impl.concurrent.guard`): :meth:`~SharedPrioritizedBuffer.close` refuses new
 calls, waits for the calls other threads have in flight on the object, then lets the memory
 go. Afterwards every method, and every part the object handed out (``tree``, ``storage``,
@@ -44,19 +54,32 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import registry
-from ..buffers import PrioritizedReplayBuffer, check_priorities
+from ..buffers import PrioritizedReplayBuffer, SampleOut, check_priorities, make_sample_out
 from ..trees import kernels
 from ..trees.base import as_indices, as_priorities, raise_for_status
+from . import fused
 from .guard import BufferClosed, CallGate, GuardedView, guarded
-from .locks import SharedLock
+from .locks import SharedLock, my_token
 from .policy import Parts, get as get_policy
-from .ring import LEAF_LOCK, TREE_LOCK, SharedRing, ring_arrays
+from .ring import LEAF_LOCK, TREE_LOCK, Reservation, SharedRing, ring_arrays
 from .shm import ArenaSpec, SharedArena
 
-__all__ = ["BufferHandle", "SharedPrioritizedBuffer", "BufferClosed", "MAX_REDRAWS"]
+__all__ = ["BufferHandle", "SharedPrioritizedBuffer", "SharedSampleOut", "BufferClosed", "MAX_REDRAWS"]
 
-MAX_REDRAWS = 64  # rounds of redrawing rows whose slot changed during a sample's copy
+MAX_REDRAWS = fused.MAX_CHANGED_ROUNDS  # rounds of redrawing rows whose slot changed during a sample's copy
 DEFAULT_TIMEOUT = 120.0  # seconds a call waits for a lock, or for a lapped writer, before TimeoutError
+
+
+class SharedSampleOut(SampleOut):
+    """Reusable output of :meth:`SharedPrioritizedBuffer.sample` (from its ``sample_out``): the
+    fields, ``indices``, ``weights`` and ``stamps`` (int64), refilled in place by each call."""
+
+    __slots__ = ("stamp", "kernel_tail")  # kernel_tail: the sample kernel's last arguments, made once
+
+
+_NO_VALUES = np.empty(0, dtype=np.float64)
+_INT64 = np.dtype(np.int64)
+_NO_STAMPS = np.empty(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -118,8 +141,15 @@ class SharedPrioritizedBuffer:
                                      timeout=timeout)
         self._leaf_lock = SharedLock(self._ring.control, LEAF_LOCK, "leaves", timeout=timeout)
         self._rng = np.random.default_rng(seed)
+        # The fused kernels' view of the same state (impl.concurrent.fused), and this object's
+        # statistics of the lock taken inside them (the SharedLock objects count the rest).
+        self._ring_args = (a["ctrl"], a["fctrl"], a["stamps"])
+        self._writers = a["writers"]
+        self._lockstats = np.zeros(fused.LOCKSTATS_SIZE)  # with the clock's scratch: one per object, as the rng
+        self._head = (*self._tree.kernel_args, *self._ring_args)  # what every fused call starts with
         self._policy = get_policy(handle.policy)(Parts(self._tree, self._storage, self._ring, self._tree_lock,
                                                        self._leaf_lock, self.alpha, self.eps, self.stratified))
+        self._rounds = getattr(self._policy, "ROUNDS", 0)  # optimistic's unlocked draw rounds
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -214,6 +244,7 @@ class SharedPrioritizedBuffer:
         arena = self._arena
         self._arena = self._tree = self._storage = self._ring = self._policy = None
         self._tree_lock = self._leaf_lock = None
+        self._ring_args = self._writers = self._head = None
         arena.close()
 
     @property
@@ -290,15 +321,22 @@ class SharedPrioritizedBuffer:
     @property
     @guarded
     def lock_wait_seconds(self) -> float:
-        """Seconds this object's callers spent waiting for the buffer's locks."""
-        return self._tree_lock.wait_seconds + self._leaf_lock.wait_seconds
+        """Seconds this object's callers spent waiting for the buffer's locks (in kernels and in Python)."""
+        return self._tree_lock.wait_seconds + self._leaf_lock.wait_seconds + float(self._lockstats[fused.WAIT_S])
 
     @property
     @guarded
     def lock_hold_seconds(self) -> float:
         """Seconds this object's callers held the tree lock (the lock every policy serialises
-        its tree work on; the leaf lock is only taken inside it)."""
-        return self._tree_lock.hold_seconds
+        its tree work on; the leaf lock is only taken inside it), in kernels and in Python."""
+        return self._tree_lock.hold_seconds + float(self._lockstats[fused.HOLD_S])
+
+    @property
+    @guarded
+    def fallbacks(self) -> int:
+        """Calls of this object that a fused kernel handed to the policy's Python methods (a
+        lock held past the kernel's spin budget, a wait for inserts, a lapped writer)."""
+        return int(self._lockstats[fused.FALLBACKS])
 
     @guarded
     def counters(self) -> dict:
@@ -317,36 +355,91 @@ class SharedPrioritizedBuffer:
         if priorities is not None:
             vals = as_priorities(priorities, n)
             self._check_new_priorities(vals)
-        keep = min(n, self.handle.capacity)
-        if keep < n:
-            arrays = {k: v[n - keep:] for k, v in arrays.items()}
-            vals = None if vals is None else vals[n - keep:]
+        cap = self.handle.capacity
+        keep = min(n, cap)
         if keep == 0:
             return np.empty(0, dtype=np.int64)
+        if vals is not None and keep < n:
+            vals = vals[n - keep:]
+        protocol = self._policy.fused_insert
+        if protocol is not None:
+            status, first, row = fused.add(*self._add_args(protocol, vals, self._storage.as_bytes(arrays, n - keep,
+                                                                                                    keep), keep))
+            if status == fused.STATUS_OK:
+                return self._ring.slots(first, keep)
+            self._lockstats[fused.FALLBACKS] += 1
+            if status == fused.STATUS_PUBLISH_BUSY:  # reserved and copied: publish as the policy does
+                with self._tree_lock:
+                    self._policy.set_new_priorities(first, keep, vals)
+                    self._ring.publish(Reservation(first, row, 0), keep)
+                return self._ring.slots(first, keep)
+        if keep < n:
+            arrays = {k: v[n - keep:] for k, v in arrays.items()}
         first = self._policy.insert(arrays, keep, vals)
         return self._ring.slots(first, keep)
 
     @guarded
-    def sample(self, batch_size: int, beta: float | None = None, rng=None) -> dict[str, np.ndarray]:
-        """Draw ``batch_size`` rows, ``P(i) = p_i / total``: the fields plus ``indices``,
-        ``weights`` (float32, ``(p_i / p_min) ** -beta``) and ``stamps`` (pass them back to
-        :meth:`update_priorities`). Raises ValueError when nothing is sampleable yet."""
-        beta = self.beta if beta is None else beta
+    def sample_out(self, batch_size: int) -> SharedSampleOut:
+        """Output arrays for ``sample(batch_size, out=...)``, reused across calls (no allocation
+        per call). Belongs to this object."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not 0.0 <= beta <= 1.0:
-            raise ValueError(f"beta must be a number in [0, 1], got {beta!r}")
+        out = make_sample_out(SharedSampleOut(), self, self._storage, int(batch_size))
+        out.stamp = out["stamps"] = np.empty(int(batch_size), dtype=np.int64)
+        out.kernel_tail = (self._storage.arena, out.src_table, out.block, out.block_table, False, out.index, out.weight,
+                           out.stamp, out.scratch)
+        return out
+
+    @guarded
+    def sample(self, batch_size: int, beta: float | None = None, rng=None, out=None) -> dict[str, np.ndarray]:
+        """Draw ``batch_size`` rows, ``P(i) = p_i / total``: the fields plus ``indices``,
+        ``weights`` (float32, ``(p_i / p_min) ** -beta``) and ``stamps`` (pass them back to
+        :meth:`update_priorities`). ``rng``: a numpy Generator (default this object's); one key
+        per call is taken from it (:mod:`impl.fused_ops`). ``out``: arrays from :meth:`sample_out`,
+        refilled and returned. Raises ValueError when nothing is sampleable yet."""
+        beta = self.beta if beta is None else beta
+        # The common case (plain int and float in range, this object's generator and out) is
+        # checked first: it is the Python every call pays for.
+        if not (type(batch_size) is int and batch_size >= 1 and type(beta) is float and 0.0 <= beta <= 1.0):
+            if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+                raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+            if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not 0.0 <= beta <= 1.0:
+                raise ValueError(f"beta must be a number in [0, 1], got {beta!r}")
+            batch_size, beta = int(batch_size), float(beta)
+        if rng is None:
+            rng = self._rng
+        elif type(rng) is not np.random.Generator and not isinstance(rng, np.random.Generator):
+            raise TypeError(f"rng must be a numpy.random.Generator or None, got {rng!r}")
+        n = batch_size
+        if out is None:
+            out = self.sample_out(n)
+        elif type(out) is not SharedSampleOut or out.owner is not self or out.batch_size != n:
+            raise ValueError(f"out must come from this buffer's sample_out({n}), got {type(out).__name__}"
+                             + (f" for batch_size {out.batch_size}" if isinstance(out, SampleOut) else ""))
         if self._ring.inserted == 0:
             raise ValueError("cannot sample from an empty buffer: add transitions first")
-        rng = self._rng if rng is None else rng
-        sel = self._policy.select(int(batch_size), rng)
-        out = sel.rows
-        if out is None:  # copied outside the lock: redraw rows whose slot changed meanwhile
-            out = self._storage.gather(sel.indices)
-            self._redraw_changed(sel, out, rng)
-        out["indices"] = sel.indices
-        out["weights"] = np.power(sel.priorities / sel.p_min, -float(beta)).astype(np.float32)
-        out["stamps"] = sel.stamps
+        protocol = self._policy.fused_sample
+        if protocol is not None:
+            status = fused.sample(*self._head, my_token(), self._lockstats, protocol, self._rounds,
+                                  rng.bit_generator.random_raw() >> 1, self.stratified, beta, *out.kernel_tail)
+            if status == fused.STATUS_OK:
+                return out
+            self._lockstats[fused.FALLBACKS] += 1
+        return self._sample_python(n, beta, rng, out)
+
+    def _sample_python(self, n: int, beta: float, rng, out: SharedSampleOut) -> SharedSampleOut:
+        """The policy's own select (its waits, timeouts and recovery), then the copy and its
+        seqlock check, into ``out``."""
+        sel = self._policy.select(n, rng)
+        rows = sel.rows
+        if rows is None:  # copied outside the lock: redraw rows whose slot changed meanwhile
+            rows = self._storage.gather(sel.indices)
+            self._redraw_changed(sel, rows, rng)
+        for name, col in rows.items():
+            out[name][...] = col
+        out.index[:] = sel.indices
+        out.weight[:] = np.power(sel.priorities / sel.p_min, -beta)
+        out.stamp[:] = sel.stamps
         return out
 
     @guarded
@@ -359,12 +452,24 @@ class SharedPrioritizedBuffer:
         """
         idx = as_indices(indices)
         vals = as_priorities(priorities, idx.shape[0])
-        check_priorities(idx, vals, self._len())
-        if stamps is not None:
+        if stamps is not None and not (type(stamps) is np.ndarray and stamps.dtype == _INT64
+                                       and stamps.shape == idx.shape and stamps.flags.c_contiguous):
             stamps = np.asarray(stamps)
             if stamps.shape != idx.shape or stamps.dtype.kind not in "iu":
                 raise ValueError(f"stamps must be an integer array shaped like indices {idx.shape}, got "
                                  f"{stamps.dtype} {stamps.shape}")
+            stamps = np.ascontiguousarray(stamps, dtype=np.int64)
+        n_valid = self._len()
+        if self._policy.fused_update:
+            tree = self._tree
+            status, pos, applied = fused.update(*self._update_args(idx, vals, stamps, n_valid))
+            if status == fused.STATUS_OK:
+                return int(applied)
+            if status < fused.STATUS_BUSY:  # a bad entry, found before anything was written
+                raise_for_status(status, pos, idx, vals, n_valid, "priorities", eps=self.eps, alpha=self.alpha,
+                                 vmax=tree.max_leaf)
+            self._lockstats[fused.FALLBACKS] += 1
+        check_priorities(idx, vals, n_valid)
         return self._policy.update(idx, vals, stamps)
 
     @guarded
@@ -397,8 +502,54 @@ class SharedPrioritizedBuffer:
             tree.propagate(*tree.write_leaves(idx, np.ones(8))[:2])
         self._check_new_priorities(np.ones(8))
         self._tree_lock.holder()
+        # The fused kernels, through the same calls on a small buffer of the same kind.
+        small = SharedPrioritizedBuffer.create(64, _schema(h.fields), variant=h.variant, policy=h.policy, seed=0,
+                                               **dict(h.params))
+        try:
+            rows = {name: np.zeros((8, *shape), dtype) for name, shape, dtype in h.fields}
+            small.add(rows)
+            small.add(rows, np.ones(8))
+            out = small.sample(8)
+            small.update_priorities(out["indices"], np.ones(8), out["stamps"])
+        finally:
+            small.close()
+
+    @guarded
+    def kernel_args(self, op: str, out=None, beta: float | None = None, key: int = 0, indices=None,
+                    priorities=None, stamps=None, batch=None) -> tuple:
+        """The argument tuple the fused kernel of ``op`` gets from the call, for measuring the
+        kernel alone (:func:`bench.concurrency_workers.shared_gil_share` runs it from a compiled loop):
+        ``"sample"`` into ``out`` (from :meth:`sample_out`) with ``key``; ``"update"`` of
+        ``indices`` to checked ``priorities`` (``stamps`` optional); ``"add"`` of ``batch``
+        (a dict of field arrays, at most ``capacity`` rows, new rows at the max priority).
+        ValueError for another op or a policy without that protocol."""
+        if op == "sample" and self._policy.fused_sample is not None and isinstance(out, SharedSampleOut):
+            return (*self._head, my_token(), self._lockstats, self._policy.fused_sample, self._rounds, int(key),
+                    self.stratified, float(self.beta if beta is None else beta), *out.kernel_tail)
+        if op == "update" and self._policy.fused_update:
+            idx = as_indices(indices)
+            st = None if stamps is None else np.asarray(stamps, dtype=np.int64)
+            return self._update_args(idx, as_priorities(priorities, idx.shape[0]), st, self._len())
+        if op == "add" and self._policy.fused_insert is not None and batch is not None:
+            arrays, n = self._storage.check_batch(batch)
+            if not 0 < n <= self.handle.capacity:
+                raise ValueError(f"batch must have 1 to capacity={self.handle.capacity} rows, got {n}")
+            return self._add_args(self._policy.fused_insert, None, self._storage.as_bytes(arrays, 0, n), n)
+        raise ValueError(f"op must be 'sample' (with out from sample_out), 'update' or 'add' (with batch), for a "
+                         f"policy with that fused protocol; got {op!r} for policy {self.handle.policy!r}")
 
     # ------------------------------------------------------------------ helpers (unguarded: called inside calls)
+    def _add_args(self, protocol: int, vals, rows: tuple, keep: int) -> tuple:
+        st = self._storage
+        return (*self._head, self._writers, self.handle.resum_every, my_token(), self._lockstats, protocol,
+                self.handle.capacity, _NO_VALUES if vals is None else vals, self.eps, self.alpha, self._tree.max_leaf,
+                st.arena, st.table, rows, keep)
+
+    def _update_args(self, idx: np.ndarray, vals: np.ndarray, stamps, n_valid: int) -> tuple:
+        return (*self._head, self.handle.resum_every, my_token(), self._lockstats, idx, vals,
+                _NO_STAMPS if stamps is None else stamps, stamps is not None, n_valid, self.eps, self.alpha,
+                self._tree.max_leaf)
+
     def _len(self) -> int:
         return min(self._ring.inserted, self.handle.capacity)
 

@@ -50,14 +50,23 @@ YIELDS = 50
 _local = threading.local()
 
 
+def _forget_tokens() -> None:
+    """In a forked child: every thread-local token names the parent's pid; start afresh."""
+    global _local
+    _local = threading.local()
+
+
+os.register_at_fork(after_in_child=_forget_tokens)
+
+
 def my_token() -> int:
-    """This thread's lock token (never 0); cached per thread, recomputed after a fork."""
-    pid = os.getpid()
-    cached = getattr(_local, "token", 0)
-    if cached >> _PID_SHIFT == pid:
-        return cached
-    _local.token = (pid << _PID_SHIFT) | (threading.get_native_id() & ((1 << _PID_SHIFT) - 1))
-    return _local.token
+    """This thread's lock token (never 0); cached per thread (one attribute read, ~40 ns: it is
+    on every fused call's path), recomputed after a fork."""
+    try:
+        return _local.token
+    except AttributeError:
+        _local.token = (os.getpid() << _PID_SHIFT) | (threading.get_native_id() & ((1 << _PID_SHIFT) - 1))
+        return _local.token
 
 
 def token_pid(token: int) -> int:

@@ -37,6 +37,12 @@ from .ring import SharedRing
 __all__ = ["Parts", "Selection", "Policy", "register", "names", "get"]
 
 
+#: The methods whose work each fused protocol does (see :attr:`Policy.fused_sample`).
+_FUSED_COVERS = {"fused_sample": ("select", "draw", "flush"),
+                 "fused_insert": ("insert", "apply", "set_new_priorities"),
+                 "fused_update": ("update", "apply")}
+
+
 @dataclass(frozen=True)
 class Parts:
     """What a policy works on: one process's objects over the shared memory."""
@@ -76,6 +82,24 @@ class Policy:
     """
 
     name = ""
+    #: The one-kernel-call protocols (:mod:`impl.concurrent.fused`) that do what this policy's
+    #: :meth:`select` (``fused_sample``), :meth:`insert` (``fused_insert``) and :meth:`update`
+    #: (``fused_update``) do; None / False: the buffer calls the Python method. The buffer also
+    #: falls back to the method when a kernel cannot finish alone (a held lock, a wait). A
+    #: subclass that overrides one of the methods a protocol stands for (:data:`_FUSED_COVERS`)
+    #: without declaring that protocol in its own body gets None / False for it, so an override
+    #: is never bypassed by an inherited kernel.
+    fused_sample: int | None = None
+    fused_insert: int | None = None
+    fused_update: bool = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        own = vars(cls)
+        for attr, methods in _FUSED_COVERS.items():
+            if attr not in own and any(m in own for m in methods):
+                setattr(cls, attr, False if attr == "fused_update" else None)
+
     #: True when :meth:`apply` splits tree changes into ``write_leaves`` and ``propagate``;
     #: structures whose ``supports_split_updates`` is False are then refused.
     requires_split_updates = False

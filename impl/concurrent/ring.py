@@ -30,9 +30,12 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from ..trees import ops
 from .locks import pid_alive, token_pid
 
-__all__ = ["SharedRing", "Reservation", "ring_arrays", "MAX_WRITERS", "QUEUE_SIZE", "TREE_LOCK", "LEAF_LOCK"]
+__all__ = ["SharedRing", "Reservation", "ring_arrays", "MAX_WRITERS", "QUEUE_SIZE", "TREE_LOCK", "LEAF_LOCK",
+           "reserve_slots", "publish_slots", "count_changes", "note_rebuild", "note_max", "fresh_mask", "count_redrawn",
+           "tickets", "max_priority"]
 
 MAX_WRITERS = 64  # inserts in flight at once (one per writer thread or process)
 QUEUE_SIZE = 8192  # deferred policy: leaf changes held before the inner nodes catch up
@@ -63,8 +66,9 @@ class Reservation(NamedTuple):
 
 
 @njit(nogil=True, cache=True)
-def _reserve_kernel(ctrl, writers, stamps, n, token, capacity, guard_lapping):
-    """``(t0, row, -1)`` on success; ``(t0, -1, r)`` when the range would overtake in-flight
+def reserve_slots(ctrl, writers, stamps, n, token, capacity, guard_lapping):
+    """Under the tree lock: :meth:`SharedRing.reserve`'s one pass. ``(t0, row, -1)`` on
+    success; ``(t0, -1, r)`` when the range would overtake in-flight
     row ``r``; ``(t0, -1, -1)`` when the table is full. One pass, O(MAX_WRITERS + n)."""
     t0 = ctrl[_TICKET]
     free = -1
@@ -89,10 +93,82 @@ def _reserve_kernel(ctrl, writers, stamps, n, token, capacity, guard_lapping):
 
 
 @njit(nogil=True, cache=True)
-def _publish_kernel(stamps, writers, row, t0, n, capacity):
+def publish_slots(stamps, writers, row, t0, n, capacity):
+    """Under the tree lock: :meth:`SharedRing.publish`'s stamps and in-flight record."""
     for k in range(n):
         stamps[(t0 + k) % capacity] = t0 + k
     writers[row, 0] = 0
+
+
+@njit(nogil=True, cache=True)
+def note_rebuild(ctrl, fctrl, total):
+    """Under the tree lock, right after the tree's inner nodes were rebuilt from its leaves:
+    queued deltas are void, the re-summing count restarts, the rebuild is counted."""
+    ctrl[_QUEUE_LEN] = 0
+    ctrl[_SINCE_REBUILD] = 0
+    fctrl[_T_MAX] = total
+    ctrl[_REBUILDS] += 1
+
+
+@njit(nogil=True, cache=True)
+def count_changes(kind, sums, mins, lay, K, state, ctrl, fctrl, resum_every, n):
+    """Under the tree lock, after ``n`` leaf changes reached the inner nodes: the re-summing
+    rule of :func:`impl.trees.ops.count_updates` (rebuild after ``resum_every`` changes, or
+    once ``since * T_max > resum_every * total``), counted in the shared control block so the
+    float32 drift bound holds across all processes. O(1), or O(capacity) when it rebuilds."""
+    since = ctrl[_SINCE_REBUILD] + n
+    ctrl[_SINCE_REBUILD] = since
+    total = np.float64(sums[lay[0, 0]])
+    t_max = max(fctrl[_T_MAX], total)
+    fctrl[_T_MAX] = t_max
+    if since >= resum_every or since * t_max > resum_every * total:
+        ops.rebuild(kind, sums, mins, lay, K, state)
+        note_rebuild(ctrl, fctrl, np.float64(sums[lay[0, 0]]))
+
+
+@njit(nogil=True, cache=True, inline="always")
+def note_max(fctrl, pmax):
+    """Under the tree lock: raise the max priority new rows get to ``pmax`` if larger."""
+    if pmax > fctrl[_MAX_PRIORITY]:
+        fctrl[_MAX_PRIORITY] = pmax
+
+
+@njit(nogil=True, cache=True)
+def fresh_mask(ctrl, stamps, idx, sampled, use_sampled, keep):
+    """Under the tree lock: ``keep[b]`` is whether update ``b`` still targets the sampled
+    transition (``stamps[idx[b]] == sampled[b]``; without ``use_sampled``, any slot not being
+    written). Skips are counted; returns how many are kept. O(n)."""
+    kept = 0
+    for b in range(idx.shape[0]):
+        now = stamps[idx[b]]
+        ok = now == sampled[b] if use_sampled else now >= 0
+        keep[b] = ok
+        kept += ok
+    if kept < idx.shape[0]:
+        ctrl[_STALE] += idx.shape[0] - kept
+    return kept
+
+
+@njit(nogil=True, cache=True, inline="always")
+def tickets(ctrl):
+    """Tickets handed out so far (kernels' :attr:`SharedRing.inserted`)."""
+    return ctrl[_TICKET]
+
+
+@njit(nogil=True, cache=True, inline="always")
+def max_priority(fctrl):
+    """Kernels' :attr:`SharedRing.max_priority`: what new rows get."""
+    return fctrl[_MAX_PRIORITY]
+
+
+@njit(nogil=True, cache=True, inline="always")
+def count_redrawn(ctrl, n):
+    """Count ``n`` rows redrawn because their slot changed during a copy (statistics only: a
+    lost increment between processes is harmless, so no atomic)."""
+    ctrl[_REDRAWN] += n
+
+
+_NO_STAMPS = np.empty(0, dtype=np.int64)
 
 
 class SharedRing:
@@ -172,7 +248,7 @@ class SharedRing:
         RuntimeError when :data:`MAX_WRITERS` inserts are in flight. O(MAX_WRITERS + n).
         """
         while True:
-            t0, row, blocker = _reserve_kernel(self.control, self._writers, self._stamps, n, token, self.capacity,
+            t0, row, blocker = reserve_slots(self.control, self._writers, self._stamps, n, token, self.capacity,
                                                wait_for_lapped)
             if row >= 0:
                 return Reservation(int(t0), int(row), 0)
@@ -186,43 +262,31 @@ class SharedRing:
     def publish(self, reservation: Reservation, n: int) -> None:
         """Under the tree lock, after the slots' priorities are set: stamp them with their
         tickets (sampleable from now on) and clear the in-flight record."""
-        _publish_kernel(self._stamps, self._writers, reservation.row, reservation.first, n, self.capacity)
+        publish_slots(self._stamps, self._writers, reservation.row, reservation.first, n, self.capacity)
 
     def fresh(self, idx: np.ndarray, stamps) -> np.ndarray:
         """Under the tree lock: the mask of updates that still target the sampled transition
         (same stamp; without ``stamps``, any slot not being written). Skips are counted."""
-        now = self._stamps[idx]
-        keep = now >= 0 if stamps is None else now == stamps
-        skipped = idx.shape[0] - int(np.count_nonzero(keep))
-        if skipped:
-            self.control[_STALE] += skipped
+        keep = np.empty(idx.shape[0], dtype=np.bool_)
+        sampled = _NO_STAMPS if stamps is None else np.asarray(stamps, dtype=np.int64)
+        fresh_mask(self.control, self._stamps, idx, sampled, stamps is not None, keep)
         return keep
 
     def note_max(self, pmax: float) -> None:
         """Under the tree lock: raise the max priority new rows get to ``pmax`` if larger."""
-        if pmax > self._fctrl[_MAX_PRIORITY]:
-            self._fctrl[_MAX_PRIORITY] = pmax
+        note_max(self._fctrl, float(pmax))
 
     def count(self, n: int) -> None:
         """Under the tree lock, after ``n`` leaf changes reached the inner nodes: re-sum when
         the drift bound asks for it (the single-process trees' rule, counted for all processes)."""
-        since = int(self.control[_SINCE_REBUILD]) + n
-        self.control[_SINCE_REBUILD] = since
-        total = self.tree.total()
-        t_max = max(float(self._fctrl[_T_MAX]), total)
-        self._fctrl[_T_MAX] = t_max
-        r = self.resum_every
-        if since >= r or since * t_max > r * total:
-            self.rebuild()
+        t = self.tree.kernel_args
+        count_changes(t[0], t[1], t[2], t[3], t[4], t[7], self.control, self._fctrl, self.resum_every, int(n))
 
     def rebuild(self) -> None:
         """Under the tree lock: recompute the inner nodes from the leaves (always current, so
         queued deltas are void and dropped). O(capacity)."""
         self.tree.rebuild()
-        self.control[_QUEUE_LEN] = 0
-        self.control[_SINCE_REBUILD] = 0
-        self._fctrl[_T_MAX] = self.tree.total()
-        self.control[_REBUILDS] += 1
+        note_rebuild(self.control, self._fctrl, self.tree.total())
 
     def enqueue(self, idx: np.ndarray, deltas: np.ndarray) -> bool:
         """Under the tree lock: append leaf deltas for a later :meth:`take_queue`; False (and

@@ -75,6 +75,13 @@ class TrainConfig:
     """How many updates the learners may fall behind ``updates_per_step * steps`` before
     actors wait (raised to ``1 + ratio * rows`` when smaller, ``rows`` the transitions per buffer add
     (:func:`~impl.rl.common.envs.stage_rows`), which rules out deadlock)."""
+    learner_prefetch: bool = False
+    """Process backend's learners: draw the sample for update ``n + 1`` (from a helper thread
+    with its own attachment of the buffer, into the second of two preallocated outputs) while
+    update ``n`` runs, so the learner's replay time is the part of a sample that SGD did not
+    hide. The sample then predates update ``n``'s new priorities and the rate limiter's check
+    for update ``n + 1`` (one update of staleness, as Ape-X's and PAL's learners prefetch).
+    False: each sample is drawn just before its update (outputs preallocated either way)."""
     start_method: str = "forkserver"
     """multiprocessing start method of the workers: "forkserver" or "spawn"."""
     timeout_s: float | None = None
@@ -147,6 +154,9 @@ class TrainConfig:
                     or value < 0 or (low_open and value == 0)):
                 raise ConfigError(name, value, f"{name} must be a finite number {'>' if low_open else '>='} 0, "
                                                f"got {value!r}")
+        if not isinstance(self.learner_prefetch, bool):
+            raise ConfigError("learner_prefetch", self.learner_prefetch,
+                              f"learner_prefetch must be True or False, got {self.learner_prefetch!r}")
         if self.start_method not in START_METHODS:
             raise ConfigError("start_method", self.start_method,
                               f"start_method must be one of {START_METHODS}, got {self.start_method!r} (a forked "

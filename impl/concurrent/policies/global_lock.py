@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..fused import GATHER_LOCKED, LOCKED
 from ..policy import Policy, Selection, register
 
 __all__ = ["GlobalLock"]
@@ -17,6 +18,9 @@ class GlobalLock(Policy):
     """
 
     name = "global-lock"
+    fused_sample = GATHER_LOCKED
+    fused_insert = LOCKED
+    fused_update = True
 
     def select(self, n: int, rng) -> Selection:
         with self.tree_lock:

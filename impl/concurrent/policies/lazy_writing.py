@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from ..locks import my_token, token_pid
+from ..fused import DRAW_LOCKED, LAZY
 from ..policy import Policy, Selection, register
 
 __all__ = ["LazyWriting"]
@@ -54,6 +55,9 @@ class LazyWriting(Policy):
     """
 
     name = "lazy-writing"
+    fused_sample = DRAW_LOCKED
+    fused_insert = LAZY
+    fused_update = True
 
     def insert(self, arrays, n, vals) -> int:
         token = my_token()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..fused import OPTIMISTIC
 from ..policy import Selection, register
 from .lazy_writing import LazyWriting
 
@@ -26,6 +27,7 @@ class Optimistic(LazyWriting):
     """
 
     name = "optimistic"
+    fused_sample = OPTIMISTIC
     ROUNDS = 8  # unlocked redraw rounds before falling back to the locked draw
 
     def select(self, n: int, rng) -> Selection:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..fused import DRAW_LOCKED
 from ..policy import Policy, register
 
 __all__ = ["PalLocks"]
@@ -23,6 +24,7 @@ class PalLocks(Policy):
     """
 
     name = "pal-locks"
+    fused_sample = DRAW_LOCKED
     requires_split_updates = True
 
     def apply(self, idx, vals, eps, alpha, n_valid=None) -> float:

@@ -171,33 +171,81 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
         prof.restart()
 
         sample_s = 0.0
-        for u in range(n_updates):
-            prof.add("wait", limiter.wait_update(rank, u))
-            if state.stopped:
-                raise Stopped()
-            with replay:
-                s0 = time.perf_counter()
-                batch = buf.sample(batch_size, beta=acfg.beta(state.env_steps()))
-                sample_s += time.perf_counter() - s0
-            with sgd:
-                _, priorities = learner.learn(batch)
-            with replay:
-                buf.update_priorities(batch["indices"], priorities, batch["stamps"])
-            actor_ids += np.bincount(batch["actor"], minlength=state.actors)[: state.actors]
-            state.learner_updates[rank] = u + 1
-            if rank == 0 and (u + 1) % cfg.weight_sync_every == 0:
-                weights.publish(learner.get_flat_weights())
-            if fail_at is not None and u + 1 >= fail_at:
-                raise InjectedFailure(f"learner {rank}: injected failure at update {u + 1}")
+        draw = _SampleSource(cfg, rank, buf, batch_size)
+        try:
+            for u in range(n_updates):
+                prof.add("wait", limiter.wait_update(rank, u))
+                if state.stopped:
+                    raise Stopped()
+                with replay:
+                    s0 = time.perf_counter()
+                    batch = draw.take(acfg.beta(state.env_steps()), u + 1 < n_updates)
+                    sample_s += time.perf_counter() - s0
+                with sgd:
+                    _, priorities = learner.learn(batch)
+                with replay:
+                    buf.update_priorities(batch["indices"], priorities, batch["stamps"])
+                actor_ids += np.bincount(batch["actor"], minlength=state.actors)[: state.actors]
+                state.learner_updates[rank] = u + 1
+                if rank == 0 and (u + 1) % cfg.weight_sync_every == 0:
+                    weights.publish(learner.get_flat_weights())
+                if fail_at is not None and u + 1 >= fail_at:
+                    raise InjectedFailure(f"learner {rank}: injected failure at update {u + 1}")
+        finally:
+            lock_wait = draw.close()
         if world > 1:
             dist.barrier()  # nobody tears the group down while a peer still talks to it
         end = time.monotonic() - t0
         return {"role": "learner", "rank": rank, "updates": n_updates, "end_s": end, "profile": prof.breakdown(),
-                "wait_s": float(state.learner_wait[rank]), "lock_wait_s": buf.lock_wait_seconds,
+                "wait_s": float(state.learner_wait[rank]), "lock_wait_s": buf.lock_wait_seconds + lock_wait,
                 "sample_s": sample_s, "digest": learner.digest(), "actor_ids": actor_ids.tolist()}
     finally:
         if world > 1 and dist.is_initialized():
             dist.destroy_process_group()
+
+
+class _SampleSource:
+    """A learner's samples, into preallocated outputs (no allocation per update); with
+    ``cfg.learner_prefetch`` the next one is drawn by a helper thread, with its own attachment
+    of the buffer (an object's generator and lock statistics belong to one thread), while the
+    caller's update runs. Either way the draws come from the learner's seed stream."""
+
+    def __init__(self, cfg: TrainConfig, rank: int, buf, batch_size: int):
+        self.batch_size = batch_size
+        self.prefetch = cfg.learner_prefetch
+        self.pending = None
+        self.turn = 0
+        if self.prefetch:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.buf = type(buf).attach(buf.handle, seed=RunSeeds(cfg.seed).learner(rank))
+            self.pool = ThreadPoolExecutor(1, thread_name_prefix=f"learner-{rank}-prefetch")
+            self.outs = [self.buf.sample_out(batch_size) for _ in range(2)]
+        else:
+            self.buf, self.pool, self.outs = buf, None, [buf.sample_out(batch_size)]
+
+    def _draw(self, beta: float):
+        out = self.outs[self.turn % len(self.outs)]
+        self.turn += 1
+        return self.buf.sample(self.batch_size, beta=beta, out=out)
+
+    def take(self, beta: float, more: bool):
+        """The batch for this update (drawn now, or the one drawn during the last update); with
+        prefetch and ``more``, starts drawing the next one (into the other output)."""
+        if self.pool is None:
+            return self._draw(beta)
+        batch = self.pending.result() if self.pending is not None else self._draw(beta)
+        self.pending = self.pool.submit(self._draw, beta) if more else None
+        return batch
+
+    def close(self) -> float:
+        """Stop the helper; returns its attachment's lock wait seconds (0 without prefetch)."""
+        if self.pool is None:
+            return 0.0
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        waited = self.buf.lock_wait_seconds
+        self.buf.close()
+        return waited
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,420 @@
+"""One ``nogil`` compiled call per shared-buffer operation: sample, add, update.
+
+The in-process buffer runs each operation as one compiled call (:mod:`impl.fused`); this
+module does the same for :class:`~impl.concurrent.buffer.SharedPrioritizedBuffer`, with the
+policy's protocol inside the call: the stamps, the tree lock (taken and released in the
+kernel), lazy writing's reserve / copy / publish, optimistic's unlocked draw and validation,
+then the descent, the gather, the weights, the update. The Python around a call checks
+arguments and nothing else, so threads sharing one buffer overlap all but the checks.
+
+Which protocol a policy runs here is data on its class (:class:`impl.concurrent.policy.Policy`:
+``fused_sample``, ``fused_insert``, ``fused_update``; None keeps that operation on the
+policy's Python methods). The codes:
+
+==================  ============================================================================
+``GATHER_LOCKED``   sample: draw and copy the rows under the tree lock (global-lock)
+``DRAW_LOCKED``     sample: draw under the tree lock, copy outside it, redraw rows whose stamp
+                    changed during the copy (lazy-writing, pal-locks)
+``OPTIMISTIC``      sample: draw with no lock, validate (no zero leaf, no slot being written,
+                    stamps unchanged after the copy); after ``rounds`` failed rounds, the locked
+                    draw (optimistic)
+``LOCKED``          add: reserve, copy, set priorities, publish, all under the lock (global-lock)
+``LAZY``            add: reserve at priority 0 under the lock, copy with no lock, publish under
+                    the lock (lazy-writing, optimistic)
+update              one locked section: drop stale updates (stamps), write the tree, count
+==================  ============================================================================
+
+The lock inside a kernel, and why the rest stays in Python
+----------------------------------------------------------
+The tree lock is the same shared word as :class:`~impl.concurrent.locks.SharedLock`'s (0 free,
+else the holder's token), taken by compare-and-swap. A kernel tries it, then polls it for at
+most :data:`LOCK_SPINS` rounds of one acquire load and one ``pause`` or, after
+:data:`LOCK_PAUSES` of those, one ``sched_yield`` (about 0.3-1 ms on an idle machine, longer
+than any fused critical section at the sizes measured; on a busy one each yield may run
+others for longer, which is the point: a holder on this core gets to finish). If the lock is
+still held it gives up and returns :data:`STATUS_BUSY` having changed nothing (or, for an
+insert past its reservation, :data:`STATUS_PUBLISH_BUSY` with what Python needs to finish
+it). Python then runs the policy's own methods, whose :class:`SharedLock` sleeps instead of
+spinning, times out naming the holder, and takes over a dead holder's lock with recovery.
+Those are rare, slow paths that need the OS (``os.kill``, ``/proc``, sleeping); keeping them
+in one place keeps one recovery rule. Every other non-OK status (nothing sampleable, an
+insert that would lap a writer still copying, a full writer table, a sample whose rows keep
+changing) also hands the whole call to the Python path, which owns the waits and the errors.
+
+Lock statistics: each kernel adds to the caller's ``lockstats`` (float64:
+``[wait s, hold s, acquisitions, contended, Python fallbacks]``, then two words of clock
+scratch: :data:`LOCKSTATS_SIZE` in all, one array per buffer object) with two monotonic clock reads
+per acquisition (:func:`impl.concurrent.atomics.monotonic`, 30-150 ns each), so
+``lock_wait_seconds`` and ``lock_hold_seconds`` of the buffer keep meaning what they meant.
+
+Random draws follow :mod:`impl.fused` (one key per call from the caller's generator, SplitMix64
+counters): a sample whose rows did not change during the copy returns exactly what
+:meth:`impl.buffers.PrioritizedReplayBuffer.sample` returns for the same key and tree.
+Redraws of rows that changed use counters past the ones :func:`impl.fused.redraw` uses.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .. import fused_ops as fused
+from ..storage import gather_rows, write_rows
+from ..trees import kernels, ops
+from .atomics import atomic_cas, atomic_read, cpu_relax, monotonic, yield_core
+from .ring import (TREE_LOCK, count_changes, count_redrawn, fresh_mask, max_priority, note_max, note_rebuild,
+                   publish_slots, reserve_slots, tickets)
+
+__all__ = ["GATHER_LOCKED", "DRAW_LOCKED", "OPTIMISTIC", "LOCKED", "LAZY", "LOCK_SPINS", "LOCK_PAUSES", "STATUS_OK",
+           "STATUS_BUSY", "STATUS_HELD", "STATUS_RESERVE", "STATUS_PUBLISH_BUSY", "STATUS_CHANGING",
+           "MAX_CHANGED_ROUNDS", "LOCKSTATS", "LOCKSTATS_SIZE", "WAIT_S", "HOLD_S", "ACQUISITIONS", "CONTENDED",
+           "FALLBACKS", "sample", "add", "update"]
+
+GATHER_LOCKED, DRAW_LOCKED, OPTIMISTIC = 0, 1, 2  # sample protocols
+LOCKED, LAZY = 0, 1  # insert protocols
+
+#: Polls of a held lock before a kernel hands the call to Python (see the module docstring):
+#: the first LOCK_PAUSES after a ``pause`` each (a holder running on another core ends a short
+#: section within them), the rest after a ``sched_yield`` each (a holder that shares this core,
+#: e.g. on an oversubscribed machine, gets to run instead of being spun against).
+LOCK_SPINS = 1024
+LOCK_PAUSES = 256
+
+STATUS_OK = 0
+STATUS_NO_MASS = fused.STATUS_NO_MASS
+STATUS_REDRAWS = fused.STATUS_REDRAWS
+STATUS_BUSY = 20  # the lock stayed held for LOCK_SPINS polls; nothing was changed
+STATUS_HELD = 21  # the calling thread holds the lock already (a reentrant call); nothing was changed
+STATUS_RESERVE = 22  # add: the ring could not be reserved (lapped writer, full table); nothing was changed
+STATUS_PUBLISH_BUSY = 23  # add: reserved and copied, but the publishing lock stayed held: Python publishes
+STATUS_CHANGING = 24  # sample: rows kept changing during the copy for MAX_CHANGED_ROUNDS rounds
+
+LOCKSTATS = 5  # statistics in a lockstats array
+LOCKSTATS_SIZE = LOCKSTATS + 2  # ... followed by the clock's scratch (int64 seconds, nanoseconds)
+WAIT_S, HOLD_S, ACQUISITIONS, CONTENDED, FALLBACKS = range(LOCKSTATS)
+
+#: Rounds of redrawing rows whose slot changed during the copy before a sample gives up.
+MAX_CHANGED_ROUNDS = 64
+_UNLOCKED_BASE = fused.MAX_REDRAWS + 1  # optimistic's unlocked redraws use counters from here on (times n)
+
+
+# ----------------------------------------------------------------------------- the lock
+@njit(nogil=True, cache=True, inline="always")
+def _subkey(key, tag):
+    """A stream of its own for redraw round ``tag`` of the call with stream ``key`` (counters
+    far past any a draw of the call uses)."""
+    return np.int64(fused.uniform01(key, (1 << 40) + tag) * 4.0e18)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _acquire(ctrl, word, token, lockstats):
+    """Take lock ``ctrl[word]`` for ``token``: ``(STATUS_OK, time taken)``, or
+    ``(STATUS_BUSY | STATUS_HELD, 0)`` with the lock not taken."""
+    clk = lockstats[LOCKSTATS:].view(np.int64)
+    seen = atomic_cas(ctrl, word, 0, token)
+    if seen == 0:
+        lockstats[ACQUISITIONS] += 1
+        return STATUS_OK, monotonic(clk)
+    if seen == token:
+        return STATUS_HELD, 0.0
+    start = monotonic(clk)
+    lockstats[CONTENDED] += 1
+    for i in range(LOCK_SPINS):
+        if i < LOCK_PAUSES:
+            cpu_relax()
+        else:
+            yield_core()
+        if atomic_read(ctrl, word) == 0 and atomic_cas(ctrl, word, 0, token) == 0:
+            now = monotonic(clk)
+            lockstats[WAIT_S] += now - start
+            lockstats[ACQUISITIONS] += 1
+            return STATUS_OK, now
+    lockstats[WAIT_S] += monotonic(clk) - start  # Python's wait goes on from here, counted by SharedLock
+    return STATUS_BUSY, 0.0
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _release(ctrl, word, token, lockstats, taken):
+    clk = lockstats[LOCKSTATS:].view(np.int64)
+    lockstats[HOLD_S] += monotonic(clk) - taken
+    atomic_cas(ctrl, word, token, 0)  # seq_cst: every write of the section is visible before the word
+
+
+# ----------------------------------------------------------------------------- draws
+@njit(nogil=True, cache=True)
+def _draw_locked(kind, sums, mins, lay, K, touch_from, state, ctrl, fctrl, key, stratified, out_index, prio):
+    """Under the tree lock: one descent for every position (as :func:`impl.fused.sample`), zero
+    leaves redrawn by :func:`impl.fused.redraw`; a rebuild it makes is recorded in the ring."""
+    n = out_index.shape[0]
+    total = np.float64(sums[lay[0, 0]])
+    if not total > 0.0:
+        return STATUS_NO_MASS, 0.0
+    for b in range(n):
+        prio[b] = fused.mass(key, b, b, n, total, stratified)
+    touched = ops.descend(kind, sums, lay, K, touch_from, prio, out_index)
+    misses, leaf_touch = ops.read_leaves(kind, sums, lay, touch_from, out_index, prio)
+    touched += leaf_touch
+    if misses > 0:
+        rebuilds = state[3]
+        status = fused.redraw(kind, sums, mins, lay, K, touch_from, state, key, stratified, out_index, prio)
+        if state[3] != rebuilds:
+            note_rebuild(ctrl, fctrl, np.float64(sums[lay[0, 0]]))
+        if status != STATUS_OK:
+            return status, touched
+    return STATUS_OK, touched
+
+
+@njit(nogil=True, cache=True)
+def _draw_unlocked(kind, sums, mins, lay, K, touch_from, stamps, key, stratified, rounds, out_index, prio,
+                   out_stamp):
+    """Optimistic's draw with no lock: ``p_min`` (> 0) when every position reached a nonzero
+    leaf whose slot is not being written within ``rounds`` rounds, else -1 (take the lock).
+
+    Writers may change the tree during the descent: every node read is a value it really held
+    (aligned loads), so the descent reaches a real leaf; a leaf read as 0 or a slot stamped -1
+    is drawn again (not stratified, as the tree's redraw), with a fresh total."""
+    n = out_index.shape[0]
+    root = lay[0, 0]
+    total = np.float64(sums[root])
+    if not total > 0.0:
+        return -1.0
+    for b in range(n):
+        prio[b] = fused.mass(key, b, b, n, total, stratified)
+    ops.descend(kind, sums, lay, K, touch_from, prio, out_index)
+    ops.read_leaves(kind, sums, lay, touch_from, out_index, prio)
+    for r in range(rounds):
+        bad = 0
+        for b in range(n):
+            i = out_index[b]
+            s = stamps[i] if i >= 0 else -1
+            out_stamp[b] = s
+            if s < 0:
+                out_index[b] = -1
+                bad += 1
+        if bad == 0:
+            pmin = np.float64(mins[root])
+            return pmin if 0.0 < pmin < np.inf else -1.0
+        total = np.float64(sums[root])
+        if not total > 0.0:
+            return -1.0
+        pos = np.flatnonzero(out_index < 0)
+        u = np.empty(bad)
+        j = np.empty(bad, dtype=np.int64)
+        p = np.empty(bad)
+        for k in range(bad):
+            u[k] = fused.uniform01(key, (_UNLOCKED_BASE + r) * n + pos[k]) * total
+        ops.descend(kind, sums, lay, K, touch_from, u, j)
+        ops.read_leaves(kind, sums, lay, touch_from, j, p)
+        for k in range(bad):
+            out_index[pos[k]] = j[k]
+            prio[pos[k]] = p[k]
+    return -1.0
+
+
+@njit(nogil=True, cache=True)
+def _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token, lockstats,
+          protocol, rounds, key, stratified, arena, table, out, out_table, touch_rows, out_index, prio, out_stamp):
+    """Positions ``0 .. n-1`` drawn by ``protocol``, with stamps and ``p_min`` (and, for
+    GATHER_LOCKED, their rows copied under the lock): ``(status, p_min, touched)``."""
+    pmin = -1.0
+    if protocol == OPTIMISTIC:
+        pmin = _draw_unlocked(kind, sums, mins, lay, K, touch_from, stamps, key, stratified, rounds, out_index,
+                              prio, out_stamp)
+        if pmin > 0.0:
+            return STATUS_OK, pmin, 0.0
+        key = _subkey(key, 0)  # the locked draw gets a stream of its own
+    status, taken = _acquire(ctrl, TREE_LOCK, token, lockstats)
+    if status != STATUS_OK:
+        return status, pmin, 0.0
+    status, touched = _draw_locked(kind, sums, mins, lay, K, touch_from, state, ctrl, fctrl, key, stratified,
+                                   out_index, prio)
+    if status == STATUS_OK:
+        for b in range(out_index.shape[0]):
+            out_stamp[b] = stamps[out_index[b]]
+        pmin = np.float64(mins[lay[0, 0]])
+        if protocol == GATHER_LOCKED:
+            touched += gather_rows(arena, table, out_index, out, out_table, touch_rows)
+    _release(ctrl, TREE_LOCK, token, lockstats, taken)
+    return status, pmin, touched
+
+
+@njit(nogil=True, cache=True)
+def _redraw_changed(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token,
+                    lockstats, protocol, rounds, key, stratified, arena, table, out, out_table, out_index, prio,
+                    out_stamp):
+    """Seqlock check after a copy made outside the lock: a row whose slot's stamp changed is
+    drawn again (by the same protocol) and copied into its position, until none changed."""
+    n = out_index.shape[0]
+    for r in range(MAX_CHANGED_ROUNDS):
+        changed = 0
+        for b in range(n):
+            changed += stamps[out_index[b]] != out_stamp[b]
+        if changed == 0:
+            return STATUS_OK
+        count_redrawn(ctrl, changed)
+        pos = np.empty(changed, dtype=np.int64)
+        k = 0
+        for b in range(n):
+            if stamps[out_index[b]] != out_stamp[b]:
+                pos[k] = b
+                k += 1
+        j = np.empty(changed, dtype=np.int64)
+        p = np.empty(changed)
+        s = np.empty(changed, dtype=np.int64)
+        subkey = _subkey(key, 1 + r)
+        status, _, _ = _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token,
+                             lockstats, protocol, rounds, subkey, stratified, arena, table, out, out_table,
+                             False, j, p, s)
+        if status != STATUS_OK:
+            return status
+        row_table = out_table.copy()
+        for k in range(changed):
+            b = pos[k]
+            out_index[b], prio[b], out_stamp[b] = j[k], p[k], s[k]
+            for f in range(out_table.shape[0]):
+                row_table[f, 0] = out_table[f, 0] + b * out_table[f, 1]
+            gather_rows(arena, table, j[k:k + 1], out, row_table, False)
+    return STATUS_CHANGING
+
+
+# ----------------------------------------------------------------------------- operations
+@njit(nogil=True, cache=True)
+def sample(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token, lockstats,
+           protocol, rounds, key, stratified, beta, arena, table, out, out_table, touch_rows, out_index, out_weight,
+           out_stamp, scratch):
+    """One whole shared ``sample``; returns a status (``STATUS_*``; see the module docstring).
+
+    ``kind .. state``: the tree's kernel arguments; ``ctrl, fctrl, stamps``: the ring's arrays
+    (the tree lock is ``ctrl[0]``); ``token``: this thread's lock token; ``lockstats``: see
+    the module docstring; ``protocol, rounds``: the policy's sample protocol and optimistic's
+    unlocked rounds. The rest as :func:`impl.fused.sample`, plus ``out_stamp`` (int64, the
+    tickets the drawn slots held). Cost: O(n K D) descent + O(n * row bytes) copy, plus the
+    same again for rows that changed during the copy. On a non-OK status the outputs are
+    scratch and nothing in shared memory changed except statistics (and a rebuild of drifted
+    inner sums, which changes no leaf).
+    """
+    n = out_index.shape[0]
+    status, pmin, touched = _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token,
+                                  lockstats, protocol, rounds, key, stratified, arena, table, out,
+                                  out_table, touch_rows, out_index, scratch, out_stamp)
+    if status != STATUS_OK:
+        return status
+    if protocol != GATHER_LOCKED:
+        touched += gather_rows(arena, table, out_index, out, out_table, touch_rows)
+        status = _redraw_changed(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token,
+                                 lockstats, protocol, rounds, key, stratified, arena, table, out,
+                                 out_table, out_index, scratch, out_stamp)
+        if status != STATUS_OK:
+            return status
+    for b in range(n):
+        out_weight[b] = (scratch[b] / pmin) ** -beta
+    if n > 0:
+        out_weight[0] += 0.0 * touched  # keeps the touch passes' loads (see impl.fused.sample)
+    return STATUS_OK
+
+
+@njit(nogil=True, cache=True)
+def _set_new(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, resum_every, capacity, t0, keep,
+             values, eps, alpha, vmax, max_priority):
+    """Under the tree lock: tickets ``t0 ..`` get ``(values + eps) ** alpha`` (checked by the
+    caller) or, with ``values`` empty, the max priority so far (one fill); counted."""
+    start = t0 % capacity
+    if values.shape[0] == 0:
+        ops.fill(kind, sums, mins, lay, K, kshift, touch_from, state, start, keep, capacity, max_priority)
+    else:
+        slots = np.empty(keep, dtype=np.int64)
+        for b in range(keep):
+            slot = start + b
+            slots[b] = slot if slot < capacity else slot - capacity
+        _, _, pmax = ops.update(kind, sums, mins, lay, K, kshift, touch_from, state, slots, values, capacity, eps,
+                                alpha, vmax)
+        note_max(fctrl, pmax)
+    count_changes(kind, sums, mins, lay, K, state, ctrl, fctrl, resum_every, keep)
+
+
+@njit(nogil=True, cache=True)
+def add(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, writers, resum_every, token,
+        lockstats, protocol, capacity, values, eps, alpha, vmax, arena, table, rows, keep):
+    """One whole shared ``add`` of ``keep`` rows (``rows``: :meth:`impl.storage.Storage.as_bytes`)
+    with checked raw ``values`` (empty: the max priority). Returns ``(status, first ticket,
+    in-flight row)``: on :data:`STATUS_PUBLISH_BUSY` the rows are reserved (priority 0) and
+    copied, and the caller publishes them under the lock. O(keep * (D + row bytes)).
+    """
+    status, taken = _acquire(ctrl, TREE_LOCK, token, lockstats)
+    if status != STATUS_OK:
+        return status, -1, -1
+    t0, row, _ = reserve_slots(ctrl, writers, stamps, keep, token, capacity, protocol == LAZY)
+    if row < 0:
+        _release(ctrl, TREE_LOCK, token, lockstats, taken)
+        return STATUS_RESERVE, -1, -1
+    if protocol == LOCKED:
+        write_rows(arena, table, t0 % capacity, capacity, rows, keep)
+        _set_new(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, resum_every, capacity, t0, keep,
+                 values, eps, alpha, vmax, max_priority(fctrl))
+        publish_slots(stamps, writers, row, t0, keep, capacity)
+        _release(ctrl, TREE_LOCK, token, lockstats, taken)
+        return STATUS_OK, t0, row
+    ops.fill(kind, sums, mins, lay, K, kshift, touch_from, state, t0 % capacity, keep, capacity, 0.0)
+    count_changes(kind, sums, mins, lay, K, state, ctrl, fctrl, resum_every, keep)
+    _release(ctrl, TREE_LOCK, token, lockstats, taken)
+    write_rows(arena, table, t0 % capacity, capacity, rows, keep)
+    status, taken = _acquire(ctrl, TREE_LOCK, token, lockstats)
+    if status != STATUS_OK:
+        return STATUS_PUBLISH_BUSY, t0, row
+    _set_new(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, resum_every, capacity, t0, keep,
+             values, eps, alpha, vmax, max_priority(fctrl))
+    publish_slots(stamps, writers, row, t0, keep, capacity)
+    _release(ctrl, TREE_LOCK, token, lockstats, taken)
+    return STATUS_OK, t0, row
+
+
+@njit(nogil=True, cache=True)
+def update(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, resum_every, token,
+           lockstats, indices, values, sampled, use_sampled, n_valid, eps, alpha, vmax):
+    """One whole shared ``update_priorities``: every entry checked first (as the trees check:
+    index in ``[0, n_valid)``, value finite and >= 0), then under the lock the stale ones
+    dropped (:func:`impl.concurrent.ring.fresh_mask`), the rest written and counted; a value
+    whose ``(v + eps) ** alpha`` exceeds ``vmax`` (kept or stale) is found before anything is
+    written, by the tree's own update (the transform is computed once). Returns ``(status,
+    position, applied)``: a check's status names the first bad entry and nothing was written
+    (with an overflow in a batch that also has an invalid entry, either may be named). O(n D).
+    """
+    status, pos = kernels.check_batch(indices, values, n_valid)
+    if status != STATUS_OK:
+        return status, pos, 0
+    status, taken = _acquire(ctrl, TREE_LOCK, token, lockstats)
+    if status != STATUS_OK:
+        return status, -1, 0
+    n = indices.shape[0]
+    keep = np.empty(n, dtype=np.bool_)
+    kept = fresh_mask(ctrl, stamps, indices, sampled, use_sampled, keep)
+    idx, vals = indices, values
+    if kept < n:
+        # the stale entries are skipped, but a value no tree could hold is still an error
+        status, pos = _first_overflow(values, keep, eps, alpha, vmax)
+        if status != STATUS_OK:
+            _release(ctrl, TREE_LOCK, token, lockstats, taken)
+            return status, pos, 0
+        idx, vals = indices[keep], values[keep]
+    if kept:
+        limit = min(tickets(ctrl), stamps.shape[0])  # as Policy.update: tickets handed out, capped at capacity
+        status, p, pmax = ops.update(kind, sums, mins, lay, K, kshift, touch_from, state, idx, vals, limit, eps,
+                                     alpha, vmax)
+        if status != STATUS_OK:  # an overflow among the kept entries: nothing was written
+            _release(ctrl, TREE_LOCK, token, lockstats, taken)
+            return status, np.flatnonzero(keep)[p] if kept < n else p, 0
+        note_max(fctrl, pmax)
+        count_changes(kind, sums, mins, lay, K, state, ctrl, fctrl, resum_every, kept)
+    _release(ctrl, TREE_LOCK, token, lockstats, taken)
+    return STATUS_OK, -1, kept
+
+
+@njit(nogil=True, cache=True)
+def _first_overflow(values, keep, eps, alpha, vmax):
+    """``(STATUS_OVERFLOW, b)`` for the first skipped entry ``b`` whose ``(v + eps) ** alpha``
+    exceeds ``vmax``, else ``(STATUS_OK, -1)``."""
+    for b in range(values.shape[0]):
+        v = values[b] + eps
+        if not keep[b] and not (v if alpha == 1.0 else v**alpha) <= vmax:  # as kernels.transform
+            return kernels.STATUS_OVERFLOW, b
+    return STATUS_OK, -1

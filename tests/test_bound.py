@@ -1,0 +1,93 @@
+"""Every training row states its bound (bench.bound): the classification on hand-made profiles,
+the rows and the summary table that carry it, and a real run's profile adding up to its wall time."""
+
+import pytest
+
+from replaybench.bench import suites
+from replaybench.bench.bound import run_bound
+from replaybench.bench.scenarios import training
+
+
+def _prof(env_step=0.0, inference=0.0, replay=0.0, sgd=0.0, wait=0.0, other=0.0):
+    return {"env_step": env_step, "inference": inference, "replay": replay, "sgd": sgd, "wait": wait, "other": other}
+
+
+def test_learner_bound_run_is_updates_per_s_times_steps_per_update():
+    """2 actors and 1 learner over 10 s; the learner is busy 9.5 s for 7000 updates (737 upd/s)
+    at 1/16 updates per step after 8000 steps without updates: 120K / 7000 = 17.1 steps per
+    update, a 12.6K steps/s cap. The actors are busy 5 s each for 120K steps (24K steps/s): the
+    learner binds, and the run (12K steps/s) reaches 95% of it."""
+    profiles = {"actor": _prof(env_step=6.0, inference=3.0, replay=1.0, wait=10.0),
+                "learner": _prof(sgd=8.0, replay=1.0, other=0.5, wait=0.5)}
+    b = run_bound(profiles, {"actor": 2, "learner": 1}, 120_000, 7000, 10.0)
+    assert b.kind == "learner" and b.role == "learner"
+    assert b.steps_per_s == pytest.approx(7000 / 9.5 * (120_000 / 7000))
+    assert b.caps["actor"] == pytest.approx(120_000 / 5.0)
+    assert b.fraction == pytest.approx(12_000 / (120_000 / 9.5)) == pytest.approx(0.95)
+
+
+def test_actor_bound_and_buffer_bound_runs():
+    # the actors are the slower role, and mostly step the envs: actor-bound
+    actor = run_bound({"actor": _prof(env_step=15.0, inference=4.0, replay=1.0),
+                       "learner": _prof(sgd=2.0, replay=1.0, wait=7.0)}, {"actor": 2, "learner": 1},
+                      10_000, 150, 10.0)
+    assert (actor.kind, actor.role) == ("actor", "actor")
+    assert actor.steps_per_s == pytest.approx(10_000 / 10.0) and actor.fraction == pytest.approx(1.0)
+    # the learner binds, but its largest busy section is replay: buffer-bound
+    buffer = run_bound({"actor": _prof(env_step=2.0, wait=8.0), "learner": _prof(sgd=3.0, replay=6.0, wait=1.0)},
+                       {"actor": 1, "learner": 1}, 4000, 1000, 10.0)
+    assert (buffer.kind, buffer.role) == ("buffer", "learner")
+    assert buffer.steps_per_s == pytest.approx(4000 / 9.0)
+
+
+def test_sequential_run_and_what_cannot_be_classified():
+    seq = run_bound({"sequential": _prof(env_step=2.0, inference=1.0, replay=0.5, sgd=5.0, other=0.5, wait=1.0)},
+                    {"sequential": 1}, 9000, 500, 10.0)
+    assert seq.kind == "learner" and seq.steps_per_s == pytest.approx(9000 / 9.0)
+    assert seq.fraction == pytest.approx(0.9)
+    assert run_bound({"actor": _prof(wait=1.0), "learner": _prof(sgd=1.0)}, {"actor": 1, "learner": 1},
+                     10, 1, 1.0) is None  # the actors never worked
+    assert run_bound({"actor": _prof(env_step=1.0), "learner": _prof(wait=1.0, sgd=0.1)},
+                     {"actor": 1, "learner": 1}, 10, 0, 1.0) is None  # no update yet
+    with pytest.raises(ValueError, match="wall_s must be a finite number >= 0, got nan"):
+        run_bound({}, {}, 1, 1, float("nan"))
+    with pytest.raises(ValueError, match=r"processes has no count for role\(s\) \['learner'\]"):
+        run_bound({"learner": _prof(sgd=1.0)}, {}, 1, 1, 1.0)
+
+
+@pytest.fixture(scope="module")
+def quick_run():
+    """The training-quick suite's parallel configuration (2 actors + 1 learner, 600 steps), run
+    through replaybench.impl.rl.train."""
+    from replaybench.impl.rl import train
+
+    cfg = [c for c in training.suite_configs(suites.load("training-quick")) if not c.sequential][0]
+    return cfg, train(cfg)
+
+
+def test_profile_adds_up_to_the_run_wall_time(quick_run):
+    """Each role's sections, summed and divided by its process count, equal the run's wall
+    time within 25% + 0.3 s: every process profiles from its own "go" to its own end, while the
+    run's wall time is the parent's from go to the last worker's report (so a process may start
+    its clock a little before or after, and the parent's collection comes on top)."""
+    _, result = quick_run
+    for role, sections in result.profiles.items():
+        per_process = sum(sections.values()) / result.processes[role]
+        assert per_process == pytest.approx(result.wall_s, rel=0.25, abs=0.3), (role, per_process, result.wall_s)
+
+
+def test_training_rows_and_table_state_the_bound(quick_run):
+    cfg, result = quick_run
+    acfg = cfg.validate()
+    row = training.run_base(cfg, acfg, {"run_id": "t"})
+    rows = training.result_rows(result, row)
+    bound = {r["metric"]: r for r in rows if r["metric"] in ("bound_steps_per_s", "bound_fraction")}
+    assert set(bound) == {"bound_steps_per_s", "bound_fraction"}
+    kind = bound["bound_fraction"]["params"]["bound"]
+    assert kind in ("actor", "learner", "buffer")
+    expected = run_bound(result.profiles, result.processes, result.env_steps, result.updates, result.wall_s)
+    assert bound["bound_steps_per_s"]["value"] == pytest.approx(expected.steps_per_s)
+    # the binding role's busy share of the wall time: at most 1, up to the clocks' skew
+    assert 0 < bound["bound_fraction"]["value"] <= 1.1
+    table = training.format_table(rows)
+    assert "bound" in table.splitlines()[0] and kind in table
