@@ -76,8 +76,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     **variant_params
         The variant's structure parameters (``K=...``, ``dtype=...``).
 
-    Costs per call: add O(n_envs D), sample O(batch (K D + row bytes)) plus the copy to the
-    device, update_priorities O(batch D) (D = tree depth).
+    Costs per call: add O(n_envs D), sample O(batch (K D + row bytes)): one compiled call that
+    gathers the rows into fresh arrays, which the returned tensors view on the CPU (one copy in
+    all; on another device, one more to it); update_priorities O(batch D), one compiled call
+    (D = tree depth).
     """
 
     def __init__(self, buffer_size: int, observation_space: spaces.Space, action_space: spaces.Space,
@@ -130,9 +132,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def sample(self, batch_size: int, env=None) -> PrioritizedReplayBufferSamples:
         """``batch_size`` transitions by priority, with weights and slots (see the class)."""
-        out = self.store.sample(batch_size)
-        return PrioritizedReplayBufferSamples(*self._tensors(out, env),
-                                              self.to_torch(out["weights"].reshape(-1, 1)), out["indices"])
+        out = self.store.sample(batch_size)  # fresh arrays, which the returned tensors view (see _tensors)
+        return PrioritizedReplayBufferSamples(*self._tensors(out, env), self._tensor(out["weights"].reshape(-1, 1)),
+                                              out["indices"])
 
     def update_priorities(self, indices, priorities) -> None:
         """Set new raw priorities (``|TD error|``) for sampled ``indices``; a tensor is moved to
@@ -157,10 +159,19 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return ReplayBufferSamples(*self._tensors(self.store.storage.gather(slots), env))
 
     def _tensors(self, rows: dict, env) -> tuple:
+        """SB3's sample fields as tensors on the buffer's device, from ``rows``: arrays this
+        call's gather made and nobody else holds (see :meth:`_tensor`)."""
         dones = rows["done"] * (1 - rows["timeout"])
-        return (self.to_torch(self._normalize_obs(rows["obs"], env)), self.to_torch(rows["action"]),
-                self.to_torch(self._normalize_obs(rows["next_obs"], env)), self.to_torch(dones.reshape(-1, 1)),
-                self.to_torch(self._normalize_reward(rows["reward"].reshape(-1, 1), env)), None)
+        return (self._tensor(self._normalize_obs(rows["obs"], env)), self._tensor(rows["action"]),
+                self._tensor(self._normalize_obs(rows["next_obs"], env)), self._tensor(dones.reshape(-1, 1)),
+                self._tensor(self._normalize_reward(rows["reward"].reshape(-1, 1), env)), None)
+
+    def _tensor(self, array: np.ndarray) -> th.Tensor:
+        """``array`` as a tensor on the buffer's device: on the CPU a view of it, no copy. SB3's
+        ``to_torch`` copies, because its arrays are views of the buffer's storage; ours are
+        the gather's fresh output, which the caller then owns, so that copy would be a second
+        one. On another device, the one copy there."""
+        return th.as_tensor(array, device=self.device)
 
 
 class PrioritizedDQN(DQN):
