@@ -24,9 +24,13 @@ own       SB3's ``ReplayBuffer.sample`` (uniform: SB3  the framework's own buffe
 ``adapter - bare`` is the adapter's share: the framework's container work (Tianshou's
 ``Batch`` gather, TorchRL's ``TensorDict`` indexing, SB3's tensor copies) plus the adapter's
 own conversions; ``adapter / own`` is what a user of the framework sees when switching
-buffers. The TorchRL adapter is also timed at the sampler alone (``sampler``: its ``sample``
-and ``update_priority`` against the storage, as TorchRL's buffer calls them; ``own-sampler``
-the same with TorchRL's sampler), which is the adapter's whole own code there.
+buffers. To split the share, the framework's container work is timed alone where the adapter
+leaves it to the framework (``container``): Tianshou's gather of a batch into a ``Batch``
+(``ReplayBuffer.__getitem__``, the one the adapter's ``sample`` calls), and for TorchRL the
+buffer call minus the sampler, which is timed alone (``sampler``: its ``sample`` and
+``update_priority`` against the storage, as TorchRL's buffer calls them; ``own-sampler`` the
+same with TorchRL's sampler). ``adapter - container`` is then the code the adapter runs (the
+draw, the weights, the update, the conversions); in SB3 all of it is.
 
 Timing: ``repeats`` rounds; each round times every callable over ``number`` calls, in an
 order shuffled per round (drift and a neighbour's load fall on all of them alike, as
@@ -44,6 +48,7 @@ entry ``bench/pytest_suite/test_adapters.py`` times the same callables (``make b
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import statistics
 import sys
@@ -110,7 +115,7 @@ def _sb3(t: dict, capacity: int, batch: int, variant: str, seed: int, adapter=No
 
 def _tianshou(t: dict, capacity: int, batch: int, variant: str, seed: int, adapter=None) -> dict[str, Callable]:
     import torch
-    from tianshou.data import Batch
+    from tianshou.data import Batch, ReplayBuffer
     from tianshou.data import PrioritizedVectorReplayBuffer as Own
 
     if adapter is None:
@@ -130,7 +135,9 @@ def _tianshou(t: dict, capacity: int, batch: int, variant: str, seed: int, adapt
             _, indices = buf.sample(batch)
             buf.update_weight(indices, td)
         return call
-    return {"adapter": step(ours), "own": step(own)}
+    # Index batches as the adapter draws them, cycled: a fixed batch would stay in cache.
+    pool = itertools.cycle([ours.sample_indices(batch) for _ in range(256)])
+    return {"adapter": step(ours), "own": step(own), "gather": lambda: ReplayBuffer.__getitem__(ours, next(pool))}
 
 
 def _torchrl(t: dict, capacity: int, batch: int, variant: str, seed: int, adapter=None) -> dict[str, Callable]:
@@ -210,27 +217,34 @@ def measure(named: dict[str, Callable[[], None]], *, repeats: int = 200, number:
 
 
 def summarize(framework: str, times: dict[str, list[float]]) -> dict:
-    """Medians (us) per kind, the adapter's share (adapter - bare) and adapter / own."""
+    """Medians (us) per kind, the adapter's share (adapter - bare), adapter / own, and the
+    share split into the framework's container work and the adapter's own code."""
     med = {name: statistics.median(values) * 1e6 for name, values in times.items()}
     row = {"framework": framework, **med, "share": med["adapter"] - med["bare"],
            "adapter/own": med["adapter"] / med["own"]}
-    if "sampler" in med:
+    if "gather" in med:
+        row["container"] = med["gather"]
+    elif "sampler" in med:
+        row["container"] = med["adapter"] - med["sampler"]
         row["sampler/own-sampler"] = med["sampler"] / med["own-sampler"]
+    else:
+        row["container"] = 0.0
+    row["adapter code"] = med["adapter"] - row["container"]
     row["iqr"] = {name: (np.percentile(v, 75) - np.percentile(v, 25)) * 1e6 for name, v in times.items()}
     return row
 
 
 def format_rows(rows: list[dict], spread: bool = False) -> str:
-    """A plain-text table of :func:`summarize` rows."""
-    lines = [f"{'framework':<10}{'adapter us':>12}{'bare us':>10}{'own us':>10}{'share us':>10}{'adapter/own':>13}"
-             "   sampler alone (us, ours/own)"]
+    """A plain-text table of :func:`summarize` rows (microseconds per sample + update)."""
+    lines = [f"{'framework':<10}{'adapter':>9}{'bare':>8}{'own':>8}{'share':>8}{'adapter/own':>13}"
+             f"{'container':>11}{'adapter code':>14}   sampler alone (ours / own)"]
     for r in rows:
         extra = (f"   {r['sampler']:.1f} / {r['own-sampler']:.1f} = {r['sampler/own-sampler']:.2f}"
                  if "sampler" in r else "")
-        lines.append(f"{r['framework']:<10}{r['adapter']:>12.1f}{r['bare']:>10.1f}{r['own']:>10.1f}"
-                     f"{r['share']:>10.1f}{r['adapter/own']:>13.2f}{extra}")
+        lines.append(f"{r['framework']:<10}{r['adapter']:>9.1f}{r['bare']:>8.1f}{r['own']:>8.1f}{r['share']:>8.1f}"
+                     f"{r['adapter/own']:>13.2f}{r['container']:>11.1f}{r['adapter code']:>14.1f}{extra}")
         if spread:
-            lines.append("  iqr us: " + ", ".join(f"{k} {v:.1f}" for k, v in r["iqr"].items()))
+            lines.append("  iqr: " + ", ".join(f"{k} {v:.1f}" for k, v in r["iqr"].items()))
     return "\n".join(lines)
 
 

@@ -147,6 +147,7 @@ def test_overhead_benchmark_times_each_kind_and_summarizes(framework, monkeypatc
     row = adapters_overhead.summarize(framework, times)
     assert row["share"] == pytest.approx(row["adapter"] - row["bare"])
     assert row["adapter/own"] == pytest.approx(row["adapter"] / row["own"])
+    assert row["adapter code"] == pytest.approx(row["adapter"] - row["container"])
     assert framework in adapters_overhead.format_rows([row])
 
 
