@@ -77,9 +77,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         The variant's structure parameters (``K=...``, ``dtype=...``).
 
     Costs per call: add O(n_envs D), sample O(batch (K D + row bytes)): one compiled call that
-    gathers the rows into fresh arrays, which the returned tensors view on the CPU (one copy in
-    all; on another device, one more to it); update_priorities O(batch D), one compiled call
-    (D = tree depth).
+    gathers the rows, on the CPU into fresh arrays which the returned tensors view, on another
+    device into arrays reused across calls which are then copied there (one copy of the rows
+    either way); update_priorities O(batch D), one compiled call (D = tree depth).
     """
 
     def __init__(self, buffer_size: int, observation_space: spaces.Space, action_space: spaces.Space,
@@ -132,9 +132,29 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def sample(self, batch_size: int, env=None) -> PrioritizedReplayBufferSamples:
         """``batch_size`` transitions by priority, with weights and slots (see the class)."""
-        out = self.store.sample(batch_size)  # fresh arrays, which the returned tensors view (see _tensors)
+        if self.device.type == "cpu":
+            out = self.store.sample(batch_size)  # fresh arrays, which the returned tensors view (see _tensor)
+            indices = out["indices"]
+        else:
+            # The tensors are copies on the device, so the gather fills arrays kept across calls:
+            # one copy in all, no allocation; the indices stay here, so they are copied out.
+            out = self.store.sample(batch_size, out=self._reused_out(batch_size))
+            indices = out["indices"].copy()
         return PrioritizedReplayBufferSamples(*self._tensors(out, env), self._tensor(out["weights"].reshape(-1, 1)),
-                                              out["indices"])
+                                              indices)
+
+    def _reused_out(self, batch_size: int):
+        """The store's ``sample_out(batch_size)``, made once per store and batch size."""
+        outs = self.__dict__.setdefault("_outs", {})
+        out = outs.get(batch_size)
+        if out is None or out.owner is not self.store:  # none yet, or the store was replaced (reset)
+            out = outs[batch_size] = self.store.sample_out(batch_size)
+        return out
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.pop("_outs", None)  # reused output arrays (not data): made again on demand
+        return state
 
     def update_priorities(self, indices, priorities) -> None:
         """Set new raw priorities (``|TD error|``) for sampled ``indices``; a tensor is moved to

@@ -55,6 +55,26 @@ def test_sb3_sample_is_one_call_and_its_tensors_view_the_gathered_arrays(monkeyp
     assert len(updates) == 1
 
 
+def test_sb3_sample_for_another_device_gathers_into_reused_arrays_and_copies_once(monkeypatch):
+    obs_space = spaces.Box(-1.0, 1.0, (3,), np.float32)
+    buf = sb3.PrioritizedReplayBuffer(16, obs_space, spaces.Discrete(4), "cpu", variant="kary-aligned", seed=0)
+    for i in range(10):
+        buf.add(np.full((1, 3), i, np.float32), np.full((1, 3), i + 1, np.float32), np.array([1]), np.array([1.0]),
+                np.array([False]), [{}])
+    buf.device = torch.device("meta")       # a device the tensors are copied to (as CUDA), testable on a CPU
+    samples = spy(monkeypatch, buf.store, "sample")
+    first, second = buf.sample(4), buf.sample(4)
+    assert samples[0] is samples[1]          # the same output arrays, refilled
+    assert first.observations.device.type == "meta" and first.weights.shape == (4, 1)
+    assert first.indices is not samples[0]["indices"]       # the indices are the caller's: copied out
+    assert np.array_equal(second.indices, samples[1]["indices"])
+    buf.reset()                              # a new store: new output arrays
+    buf.add(np.zeros((1, 3), np.float32), np.zeros((1, 3), np.float32), np.array([0]), np.array([0.0]),
+            np.array([False]), [{}])
+    assert buf.sample(4).indices.tolist() == [0, 0, 0, 0] and buf._outs[4].owner is buf.store
+    assert "_outs" not in buf.__getstate__()
+
+
 def transition(i):
     return Batch(obs=np.full(3, i, np.float32), act=i % 2, rew=float(i), terminated=False, truncated=False,
                  obs_next=np.full(3, i + 1, np.float32))
