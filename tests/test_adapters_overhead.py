@@ -115,6 +115,27 @@ def test_tianshou_vector_update_weight_on_full_sub_buffers_is_one_tree_call(monk
     assert np.array_equal(buf.priorities.tree.leaves(), before)
 
 
+def test_tianshou_batch_rows_is_len_of_the_batch_without_its_per_key_checks(monkeypatch):
+    n = 3
+    collector_like = Batch(obs=np.zeros((n, 4)), act=np.zeros(n, int), rew=np.zeros(n), terminated=np.zeros(n, bool),
+                           truncated=np.zeros(n, bool), obs_next=np.zeros((n, 4)), info=Batch())
+    uneven = Batch(obs=np.zeros((5, 2)), rew=np.zeros(4))                     # the least length, as len()
+    nested = Batch(obs=np.zeros((n, 2)), info=Batch(env_id=np.arange(2)))     # left to len(batch)
+    with_none = Batch(obs=np.zeros((n, 2)), policy=None)
+    for batch in (collector_like, uneven, nested, with_none, Batch()):
+        assert tianshou.batch_rows(batch) == len(batch)
+    with pytest.raises(TypeError):                                         # scalars: len's own error
+        tianshou.batch_rows(Batch(a=1.0))
+    from tianshou.data import ReplayBufferManager
+
+    ours, theirs = (tianshou.PrioritizedVectorReplayBuffer(8, 2, 0.6, 0.4) for _ in range(2))
+    lens = spy(monkeypatch, Batch, "__len__")
+    ReplayBufferManager.add(theirs, collector_like[:2], buffer_ids=[0, 1])   # Tianshou's add alone
+    tianshou_own = len(lens)
+    ours.add(collector_like[:2], buffer_ids=[0, 1])
+    assert len(lens) == 2 * tianshou_own and len(ours) == 2           # our checks add no Batch.__len__
+
+
 def test_priority_index_marks_new_slots_in_one_tree_call(monkeypatch):
     index = PriorityIndex("kary-aligned", 8, seed=0)
     checks, writes = spy(monkeypatch, index, "checked_slots"), spy(monkeypatch, index.tree, "update")
