@@ -118,11 +118,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             done: np.ndarray, infos: list[dict[str, Any]]) -> None:
         """Store one transition per environment (arrays with a leading ``n_envs`` axis)."""
         n = self.n_envs
+        rows = (n, *self.obs_shape)
         timeout = ([info.get("TimeLimit.truncated", False) for info in infos] if self.handle_timeout_termination
                    else np.zeros(n))
-        self.store.add({"obs": np.reshape(obs, (n, *self.obs_shape)),
-                        "next_obs": np.reshape(next_obs, (n, *self.obs_shape)),
-                        "action": np.reshape(action, (n, self.action_dim)),
+        # Array methods, not np.reshape (a dispatch layer per call); the store casts and copies once.
+        self.store.add({"obs": np.asarray(obs).reshape(rows), "next_obs": np.asarray(next_obs).reshape(rows),
+                        "action": np.asarray(action).reshape(n, self.action_dim),
                         "reward": np.asarray(reward, np.float32).reshape(n),
                         "done": np.asarray(done, np.float32).reshape(n),
                         "timeout": np.asarray(timeout, np.float32).reshape(n)})
