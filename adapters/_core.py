@@ -105,7 +105,8 @@ class PriorityIndex:
     **params
         The variant's structure parameters (``K=...``, ``dtype=...``).
 
-    Costs: D = tree depth. :meth:`mark_new` and :meth:`update` O(n D), :meth:`sample` O(n K D),
+    Costs: D = tree depth. :meth:`mark_new` and :meth:`update` O(n D), one call into the tree
+    each; :meth:`sample` and :meth:`sample_priorities` O(n K D), one descent;
     :meth:`weights` O(n). With ``max_within_buffer``, an update that lowers the slot holding
     the maximum, or a write over it, adds one O(capacity) scan of the leaves (our trees keep
     sums and minima, not maxima). Errors name the argument and value and change nothing.
@@ -157,9 +158,9 @@ class PriorityIndex:
         """Give ``slots`` (just written) the largest priority stored so far (or now, with
         ``max_within_buffer``)."""
         if not self.max_within:
-            # One call into the tree, which checks the slots against its capacity (naming the
+            # One call into the tree, which checks the slots against the capacity (naming the
             # first outside, before any change) and broadcasts the priority.
-            self.tree.update(slots, self.max_priority, eps=0.0, alpha=1.0)
+            self.tree.update(slots, self.max_priority, n_valid=self.capacity, eps=0.0, alpha=1.0)
             return
         idx = self.checked_slots(slots)
         if self.max_slot is not None and np.any(idx == self.max_slot):
