@@ -21,6 +21,11 @@ own       SB3's ``ReplayBuffer.sample`` (uniform: SB3  the framework's own buffe
           / TorchRL's ``PrioritizedSampler``
 ========  ==========================================  ==========================================
 
+Each kind also has an ``add-`` twin timing the add of one environment step (one row: SB3's
+``add``, Tianshou's ``add`` with ``buffer_ids=[0]`` as its ``Collector`` calls it, TorchRL's
+``extend``), which overwrites the oldest slot of the same full buffer, as in a training
+loop's steady state; a DQN loop adds ``train_freq`` steps per sample + update.
+
 ``adapter - bare`` is the adapter's share: the framework's container work (Tianshou's
 ``Batch`` gather, TorchRL's ``TensorDict`` indexing, SB3's tensor copies) plus the adapter's
 own conversions; ``adapter / own`` is what a user of the framework sees when switching
@@ -48,6 +53,7 @@ entry ``bench/pytest_suite/test_adapters.py`` times the same callables (``make b
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import random
 import statistics
@@ -74,7 +80,7 @@ def _transitions(capacity: int, seed: int) -> dict[str, np.ndarray]:
             "priority": rng.random(capacity)}
 
 
-def _bare(t: dict, capacity: int, batch: int, variant: str, seed: int) -> Callable[[], None]:
+def _bare(t: dict, capacity: int, batch: int, variant: str, seed: int) -> dict[str, Callable]:
     """Our variant buffer with the SB3 adapter's fields, sampled into reused arrays."""
     from replaybench.impl import registry
 
@@ -85,10 +91,12 @@ def _bare(t: dict, capacity: int, batch: int, variant: str, seed: int) -> Callab
              "reward": t["reward"], "done": t["done"].astype(np.float32), "timeout": np.zeros(capacity, np.float32)},
             priorities=t["priority"])
     out, td = buf.sample_out(batch), np.random.default_rng(seed).random(batch)
+    step = {"obs": t["obs"][:1], "next_obs": t["next_obs"][:1], "action": t["action"][:1].reshape(1, 1),
+            "reward": t["reward"][:1], "done": np.zeros(1, np.float32), "timeout": np.zeros(1, np.float32)}
 
     def call():
         buf.update_priorities(buf.sample(batch, out=out)["indices"], td)
-    return call
+    return {"bare": call, "add-bare": lambda: buf.add(step)}
 
 
 def _sb3(t: dict, capacity: int, batch: int, variant: str, seed: int, adapter=None) -> dict[str, Callable]:
@@ -110,7 +118,9 @@ def _sb3(t: dict, capacity: int, batch: int, variant: str, seed: int, adapter=No
     def adapter_call():
         data = ours.sample(batch)
         ours.update_priorities(data.indices, td)
-    return {"adapter": adapter_call, "own": lambda: own.sample(batch)}
+    step = (t["obs"][:1], t["next_obs"][:1], t["action"][:1], t["reward"][:1], t["done"][:1], [{}])
+    return {"adapter": adapter_call, "own": lambda: own.sample(batch),
+            "add-adapter": lambda: ours.add(*step), "add-own": lambda: own.add(*step)}
 
 
 def _tianshou(t: dict, capacity: int, batch: int, variant: str, seed: int, adapter=None) -> dict[str, Callable]:
@@ -137,7 +147,9 @@ def _tianshou(t: dict, capacity: int, batch: int, variant: str, seed: int, adapt
         return call
     # Index batches as the adapter draws them, cycled: a fixed batch would stay in cache.
     pool = itertools.cycle([ours.sample_indices(batch) for _ in range(256)])
-    return {"adapter": step(ours), "own": step(own), "gather": lambda: ReplayBuffer.__getitem__(ours, next(pool))}
+    one = rows[:1]
+    return {"adapter": step(ours), "own": step(own), "gather": lambda: ReplayBuffer.__getitem__(ours, next(pool)),
+            "add-adapter": lambda: ours.add(one, buffer_ids=[0]), "add-own": lambda: own.add(one, buffer_ids=[0])}
 
 
 def _torchrl(t: dict, capacity: int, batch: int, variant: str, seed: int, adapter=None) -> dict[str, Callable]:
@@ -172,6 +184,7 @@ def _torchrl(t: dict, capacity: int, batch: int, variant: str, seed: int, adapte
             index, _ = sampler.sample(storage, batch)
             sampler.update_priority(index, td, storage=storage)
         out[name], out["sampler" if name == "adapter" else "own-sampler"] = call, sampler_call
+        out[f"add-{name}"] = functools.partial(rb.extend, data[:1])
     return out
 
 
@@ -189,8 +202,7 @@ def calls(framework: str, *, capacity: int = CAPACITY, batch: int = BATCH, varia
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     t = _transitions(capacity, seed)
-    return {**SETUPS[framework](t, capacity, batch, variant, seed, adapter),
-            "bare": _bare(t, capacity, batch, variant, seed)}
+    return {**SETUPS[framework](t, capacity, batch, variant, seed, adapter), **_bare(t, capacity, batch, variant, seed)}
 
 
 def measure(named: dict[str, Callable[[], None]], *, repeats: int = 200, number: int = 10, warmup: int = 50,
@@ -230,6 +242,9 @@ def summarize(framework: str, times: dict[str, list[float]]) -> dict:
     else:
         row["container"] = 0.0
     row["adapter code"] = med["adapter"] - row["container"]
+    if "add-adapter" in med:
+        row["add"] = {kind: med[f"add-{kind}"] for kind in KINDS}
+        row["add"]["adapter/own"] = med["add-adapter"] / med["add-own"]
     row["iqr"] = {name: (np.percentile(v, 75) - np.percentile(v, 25)) * 1e6 for name, v in times.items()}
     return row
 
@@ -243,6 +258,10 @@ def format_rows(rows: list[dict], spread: bool = False) -> str:
                  if "sampler" in r else "")
         lines.append(f"{r['framework']:<10}{r['adapter']:>9.1f}{r['bare']:>8.1f}{r['own']:>8.1f}{r['share']:>8.1f}"
                      f"{r['adapter/own']:>13.2f}{r['container']:>11.1f}{r['adapter code']:>14.1f}{extra}")
+        if "add" in r:
+            a = r["add"]
+            lines.append(f"  add of one step: adapter {a['adapter']:.1f}, bare {a['bare']:.1f}, own {a['own']:.1f}, "
+                         f"adapter/own {a['adapter/own']:.2f}")
         if spread:
             lines.append("  iqr: " + ", ".join(f"{k} {v:.1f}" for k, v in r["iqr"].items()))
     return "\n".join(lines)

@@ -182,13 +182,14 @@ def test_overhead_benchmark_times_each_kind_and_summarizes(framework, monkeypatc
     # a sample with stored obs_next and stack_num 1 never calls them.
     monkeypatch.setattr(ReplayBufferManager, "_compile", lambda self: None)
     named = adapters_overhead.calls(framework, capacity=64, batch=8)
-    assert set(adapters_overhead.KINDS) <= set(named)
+    assert {*adapters_overhead.KINDS, *(f"add-{k}" for k in adapters_overhead.KINDS)} <= set(named)
     times = adapters_overhead.measure(named, repeats=3, number=2, warmup=1)
     assert all(len(v) == 3 and min(v) > 0 for v in times.values())
     row = adapters_overhead.summarize(framework, times)
     assert row["share"] == pytest.approx(row["adapter"] - row["bare"])
     assert row["adapter/own"] == pytest.approx(row["adapter"] / row["own"])
     assert row["adapter code"] == pytest.approx(row["adapter"] - row["container"])
+    assert row["add"]["adapter/own"] == pytest.approx(row["add"]["adapter"] / row["add"]["own"])
     assert framework in adapters_overhead.format_rows([row])
 
 

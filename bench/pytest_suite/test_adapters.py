@@ -1,6 +1,7 @@
 """The adapters' overhead with pytest-benchmark (``make bench-pytest``): one benchmark per
-(framework, kind) of :mod:`bench.adapters_overhead` (``adapter``, ``bare``, ``own``, and the
-parts it splits the share with), grouped by framework so the table puts them side by side.
+(framework, kind) of :mod:`bench.adapters_overhead` (``adapter``, ``bare``, ``own``, the parts
+it splits the share with, and the ``add-`` twins), grouped by framework and operation so the
+table puts them side by side.
 
 For the adapter's share and its ratio to the framework's own buffer measured in one
 interleaved run, use ``python -m replaybench.bench.adapters_overhead``; this entry is the
@@ -11,8 +12,9 @@ import pytest
 
 from replaybench.bench import adapters_overhead
 
-KINDS = {"sb3": ["adapter", "bare", "own"], "tianshou": ["adapter", "bare", "own", "gather"],
-         "torchrl": ["adapter", "bare", "own", "sampler", "own-sampler"]}
+ADDS = ["add-adapter", "add-bare", "add-own"]
+KINDS = {"sb3": ["adapter", "bare", "own", *ADDS], "tianshou": ["adapter", "bare", "own", "gather", *ADDS],
+         "torchrl": ["adapter", "bare", "own", "sampler", "own-sampler", *ADDS]}
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +40,7 @@ def framework_calls():
 @pytest.mark.parametrize("framework,kind", [(f, k) for f, kinds in KINDS.items() for k in kinds])
 def test_adapter_overhead(benchmark, framework_calls, framework, kind):
     call = framework_calls(framework)[kind]
-    benchmark.group = f"{framework}: sample + update of {adapters_overhead.BATCH} (capacity {adapters_overhead.CAPACITY})"
+    what = "add of one step" if kind.startswith("add-") else f"sample + update of {adapters_overhead.BATCH}"
+    benchmark.group = f"{framework}: {what} (capacity {adapters_overhead.CAPACITY})"
     benchmark.extra_info.update(framework=framework, kind=kind)
     benchmark(call)
