@@ -318,4 +318,3 @@ def batch_rows(batch) -> int:
         elif not (type(value) is Batch and not value.__dict__):  # an empty Batch has no length to count
             return len(batch)
     return min(lens) if lens else 0
-

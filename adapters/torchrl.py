@@ -183,7 +183,7 @@ class PrioritizedSampler(_TorchRLPrioritizedSampler):
     def sample(self, storage, batch_size: int):
         if getattr(storage, "ndim", 1) > 1:
             raise ValueError(f"storage must be 1-dimensional for this sampler, got ndim={storage.ndim}")
-        stored = len(storage)  # once: TorchRL's storages answer len through a torch.compile guard (microseconds)
+        stored = len(storage)  # once: TorchRL's storages answer len through torch._dynamo wrappers (microseconds)
         if stored == 0:  # a RuntimeError too, as TorchRL raises
             raise NothingToSampleError("cannot sample from an empty storage: extend the buffer first")
         if self._rng is not None:
