@@ -268,7 +268,8 @@ def format_rows(rows: list[dict], spread: bool = False) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m replaybench.bench.adapters_overhead", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m replaybench.bench.adapters_overhead",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--frameworks", default=",".join(FRAMEWORKS), help="comma-separated (default: all)")
     parser.add_argument("--capacity", type=int, default=CAPACITY)
     parser.add_argument("--batch", type=int, default=BATCH)
@@ -282,6 +283,9 @@ def main(argv=None) -> int:
     bad = [f for f in chosen if f not in FRAMEWORKS]
     if bad:
         parser.error(f"--frameworks: {bad} not among {list(FRAMEWORKS)}")
+    for name in ("capacity", "batch", "repeats", "number", "torch_threads"):  # before any set-up
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
     from replaybench.adapters import availability
 
     import torch

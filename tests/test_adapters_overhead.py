@@ -200,5 +200,6 @@ def test_overhead_benchmark_refuses_bad_arguments_before_any_set_up():
         adapters_overhead.calls("sb3", capacity=0)
     with pytest.raises(ValueError, match="repeats must be a positive integer, got 0"):
         adapters_overhead.measure({}, repeats=0)
-    with pytest.raises(SystemExit):
-        adapters_overhead.main(["--frameworks", "keras"])
+    for argv in (["--frameworks", "keras"], ["--repeats", "0"], ["--batch", "-1"]):
+        with pytest.raises(SystemExit):
+            adapters_overhead.main(argv)
