@@ -105,7 +105,8 @@ class PriorityIndex:
     **params
         The variant's structure parameters (``K=...``, ``dtype=...``).
 
-    Costs: D = tree depth. :meth:`mark_new` and :meth:`update` O(n D), :meth:`sample` O(n K D),
+    Costs: D = tree depth. :meth:`mark_new` and :meth:`update` O(n D), one call into the tree
+    each; :meth:`sample` and :meth:`sample_priorities` O(n K D), one descent;
     :meth:`weights` O(n). With ``max_within_buffer``, an update that lowers the slot holding
     the maximum, or a write over it, adds one O(capacity) scan of the leaves (our trees keep
     sums and minima, not maxima). Errors name the argument and value and change nothing.
@@ -156,13 +157,18 @@ class PriorityIndex:
     def mark_new(self, slots) -> None:
         """Give ``slots`` (just written) the largest priority stored so far (or now, with
         ``max_within_buffer``)."""
+        if not self.max_within:
+            # One call into the tree, which checks the slots against the capacity (naming the
+            # first outside, before any change) and broadcasts the priority.
+            self.tree.update(slots, self.max_priority, n_valid=self.capacity, eps=0.0, alpha=1.0)
+            return
         idx = self.checked_slots(slots)
-        if self.max_within and self.max_slot is not None and np.any(idx == self.max_slot):
+        if self.max_slot is not None and np.any(idx == self.max_slot):
             # The transition that held the maximum is gone: the maximum is among the others.
             self.tree.update(idx, np.zeros(idx.size), eps=0.0, alpha=1.0)
             self.rescan_max()
-        self.tree.update(idx, np.full(idx.size, self.max_priority), eps=0.0, alpha=1.0)
-        if self.max_within and idx.size:
+        self.tree.update(idx, self.max_priority, eps=0.0, alpha=1.0)
+        if idx.size:
             self.max_slot = int(idx[-1])  # the newest holds it: the last of them to be overwritten
 
     def update(self, slots, priorities, n_valid: int) -> None:
@@ -195,6 +201,20 @@ class PriorityIndex:
         ``n_valid`` (the storage's length, which the framework owns) lets the error for a
         total of 0 say which case it is: nothing stored, or every stored priority 0 (possible
         with ``eps=0`` and zero TD errors)."""
+        beta = self.beta if beta is None else self._checked_beta(beta)
+        idx, prio = self.sample_priorities(n, n_valid=n_valid)
+        return idx, np.power(prio / self.tree.min(), -beta).astype(np.float32)
+
+    def sample_priorities(self, n: int, *, n_valid: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` slots drawn as :meth:`sample` draws them, and their stored priorities ``p_i``
+        (float64, as :meth:`weights` reads them back): for callers that compute the weights
+        in their own float type from the draw itself. Errors as :meth:`sample`."""
+        if not (type(n) is int and n >= 1 and n_valid != 0 and self.tree.total() > 0):
+            self._check_sample(n, n_valid)  # the common case above skips the checks that name the error
+        return self.tree.sample(int(n), self.rng, self.stratified)
+
+    def _check_sample(self, n, n_valid) -> None:
+        """Raise the error for a sample that cannot be drawn (see :meth:`sample`), if any."""
         if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
             raise ValueError(f"batch_size must be a positive integer, got {n!r}")
         if n_valid == 0:
@@ -204,9 +224,6 @@ class PriorityIndex:
             raise NothingToSampleError(f"cannot sample batch_size={n}: {stored} priorities are 0 (eps={self.eps!r}, "
                                        f"so a zero TD error gives priority 0); set some priority above 0 or use "
                                        f"eps > 0")
-        beta = self.beta if beta is None else self._checked_beta(beta)
-        idx, prio = self.tree.sample(int(n), self.rng, self.stratified)
-        return idx, np.power(prio / self.tree.min(), -beta).astype(np.float32)
 
     def weights(self, slots, beta=None) -> np.ndarray:
         """``(p_i / p_min) ** -beta`` for ``slots`` (float64); 0-priority slots get ``inf``."""

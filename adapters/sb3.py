@@ -76,8 +76,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     **variant_params
         The variant's structure parameters (``K=...``, ``dtype=...``).
 
-    Costs per call: add O(n_envs D), sample O(batch (K D + row bytes)) plus the copy to the
-    device, update_priorities O(batch D) (D = tree depth).
+    Costs per call: add O(n_envs D), sample O(batch (K D + row bytes)): one compiled call that
+    gathers the rows, on the CPU into fresh arrays which the returned tensors view, on another
+    device into arrays reused across calls which are then copied there (one copy of the rows
+    either way); update_priorities O(batch D), one compiled call (D = tree depth).
     """
 
     def __init__(self, buffer_size: int, observation_space: spaces.Space, action_space: spaces.Space,
@@ -116,11 +118,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             done: np.ndarray, infos: list[dict[str, Any]]) -> None:
         """Store one transition per environment (arrays with a leading ``n_envs`` axis)."""
         n = self.n_envs
+        rows = (n, *self.obs_shape)
         timeout = ([info.get("TimeLimit.truncated", False) for info in infos] if self.handle_timeout_termination
                    else np.zeros(n))
-        self.store.add({"obs": np.reshape(obs, (n, *self.obs_shape)),
-                        "next_obs": np.reshape(next_obs, (n, *self.obs_shape)),
-                        "action": np.reshape(action, (n, self.action_dim)),
+        # Array methods, not np.reshape (a dispatch layer per call); the store casts and copies once.
+        self.store.add({"obs": np.asarray(obs).reshape(rows), "next_obs": np.asarray(next_obs).reshape(rows),
+                        "action": np.asarray(action).reshape(n, self.action_dim),
                         "reward": np.asarray(reward, np.float32).reshape(n),
                         "done": np.asarray(done, np.float32).reshape(n),
                         "timeout": np.asarray(timeout, np.float32).reshape(n)})
@@ -130,9 +133,29 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def sample(self, batch_size: int, env=None) -> PrioritizedReplayBufferSamples:
         """``batch_size`` transitions by priority, with weights and slots (see the class)."""
-        out = self.store.sample(batch_size)
-        return PrioritizedReplayBufferSamples(*self._tensors(out, env),
-                                              self.to_torch(out["weights"].reshape(-1, 1)), out["indices"])
+        if self.device.type == "cpu":
+            out = self.store.sample(batch_size)  # fresh arrays, which the returned tensors view (see _tensor)
+            indices = out["indices"]
+        else:
+            # The tensors are copies on the device, so the gather fills arrays kept across calls:
+            # one copy in all, no allocation; the indices stay here, so they are copied out.
+            out = self.store.sample(batch_size, out=self._reused_out(batch_size))
+            indices = out["indices"].copy()
+        return PrioritizedReplayBufferSamples(*self._tensors(out, env), self._tensor(out["weights"].reshape(-1, 1)),
+                                              indices)
+
+    def _reused_out(self, batch_size: int):
+        """The store's ``sample_out(batch_size)``, made once per store and batch size."""
+        outs = self.__dict__.setdefault("_outs", {})
+        out = outs.get(batch_size)
+        if out is None or out.owner is not self.store:  # none yet, or the store was replaced (reset)
+            out = outs[batch_size] = self.store.sample_out(batch_size)
+        return out
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.pop("_outs", None)  # reused output arrays (not data): made again on demand
+        return state
 
     def update_priorities(self, indices, priorities) -> None:
         """Set new raw priorities (``|TD error|``) for sampled ``indices``; a tensor is moved to
@@ -157,10 +180,22 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return ReplayBufferSamples(*self._tensors(self.store.storage.gather(slots), env))
 
     def _tensors(self, rows: dict, env) -> tuple:
+        """SB3's sample fields as tensors on the buffer's device, from ``rows``: arrays this
+        call's gather made and nobody else holds (see :meth:`_tensor`)."""
         dones = rows["done"] * (1 - rows["timeout"])
-        return (self.to_torch(self._normalize_obs(rows["obs"], env)), self.to_torch(rows["action"]),
-                self.to_torch(self._normalize_obs(rows["next_obs"], env)), self.to_torch(dones.reshape(-1, 1)),
-                self.to_torch(self._normalize_reward(rows["reward"].reshape(-1, 1), env)), None)
+        return (self._tensor(self._normalize_obs(rows["obs"], env)), self._tensor(rows["action"]),
+                self._tensor(self._normalize_obs(rows["next_obs"], env)), self._tensor(dones.reshape(-1, 1)),
+                self._tensor(self._normalize_reward(rows["reward"].reshape(-1, 1), env)), None)
+
+    def _tensor(self, array: np.ndarray) -> th.Tensor:
+        """``array`` as a tensor on the buffer's device: on the CPU a view of it, no copy. SB3's
+        ``to_torch`` copies, because its arrays are views of the buffer's storage; ours are
+        the gather's fresh output, which the caller then owns, so that copy would be a second
+        one. On another device, the one copy there. (``device`` is read per call: SB3's
+        ``load_replay_buffer`` reassigns it.)"""
+        if self.device.type == "cpu":
+            return th.from_numpy(array)  # a third of as_tensor's cost: no device or dtype dispatch
+        return th.as_tensor(array, device=self.device)
 
 
 class PrioritizedDQN(DQN):

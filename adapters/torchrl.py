@@ -183,14 +183,15 @@ class PrioritizedSampler(_TorchRLPrioritizedSampler):
     def sample(self, storage, batch_size: int):
         if getattr(storage, "ndim", 1) > 1:
             raise ValueError(f"storage must be 1-dimensional for this sampler, got ndim={storage.ndim}")
-        if len(storage) == 0:  # a RuntimeError too, as TorchRL raises
+        stored = len(storage)  # once: TorchRL's storages answer len through torch._dynamo wrappers (microseconds)
+        if stored == 0:  # a RuntimeError too, as TorchRL raises
             raise NothingToSampleError("cannot sample from an empty storage: extend the buffer first")
         if self._rng is not None:
             # One key drawn from the buffer's generator per sample: its state alone decides the
             # draws, so resetting it (manual_seed, set_state, set_rng) repeats them, as in TorchRL.
             # (random_ into a kept 0-d tensor: a quarter of torch.randint's cost per call.)
             self._index.reseed(int(self._key.random_(0, 2**62, generator=self._rng)))
-        idx, weights = self._index.sample(batch_size, n_valid=len(storage))
+        idx, weights = self._index.sample(batch_size, n_valid=stored)
         return torch.from_numpy(idx), {"priority_weight": torch.from_numpy(weights)}
 
     def add(self, index) -> None:  # new data is marked by the writer's mark_update
@@ -199,11 +200,12 @@ class PrioritizedSampler(_TorchRLPrioritizedSampler):
     def extend(self, index) -> None:
         return
 
-    @torch.no_grad()
     def update_priority(self, index, priority, *, storage=None) -> None:
         """Store ``(priority + eps) ** alpha`` at ``index`` (a scalar priority is broadcast;
         ``-1`` entries are skipped, as TorchRL's writers use them for "not written"). With
         ``storage`` (the buffer passes it) an index must be below ``len(storage)``."""
+        # No torch.no_grad() around this (TorchRL's has one, microseconds a call): the
+        # priorities leave torch at once, detached, and no tensor is made from them.
         idx, prio = self._as_arrays(index, priority)
         keep = idx != -1
         if not keep.all():

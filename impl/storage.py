@@ -193,7 +193,7 @@ class Storage:
     def out_block(self, n: int) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """``(bytes, table, arrays)``: a fresh output block for ``n`` gathered rows, stored column
         by column, its address table, and the typed ``(n, *shape)`` array of each field in it.
-        Cost: one allocation and a slice per field (``sample`` without ``out=`` pays it per call)."""
+        Cost: one allocation and a view per field (``sample`` without ``out=`` pays it per call)."""
         plan = self._out_plans.get(n)
         if plan is None:
             table, nbytes = _columnar_table(self.specs, n)
@@ -204,7 +204,8 @@ class Storage:
         # Unfilled (the gather writes every field byte) and not line-aligned: numpy's own
         # alignment (16 bytes) is all the word-wise gather needs, and aligning costs microseconds.
         block = np.empty(nbytes, np.uint8)
-        return block, table, {name: block[lo:hi].view(dtype).reshape(shape) for name, lo, hi, dtype, shape in cuts}
+        # One ndarray constructor per field: half the cost of slicing, viewing and reshaping.
+        return block, table, {name: np.ndarray(shape, dtype, block, lo) for name, lo, _, dtype, shape in cuts}
 
     def gather(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         """Copies of the rows at ``indices`` (unchecked). Cost: O(len(indices) * row bytes)."""
