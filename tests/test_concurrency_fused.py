@@ -208,7 +208,7 @@ def test_a_subclass_that_overrides_a_method_is_not_bypassed_by_an_inherited_kern
     from replaybench.impl.concurrent import policy
     from replaybench.impl.concurrent.policies.lazy_writing import LazyWriting
 
-    monkeypatch.setattr(policy, "_policies", dict(policy._policies))
+    monkeypatch.setattr(policy, "_policies", policy._policies.copy())
     calls = []
 
     @policy.register
