@@ -87,11 +87,13 @@ def test_a_run_through_the_driver_makes_the_figure_and_the_report_section(tmp_pa
         episodes = [(10 * i, cost * 10 * i, 500.0 if i > 2 else 20.0) for i in range(1, 8)]
         return RunResult(cost * steps, steps, {"replay_sample": 0.5 * cost * steps}, episodes)
 
-    monkeypatch.setattr(frameworks, "RUNNERS", {fw: stand_in for fw in frameworks.FRAMEWORKS})
-    suite = {**suites.load("frameworks-quick"), "frameworks": ["sb3", "torchrl"]}
+    monkeypatch.setattr(frameworks, "RUNNERS", {"dqn": {fw: stand_in for fw in frameworks.FRAMEWORKS}})
+    # PAL's range travels with the suite into meta.json (the quick suite has none of its own)
+    suite = {**suites.load("frameworks-quick"), "frameworks": ["sb3", "torchrl"],
+             "paper": suites.load("frameworks")["paper"]}
     run_dir = driver.run(suite, out=tmp_path, run_id="fw", progress=False, echo=lambda *_: None)
-    frame, _ = load_run(run_dir)
-    plot = figure.build(frame, {})
+    frame, meta = load_run(run_dir)
+    plot = figure.build(frame, {"fw": meta})
     data = plot.data.set_index(["framework", "variant", "metric"])
     assert data.loc[("sb3", "kary-aligned", "speedup_vs_own"), "median"] == pytest.approx(2.0)
     assert data.loc[("torchrl", "own", "replay_share"), "median"] == pytest.approx(0.5)
@@ -101,6 +103,9 @@ def test_a_run_through_the_driver_makes_the_figure_and_the_report_section(tmp_pa
     class Outcome:
         data = {"frameworks": plot.data}
 
-    text = "\n".join(report._frameworks(Outcome()))
+    class Res:
+        metas = {"fw": meta}
+
+    text = "\n".join(report._frameworks(Outcome(), Res()))
     assert "## Inside other frameworks" in text and "PAL: 1.1-2.1x" in text
     assert "| sb3 | CartPole-v1 | `kary-aligned` | 1 | 2 | 50% | 2.00 | 0.14 (1/1 seeds) | 500 |" in text
