@@ -1,6 +1,6 @@
 """Our buffers inside other frameworks' DQN loops: cost per env step and learning, per buffer.
 
-Rows: scenario ``frameworks``, op ``summary`` (``ok`` rows). Per framework (params
+Rows: scenario ``frameworks``, algo ``dqn``, op ``summary`` (``ok`` rows). Per framework (params
 ``"framework"``), environment and buffer (``variant``; ``own`` = the framework's own buffer),
 over seeds: the median, min and max of ``wall_per_step_s``, ``replay_share``,
 ``speedup_vs_own``, ``time_to_threshold_s`` (over the seeds that reached it, with how many
@@ -38,8 +38,10 @@ def pal_speedup(metas) -> tuple[float, float] | None:
 
 
 def framework_rows(table: pd.DataFrame) -> pd.DataFrame:
-    """The frameworks scenario's summary rows with a ``framework`` column (from params)."""
-    rows = table[(table["scenario"] == "frameworks") & (table["op"] == "summary")]
+    """The frameworks scenario's DQN summary rows (the replay comparisons; its A2C reference runs
+    have no buffer and are drawn by :mod:`analysis.plots.pong_reference`) with a ``framework``
+    column (from params)."""
+    rows = table[(table["scenario"] == "frameworks") & (table["op"] == "summary") & (table["algo"] == "dqn")]
     return rows.assign(framework=[contract.params_of(p).get("framework", "?") for p in rows["params"]],
                        env=rows["env"].fillna("?"))
 
