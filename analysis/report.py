@@ -399,9 +399,11 @@ def _frameworks(outcome, res) -> list[str]:
                   "speedup column is bounded by ")
     return (["## Inside other frameworks", "", "Each framework's own DQN loop (`replaybench run --suite frameworks`) "
              "with its own buffer (`own`; Stable-Baselines3 has no prioritized one, so its own is uniform) and with "
-             "ours through `replaybench.adapters`, same seeds and hyper-parameters. Medians over seeds (min-max); "
+             "ours through `replaybench.adapters`, with the settings its users run (the suite's `per_framework`, "
+             "each with its source), the same seeds and settings for both buffers. Medians over seeds (min-max); "
              "replay share = the buffer's add, sample and priority-update calls over the loop's wall time; time to "
-             "threshold over the seeds that reached it. " + versus
+             "threshold over the seeds that reached it (a run that did not is counted in the seeds and says why in "
+             "its row). " + versus
              + "the own buffer's replay share (a loop that spends 10% in replay gains at most 1.11x).", ""]
             + _table(["framework", "env", "buffer", "seeds", "ms per env step", "replay share",
                       f"speedup vs own (PAL: {pal[0]}-{pal[1]}x)" if pal else "speedup vs own",

@@ -2,9 +2,13 @@
 
 One cell is one training run: a framework (``sb3``, ``tianshou``, ``torchrl``), a buffer
 (``"own"``: the framework's own; else a registered variant, plugged in through
-:mod:`replaybench.adapters`) and a seed. Within a suite every run has the same environment,
-length and hyper-parameters (the suite's ``hyper``), so the runs of one framework and seed
-differ only in their buffer.
+:mod:`replaybench.adapters`) and a seed. Within a suite every run of one framework has the same
+environment, length and hyper-parameters, so the runs of one framework and seed differ only in
+their buffer. Settings: :data:`HYPER` (:data:`A2C_HYPER` for ``"algo": "a2c"``), under the
+suite's ``steps`` and ``hyper``, under its ``per_framework`` entries
+(``{"sb3": {"steps": ..., "hyper": {...}, "source": "file and line of the settings"}}``), so
+that each framework can run the settings its users run; a setting a framework's loop cannot
+honour (:data:`FIXED`) is refused by name before any run.
 
 - **sb3**: ``DQN`` with SB3's ``ReplayBuffer`` (own; SB3 has no prioritized replay, so its own
   run is uniform) vs ``PrioritizedDQN`` with :class:`replaybench.adapters.sb3.PrioritizedReplayBuffer`
@@ -24,7 +28,13 @@ process) and torch's first calls are not in the measured loop.
 
 An Atari suite (``"atari": true``, SB3 only): the environment is made with SB3's
 ``make_atari_env`` and 4 stacked frames, and the policy is ``CnnPolicy`` (needs ``ale-py``:
-``pip install 'replaybench[atari]'``).
+``pip install 'replaybench[atari]'``); an ``ALE/...`` id is made as our own runs make it
+(:data:`ALE_KWARGS`).
+
+``"algo": "a2c"`` (SB3 only, buffers ``["own"]``): Stable-Baselines3's ``A2C`` as a reference for
+our PAAC runs (issue 30): no replay buffer, so no replay share, speedup or profile; its episode
+rows (raw returns over env steps, all environments together) draw beside PAAC's
+(:mod:`analysis.plots.pong_reference`).
 
 What is not the same across frameworks (each keeps its DQN's defaults): the loss (SB3 Huber
 with gradient clipping at 10; Tianshou and TorchRL squared error), the network initialisation
@@ -40,8 +50,8 @@ hyper-parameters), per run:
   return of the last ``window`` episodes reached ``threshold``; status "skipped" when it did
   not), ``final_return`` (that mean at the end), and ``speedup_vs_own`` (x: the own buffer's
   ``wall_per_step_s`` over this run's, same framework and seed, when the own run came first);
-- op "profile": seconds in ``replay_add``, ``replay_sample``, ``replay_update`` and ``other``
-  (everything else: environment, network, the framework's own overhead);
+- op "profile" (DQN): seconds in ``replay_add``, ``replay_sample``, ``replay_update`` and
+  ``other`` (everything else: environment, network, the framework's own overhead);
 - op "episode", metric "return": one row per finished episode, with ``env_steps`` and ``wall_s``.
 
 Selection: ``--variants`` keeps the suite's buffers of those names (``own`` included).
