@@ -90,3 +90,20 @@ def test_curves_of_several_seeds_stay_apart():
                          for seed in (0, 1) for r in sb3([-21 + seed] * 3, seed=seed)])
     data = pong_reference.curves(rows)
     assert data.groupby("seed")["mean_return"].last().tolist() == [-21, -20]
+
+
+def test_the_replay_figure_leaves_the_a2c_reference_out(tmp_path):
+    """The frameworks figure compares buffers: SB3's A2C runs (no buffer) are not its rows."""
+    from replaybench.analysis.plots import frameworks as figure
+    from replaybench.bench import driver, suites
+    from replaybench.bench.scenarios.frameworks import RunResult, result_rows
+
+    runs = []
+    for name, replay in (("frameworks-a2c-quick", False), ("frameworks-quick", True)):
+        cell = driver.plan(suites.load(name)).cells[0]
+        rows = result_rows(RunResult(2.0, 800, {}, [(100, 0.1, 20.0)]), cell.columns, 475, 1, None, replay_buffer=replay)
+        runs.append((name, "frameworks", [{**r, "scenario": "frameworks", "schema_version": results.SCHEMA_VERSION,
+                                            "git_sha": "0" * 40, "dirty": False, "machine": "test"} for r in rows]))
+    res = table(tmp_path, *runs)
+    assert set(res.table["algo"]) == {"a2c", "dqn"}
+    assert set(figure.framework_rows(res.table)["algo"]) == {"dqn"}
