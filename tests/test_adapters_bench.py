@@ -203,3 +203,17 @@ def test_quick_a2c_suite_runs_through_the_driver(tmp_path):
     assert summary["time_to_threshold_s"]["status"] == "skipped"
     episodes = [r for r in rows if r["op"] == "episode"]
     assert episodes and all(r["algo"] == "a2c" and 0 < r["env_steps"] <= 800 for r in episodes)
+
+
+def test_the_run_table_says_for_every_row_whether_the_threshold_was_reached():
+    from replaybench.bench.scenarios.frameworks import format_table
+
+    cells = driver.plan({**suites.load("frameworks-quick"), "seeds": [0, 1]}).cells
+    rows = []
+    for cell in cells:
+        fast = cell.columns["seed"] == 0 and cell.columns["variant"] == "own"     # one seed of the own buffer learns
+        episodes = [(10 * i, 0.5 * i, 500.0 if fast else 20.0) for i in range(1, 8)]
+        rows += result_rows(RunResult(2.0, 1000, {}, episodes), {**cell.columns, "status": "ok"}, 475, 5, None)
+    text = format_table(rows)
+    lines = {tuple(line.split()[:2]): line for line in text.splitlines()[2:]}
+    assert "2 (1/2)" in lines[("sb3", "own")] and "not reached (0/2)" in lines[("sb3", "kary-aligned")]

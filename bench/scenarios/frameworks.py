@@ -614,7 +614,8 @@ class Frameworks(Scenario):
 
 
 def format_table(rows: list[dict]) -> str:
-    """Per framework and buffer: medians over seeds of the summary metrics, and the seed count."""
+    """Per framework and buffer: medians over seeds of the summary metrics, and the seed count;
+    time to threshold over the seeds that reached it, with how many did."""
     import statistics
 
     from replaybench.bench.summary import format_table as table
@@ -634,9 +635,14 @@ def format_table(rows: list[dict]) -> str:
     def med(values, fmt):
         return fmt.format(statistics.median(values)) if values else "-"
 
+    def threshold(g):
+        # every run of the row says whether it reached the threshold: "12 (3/5 seeds)" or "not reached (0/5)"
+        reached, runs = len(g["time_to_threshold_s"]), len(g["seeds"])
+        return f"{med(g['time_to_threshold_s'], '{:.0f}')} ({reached}/{runs})" if reached else f"not reached (0/{runs})"
+
     body = [[fw or "-", b, str(len(g["seeds"])), med([v * 1e3 for v in g["wall_per_step_s"]], "{:.3f}"),
              med(g["replay_share"], "{:.1%}"), med(g["speedup_vs_own"], "{:.2f}"),
-             med(g["time_to_threshold_s"], "{:.0f}"), med(g["final_return"], "{:.0f}"),
+             threshold(g), med(g["final_return"], "{:.0f}"),
              "; ".join(g["status"])[:80]] for (fw, b), g in groups.items()]
     header = ["framework", "buffer", "seeds", "ms/step", "replay share", "speedup vs own", "t_thresh s",
               "final return", "not measured"]
