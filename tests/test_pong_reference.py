@@ -26,9 +26,10 @@ def paac(returns, every=1000, env=ENV, seed=0):
                     actors=0, learners=0, params={"envs_per_actor": 32})
 
 
-def sb3(returns, every=1000, algo="a2c", framework="sb3", seed=0):
+def sb3(returns, every=1000, algo="a2c", framework="sb3", seed=0, threshold=None):
+    params = {"framework": framework} if threshold is None else {"framework": framework, "threshold": threshold}
     return episodes(returns, every, scenario="frameworks", algo=algo, env=ENV, variant="own", seed=seed,
-                    params={"framework": framework})
+                    params=params)
 
 
 def write(root, run_id, suite, scenario, rows, started):
@@ -52,7 +53,7 @@ def test_both_curves_on_one_axis_of_env_steps(tmp_path):
                 ("training-pong", "training", paac([-21, -19, -17] + [-15] * 18)),          # newer: replaces the first
                 ("training-pong-zoo", "training", paac([-20, -20])),
                 ("training-quick", "training", paac([10, 20], env="CartPole-v1")),        # another env: left out
-                ("frameworks-a2c-pong", "frameworks", sb3([-21, -20, -19], every=800)),
+                ("frameworks-a2c-pong", "frameworks", sb3([-21, -20, -19], every=800, threshold=-10)),
                 ("frameworks-atari", "frameworks", sb3([-21, -21], algo="dqn")),          # DQN: left out
                 ("frameworks-a2c-pong", "frameworks", sb3([-21], framework="tianshou")))  # not SB3: left out
     plot = pong_reference.build(res.table, res.metas)
@@ -69,7 +70,8 @@ def test_both_curves_on_one_axis_of_env_steps(tmp_path):
     ref = data[data["side"] == "Stable-Baselines3 A2C"].sort_values("env_steps")
     assert ref["env_steps"].tolist() == [800, 1600, 2400] and ref["mean_return"].iloc[-1] == pytest.approx(-20)
     ax = plot.figure.axes[0]
-    assert len(ax.lines) == 3 and "environment steps" in ax.get_xlabel()
+    assert len(ax.lines) == 4 and "environment steps" in ax.get_xlabel()      # 3 curves and the threshold
+    assert list(ax.lines[-1].get_ydata()) == [-10, -10]
 
 
 @pytest.mark.parametrize("missing", ["PAAC (ours)", "Stable-Baselines3 A2C"])

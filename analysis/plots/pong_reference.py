@@ -9,7 +9,8 @@ environments together) at its end, so both sides share the x axis.
 Per side and suite, the newest run only (a rerun replaces an older run of the same suite);
 per run and seed one line: the mean return of the last :data:`WINDOW` episodes (fewer at the
 start of a run) against env steps, one point per episode. Blue: ours, orange: SB3; one line
-style per suite. The CSV holds every drawn point. Raises :class:`NoRows` naming the missing
+style per suite; a dotted line at the threshold the reference runs record (params
+``threshold``). The CSV holds every drawn point. Raises :class:`NoRows` naming the missing
 side when either has no rows: a curve without its reference (or the reverse) is not this
 figure. Cost: one pass over the episode rows.
 """
@@ -92,6 +93,12 @@ def build(table, metas) -> Plot:
             seeds = by_suite["seed"].nunique(dropna=False)
             handles.append(handle(f"{side}: {suite} ({seeds} seed{'s' * (seeds != 1)})", colour, marker="",
                                   linestyle=style))
+    # the reference suite's threshold (frameworks-a2c-pong: issue 30's -10) as the runs record it
+    thresholds = sorted({float(t) for t in (contract.params_of(p).get("threshold") for p in
+                                            rows.loc[rows["side"] == "Stable-Baselines3 A2C", "params"]) if t is not None})
+    for t in thresholds:
+        ax.axhline(t, color="0.4", linestyle=":", linewidth=1)
+        handles.append(handle(f"threshold {t:g} (mean of {WINDOW})", "0.4", marker="", linestyle=":"))
     ax.set_xlabel("environment steps (4 frames each)")
     ax.set_ylabel(f"mean return of the last {WINDOW} episodes")
     ax.set_title(f"{ENV}: return against env steps", fontsize=10)
