@@ -399,8 +399,9 @@ def _frameworks(outcome, res) -> list[str]:
                   "speedup column is bounded by ")
     return (["## Inside other frameworks", "", "Each framework's own DQN loop (`replaybench run --suite frameworks`) "
              "with its own buffer (`own`; Stable-Baselines3 has no prioritized one, so its own is uniform) and with "
-             "ours through `replaybench.adapters`, with the settings its users run (the suite's `per_framework`, "
-             "each with its source), the same seeds and settings for both buffers. Medians over seeds (min-max); "
+             "ours through `replaybench.adapters`, with the settings of the suite that ran it (since issue 29 the "
+             "settings each framework's users run: the suite's `per_framework`, each with its source), the same seeds "
+             "and settings for both buffers. Medians over seeds (min-max); "
              "replay share = the buffer's add, sample and priority-update calls over the loop's wall time; time to "
              "threshold over the seeds that reached it (a run that did not is counted in the seeds and says why in "
              "its row). " + versus
