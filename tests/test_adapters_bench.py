@@ -180,15 +180,15 @@ def test_sb3_atari_env_is_made_as_our_pong_runs_make_it():
     episode limit, as impl.rl.common.envs.make_env; 4 frames of 84x84 stacked."""
     pytest.importorskip("ale_py")
     pytest.importorskip("stable_baselines3")
-    from replaybench.bench.scenarios.frameworks import ALE_KWARGS, _sb3_env
+    from replaybench.bench.scenarios.frameworks import make_sb3_env
     from replaybench.impl.rl.common.atari import AtariOptions
 
-    assert ALE_KWARGS["max_num_frames_per_episode"] == AtariOptions().max_frames
-    env = _sb3_env("ALE/Pong-v5", 0, 2, atari=True, frame_stack=4)
+    env = make_sb3_env("ALE/Pong-v5", 0, 2, atari=True, frame_stack=4)
     try:
         assert env.num_envs == 2 and env.observation_space.shape == (84, 84, 4)
         ale = env.venv.envs[0].unwrapped
         assert ale._frameskip == 1 and ale.ale.getFloat("repeat_action_probability") == 0.0
+        assert ale.ale.getInt("max_num_frames_per_episode") == AtariOptions().max_frames
     finally:
         env.close()
 

@@ -29,7 +29,7 @@ process) and torch's first calls are not in the measured loop.
 An Atari suite (``"atari": true``, SB3 only): the environment is made with SB3's
 ``make_atari_env`` and 4 stacked frames, and the policy is ``CnnPolicy`` (needs ``ale-py``:
 ``pip install 'replaybench[atari]'``); an ``ALE/...`` id is made as our own runs make it
-(:data:`ALE_KWARGS`).
+(:func:`ale_kwargs`).
 
 ``"algo": "a2c"`` (SB3 only, buffers ``["own"]``): Stable-Baselines3's ``A2C`` as a reference for
 our PAAC runs (issue 30): no replay buffer, so no replay share, speedup or profile; its episode
@@ -67,7 +67,9 @@ from dataclasses import dataclass, field
 
 from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError
 
-__all__ = ["FRAMEWORKS", "HYPER", "OWN", "Frameworks", "SCENARIO", "RunResult", "Timers"]
+__all__ = ["FRAMEWORKS", "ALGOS", "HYPER", "A2C_HYPER", "FIXED", "OWN", "RUNNERS", "Frameworks", "SCENARIO",
+           "RunResult", "Timers", "epsilon", "warm_up", "ale_kwargs", "make_sb3_env", "run_sb3_a2c", "result_rows",
+           "threshold_crossing", "format_table"]
 
 FRAMEWORKS = ("sb3", "tianshou", "torchrl")
 
@@ -166,7 +168,7 @@ def run_sb3(env_id: str, buffer: str, seed: int, steps: int, h: dict, atari: boo
 
     from replaybench.adapters.sb3 import PrioritizedDQN
 
-    env = _sb3_env(env_id, seed, h["n_envs"], atari, 4)
+    env = make_sb3_env(env_id, seed, h["n_envs"], atari, 4)
     policy = "CnnPolicy" if atari else "MlpPolicy"
     common = dict(learning_rate=h["lr"], buffer_size=h["buffer_size"], learning_starts=h["learning_starts"],
                   batch_size=h["batch_size"], gamma=h["gamma"], train_freq=h["train_freq"],
@@ -187,13 +189,16 @@ def run_sb3(env_id: str, buffer: str, seed: int, steps: int, h: dict, atari: boo
     return _sb3_learn(model, steps, timers)
 
 
-#: How an ``ALE/...`` id is made for SB3's Atari wrappers, as :func:`impl.rl.common.envs.make_env`
-#: makes it for our runs: every frame emulated (AtariWrapper skips 4 and max-pools the last 2),
-#: no sticky actions, v5's 108,000-frame episode limit. (``...NoFrameskip-v4`` ids are these already.)
-ALE_KWARGS = {"frameskip": 1, "repeat_action_probability": 0.0, "max_num_frames_per_episode": 108_000}
+def ale_kwargs() -> dict:
+    """How an ``ALE/...`` id is made for SB3's Atari wrappers, as :func:`impl.rl.common.envs.make_env`
+    makes it for our runs: every frame emulated (AtariWrapper skips 4 and max-pools the last 2),
+    no sticky actions, our episode limit in frames. (``...NoFrameskip-v4`` ids are these already.)"""
+    from replaybench.impl.rl.common.atari import AtariOptions
+
+    return {"frameskip": 1, "repeat_action_probability": 0.0, "max_num_frames_per_episode": AtariOptions().max_frames}
 
 
-def _sb3_env(env_id: str, seed: int, n_envs: int, atari: bool, frame_stack: int):
+def make_sb3_env(env_id: str, seed: int, n_envs: int, atari: bool, frame_stack: int):
     """SB3's vector env of ``n_envs`` copies of ``env_id`` seeded from ``seed``; for Atari,
     ``make_atari_env`` (SB3's AtariWrapper: no-op starts, 4-frame skip with max-pool, 84x84
     grey by INTER_AREA, rewards clipped for learning; Monitor records the raw return) and
@@ -207,7 +212,7 @@ def _sb3_env(env_id: str, seed: int, n_envs: int, atari: bool, frame_stack: int)
     import gymnasium as gym
 
     gym.register_envs(ale_py)
-    kwargs = ALE_KWARGS if env_id.startswith("ALE/") else None
+    kwargs = ale_kwargs() if env_id.startswith("ALE/") else None
     return VecFrameStack(make_atari_env(env_id, n_envs=n_envs, seed=seed, env_kwargs=kwargs), n_stack=frame_stack)
 
 
@@ -235,7 +240,7 @@ def run_sb3_a2c(env_id: str, buffer: str, seed: int, steps: int, h: dict, atari:
     from stable_baselines3 import A2C
     from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
 
-    env = _sb3_env(env_id, seed, h["n_envs"], atari, h["frame_stack"])
+    env = make_sb3_env(env_id, seed, h["n_envs"], atari, h["frame_stack"])
     policy_kwargs = {} if atari else {"net_arch": list(h["hidden"])}
     if h["optimizer"] == "rmsprop-tf":
         # as rl-baselines3-zoo's policy_kwargs: A2C then keeps this class (alpha 0.99, no decay)
@@ -503,9 +508,10 @@ def _check_suite(suite: dict) -> dict:
 
 
 def warm_up(algo: str, h: dict) -> tuple[int, dict]:
-    """``(steps, hyper)`` of the untimed run before each measured one: two batches of DQN
-    updates (one update per collection of ``n_envs`` steps, a buffer of four batches), or two
-    A2C rollouts."""
+    """``(steps, hyper)`` of the untimed run before each measured one: for DQN, ``2 * batch_size
+    + n_envs`` env steps with updates from step ``batch_size`` on, one per collection of
+    ``n_envs`` steps (``batch_size / n_envs + 1`` updates: cheap whatever the suite's update
+    ratio), into a buffer of four batches per environment; for A2C, two rollouts."""
     if algo == "a2c":
         return 2 * h["n_envs"] * h["n_steps"], dict(h)
     return (2 * h["batch_size"] + h["n_envs"],
