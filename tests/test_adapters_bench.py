@@ -86,8 +86,10 @@ def test_a_run_through_the_driver_makes_the_figure_and_the_report_section(tmp_pa
         episodes = [(10 * i, cost * 10 * i, 500.0 if i > 2 else 20.0) for i in range(1, 8)]
         return RunResult(cost * steps, steps, {"replay_sample": 0.5 * cost * steps}, episodes)
 
-    monkeypatch.setattr(frameworks, "RUNNERS", {fw: stand_in for fw in frameworks.FRAMEWORKS})
-    suite = {**suites.load("frameworks-quick"), "frameworks": ["sb3", "torchrl"]}
+    monkeypatch.setattr(frameworks, "RUNNERS", {"dqn": {fw: stand_in for fw in frameworks.FRAMEWORKS}})
+    # PAL's range travels with the suite into meta.json (the quick suite has none of its own)
+    suite = {**suites.load("frameworks-quick"), "frameworks": ["sb3", "torchrl"],
+             "paper": suites.load("frameworks")["paper"]}
     run_dir = driver.run(suite, out=tmp_path, run_id="fw", progress=False, echo=lambda *_: None)
     frame, meta = load_run(run_dir)
     plot = figure.build(frame, {"fw": meta})
@@ -103,3 +105,111 @@ def test_a_run_through_the_driver_makes_the_figure_and_the_report_section(tmp_pa
     text = "\n".join(figure.report_section(plot.data, Res(), {"frameworks": plot.data}))
     assert "## Inside other frameworks" in text and "PAL: 1.1-2.1x" in text
     assert "| sb3 | CartPole-v1 | `kary-aligned` | 1 | 2 | 50% | 2.00 | 0.14 (1/1 seeds) | 500 |" in text
+
+
+def test_each_framework_runs_with_its_own_published_settings():
+    """frameworks.json: per framework the settings its users run (issue 29 item 3), 5 seeds, and
+    the source of each setting recorded beside it."""
+    suite = suites.load("frameworks")
+    cells = driver.plan(suite).cells
+    assert len(cells) == 3 * 5 * 2
+    params = {c.spec[0]: json.loads(json.dumps(c.columns["params"])) for c in cells}
+    sb3, tianshou, torchrl = (params[fw] for fw in ("sb3", "tianshou", "torchrl"))
+    assert sb3["steps"] == 50_000 and sb3["hyper"]["train_freq"] == 256 and sb3["hyper"]["gradient_steps"] == 128
+    assert sb3["hyper"]["hidden"] == [256, 256] and sb3["hyper"]["lr"] == 0.0023
+    assert tianshou["hyper"]["n_envs"] == 10 and tianshou["hyper"]["n_step"] == 3 and tianshou["hyper"]["double_q"]
+    assert tianshou["hyper"]["eps_hold"] == 10_000 and tianshou["steps"] == 100_000
+    assert torchrl["steps"] == 500_000 and torchrl["hyper"]["gradient_steps"] == 100
+    assert {c.columns["capacity"] for c in cells if c.spec[0] == "torchrl"} == {10_000}
+    assert all("line" in suite["per_framework"][fw]["source"] for fw in ("sb3", "tianshou", "torchrl"))
+
+
+def test_settings_a_loop_cannot_honour_are_refused_by_name():
+    suite = suites.load("frameworks-quick")
+    for change, message in [
+            ({"per_framework": {"sb3": {"hyper": {"n_step": 3}}}}, r"sb3's DQN loop takes only hyper\['n_step'\] = 1"),
+            ({"per_framework": {"torchrl": {"hyper": {"n_envs": 4}}}}, r"torchrl's DQN loop takes only hyper\['n_envs'\]"),
+            ({"per_framework": {"tianshou": {"hyper": {"n_envs": 3}}}}, "must be a multiple of n_envs 3"),
+            ({"per_framework": {"tianshou": {"hyper": {"double_q": 1}}}}, r"hyper\['double_q'\] must be true or false"),
+            ({"per_framework": {"keras": {}}}, "'per_framework' must map frameworks of the suite"),
+            ({"per_framework": {"sb3": {"step": 5}}}, r"per_framework\['sb3'\] has unknown key\(s\) \['step'\]"),
+            ({"per_framework": {"sb3": {"steps": 0}}}, "'steps' must be a positive integer, got 0 for sb3"),
+            ({"algo": "ppo"}, "'algo' must be one of"),
+            ({"algo": "a2c"}, r"algo 'a2c' runs in \['sb3'\] only")]:
+        with pytest.raises(SelectionError, match=message):
+            driver.plan({**suite, **change})
+    a2c = suites.load("frameworks-a2c-quick")
+    for change, message in [({"buffers": ["own", "kary-aligned"]}, "algo 'a2c' has no replay buffer"),
+                            ({"hyper": {"batch_size": 3}}, r"unknown 'hyper' key\(s\) \['batch_size'\] for algo 'a2c'"),
+                            ({"hyper": {"optimizer": "adam"}}, r"hyper\['optimizer'\] must be one of"),
+                            ({"hyper": {"n_steps": 0}}, r"hyper\['n_steps'\] must be an integer >= 1")]:
+        with pytest.raises(SelectionError, match=message):
+            driver.plan({**a2c, **change})
+
+
+def test_epsilon_holds_then_falls_linearly():
+    from replaybench.bench.scenarios.frameworks import HYPER, epsilon
+
+    # Tianshou's CartPole test: 0.1 up to 10k env steps, then linearly to 0.01 at 50k
+    h = {**HYPER, "eps_start": 0.1, "eps_end": 0.01, "eps_hold": 10_000, "eps_fraction": 0.4}
+    assert [epsilon(h, s, 100_000) for s in (0, 10_000, 30_000, 50_000, 90_000)] == \
+        pytest.approx([0.1, 0.1, 0.055, 0.01, 0.01])
+    assert epsilon({**h, "eps_hold": 0}, 20_000, 100_000) == pytest.approx(0.055)
+
+
+def test_a2c_rows_have_no_replay_columns_and_say_why_the_threshold_is_missing():
+    cell = driver.plan(suites.load("frameworks-a2c-quick")).cells[0]
+    assert cell.columns["algo"] == "a2c" and cell.columns["variant"] == "own" and cell.columns["capacity"] is None
+    episodes = [(100 * i, 0.1 * i, -21.0) for i in range(1, 4)]
+    rows = result_rows(RunResult(2.0, 400, {}, episodes), cell.columns, threshold=-10, window=2, own_wall=None,
+                       replay_buffer=False)
+    summary = {r["metric"]: r for r in rows if r["op"] == "summary"}
+    assert set(summary) == {"wall_per_step_s", "time_to_threshold_s", "steps_to_threshold", "final_return"}
+    assert summary["time_to_threshold_s"]["status"] == "skipped"
+    assert summary["time_to_threshold_s"]["error"] == ("threshold -10 (mean return of 2 episodes) not reached in "
+                                                       "400 env steps (3 episodes)")
+    assert not [r for r in rows if r["op"] == "profile"] and len([r for r in rows if r["op"] == "episode"]) == 3
+
+
+def test_sb3_atari_env_is_made_as_our_pong_runs_make_it():
+    """ALE/ ids get every frame emulated (AtariWrapper skips 4), no sticky actions and v5's
+    episode limit, as impl.rl.common.envs.make_env; 4 frames of 84x84 stacked."""
+    pytest.importorskip("ale_py")
+    pytest.importorskip("stable_baselines3")
+    from replaybench.bench.scenarios.frameworks import make_sb3_env
+    from replaybench.impl.rl.common.atari import AtariOptions
+
+    env = make_sb3_env("ALE/Pong-v5", 0, 2, atari=True, frame_stack=4)
+    try:
+        assert env.num_envs == 2 and env.observation_space.shape == (84, 84, 4)
+        ale = env.venv.envs[0].unwrapped
+        assert ale._frameskip == 1 and ale.ale.getFloat("repeat_action_probability") == 0.0
+        assert ale.ale.getInt("max_num_frames_per_episode") == AtariOptions().max_frames
+    finally:
+        env.close()
+
+
+@pytest.mark.slow
+def test_quick_a2c_suite_runs_through_the_driver(tmp_path):
+    run_dir = driver.run(suites.load("frameworks-a2c-quick"), out=tmp_path, run_id="a2c", progress=False,
+                         echo=lambda *_: None)
+    rows = results.read_rows(run_dir)
+    summary = {r["metric"]: r for r in rows if r["op"] == "summary"}
+    assert summary["wall_per_step_s"]["status"] == "ok" and summary["final_return"]["status"] == "ok"
+    assert summary["time_to_threshold_s"]["status"] == "skipped"
+    episodes = [r for r in rows if r["op"] == "episode"]
+    assert episodes and all(r["algo"] == "a2c" and 0 < r["env_steps"] <= 800 for r in episodes)
+
+
+def test_the_run_table_says_for_every_row_whether_the_threshold_was_reached():
+    from replaybench.bench.scenarios.frameworks import format_table
+
+    cells = driver.plan({**suites.load("frameworks-quick"), "seeds": [0, 1]}).cells
+    rows = []
+    for cell in cells:
+        fast = cell.columns["seed"] == 0 and cell.columns["variant"] == "own"     # one seed of the own buffer learns
+        episodes = [(10 * i, 0.5 * i, 500.0 if fast else 20.0) for i in range(1, 8)]
+        rows += result_rows(RunResult(2.0, 1000, {}, episodes), {**cell.columns, "status": "ok"}, 475, 5, None)
+    text = format_table(rows)
+    lines = {tuple(line.split()[:2]): line for line in text.splitlines()[2:]}
+    assert "2 (1/2)" in lines[("sb3", "own")] and "not reached (0/2)" in lines[("sb3", "kary-aligned")]

@@ -198,6 +198,20 @@ ROLE_SHARES = {"sequential": {"env_step": 0.4, "inference": 0.1, "replay": 0.15,
                "learner": {"replay": 0.15, "sgd": 0.25, "wait": 0.1, "other": 0.03}}
 
 
+def pong_rows(scenario):
+    """Pong return curves (algo a2c, ALE/Pong-v5, 3 seeds): our PAAC's (scenario "training", as
+    bench/train.py writes them) or Stable-Baselines3's A2C (scenario "frameworks", as
+    bench/scenarios/frameworks.py writes them)."""
+    if scenario == "training":
+        common = dict(variant="kary-aligned", structure="kary-aligned", K=16, policy="none", actors=0, learners=0,
+                      mode="processes", params={"baseline": True})
+    else:
+        common = dict(variant="own", structure="none", policy="none", params={"framework": "sb3"})
+    return [_row("", scenario, op="episode", metric="return", value=-21.0 + 0.2 * episode + 0.5 * seed,
+                 unit="return", env_steps=900 * (episode + 1), wall_s=1.5 * (episode + 1), repeat=episode,
+                 algo="a2c", env="ALE/Pong-v5", seed=seed, **common) for seed in range(3) for episode in range(30)]
+
+
 def training_rows(rng, updates_per_step=None):
     """As bench/train_command.py writes them: the baseline has policy "none" and actors = learners = 0;
     profiles come one row per role and component. ``updates_per_step`` goes to params (it makes
@@ -325,6 +339,9 @@ def synthetic(tmp_path_factory):
     write_run(root, "20300101T000600Z-frameworks", "frameworks", "frameworks", frameworks_rows())
     write_run(root, "20300101T000700Z-paac", "paac", "paac", paac_rows())
     write_run(root, "20300101T000800Z-lf", "lf", "lf", lf_rows(rng))
+    write_run(root, "20300101T000900Z-training-pong", "training-pong", "training", pong_rows("training"))
+    write_run(root, "20300101T001000Z-frameworks-a2c-pong", "frameworks-a2c-pong", "frameworks",
+              pong_rows("frameworks"))
     return root
 
 
@@ -830,7 +847,11 @@ def test_the_committed_reference_runs_plot(tmp_path):
     assert not res.problems, [str(p) for p in res.problems]
     outcome = render.render(res, tmp_path, echo=lambda *_: None)
     assert not outcome.failed, outcome.failed
-    assert set(outcome.written) == {m.NAME for m in modules()}
+    # figures whose rows no committed run holds yet: each skipped with the reason it gives
+    pending = {} if (REPO / "results" / "reference-frameworks-a2c-pong").exists() else \
+        {"pong_reference": "no rows for Stable-Baselines3 A2C"}
+    assert set(outcome.written) == {m.NAME for m in modules()} - set(pending)
+    assert all(outcome.skipped[name].startswith(why) for name, why in pending.items()), outcome.skipped
     for name, paths in outcome.written.items():
         assert all(p.stat().st_size > 0 for p in paths), name
     figure = pd.read_csv(tmp_path / "capacity.csv")

@@ -1,6 +1,6 @@
 """Our buffers inside other frameworks' DQN loops: cost per env step and learning, per buffer.
 
-Rows: scenario ``frameworks``, op ``summary`` (``ok`` rows). Per framework (params
+Rows: scenario ``frameworks``, algo ``dqn``, op ``summary`` (``ok`` rows). Per framework (params
 ``"framework"``), environment and buffer (``variant``; ``own`` = the framework's own buffer),
 over seeds: the median, min and max of ``wall_per_step_s``, ``replay_share``,
 ``speedup_vs_own``, ``time_to_threshold_s`` (over the seeds that reached it, with how many
@@ -43,8 +43,10 @@ def pal_speedup(metas) -> tuple[float, float] | None:
 
 
 def framework_rows(table: pd.DataFrame) -> pd.DataFrame:
-    """The frameworks scenario's summary rows with a ``framework`` column (from params)."""
-    rows = table[(table["scenario"] == "frameworks") & (table["op"] == "summary")]
+    """The frameworks scenario's DQN summary rows (the replay comparisons; its A2C reference runs
+    have no buffer and are drawn by :mod:`analysis.plots.pong_reference`) with a ``framework``
+    column (from params)."""
+    rows = table[(table["scenario"] == "frameworks") & (table["op"] == "summary") & (table["algo"] == "dqn")]
     return rows.assign(framework=[contract.params_of(p).get("framework", "?") for p in rows["params"]],
                        env=rows["env"].fillna("?"))
 
@@ -159,9 +161,12 @@ def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFr
                   "speedup column is bounded by ")
     return (["## Inside other frameworks", "", "Each framework's own DQN loop (`replaybench run --suite frameworks`) "
              "with its own buffer (`own`; Stable-Baselines3 has no prioritized one, so its own is uniform) and with "
-             "ours through `replaybench.adapters`, same seeds and hyper-parameters. Medians over seeds (min-max); "
+             "ours through `replaybench.adapters`, with the settings of the suite that ran it (since issue 29 the "
+             "settings each framework's users run: the suite's `per_framework`, each with its source), the same seeds "
+             "and settings for both buffers. Medians over seeds (min-max); "
              "replay share = the buffer's add, sample and priority-update calls over the loop's wall time; time to "
-             "threshold over the seeds that reached it. " + versus
+             "threshold over the seeds that reached it (a run that did not is counted in the seeds and says why in "
+             "its row). " + versus
              + "the own buffer's replay share (a loop that spends 10% in replay gains at most 1.11x).", ""]
             + md.table(["framework", "env", "buffer", "seeds", "ms per env step", "replay share",
                       f"speedup vs own (PAL: {pal[0]}-{pal[1]}x)" if pal else "speedup vs own",

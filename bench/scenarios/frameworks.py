@@ -2,9 +2,13 @@
 
 One cell is one training run: a framework (``sb3``, ``tianshou``, ``torchrl``), a buffer
 (``"own"``: the framework's own; else a registered variant, plugged in through
-:mod:`replaybench.adapters`) and a seed. Within a suite every run has the same environment,
-length and hyper-parameters (the suite's ``hyper``), so the runs of one framework and seed
-differ only in their buffer.
+:mod:`replaybench.adapters`) and a seed. Within a suite every run of one framework has the same
+environment, length and hyper-parameters, so the runs of one framework and seed differ only in
+their buffer. Settings: :data:`HYPER` (:data:`A2C_HYPER` for ``"algo": "a2c"``), under the
+suite's ``steps`` and ``hyper``, under its ``per_framework`` entries
+(``{"sb3": {"steps": ..., "hyper": {...}, "source": "file and line of the settings"}}``), so
+that each framework can run the settings its users run; a setting a framework's loop cannot
+honour (:data:`FIXED`) is refused by name before any run.
 
 - **sb3**: ``DQN`` with SB3's ``ReplayBuffer`` (own; SB3 has no prioritized replay, so its own
   run is uniform) vs ``PrioritizedDQN`` with :class:`replaybench.adapters.sb3.PrioritizedReplayBuffer`
@@ -24,7 +28,13 @@ process) and torch's first calls are not in the measured loop.
 
 An Atari suite (``"atari": true``, SB3 only): the environment is made with SB3's
 ``make_atari_env`` and 4 stacked frames, and the policy is ``CnnPolicy`` (needs ``ale-py``:
-``pip install 'replaybench[atari]'``).
+``pip install 'replaybench[atari]'``); an ``ALE/...`` id is made as our own runs make it
+(:func:`ale_kwargs`).
+
+``"algo": "a2c"`` (SB3 only, buffers ``["own"]``): Stable-Baselines3's ``A2C`` as a reference for
+our PAAC runs (issue 30): no replay buffer, so no replay share, speedup or profile; its episode
+rows (raw returns over env steps, all environments together) draw beside PAAC's
+(:mod:`analysis.plots.pong_reference`).
 
 What is not the same across frameworks (each keeps its DQN's defaults): the loss (SB3 Huber
 with gradient clipping at 10; Tianshou and TorchRL squared error), the network initialisation
@@ -40,8 +50,8 @@ hyper-parameters), per run:
   return of the last ``window`` episodes reached ``threshold``; status "skipped" when it did
   not), ``final_return`` (that mean at the end), and ``speedup_vs_own`` (x: the own buffer's
   ``wall_per_step_s`` over this run's, same framework and seed, when the own run came first);
-- op "profile": seconds in ``replay_add``, ``replay_sample``, ``replay_update`` and ``other``
-  (everything else: environment, network, the framework's own overhead);
+- op "profile" (DQN): seconds in ``replay_add``, ``replay_sample``, ``replay_update`` and
+  ``other`` (everything else: environment, network, the framework's own overhead);
 - op "episode", metric "return": one row per finished episode, with ``env_steps`` and ``wall_s``.
 
 Selection: ``--variants`` keeps the suite's buffers of those names (``own`` included).
@@ -57,17 +67,44 @@ from dataclasses import dataclass, field
 
 from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError
 
-__all__ = ["FRAMEWORKS", "HYPER", "OWN", "Frameworks", "SCENARIO", "RunResult", "Timers"]
+__all__ = ["FRAMEWORKS", "ALGOS", "HYPER", "A2C_HYPER", "FIXED", "OWN", "RUNNERS", "Frameworks", "SCENARIO",
+           "RunResult", "Timers", "epsilon", "warm_up", "ale_kwargs", "make_sb3_env", "run_sb3_a2c", "result_rows",
+           "threshold_crossing", "format_table"]
 
 FRAMEWORKS = ("sb3", "tianshou", "torchrl")
 
 #: The name of "the framework's own buffer" in a suite's ``buffers`` and the rows' ``variant``.
 OWN = "own"
 
-#: Hyper-parameters every run of a suite shares (a suite's ``hyper`` overrides them).
+ALGOS = ("dqn", "a2c")
+
+#: DQN hyper-parameters every run of a suite shares (a suite's ``hyper`` overrides them, and its
+#: ``per_framework[fw]["hyper"]`` overrides those for one framework). Steps are env steps (all
+#: environments together); ``target_update`` is in env steps and becomes
+#: ``target_update / train_freq * gradient_steps`` updates where a framework counts updates;
+#: epsilon stays at ``eps_start`` for ``eps_hold`` env steps, then falls linearly to ``eps_end``
+#: over ``eps_fraction`` of the run; ``n_envs`` environments step together; ``n_step``: n-step
+#: returns; ``double_q``: double DQN targets.
 HYPER = {"hidden": [64, 64], "lr": 1e-3, "gamma": 0.99, "batch_size": 64, "buffer_size": 50_000,
          "learning_starts": 1_000, "train_freq": 4, "gradient_steps": 1, "target_update": 500,
-         "eps_start": 1.0, "eps_end": 0.05, "eps_fraction": 0.1, "alpha": 0.6, "beta": 0.4}
+         "eps_start": 1.0, "eps_end": 0.05, "eps_fraction": 0.1, "alpha": 0.6, "beta": 0.4,
+         "n_envs": 1, "n_step": 1, "eps_hold": 0, "double_q": False}
+
+#: DQN settings a framework's runner cannot honour: ``{framework: {key: the only value it takes}}``
+#: (SB3's DQN anneals epsilon by its own schedule and has no double Q; our SB3 adapter has no
+#: n-step sampling; the TorchRL loop steps one ``GymEnv`` and builds one-step targets).
+FIXED = {"sb3": {"n_step": 1, "eps_hold": 0, "double_q": False},
+         "tianshou": {},
+         "torchrl": {"n_envs": 1, "n_step": 1, "eps_hold": 0}}
+
+#: A2C hyper-parameters (``"algo": "a2c"``, Stable-Baselines3 only): SB3's ``A2C`` defaults, with
+#: ``n_envs`` environments, ``frame_stack`` frames stacked for Atari, and ``optimizer``
+#: ``"rmsprop"`` (SB3's default: torch's RMSprop, alpha 0.99, eps ``rmsprop_eps``) or
+#: ``"rmsprop-tf"`` (SB3's ``RMSpropTFLike``, eps ``rmsprop_eps``: what rl-baselines3-zoo sets).
+A2C_HYPER = {"hidden": [64, 64], "lr": 7e-4, "gamma": 0.99, "n_envs": 1, "n_steps": 5, "gae_lambda": 1.0,
+             "ent_coef": 0.0, "vf_coef": 0.5, "max_grad_norm": 0.5, "optimizer": "rmsprop", "rmsprop_eps": 1e-5,
+             "normalize_advantage": False, "frame_stack": 4}
+A2C_OPTIMIZERS = ("rmsprop", "rmsprop-tf")
 
 #: What each framework's own buffer is (the rows' ``structure`` for ``variant == "own"``).
 OWN_STRUCTURE = {"sb3": "sb3-uniform", "tianshou": "tianshou-segment-tree", "torchrl": "torchrl-segment-tree"}
@@ -119,28 +156,19 @@ class RunResult:
 
 
 def epsilon(h: dict, step: int, steps: int) -> float:
-    """Linear exploration schedule: eps_start to eps_end over eps_fraction of the run."""
-    frac = min(1.0, step / max(1.0, h["eps_fraction"] * steps))
+    """Exploration at env step ``step`` of ``steps``: ``eps_start`` for the first ``eps_hold``
+    steps, then linear to ``eps_end`` over ``eps_fraction * steps`` steps, then ``eps_end``."""
+    frac = min(1.0, max(0, step - h["eps_hold"]) / max(1.0, h["eps_fraction"] * steps))
     return h["eps_start"] + frac * (h["eps_end"] - h["eps_start"])
 
 
 # ------------------------------------------------------------------------------------------ runners
 def run_sb3(env_id: str, buffer: str, seed: int, steps: int, h: dict, atari: bool = False) -> RunResult:
     from stable_baselines3 import DQN
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.env_util import make_atari_env, make_vec_env
-    from stable_baselines3.common.vec_env import VecFrameStack
 
     from replaybench.adapters.sb3 import PrioritizedDQN
 
-    if atari:
-        import ale_py
-        import gymnasium as gym
-
-        gym.register_envs(ale_py)
-        env = VecFrameStack(make_atari_env(env_id, n_envs=1, seed=seed), n_stack=4)
-    else:
-        env = make_vec_env(env_id, n_envs=1, seed=seed)
+    env = make_sb3_env(env_id, seed, h["n_envs"], atari, 4)
     policy = "CnnPolicy" if atari else "MlpPolicy"
     common = dict(learning_rate=h["lr"], buffer_size=h["buffer_size"], learning_starts=h["learning_starts"],
                   batch_size=h["batch_size"], gamma=h["gamma"], train_freq=h["train_freq"],
@@ -158,6 +186,40 @@ def run_sb3(env_id: str, buffer: str, seed: int, steps: int, h: dict, atari: boo
     for method, section in (("add", "replay_add"), ("sample", "replay_sample"), ("update_priorities", "replay_update")):
         if hasattr(model.replay_buffer, method):
             timers.wrap(model.replay_buffer, method, section)
+    return _sb3_learn(model, steps, timers)
+
+
+def ale_kwargs() -> dict:
+    """How an ``ALE/...`` id is made for SB3's Atari wrappers, as :func:`impl.rl.common.envs.make_env`
+    makes it for our runs: every frame emulated (AtariWrapper skips 4 and max-pools the last 2),
+    no sticky actions, our episode limit in frames. (``...NoFrameskip-v4`` ids are these already.)"""
+    from replaybench.impl.rl.common.atari import AtariOptions
+
+    return {"frameskip": 1, "repeat_action_probability": 0.0, "max_num_frames_per_episode": AtariOptions().max_frames}
+
+
+def make_sb3_env(env_id: str, seed: int, n_envs: int, atari: bool, frame_stack: int):
+    """SB3's vector env of ``n_envs`` copies of ``env_id`` seeded from ``seed``; for Atari,
+    ``make_atari_env`` (SB3's AtariWrapper: no-op starts, 4-frame skip with max-pool, 84x84
+    grey by INTER_AREA, rewards clipped for learning; Monitor records the raw return) and
+    ``frame_stack`` frames stacked (zeros before the first frame)."""
+    from stable_baselines3.common.env_util import make_atari_env, make_vec_env
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    if not atari:
+        return make_vec_env(env_id, n_envs=n_envs, seed=seed)
+    import ale_py
+    import gymnasium as gym
+
+    gym.register_envs(ale_py)
+    kwargs = ale_kwargs() if env_id.startswith("ALE/") else None
+    return VecFrameStack(make_atari_env(env_id, n_envs=n_envs, seed=seed, env_kwargs=kwargs), n_stack=frame_stack)
+
+
+def _sb3_learn(model, steps: int, timers: Timers) -> RunResult:
+    """``model.learn(steps)``, timed, with each finished episode's raw return (SB3's Monitor)."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
     episodes: list = []
     start = time.perf_counter()
 
@@ -170,6 +232,25 @@ def run_sb3(env_id: str, buffer: str, seed: int, steps: int, h: dict, atari: boo
 
     model.learn(steps, callback=Episodes())
     return RunResult(time.perf_counter() - start, int(model.num_timesteps), dict(timers.seconds), episodes)
+
+
+def run_sb3_a2c(env_id: str, buffer: str, seed: int, steps: int, h: dict, atari: bool = False) -> RunResult:
+    """Stable-Baselines3's A2C (``h``: :data:`A2C_HYPER`'s keys) for ``steps`` env steps; no
+    replay buffer (``buffer`` is always ``"own"``), so ``replay`` is empty."""
+    from stable_baselines3 import A2C
+    from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
+
+    env = make_sb3_env(env_id, seed, h["n_envs"], atari, h["frame_stack"])
+    policy_kwargs = {} if atari else {"net_arch": list(h["hidden"])}
+    if h["optimizer"] == "rmsprop-tf":
+        # as rl-baselines3-zoo's policy_kwargs: A2C then keeps this class (alpha 0.99, no decay)
+        policy_kwargs.update(optimizer_class=RMSpropTFLike, optimizer_kwargs={"eps": h["rmsprop_eps"]})
+    model = A2C("CnnPolicy" if atari else "MlpPolicy", env, learning_rate=h["lr"], n_steps=h["n_steps"],
+                gamma=h["gamma"], gae_lambda=h["gae_lambda"], ent_coef=h["ent_coef"], vf_coef=h["vf_coef"],
+                max_grad_norm=h["max_grad_norm"], rms_prop_eps=h["rmsprop_eps"],
+                normalize_advantage=h["normalize_advantage"], policy_kwargs=policy_kwargs, seed=seed, device="cpu",
+                verbose=0)
+    return _sb3_learn(model, steps, Timers())
 
 
 def run_tianshou(env_id: str, buffer: str, seed: int, steps: int, h: dict) -> RunResult:
@@ -189,14 +270,15 @@ def run_tianshou(env_id: str, buffer: str, seed: int, steps: int, h: dict) -> Ru
 
     torch.manual_seed(seed)
     np.random.seed(seed)
-    envs = DummyVectorEnv([lambda: gym.make(env_id)])
+    envs = DummyVectorEnv([lambda: gym.make(env_id)] * h["n_envs"])
     envs.seed(seed)
     space = envs.observation_space[0], envs.action_space[0]
     net = Net(state_shape=space[0].shape, action_shape=space[1].n, hidden_sizes=list(h["hidden"]))
     policy = DiscreteQLearningPolicy(model=net, action_space=space[1], eps_training=h["eps_start"])
     updates_between_targets = max(1, round(h["target_update"] / h["train_freq"] * h["gradient_steps"]))
     algorithm = DQN(policy=policy, optim=AdamOptimizerFactory(lr=h["lr"]), gamma=h["gamma"],
-                    target_update_freq=updates_between_targets, is_double=False)
+                    n_step_return_horizon=h["n_step"], target_update_freq=updates_between_targets,
+                    is_double=h["double_q"])
     # The vector buffer, one sub-buffer per environment, as Tianshou's own DQN examples build it
     if buffer == OWN:
         buf = TianshouPrioritizedVector(h["buffer_size"], envs.env_num, alpha=h["alpha"], beta=h["beta"],
@@ -244,7 +326,8 @@ def run_torchrl(env_id: str, buffer: str, seed: int, steps: int, h: dict) -> Run
     explore = EGreedyModule(env.action_spec, eps_init=h["eps_start"], eps_end=h["eps_end"],
                             annealing_num_steps=max(1, int(h["eps_fraction"] * steps)))
     policy = TensorDictSequential(actor, explore)
-    loss = DQNLoss(actor, action_space=env.action_spec, delay_value=True, loss_function="l2")
+    loss = DQNLoss(actor, action_space=env.action_spec, delay_value=True, loss_function="l2",
+                   double_dqn=h["double_q"])
     loss.make_value_estimator(gamma=h["gamma"])
     target = HardUpdate(loss, value_network_update_interval=max(
         1, round(h["target_update"] / h["train_freq"] * h["gradient_steps"])))
@@ -280,7 +363,9 @@ def run_torchrl(env_id: str, buffer: str, seed: int, steps: int, h: dict) -> Run
     return RunResult(time.perf_counter() - start, steps, dict(timers.seconds), episodes)
 
 
-RUNNERS = {"sb3": run_sb3, "tianshou": run_tianshou, "torchrl": run_torchrl}
+#: ``{algo: {framework: runner}}``; a runner is ``(env_id, buffer, seed, steps, h, **extra) -> RunResult``.
+RUNNERS = {"dqn": {"sb3": run_sb3, "tianshou": run_tianshou, "torchrl": run_torchrl},
+           "a2c": {"sb3": run_sb3_a2c}}
 
 
 # ------------------------------------------------------------------------------------------ rows
@@ -294,8 +379,14 @@ def threshold_crossing(episodes: list, threshold: float, window: int):
     return None
 
 
-def result_rows(result: RunResult, base: dict, threshold: float, window: int, own_wall: float | None) -> list[dict]:
-    """The summary, profile and episode rows of one run (``base``: the cell's columns)."""
+def result_rows(result: RunResult, base: dict, threshold: float, window: int, own_wall: float | None,
+                replay_buffer: bool = True) -> list[dict]:
+    """The summary, profile and episode rows of one run (``base``: the cell's columns).
+
+    Without a replay buffer (``replay_buffer=False``: A2C) there is no replay share, speedup
+    or profile: the summary holds the wall time per step, the threshold and the final return.
+    A run whose episodes never reached ``threshold`` gets ``time_to_threshold_s`` and
+    ``steps_to_threshold`` rows with status "skipped" saying so."""
     per_step = result.wall_s / result.steps
     replay = sum(result.replay.values())
     crossing = threshold_crossing(result.episodes, threshold, window)
@@ -304,48 +395,102 @@ def result_rows(result: RunResult, base: dict, threshold: float, window: int, ow
               "time_to_threshold_s": crossing and crossing[1], "steps_to_threshold": crossing and crossing[0],
               "final_return": sum(last) / len(last) if last else None,
               "speedup_vs_own": own_wall / per_step if own_wall else None}
+    if not replay_buffer:
+        del values["replay_share"], values["speedup_vs_own"]
     rows = []
     for metric, value in values.items():
         if metric == "speedup_vs_own" and value is None:
             continue
         row = {**base, "op": "summary", "metric": metric, "unit": SUMMARY_UNITS[metric], "repeat": 0}
         if value is None:
-            why = (f"threshold {threshold} not reached in {result.steps} steps" if "threshold" in metric
-                   else "no episode finished")
+            why = (f"threshold {threshold:g} (mean return of {window} episodes) not reached in {result.steps} env "
+                   f"steps ({len(result.episodes)} episodes)" if "threshold" in metric else "no episode finished")
             rows.append({**row, "status": "skipped", "error": why})
         else:
             rows.append({**row, "value": float(value), "status": "ok"})
-    sections = {s: result.replay.get(s, 0.0) for s in ("replay_add", "replay_sample", "replay_update")}
-    sections["other"] = max(0.0, result.wall_s - replay)
-    rows += [{**base, "op": "profile", "metric": s, "value": v, "unit": "s", "repeat": 0, "status": "ok"}
-             for s, v in sections.items()]
+    if replay_buffer:
+        sections = {s: result.replay.get(s, 0.0) for s in ("replay_add", "replay_sample", "replay_update")}
+        sections["other"] = max(0.0, result.wall_s - replay)
+        rows += [{**base, "op": "profile", "metric": s, "value": v, "unit": "s", "repeat": 0, "status": "ok"}
+                 for s, v in sections.items()]
     rows += [{**base, "op": "episode", "metric": "return", "value": r, "unit": "return", "repeat": i,
               "env_steps": s, "wall_s": w, "status": "ok"} for i, (s, w, r) in enumerate(result.episodes)]
     return rows
 
 
 # ------------------------------------------------------------------------------------------ scenario
+def _positive_int(value, low: int = 1) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value >= low
+
+
+def _check_hyper(where: str, algo: str, fw: str, hyper: dict) -> None:
+    """SelectionError naming the first key of one framework's ``hyper`` that is unknown,
+    ill-typed or one its runner cannot honour (:data:`FIXED`)."""
+    known = HYPER if algo == "dqn" else A2C_HYPER
+    unknown = sorted(set(hyper) - set(known))
+    if unknown:
+        raise SelectionError(f"{where}: unknown 'hyper' key(s) {unknown} for algo {algo!r}; known: {sorted(known)}")
+    ints = (("batch_size", 1), ("buffer_size", 1), ("learning_starts", 0), ("train_freq", 1), ("gradient_steps", 1),
+            ("target_update", 1), ("n_envs", 1), ("n_step", 1), ("eps_hold", 0)) if algo == "dqn" else \
+        (("n_envs", 1), ("n_steps", 1), ("frame_stack", 1))
+    for key, low in ints:
+        if not _positive_int(hyper[key], low):
+            raise SelectionError(f"{where}: hyper[{key!r}] must be an integer >= {low}, got {hyper[key]!r}")
+    for key in ("double_q",) if algo == "dqn" else ("normalize_advantage",):
+        if not isinstance(hyper[key], bool):
+            raise SelectionError(f"{where}: hyper[{key!r}] must be true or false, got {hyper[key]!r}")
+    if algo == "a2c" and hyper["optimizer"] not in A2C_OPTIMIZERS:
+        raise SelectionError(f"{where}: hyper['optimizer'] must be one of {list(A2C_OPTIMIZERS)}, "
+                             f"got {hyper['optimizer']!r}")
+    if algo == "dqn":
+        for key, only in FIXED[fw].items():
+            if hyper[key] != only:
+                raise SelectionError(f"{where}: {fw}'s DQN loop takes only hyper[{key!r}] = {only!r}, "
+                                     f"got {hyper[key]!r}")
+        if fw == "tianshou" and hyper["train_freq"] % hyper["n_envs"]:
+            raise SelectionError(f"{where}: tianshou collects train_freq env steps over all n_envs environments: "
+                                 f"hyper['train_freq'] must be a multiple of n_envs {hyper['n_envs']}, "
+                                 f"got {hyper['train_freq']!r}")
+
+
 def _check_suite(suite: dict) -> dict:
-    """The suite's settings, checked; SelectionError naming the first bad one."""
+    """The suite's settings, checked; SelectionError naming the first bad one.
+
+    Returns ``frameworks``, ``algo``, ``seeds``, ``window``, ``threshold``, ``env``, ``atari``,
+    ``torch_threads`` and ``runs``: ``{framework: {"steps", "hyper"}}``, the suite's ``steps``
+    and ``hyper`` over the algorithm's defaults with the framework's ``per_framework`` entry
+    (``{"steps", "hyper", "source"}``, each optional) over them."""
     where = f"suite {suite['name']!r}"
+    algo = suite.get("algo", "dqn")
+    if algo not in ALGOS:
+        raise SelectionError(f"{where}: 'algo' must be one of {list(ALGOS)}, got {algo!r}")
     fws = suite.get("frameworks", list(FRAMEWORKS))
     if not isinstance(fws, list) or not fws or set(fws) - set(FRAMEWORKS):
         raise SelectionError(f"{where}: 'frameworks' must be a non-empty list of {list(FRAMEWORKS)}, got {fws!r}")
-    hyper = {**HYPER, **(suite.get("hyper") or {})}
-    unknown = sorted(set(hyper) - set(HYPER))
-    if unknown:
-        raise SelectionError(f"{where}: unknown 'hyper' key(s) {unknown}; known: {sorted(HYPER)}")
-    for key in ("batch_size", "buffer_size", "learning_starts", "train_freq", "gradient_steps", "target_update"):
-        low = 0 if key == "learning_starts" else 1
-        if isinstance(hyper[key], bool) or not isinstance(hyper[key], int) or hyper[key] < low:
-            raise SelectionError(f"{where}: hyper[{key!r}] must be an integer >= {low}, got {hyper[key]!r}")
-    steps, seeds = suite.get("steps"), suite.get("seeds", [0])
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise SelectionError(f"{where}: 'steps' must be a positive integer, got {steps!r}")
+    if set(fws) - set(RUNNERS[algo]):
+        raise SelectionError(f"{where}: algo {algo!r} runs in {sorted(RUNNERS[algo])} only, got frameworks {fws}")
+    per = suite.get("per_framework", {})
+    if not isinstance(per, dict) or set(per) - set(fws) or not all(isinstance(v, dict) for v in per.values()):
+        raise SelectionError(f"{where}: 'per_framework' must map frameworks of the suite ({fws}) to objects, "
+                             f"got {per!r}")
+    seeds = suite.get("seeds", [0])
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
         raise SelectionError(f"{where}: 'seeds' must be a non-empty list of non-negative integers, got {seeds!r}")
+    runs = {}
+    for fw in fws:
+        own = per.get(fw, {})
+        extra = sorted(set(own) - {"steps", "hyper", "source"})
+        if extra:
+            raise SelectionError(f"{where}: per_framework[{fw!r}] has unknown key(s) {extra}; known: "
+                                 f"['hyper', 'source', 'steps']")
+        steps = own.get("steps", suite.get("steps"))
+        if not _positive_int(steps):
+            raise SelectionError(f"{where}: 'steps' must be a positive integer, got {steps!r} for {fw}")
+        hyper = {**(HYPER if algo == "dqn" else A2C_HYPER), **(suite.get("hyper") or {}), **(own.get("hyper") or {})}
+        _check_hyper(where if fw not in per else f"{where}, per_framework[{fw!r}]", algo, fw, hyper)
+        runs[fw] = {"steps": steps, "hyper": hyper}
     window = suite.get("window", 20)
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+    if not _positive_int(window):
         raise SelectionError(f"{where}: 'window' must be a positive integer, got {window!r}")
     threshold = suite.get("threshold", 475.0)
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
@@ -355,11 +500,23 @@ def _check_suite(suite: dict) -> dict:
         raise SelectionError(f"{where}: 'atari' must be true or false, and true only with frameworks ['sb3'], "
                              f"got {atari!r} with {fws}")
     threads = suite.get("torch_threads", 1)
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+    if not _positive_int(threads):
         raise SelectionError(f"{where}: 'torch_threads' must be a positive integer, got {threads!r}")
-    return {"frameworks": fws, "hyper": hyper, "steps": steps, "seeds": seeds, "window": window,
+    return {"frameworks": fws, "algo": algo, "runs": runs, "seeds": seeds, "window": window,
             "threshold": float(threshold), "env": suite.get("env", "CartPole-v1"), "atari": atari,
             "torch_threads": threads}
+
+
+def warm_up(algo: str, h: dict) -> tuple[int, dict]:
+    """``(steps, hyper)`` of the untimed run before each measured one: for DQN, ``2 * batch_size
+    + n_envs`` env steps with updates from step ``batch_size`` on, one per collection of
+    ``n_envs`` steps (``batch_size / n_envs + 1`` updates: cheap whatever the suite's update
+    ratio), into a buffer of four batches per environment; for A2C, two rollouts."""
+    if algo == "a2c":
+        return 2 * h["n_envs"] * h["n_steps"], dict(h)
+    return (2 * h["batch_size"] + h["n_envs"],
+            {**h, "learning_starts": h["batch_size"], "train_freq": h["n_envs"], "gradient_steps": 1,
+             "buffer_size": 4 * h["batch_size"] * h["n_envs"]})
 
 
 def missing_framework(fw: str) -> str:
@@ -386,9 +543,12 @@ class Frameworks(Scenario):
         from replaybench.impl import registry
 
         s = _check_suite(suite)
-        buffers = suite.get("buffers", [OWN, "kary-aligned", "binary"])
+        buffers = suite.get("buffers", [OWN, "kary-aligned", "binary"] if s["algo"] == "dqn" else [OWN])
         if not isinstance(buffers, list) or not buffers:
             raise SelectionError(f"suite {suite['name']!r}: 'buffers' must be a non-empty list, got {buffers!r}")
+        if s["algo"] != "dqn" and buffers != [OWN]:
+            raise SelectionError(f"suite {suite['name']!r}: algo {s['algo']!r} has no replay buffer: 'buffers' must "
+                                 f"be [{OWN!r}], got {buffers!r}")
         for b in buffers:
             if b != OWN and b not in registry.names():
                 raise SelectionError(f"suite {suite['name']!r}: buffer {b!r} is neither {OWN!r} nor a registered "
@@ -402,15 +562,18 @@ class Frameworks(Scenario):
         cells = []
         for fw in s["frameworks"]:
             why = missing_framework(fw)
+            run = s["runs"][fw]
             for seed in s["seeds"]:
                 for b in buffers:
                     info = None if b == OWN else registry.get(b)
-                    params = {"framework": fw, "steps": s["steps"], "threshold": s["threshold"],
-                              "window": s["window"], "hyper": s["hyper"], "torch_threads": s["torch_threads"]}
-                    columns = {"variant": b, "structure": OWN_STRUCTURE[fw] if info is None else info.structure,
+                    params = {"framework": fw, "steps": run["steps"], "threshold": s["threshold"],
+                              "window": s["window"], "hyper": run["hyper"], "torch_threads": s["torch_threads"]}
+                    structure = ("none" if s["algo"] != "dqn" else OWN_STRUCTURE[fw]) if info is None \
+                        else info.structure
+                    columns = {"variant": b, "structure": structure,
                                "policy": "none", "K": None if info is None else info.params.get("K"),
-                               "params": params, "capacity": s["hyper"]["buffer_size"],
-                               "batch": s["hyper"]["batch_size"], "algo": "dqn", "env": s["env"], "seed": seed,
+                               "params": params, "capacity": run["hyper"].get("buffer_size"),
+                               "batch": run["hyper"].get("batch_size"), "algo": s["algo"], "env": s["env"], "seed": seed,
                                "actors": 0, "learners": 0, "op": "summary", "metric": "wall_per_step_s",
                                "unit": "s"}
                     cells.append(Cell(f"{fw} {b} seed={seed}", columns, (fw, b, seed, s),
@@ -437,27 +600,28 @@ class Frameworks(Scenario):
         fw, buffer, seed, s = cell.spec
         threads = torch.get_num_threads()
         torch.set_num_threads(s["torch_threads"])
+        runner = RUNNERS[s["algo"]][fw]
+        h, steps, extra = s["runs"][fw]["hyper"], s["runs"][fw]["steps"], ({"atari": True} if s["atari"] else {})
         try:
             # A short untimed run first: numba kernels (ours cached on disk, Tianshou's compiled
             # per process) and torch's first calls load outside the measured loop.
-            h, extra = s["hyper"], ({"atari": True} if s["atari"] else {})
-            RUNNERS[fw](s["env"], buffer, seed, 2 * h["batch_size"],
-                        {**h, "learning_starts": h["batch_size"], "train_freq": 1, "buffer_size": 4 * h["batch_size"]},
-                        **extra)
-            result = RUNNERS[fw](s["env"], buffer, seed, s["steps"], dict(h), **extra)
+            runner(s["env"], buffer, seed, *warm_up(s["algo"], h), **extra)
+            result = runner(s["env"], buffer, seed, steps, dict(h), **extra)
         finally:
             torch.set_num_threads(threads)
         own = run.state.setdefault("own_wall_per_step", {})
         if buffer == OWN:
             own[(fw, seed)] = result.wall_s / result.steps
-        return result_rows(result, cell.columns, s["threshold"], s["window"], own.get((fw, seed)))
+        return result_rows(result, cell.columns, s["threshold"], s["window"], own.get((fw, seed)),
+                           replay_buffer=s["algo"] == "dqn")
 
     def summarize(self, rows: list[dict], meta: dict) -> str:
         return format_table(rows)
 
 
 def format_table(rows: list[dict]) -> str:
-    """Per framework and buffer: medians over seeds of the summary metrics, and the seed count."""
+    """Per framework and buffer: medians over seeds of the summary metrics, and the seed count;
+    time to threshold over the seeds that reached it, with how many did."""
     import statistics
 
     from replaybench.bench.summary import format_table as table
@@ -477,9 +641,14 @@ def format_table(rows: list[dict]) -> str:
     def med(values, fmt):
         return fmt.format(statistics.median(values)) if values else "-"
 
+    def threshold(g):
+        # every run of the row says whether it reached the threshold: "12 (3/5 seeds)" or "not reached (0/5)"
+        reached, runs = len(g["time_to_threshold_s"]), len(g["seeds"])
+        return f"{med(g['time_to_threshold_s'], '{:.0f}')} ({reached}/{runs})" if reached else f"not reached (0/{runs})"
+
     body = [[fw or "-", b, str(len(g["seeds"])), med([v * 1e3 for v in g["wall_per_step_s"]], "{:.3f}"),
              med(g["replay_share"], "{:.1%}"), med(g["speedup_vs_own"], "{:.2f}"),
-             med(g["time_to_threshold_s"], "{:.0f}"), med(g["final_return"], "{:.0f}"),
+             threshold(g), med(g["final_return"], "{:.0f}"),
              "; ".join(g["status"])[:80]] for (fw, b), g in groups.items()]
     header = ["framework", "buffer", "seeds", "ms/step", "replay share", "speedup vs own", "t_thresh s",
               "final return", "not measured"]

@@ -1,0 +1,109 @@
+"""Pong: our PAAC (A2C) and Stable-Baselines3's A2C on one axis of environment steps.
+
+Rows: op ``episode``, metric ``return``, status ``ok``, algo ``a2c``, env :data:`ENV`, from two
+scenarios: ``training`` (our PAAC runs: suites ``training-pong``, ``training-pong-zoo``) and
+``frameworks`` with params ``framework: "sb3"`` (the reference: suite ``frameworks-a2c-pong``).
+Each row is one finished episode with its raw return and the env steps (4 frames each, all
+environments together) at its end, so both sides share the x axis.
+
+Per side and suite, the newest run only (a rerun replaces an older run of the same suite);
+per run and seed one line: the mean return of the last :data:`WINDOW` episodes (fewer at the
+start of a run) against env steps, one point per episode. Blue: ours, orange: SB3; one line
+style per suite; a dotted line at the threshold the reference runs record (params
+``threshold``). The CSV holds every drawn point. Raises :class:`NoRows` naming the missing
+side when either has no rows: a curve without its reference (or the reverse) is not this
+figure. Cost: one pass over the episode rows.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from replaybench.analysis.plots import NoRows, Plot
+from replaybench.analysis.plots._common import handle, legend, new_figure
+from replaybench.bench import contract
+
+__all__ = ["NAME", "ORDER", "TITLE", "ENV", "WINDOW", "SIDES", "reference_rows", "curves", "build"]
+
+NAME = "pong_reference"
+ORDER = 51
+TITLE = "Pong: PAAC and Stable-Baselines3's A2C on the same env steps"
+
+ENV = "ALE/Pong-v5"
+WINDOW = 20
+
+#: side -> (scenario, framework in params or None, colour, where its rows come from)
+SIDES = {"PAAC (ours)": ("training", None, "#0072B2", "scenario 'training', algo 'a2c'"),
+         "Stable-Baselines3 A2C": ("frameworks", "sb3", "#D55E00",
+                                   "scenario 'frameworks', framework 'sb3', algo 'a2c'")}
+_STYLES = ["-", "--", ":", "-."]
+
+
+def reference_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The episode-return rows of both sides on :data:`ENV`, with a ``side`` column, the newest
+    run per side and suite."""
+    rows = table[(table["op"] == "episode") & (table["metric"] == "return") & (table["status"] == contract.MEASURED)
+                 & (table["algo"] == "a2c") & (table["env"] == ENV)]
+    parts = []
+    for side, (scenario, framework, _, _) in SIDES.items():
+        mine = rows[rows["scenario"] == scenario]
+        if framework is not None:
+            mine = mine[[contract.params_of(p).get("framework") == framework for p in mine["params"]]]
+        if mine.empty:
+            continue
+        mine = mine.assign(side=side, suite=mine["suite"].fillna("?") if "suite" in mine else "?")
+        started = mine["started"].astype(str) if "started" in mine else ""
+        order = started + "\x1f" + mine["run_id"].astype(str)
+        parts.append(mine[order == order.groupby(mine["suite"]).transform("max")])
+    return pd.concat(parts, ignore_index=True) if parts else rows.assign(side=[], suite=[])
+
+
+def curves(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per side, suite, run and seed: ``env_steps``, ``mean_return`` (the mean of the last
+    :data:`WINDOW` returns up to that episode) and ``episodes`` (how many that mean holds)."""
+    parts = []
+    for (side, suite, run_id, seed), g in rows.groupby(["side", "suite", "run_id", "seed"], dropna=False, sort=True):
+        g = g.dropna(subset=["env_steps", "value"]).sort_values(["env_steps", "repeat"])
+        if g.empty:
+            continue
+        values = g["value"].astype(float)
+        parts.append(pd.DataFrame({"side": side, "suite": suite, "run_id": run_id, "seed": seed,
+                                   "env_steps": g["env_steps"].astype(float).to_numpy(),
+                                   "mean_return": values.rolling(WINDOW, min_periods=1).mean().to_numpy(),
+                                   "episodes": values.rolling(WINDOW, min_periods=1).count().astype(int).to_numpy()}))
+    columns = ["side", "suite", "run_id", "seed", "env_steps", "mean_return", "episodes"]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
+
+
+def build(table, metas) -> Plot:
+    rows = reference_rows(table)
+    for side, (_, _, _, where) in SIDES.items():
+        if not (rows["side"] == side).any():
+            raise NoRows(f"no rows for {side} on {ENV} ({where}, op 'episode')")
+    data = curves(rows)
+    fig, axes = new_figure(1, 1, panel=(7.0, 4.2))
+    ax = axes[0, 0]
+    handles = []
+    for side, (_, _, colour, _) in SIDES.items():
+        mine = data[data["side"] == side]
+        for i, (suite, by_suite) in enumerate(mine.groupby("suite", sort=True)):
+            style = _STYLES[i % len(_STYLES)]
+            for _, line in by_suite.groupby(["run_id", "seed"], dropna=False, sort=True):
+                ax.plot(line["env_steps"], line["mean_return"], color=colour, linestyle=style, linewidth=1.4)
+            seeds = by_suite["seed"].nunique(dropna=False)
+            handles.append(handle(f"{side}: {suite} ({seeds} seed{'s' * (seeds != 1)})", colour, marker="",
+                                  linestyle=style))
+    # the reference suite's threshold (frameworks-a2c-pong: issue 30's -10) as the runs record it
+    thresholds = sorted({float(t) for t in (contract.params_of(p).get("threshold") for p in
+                                            rows.loc[rows["side"] == "Stable-Baselines3 A2C", "params"]) if t is not None})
+    for t in thresholds:
+        ax.axhline(t, color="0.4", linestyle=":", linewidth=1)
+        handles.append(handle(f"threshold {t:g} (mean of {WINDOW})", "0.4", marker="", linestyle=":"))
+    ax.set_xlabel("environment steps (4 frames each)")
+    ax.set_ylabel(f"mean return of the last {WINDOW} episodes")
+    ax.set_title(f"{ENV}: return against env steps", fontsize=10)
+    ax.grid(alpha=0.3)
+    legend(fig, handles)
+    return Plot(fig, data, f"Mean return of the last {WINDOW} episodes against environment steps on {ENV}: our PAAC "
+                           "(scenario training) and Stable-Baselines3's A2C with rl-baselines3-zoo's Atari settings "
+                           "(scenario frameworks, suite frameworks-a2c-pong), one line per run and seed.")
