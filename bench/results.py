@@ -201,11 +201,14 @@ def _run(cmd: list[str], cwd=None) -> str | None:
 
 
 def git_state(root: Path = REPO_ROOT) -> dict:
-    """``{"sha": ..., "dirty": ...}`` of the checkout holding the code; None when not a git tree."""
+    """``{"sha": ..., "dirty": ...}`` of the checkout holding the code; None when not a git tree.
+
+    ``dirty``: a change to the code, tracked or new, outside results/: the runs a run (or the
+    earlier parts of a composite suite) writes there are measurements, not code."""
     sha = _run(["git", "rev-parse", "HEAD"], cwd=root)
     if sha is None:
         return {"sha": None, "dirty": None}
-    status = _run(["git", "status", "--porcelain"], cwd=root)
+    status = _run(["git", "status", "--porcelain", "--", ".", ":(exclude)results"], cwd=root)
     return {"sha": sha.strip(), "dirty": None if status is None else bool(status.strip())}
 
 
