@@ -90,8 +90,9 @@ def legacy_columns(frame: pd.DataFrame) -> pd.DataFrame:
     are never edited; this is a reading):
 
     - training rows held the engine in ``mode`` ("processes" for the process engine and for
-      the sequential baseline alike): ``engine`` is "sequential" for a baseline (actors 0),
-      else the mode's engine, and ``mode`` is cleared (it is the concurrency scenario's);
+      the sequential baseline alike): ``engine`` is "paac" for algo a2c (its only engine),
+      "sequential" for a baseline (actors 0), else the mode's engine, and ``mode`` is cleared
+      (it is the concurrency scenario's);
     - gossip rows held the topology in ``policy``: ``topology`` takes it, ``policy`` is "none";
       the PAAC line's ``engine`` is "paac".
     Rows that have the new columns are left as they are. Cost: O(rows of those scenarios)."""
@@ -100,7 +101,8 @@ def legacy_columns(frame: pd.DataFrame) -> pd.DataFrame:
         part = frame.loc[old_training]
         baseline = part["actors"].isna() | (part["actors"] == 0)
         frame.loc[old_training, "engine"] = [
-            "sequential" if b else _LEGACY_TRAINING_MODES.get(m, m) for b, m in zip(baseline, part["mode"])]
+            "paac" if algo == "a2c" else "sequential" if b else _LEGACY_TRAINING_MODES.get(m, m)
+            for algo, b, m in zip(part["algo"], baseline, part["mode"])]
         frame.loc[old_training, "mode"] = None
     old_gossip = (frame["scenario"] == "gossip") & frame["mode"].notna()
     if old_gossip.any():

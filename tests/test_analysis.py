@@ -882,3 +882,26 @@ def test_one_file_figure_example_draws_the_reference_runs():
     got = plot.data[(plot.data["variant"] == "kary-aligned") & (plot.data["capacity"] == 2**20)]["median"]
     assert len(got) == 1 and abs(got.iloc[0] - expected) <= 1e-9 * expected
     assert example.main().data.equals(plot.data)  # only the micro run holds sample timings without a grid
+
+
+def test_older_runs_training_mode_and_gossip_policy_are_read_as_engine_and_topology():
+    """Runs stored before the engine and topology columns: the reader maps them
+    (analysis.load.legacy_columns); rows that have the new columns stay as written."""
+    import pandas as pd
+
+    from replaybench.bench import contract
+
+    base = {c: None for c in contract.COLUMNS}
+    rows = [{**base, "scenario": "training", "algo": "dqn", "actors": 0, "mode": "processes"},
+            {**base, "scenario": "training", "algo": "dqn", "actors": 2, "mode": "processes"},
+            {**base, "scenario": "training", "algo": "dqn", "actors": 2, "mode": "ray"},
+            {**base, "scenario": "training", "algo": "a2c", "actors": 0, "mode": "processes"},
+            {**base, "scenario": "training", "algo": "dqn", "actors": 2, "engine": "dataflow"},
+            {**base, "scenario": "gossip", "variant": "gossip", "policy": "ring/p1/k1", "mode": "processes"},
+            {**base, "scenario": "gossip", "variant": "paac", "policy": "none", "mode": "processes"},
+            {**base, "scenario": "concurrency", "mode": "threads"}]
+    frame = load.legacy_columns(pd.DataFrame(rows, columns=contract.COLUMNS).astype(object))
+    assert list(frame["engine"]) == ["sequential", "process", "ray", "paac", "dataflow", None, "paac", None]
+    assert list(frame["topology"]) == [None] * 5 + ["ring/p1/k1", None, None]
+    assert list(frame["policy"][5:7]) == ["none", "none"]
+    assert list(frame["mode"]) == [None] * 7 + ["threads"]

@@ -122,15 +122,15 @@ def test_no_stored_run_beats_its_floor():
 
 def test_summary_says_no_floor_measured_for_a_run_without_one():
     rows, meta = contract.read_rows(REFERENCE_MICRO), contract.read_meta(REFERENCE_MICRO)
-    assert "op_floors" not in meta["memory_limits"]
-    text = summary.format_rows(rows, meta)
+    limits = {k: v for k, v in meta["memory_limits"].items() if k != "op_floors"}  # as a run before the probe
+    text = summary.format_rows(rows, {**meta, "memory_limits": limits})
     assert "no floor measured" in text
     f = _floors(p16={"sample_ns": 5.0, "rows_ns": 4.0, "descent_ns": 2.0, "update_ns": 3.0})
-    text = summary.format_rows(rows, {**meta, "memory_limits": {**meta["memory_limits"], "op_floors": f}})
+    text = summary.format_rows(rows, {**meta, "memory_limits": {**limits, "op_floors": f}})
     lines = [line.split() for line in text.splitlines() if line.split()[:3] == ["2^16", "update", "kary-aligned"]]
-    assert lines and lines[-1][4:] == ["3.0", "0.030"]  # 3 ns against 98.8 ns per item
-    assert ["2^20", "sample", "kary", "691.2", "no", "floor", "measured", "-"] in [line.split() for line in
-                                                                                  text.splitlines()]
+    assert lines and lines[-1][4] == "3.0" and lines[-1][5] == f"{3.0 / float(lines[-1][3]):.3f}"
+    at_20 = [line.split() for line in text.splitlines() if line.split()[:3] == ["2^20", "sample", "kary"]]
+    assert at_20 and at_20[-1][4:] == ["no", "floor", "measured", "-"]  # the fake probe measured 2^16 only
 
 
 @pytest.mark.slow
