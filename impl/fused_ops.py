@@ -65,6 +65,16 @@ def mass(key, counter, b, n, total, stratified):
 
 
 @njit(nogil=True, cache=True)
+def ring_slots(start, keep, capacity):
+    """The ``keep`` ring slots from ``start`` on, wrapping at ``capacity`` (``keep <= capacity``)."""
+    slots = np.empty(keep, dtype=np.int64)
+    for b in range(keep):
+        slot = start + b
+        slots[b] = slot if slot < capacity else slot - capacity
+    return slots
+
+
+@njit(nogil=True, cache=True)
 def redraw(kind, sums, mins, lay, K, touch_from, state, key, stratified, out_index, prio):
     """Redraw the positions whose ``out_index`` is -1 until none is (see :data:`MAX_REDRAWS`)."""
     n = out_index.shape[0]
@@ -167,10 +177,7 @@ def add(kind, sums, mins, lay, K, kshift, touch_from, state, capacity, start, ma
         if values.shape[0] == 0:
             ops.fill(kind, sums, mins, lay, K, kshift, touch_from, state, start, keep, capacity, max_priority)
         else:
-            slots = np.empty(keep, dtype=np.int64)
-            for b in range(keep):
-                slot = start + b
-                slots[b] = slot if slot < capacity else slot - capacity
+            slots = ring_slots(start, keep, capacity)
             status, pos, pmax = ops.update(kind, sums, mins, lay, K, kshift, touch_from, state, slots, values,
                                            capacity, eps, alpha, vmax)
             if status != kernels.STATUS_OK:

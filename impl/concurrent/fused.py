@@ -322,10 +322,7 @@ def _set_new(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, r
     if values.shape[0] == 0:
         ops.fill(kind, sums, mins, lay, K, kshift, touch_from, state, start, keep, capacity, max_priority)
     else:
-        slots = np.empty(keep, dtype=np.int64)
-        for b in range(keep):
-            slot = start + b
-            slots[b] = slot if slot < capacity else slot - capacity
+        slots = fused.ring_slots(start, keep, capacity)
         _, _, pmax = ops.update(kind, sums, mins, lay, K, kshift, touch_from, state, slots, values, capacity, eps,
                                 alpha, vmax)
         note_max(fctrl, pmax)
