@@ -40,6 +40,21 @@ def test_actor_bound_and_buffer_bound_runs():
     assert buffer.steps_per_s == pytest.approx(4000 / 9.0)
 
 
+def test_actors_whose_largest_section_is_replay_are_buffer_bound_and_caps_are_per_process():
+    """The actors bind (2 of them, 12 s busy in all: 6 s each, against 2 learners' 8 s in all, 4 s
+    each), and their largest busy section is replay (the inserts): buffer-bound, role actor. A
+    role's cap divides its busy seconds by its processes."""
+    b = run_bound({"actor": _prof(env_step=3.0, inference=2.0, replay=7.0, wait=8.0),
+                   "learner": _prof(sgd=6.0, replay=2.0, wait=12.0)}, {"actor": 2, "learner": 2}, 60_000, 900, 10.0)
+    assert (b.kind, b.role) == ("buffer", "actor")
+    assert b.caps == pytest.approx({"actor": 60_000 / 6.0, "learner": 60_000 / 4.0})
+    assert b.fraction == pytest.approx(6_000 / 10_000)
+    # a sequential loop whose largest part is replay is buffer-bound too
+    seq = run_bound({"sequential": _prof(env_step=1.0, inference=1.0, replay=3.0, sgd=2.5)}, {"sequential": 1},
+                    1000, 100, 8.0)
+    assert (seq.kind, seq.role) == ("buffer", "sequential")
+
+
 def test_sequential_run_and_what_cannot_be_classified():
     seq = run_bound({"sequential": _prof(env_step=2.0, inference=1.0, replay=0.5, sgd=5.0, other=0.5, wait=1.0)},
                     {"sequential": 1}, 9000, 500, 10.0)
@@ -91,3 +106,61 @@ def test_training_rows_and_table_state_the_bound(quick_run):
     assert 0 < bound["bound_fraction"]["value"] <= 1.1
     table = training.format_table(rows)
     assert "bound" in table.splitlines()[0] and kind in table
+
+
+def test_learner_replay_is_split_and_timed_alone_after_the_run(quick_run):
+    """The learner's replay section split into sample and update (their sum is the section), its
+    CPU seconds within the wall seconds, and the same calls timed alone after the run: present,
+    positive, min(200, updates) of them, and the in-run over alone ratio their quotient."""
+    _, result = quick_run
+    parts, replay = result.replay_parts["learner"], result.profiles["learner"]["replay"]
+    assert parts["sample"] > 0 and parts["update"] > 0
+    assert parts["sample"] + parts["update"] == pytest.approx(replay)
+    assert 0 < parts["cpu"] <= replay + 1e-3 and parts["lock_wait"] >= 0 and parts["redrawn_rows"] >= 0
+    alone = result.replay_alone
+    assert alone["calls"] == min(200, result.updates)
+    assert all(alone[k] > 0 for k in ("sample", "tensor", "update", "cpu")), alone
+    inrun = replay / result.updates
+    assert result.learner_replay_inrun_s == pytest.approx(inrun)
+    assert result.learner_replay_alone_s == pytest.approx((alone["sample"] + alone["update"]) / alone["calls"])
+    assert result.learner_replay_inrun_over_alone == pytest.approx(inrun / result.learner_replay_alone_s)
+    assert result.learner_replay_cpu_inrun_over_alone > 0
+    # beside the profile, never in it: the sections are still exactly the profiler's
+    assert set(result.profiles["learner"]) == {"env_step", "inference", "replay", "sgd", "wait", "other"}
+
+
+def test_training_rows_carry_the_replay_ratio_and_its_parts(quick_run, tmp_path):
+    cfg, result = quick_run
+    rows = training.result_rows(result, training.run_base(cfg, cfg.validate(), {}))
+    summary = {r["metric"]: r for r in rows if r["op"] == "summary"}
+    ratio = summary["learner_replay_inrun_over_alone"]
+    assert (ratio["unit"], ratio["status"]) == ("x", "ok")
+    assert ratio["value"] == pytest.approx(result.learner_replay_inrun_over_alone)
+    assert summary["learner_replay_alone_s"]["unit"] == "s" and summary["learner_replay_cpu_inrun_over_alone"]
+    parts = [r for r in rows if r["op"] == "replay_part"]
+    assert {(r["params"]["when"], r["metric"]) for r in parts} >= {("in-run", "sample"), ("in-run", "update"),
+                                                                    ("alone", "sample"), ("alone", "tensor")}
+    alone = next(r for r in parts if r["params"]["when"] == "alone")
+    assert alone["params"]["calls"] == result.replay_alone["calls"]
+    for r in parts:
+        assert r["unit"] == training.REPLAY_PART_UNITS[r["metric"]]
+    # every row goes through the results contract the writer and the readers share
+    from replaybench.bench import contract, results
+
+    writer = results.RunWriter(tmp_path, "t", {"scenario": "training"})
+    writer.append([{**r, "run_id": "t"} for r in rows])
+    writer.finish(True)
+    back = contract.read_rows(writer.dir)
+    assert [r["metric"] for r in back] == [r["metric"] for r in rows]
+    assert "replay/alone" in training.format_table(rows).splitlines()[0]
+
+
+def test_a_run_without_the_alone_measurement_has_no_ratio_row(quick_run):
+    """Engines that do not time the calls alone (ray, paac, sequential) write no ratio rows."""
+    import dataclasses
+
+    cfg, result = quick_run
+    bare = dataclasses.replace(result, replay_parts={}, replay_alone={})
+    assert bare.learner_replay_inrun_over_alone is None
+    rows = training.result_rows(bare, training.run_base(cfg, cfg.validate(), {"run_id": "t"}))
+    assert not [r for r in rows if r["metric"].startswith("learner_replay") or r["op"] == "replay_part"]

@@ -34,6 +34,16 @@ one batched forward), per run:
   "learner" or "buffer" and params.bound_role (the role that sets it): what bounds the run and
   the fraction of that bound it reached, from its profile (:mod:`bench.bound`; absent when the
   profile cannot say, e.g. a run without updates);
+  learner_replay_inrun_s and learner_replay_alone_s (s per update: a learner's ``replay``
+  section, sample + priority update, in the run, and the same calls timed alone after it, when
+  no actor inserts) and learner_replay_inrun_over_alone (x: the first over the second, what the
+  run adds to the calls; issue 26's target is <= 1.5x) and learner_replay_cpu_inrun_over_alone
+  (x: the same for the learner thread's CPU seconds in those calls; the difference is time off
+  the CPU), for the engines that measure them (process, dataflow);
+- op "replay_part", metric sample / update / cpu / lock_wait (s) / redrawn_rows (rows, in-run
+  only) / tensor (s, alone only): what the learners' replay seconds are made of, summed over the learners, with
+  params.when "in-run" or "alone" and params.calls (:func:`replay_part_rows`,
+  :mod:`impl.rl.common.replay_timing`); beside the profile rows, never summed with them;
 - op "episode", metric "return": one row per finished episode, with env_steps and wall_s
   (seconds since the first env step) and ``repeat`` = the episode's index;
 - op "profile", metric env_step / inference / replay / sgd / wait / other: seconds, summed over
@@ -61,7 +71,8 @@ from pathlib import Path
 from replaybench.bench.bound import run_bound
 from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError, suite_errors
 
-__all__ = ["SUMMARY_UNITS", "WRITE_EVERY_S", "run_base", "episode_rows", "result_rows", "EpisodeRows", "ProgressBar",
+__all__ = ["SUMMARY_UNITS", "REPLAY_PART_UNITS", "WRITE_EVERY_S", "run_base", "episode_rows", "result_rows",
+           "replay_part_rows", "EpisodeRows", "ProgressBar",
            "format_table", "suite_configs", "Training", "SCENARIO", "run_configs"]
 
 #: Seconds between two writes of a run's new episode rows while it trains (:class:`EpisodeRows`):
@@ -73,7 +84,17 @@ SUMMARY_UNITS = {"env_steps_per_s": "steps/s", "updates_per_s": "updates/s", "sa
                  "time_to_threshold_s": "s", "steps_to_threshold": "steps", "actor_wait_s": "s",
                  "learner_wait_s": "s", "buffer_lock_wait_s": "s", "speedup": "x", "vs_process": "x",
                  "actor_restarts": "count", "dropped_batches": "count", "bound_steps_per_s": "steps/s",
-                 "bound_fraction": "x"}
+                 "bound_fraction": "x", "learner_replay_inrun_s": "s", "learner_replay_alone_s": "s",
+                 "learner_replay_inrun_over_alone": "x", "learner_replay_cpu_inrun_over_alone": "x"}
+
+#: Units of the op "replay_part" rows' metrics (:mod:`impl.rl.common.replay_timing`).
+REPLAY_PART_UNITS = {"sample": "s", "update": "s", "cpu": "s", "lock_wait": "s", "redrawn_rows": "rows",
+                     "tensor": "s"}
+
+#: Summary metrics a run may lack (not applicable to it, or not measured by its engine): no row then.
+_OPTIONAL = ("buffer_lock_wait_s", "speedup", "sample_latency_s", "vs_process", "actor_restarts", "dropped_batches",
+             "learner_replay_inrun_s", "learner_replay_alone_s", "learner_replay_inrun_over_alone",
+             "learner_replay_cpu_inrun_over_alone")
 
 
 # ------------------------------------------------------------------------------------------ rows
@@ -124,11 +145,14 @@ def result_rows(result, row: dict, speedup: float | None = None, vs_process: flo
               "steps_to_threshold": result.steps_to_threshold, "actor_wait_s": result.actor_wait_s,
               "learner_wait_s": result.learner_wait_s, "buffer_lock_wait_s": result.buffer_lock_wait_s,
               "speedup": speedup, "vs_process": vs_process, "actor_restarts": result.actor_restarts if ray else None,
-              "dropped_batches": result.dropped_batches if ray else None}
+              "dropped_batches": result.dropped_batches if ray else None,
+              "learner_replay_inrun_s": result.learner_replay_inrun_s if result.replay_alone else None,
+              "learner_replay_alone_s": result.learner_replay_alone_s,
+              "learner_replay_inrun_over_alone": result.learner_replay_inrun_over_alone,
+              "learner_replay_cpu_inrun_over_alone": result.learner_replay_cpu_inrun_over_alone}
     out = []
     for metric, value in values.items():
-        if value is None and metric in ("buffer_lock_wait_s", "speedup", "sample_latency_s", "vs_process",
-                                        "actor_restarts", "dropped_batches"):
+        if value is None and metric in _OPTIONAL:
             continue  # not applicable to this run
         r = {**row, "op": "summary", "metric": metric, "unit": SUMMARY_UNITS[metric], "repeat": 0}
         if value is None:  # the threshold was not reached
@@ -148,6 +172,25 @@ def result_rows(result, row: dict, speedup: float | None = None, vs_process: flo
         for section, seconds in sections.items():
             out.append({**row, "params": params, "op": "profile", "metric": section, "value": seconds, "unit": "s",
                         "repeat": 0, "status": "ok"})
+    return out + replay_part_rows(result, row)
+
+
+def replay_part_rows(result, row: dict) -> list[dict]:
+    """Op "replay_part" rows of one run: what the learners' ``replay`` section is made of in the
+    run (params.when "in-run", params.calls = the learners' updates) and the same calls alone
+    after it (params.when "alone", params.calls = the calls timed), summed over the learners
+    (params.processes); units :data:`REPLAY_PART_UNITS`. None for a run that did not measure them."""
+    out = []
+    n = result.processes.get("learner", 0)
+    measured = [("in-run", result.replay_parts.get("learner") or {}, n * result.updates)]
+    alone = dict(result.replay_alone)
+    measured.append(("alone", alone, alone.pop("calls", 0)))
+    for when, parts, calls in measured:
+        if not parts:
+            continue
+        params = {**row["params"], "role": "learner", "processes": n, "when": when, "calls": calls}
+        out += [{**row, "params": params, "op": "replay_part", "metric": part, "value": float(value),
+                 "unit": REPLAY_PART_UNITS[part], "repeat": 0, "status": "ok"} for part, value in parts.items()]
     return out
 
 
@@ -222,7 +265,8 @@ class ProgressBar:
 def format_table(rows: list[dict]) -> str:
     """One line per run: throughput, time to threshold, waits, speedup, the replay share
     (replay seconds over all process seconds of the run: every section of every process), and
-    what bounds the run with the fraction of that bound reached (:mod:`bench.bound`)."""
+    what bounds the run with the fraction of that bound reached (:mod:`bench.bound`), and the
+    learner's replay seconds per update in the run over the same calls alone."""
     from replaybench.bench.summary import format_table as table
 
     runs: dict[tuple, dict] = {}
@@ -251,10 +295,11 @@ def format_table(rows: list[dict]) -> str:
                      num(e.get("speedup"), "{:.2f}"), num(e.get("vs_process"), "{:.2f}"),
                      num(e.get("actor_wait_s"), "{:.1f}"),
                      num(e.get("learner_wait_s"), "{:.1f}"), num(share, "{:.1%}"), e.get("bound") or "-",
-                     num(e.get("bound_steps_per_s"), "{:.0f}"), num(e.get("bound_fraction"), "{:.0%}")])
+                     num(e.get("bound_steps_per_s"), "{:.0f}"), num(e.get("bound_fraction"), "{:.0%}"),
+                     num(e.get("learner_replay_inrun_over_alone"), "{:.2f}")])
     header = ["variant", "policy", "engine", "upd/step", "E", "A", "L", "seed", "steps/s", "upd/s", "t_thresh s",
               "speedup", "vs process", "actor wait s", "learner wait s", "replay share", "bound", "bound steps/s",
-              "of bound"]
+              "of bound", "replay/alone"]
     return "\n".join(table(header, body, set(range(3, len(header)))))
 
 

@@ -13,6 +13,11 @@ from replaybench.impl.rl.common.profiler import SECTIONS
 __all__ = ["TrainResult", "allowed_updates", "total_updates"]
 
 
+def _summed(dicts: list) -> dict:
+    """Key-wise sums of ``dicts`` (the same keys each); {} for none."""
+    return {k: sum(d[k] for d in dicts) for k in dicts[0]} if dicts else {}
+
+
 def allowed_updates(env_steps: int, ratio: float, learning_starts: int) -> int:
     """Learner updates due after ``env_steps`` stored steps: floor(ratio * (steps - starts))."""
     return max(0, int(ratio * (env_steps - learning_starts)))
@@ -53,6 +58,11 @@ class TrainResult:
     actor_restarts: int = 0           # ray backend: actor processes that died and were restarted
     dropped_batches: int = 0          # ray backend: per actor death, the batch it was staging (0 to insert_batch - 1
     #                                   rows, lost with the process), plus each insert of a dead life arriving late
+    replay_parts: dict = field(default_factory=dict)  # role -> what its "replay" section is made of, summed over
+    #                                   its processes: {sample, update, lock_wait (s), redrawn_rows}; beside the
+    #                                   profiles, never in them (impl.rl.common.replay_timing); {} when not measured
+    replay_alone: dict = field(default_factory=dict)  # the learners' replay calls timed alone after the run:
+    #                                   {calls, sample, tensor, update (s)}, summed over learners; {} when not measured
 
     @classmethod
     def from_workers(cls, actors: list, learners: list, **fields) -> TrainResult:
@@ -64,7 +74,8 @@ class TrainResult:
         ``sample_calls``, ``sample_latency_s`` (a learner's mean seconds per sample call,
         averaged over learners), ``learner_digests`` and ``actor_ids_sampled`` (summed over
         learners). Every learner does the same number of updates, so learner 0's count is the
-        run's. ``fields`` gives the rest, which the backends measure differently. Cost:
+        run's; ``replay_parts`` and ``replay_alone`` (summed over learners, {} unless every learner
+        reported them). ``fields`` gives the rest, which the backends measure differently. Cost:
         O((actors + learners) * sections + learners * actors).
         """
         profiles = {role: {k: sum(s["profile"][k] for s in group) for k in SECTIONS}
@@ -75,10 +86,54 @@ class TrainResult:
         for s in learners:
             for a, count in enumerate(s["actor_ids"]):
                 actor_ids[a] = actor_ids.get(a, 0) + count
+        parts = [s["replay_parts"] for s in learners if s.get("replay_parts") is not None]
+        alone = [s["replay_alone"] for s in learners if s.get("replay_alone") is not None]
         return cls(updates=updates, sample_calls=updates * len(learners),
                    sample_latency_s=sample_s / updates if updates else None, profiles=profiles,
                    processes={"actor": len(actors), "learner": len(learners)},
-                   learner_digests=[s["digest"] for s in learners], actor_ids_sampled=actor_ids, **fields)
+                   learner_digests=[s["digest"] for s in learners], actor_ids_sampled=actor_ids,
+                   replay_parts={"learner": _summed(parts)} if len(parts) == len(learners) else {},
+                   replay_alone=_summed(alone) if len(alone) == len(learners) else {}, **fields)
+
+    @property
+    def learner_replay_inrun_s(self) -> float | None:
+        """A learner's ``replay`` seconds per update in the run (sample + priority update, lock
+        waits included); None without learners or updates."""
+        n = self.processes.get("learner", 0)
+        replay = self.profiles.get("learner", {}).get("replay")
+        if not n or not self.updates or replay is None:
+            return None
+        return replay / (n * self.updates)
+
+    @property
+    def learner_replay_alone_s(self) -> float | None:
+        """The same calls' seconds per update timed alone after the run (:attr:`replay_alone`:
+        sample + update, the tensor conversion left out as the run's ``replay`` leaves it out);
+        None when not measured."""
+        a = self.replay_alone
+        if not a or not a.get("calls"):
+            return None
+        return (a["sample"] + a["update"]) / a["calls"]
+
+    @property
+    def learner_replay_cpu_inrun_over_alone(self) -> float | None:
+        """The learner thread's CPU seconds per update in its sample and update calls, in the
+        run over alone (x): above 1, the calls themselves do more work or miss caches more in
+        the run; the rest of :attr:`learner_replay_inrun_over_alone` is time off the CPU. None
+        when either was not measured."""
+        parts, a = self.replay_parts.get("learner") or {}, self.replay_alone
+        n = self.processes.get("learner", 0) * self.updates
+        if not n or not parts.get("cpu") or not a or not a.get("calls") or not a.get("cpu"):
+            return None
+        return (parts["cpu"] / n) / (a["cpu"] / a["calls"])
+
+    @property
+    def learner_replay_inrun_over_alone(self) -> float | None:
+        """:attr:`learner_replay_inrun_s` over :attr:`learner_replay_alone_s` (x): what the run
+        adds to the learner's replay calls (1.0 = nothing); None when either is unknown."""
+        alone = self.learner_replay_alone_s
+        inrun = self.learner_replay_inrun_s if alone else None
+        return inrun / alone if inrun is not None else None
 
     @property
     def env_steps_per_s(self) -> float:

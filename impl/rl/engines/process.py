@@ -55,6 +55,7 @@ from replaybench.impl.rl.common.errors import ConfigError, InjectedFailure, Work
 from replaybench.impl.rl.common.local_replay import buffer_kwargs
 from replaybench.impl.rl.common.processes import PROGRESS_EVERY_S, free_port, share
 from replaybench.impl.rl.common.profiler import SectionProfiler
+from replaybench.impl.rl.common.replay_timing import ALONE_BUDGET_S, ALONE_CALLS, ReplayParts, replay_alone
 from replaybench.impl.rl.common.result import TrainResult, total_updates
 from replaybench.impl.rl.common.seeding import RunSeeds
 from replaybench.impl.rl.common.shared_state import (
@@ -132,6 +133,26 @@ def _actor_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: S
             env.close()
 
 
+def _replay_alone(cfg, rank: int, world: int, buf, state: SharedState, batch_size: int, beta: float, priorities,
+                  n_updates: int) -> dict | None:
+    """The learner's replay calls timed alone (:func:`~impl.rl.common.replay_timing.replay_alone`),
+    after the timed part: once every actor has inserted its last step (waited for at most
+    ``ALONE_BUDGET_S``; the stop flag ends the wait), and one learner after another (a barrier
+    between turns), so no other process touches the buffer meanwhile. None without updates."""
+    import torch.distributed as dist
+
+    deadline = time.monotonic() + ALONE_BUDGET_S
+    while state.env_steps() < cfg.steps and not state.stopped and time.monotonic() < deadline:
+        time.sleep(0.001)
+    alone = None
+    for turn in range(world):
+        if turn == rank and priorities is not None and n_updates > 0:
+            alone = replay_alone(buf, batch_size, beta, priorities, min(ALONE_CALLS, n_updates))
+        if world > 1:
+            dist.barrier()
+    return alone
+
+
 def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: SharedWeights, out, *,
                   port: int) -> dict:
     import torch.distributed as dist
@@ -170,21 +191,27 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
         t0 = state.wait_for_go()
         prof.restart()
 
-        sample_s = 0.0
+        parts = ReplayParts(buf)
+        parts.start()
+        priorities = None
         draw = _SampleSource(cfg, rank, buf, batch_size)
         try:
             for u in range(n_updates):
                 prof.add("wait", limiter.wait_update(rank, u))
                 if state.stopped:
                     raise Stopped()
+                beta = acfg.beta(state.env_steps())  # bookkeeping (a sum over the actors' counters), not replay
                 with replay:
-                    s0 = time.perf_counter()
-                    batch = draw.take(acfg.beta(state.env_steps()), u + 1 < n_updates)
-                    sample_s += time.perf_counter() - s0
+                    s0, c0 = time.perf_counter(), time.thread_time()
+                    batch = draw.take(beta, u + 1 < n_updates)
+                    c1 = time.thread_time()
+                    parts.sample_s += time.perf_counter() - s0
                 with sgd:
                     _, priorities = learner.learn(batch)
                 with replay:
+                    c2 = time.thread_time()
                     buf.update_priorities(batch["indices"], priorities, batch["stamps"])
+                    parts.cpu_s += (c1 - c0) + (time.thread_time() - c2)
                 actor_ids += np.bincount(batch["actor"], minlength=state.actors)[: state.actors]
                 state.learner_updates[rank] = u + 1
                 if rank == 0 and (u + 1) % cfg.weight_sync_every == 0:
@@ -196,9 +223,17 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
         if world > 1:
             dist.barrier()  # nobody tears the group down while a peer still talks to it
         end = time.monotonic() - t0
-        return {"role": "learner", "rank": rank, "updates": n_updates, "end_s": end, "profile": prof.breakdown(),
-                "wait_s": float(state.learner_wait[rank]), "lock_wait_s": buf.lock_wait_seconds + lock_wait,
-                "sample_s": sample_s, "digest": learner.digest(), "actor_ids": actor_ids.tolist()}
+        profile = prof.breakdown()
+        in_run = parts.finish(profile["replay"])
+        if rank > 0:  # the redraw count is the buffer's, not this learner's: learner 0 reports it for all
+            in_run["redrawn_rows"] = 0
+        lock_wait += buf.lock_wait_seconds
+        alone = _replay_alone(cfg, rank, world, buf, state, batch_size, acfg.beta(state.env_steps()), priorities,
+                              n_updates)
+        return {"role": "learner", "rank": rank, "updates": n_updates, "end_s": end, "profile": profile,
+                "wait_s": float(state.learner_wait[rank]), "lock_wait_s": lock_wait,
+                "sample_s": in_run["sample"], "replay_parts": in_run, "replay_alone": alone,
+                "digest": learner.digest(), "actor_ids": actor_ids.tolist()}
     finally:
         if world > 1 and dist.is_initialized():
             dist.destroy_process_group()
