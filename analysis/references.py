@@ -11,7 +11,9 @@ meta.json, and :func:`bench.derive.recorded` reads a topic from there. Topics re
 - ``targets.batched_inference`` (training-throughput): ``{"source", "envs_per_actor",
   "updates_per_step", "at_least"}``;
 - ``targets.gossip`` (gossip, gossip-targets): ``{"source", "learners",
-  "straggler_at_least_x_allreduce"}``.
+  "straggler_at_least_x_allreduce"}``;
+- ``targets.training_bounds`` (training-bounds): ``{"source", "bound_fraction_at_least",
+  "learner_replay_inrun_over_alone_at_most"}``.
 
 Runs stored before the driver copied them (the reference runs under results/) lack these
 topics. For such a run, a topic missing from its meta.json is read from the suite file of the

@@ -18,11 +18,12 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from replaybench.analysis import stats
 from replaybench.analysis import markdown as md
+from replaybench.analysis import references, stats
 from replaybench.analysis.plots import NoRows, Plot
 from replaybench.analysis.plots._common import handle, legend, new_figure
 from replaybench.analysis.plots._training import CONFIG, buffer_label, several_buffers, training_rows, worker_colour
+from replaybench.bench import contract
 
 NAME = "training_scaling"
 ORDER = 51
@@ -134,4 +135,65 @@ def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFr
              "over the seeds that reached it (k/n = k of n seeds reached it); speedup over the sequential baseline "
              "of the same task and seed.", ""]
             + md.table(["task", "variant / policy", "workers", "time to threshold (s)", "speedup", "env steps/s",
-                      "updates/s"], body) + [""])
+                      "updates/s"], body) + [""] + bounds_section(res))
+
+
+#: The summary metrics of :func:`bounds_section`: (metric, the ``training_bounds`` target's key, at least?).
+_BOUND_METRICS = [("bound_fraction", "bound_fraction_at_least", True),
+                  ("learner_replay_inrun_over_alone", "learner_replay_inrun_over_alone_at_most", False)]
+
+
+def _met(low: float, high: float, goal, at_least: bool) -> str:
+    """Whether every seed (``low``..``high``) meets ``goal``: "yes", "no" (none does), "within spread"."""
+    if goal is None:
+        return "-"
+    if at_least:
+        return "**yes**" if low >= goal else "no" if high < goal else "within spread"
+    return "**yes**" if high <= goal else "no" if low > goal else "within spread"
+
+
+def bounds_section(res) -> list[str]:
+    """The training section's second table: per configuration that states them (rows of metric
+    ``bound_fraction`` and ``learner_replay_inrun_over_alone``, bench.bound and the process
+    engine's replay timing), what bounds it (the kind most of its seeds name), the fraction of
+    that bound reached and the learner's in-run replay over the same calls alone: medians over
+    seeds with min-max, against the run's ``targets.training_bounds`` (:mod:`analysis.references`;
+    met = every seed meets it); per task and buffer the sequential baseline first. ``[]`` when no
+    run states a bound."""
+    rows = training_rows(res.table, "summary")
+    rows = rows[rows["metric"].isin([m for m, _, _ in _BOUND_METRICS]) & (rows["status"] == "ok")
+                & rows["value"].notna()]
+    if rows.empty:
+        return []
+    keys = ["task", "run_id", "variant", "K", "policy", "engine", "actors", "learners", "baseline"]
+    body = []
+    for key, g in rows.groupby(keys, dropna=False, sort=False):
+        k = dict(zip(keys, key))
+        kinds = [contract.params_of(p).get("bound") for p in g.loc[g["metric"] == "bound_fraction", "params"]]
+        kinds = [x for x in kinds if x]
+        kind = max(sorted(set(kinds)), key=kinds.count) if kinds else "-"
+        goals = references.recorded(res.metas.get(k["run_id"]), "targets", "training_bounds") or {}
+        who = ("sequential" if k["baseline"] else
+               f"{int(k['actors'])} A, {int(k['learners'])} L" + ("" if pd.isna(k["engine"]) else f" {k['engine']}"))
+        line = [k["task"], f"`{k['variant']}` {k['policy'] or ''}".strip(), who,
+                f"{kind} ({len(kinds)}/{g['seed'].nunique()} seeds)" if kinds else "-"]
+        for metric, goal_key, at_least in _BOUND_METRICS:
+            v = g.loc[g["metric"] == metric, "value"].astype(float)
+            if v.empty:
+                line += ["-", "-"]
+                continue
+            goal = goals.get(goal_key)
+            text = f"{md.num(v.median())} ({md.num(v.min())}-{md.num(v.max())})"
+            line += [text if goal is None else f"{text} vs {'>=' if at_least else '<='} {goal:g}",
+                     _met(v.min(), v.max(), goal, at_least)]
+        order = (k["task"], str(k["run_id"]), str(k["variant"]), not k["baseline"], str(k["policy"]),
+                 str(k["engine"]), int(k["actors"] or 0), int(k["learners"] or 0))
+        body.append((order, line))
+    body = [line for _, line in sorted(body, key=lambda r: r[0])]
+    return (["What bounds each training configuration (bench.bound: the actors, the learners, or the buffer when "
+             "replay is the binding role's largest busy section) and the fraction of that bound it reached; and the "
+             "learner's replay seconds per update in the run over the same calls timed alone after it (sample + "
+             "priority update, same buffer and batch). Medians over seeds (min-max); met = every seed meets the "
+             f"run's target ({references.NOT_RECORDED} where a run has none).", ""]
+            + md.table(["task", "variant / policy", "workers", "bound", "of bound", "met", "replay in-run / alone",
+                        "met"], body) + [""])
