@@ -164,3 +164,19 @@ def test_a_run_without_the_alone_measurement_has_no_ratio_row(quick_run):
     assert bare.learner_replay_inrun_over_alone is None
     rows = training.result_rows(bare, training.run_base(cfg, cfg.validate(), {"run_id": "t"}))
     assert not [r for r in rows if r["metric"].startswith("learner_replay") or r["op"] == "replay_part"]
+
+
+@pytest.mark.slow
+def test_two_learners_time_their_replay_alone_in_turn():
+    """With 2 learners each times its calls alone after the run, one after the other (a barrier
+    between turns): the result sums both, and the redraw count is the buffer's, reported once."""
+    import dataclasses
+
+    from replaybench.impl.rl import train
+
+    cfg = [c for c in training.suite_configs(suites.load("training-quick")) if not c.sequential][0]
+    result = train(dataclasses.replace(cfg, learners=2))
+    assert result.replay_alone["calls"] == 2 * min(200, result.updates)
+    assert result.learner_replay_inrun_over_alone > 0
+    parts = result.replay_parts["learner"]
+    assert parts["sample"] + parts["update"] == pytest.approx(result.profiles["learner"]["replay"])
