@@ -8,7 +8,9 @@
        │     buffer.add; refreshes its weights from SharedWeights when the version changed
        └── learner r (L of them)    waits on the rate limiter, samples batch_size // L,
              learn() with gradients all-reduced over gloo (L > 1), update_priorities;
-             learner 0 publishes the policy weights every weight_sync_every updates
+             learner 0 publishes the policy weights every weight_sync_every updates; after the
+             last update (the clock stopped) it times its replay calls alone, once the actors
+             are done, one learner at a time (impl.rl.common.replay_timing)
 
 Ratio control (:class:`~impl.rl.common.shared_state.RateLimiter`): learners never run ahead of
 ``updates_per_step * (env_steps - learning_starts)`` and actors wait when the learners' backlog
@@ -145,8 +147,8 @@ def _replay_alone(cfg, rank: int, world: int, buf, state: SharedState, batch_siz
     while state.env_steps() < cfg.steps and not state.stopped and time.monotonic() < deadline:
         time.sleep(0.001)
     alone = None
-    for turn in range(world):
-        if turn == rank and priorities is not None and n_updates > 0:
+    for turn in range(world):  # every rank meets every barrier, stopped or not: one leaving early hangs its peers
+        if turn == rank and priorities is not None and n_updates > 0 and not state.stopped:
             alone = replay_alone(buf, batch_size, beta, priorities, min(ALONE_CALLS, n_updates))
         if world > 1:
             dist.barrier()
