@@ -13,8 +13,8 @@ def test_the_suite_runs_the_issue_grid_with_its_targets():
     suite = suites.load("training-bounds")
     cells = training.cells_for(training.suite_configs(suite))  # every configuration checked
     cfgs = [c.spec for c in cells]
-    assert len(cfgs) == 2 * 2 * 3 * 2  # ratios x E x seeds x (baseline, 2 actors + 1 learner)
-    assert {(c.actors, c.learners) for c in cfgs if not c.sequential} == {(2, 1)}
+    assert len(cfgs) == 2 * 2 * 3 * 3  # ratios x E x seeds x (baseline, 1 and 2 actors + 1 learner)
+    assert {(c.actors, c.learners) for c in cfgs if not c.sequential} == {(1, 1), (2, 1)}
     assert {c.overrides["updates_per_step"] for c in cfgs} == {1 / 16, 1 / 64}
     assert {c.envs_per_actor for c in cfgs} == {1, 16}
     assert {(c.buffer, c.policy, c.engine) for c in cfgs if not c.sequential} == {("kary-aligned", "lazy-writing",
