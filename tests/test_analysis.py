@@ -308,16 +308,16 @@ def lf_rows(rng):
     """The LF scenario's cells: lock-step, parallel Q-learning and multi-agent, Ray beside the others."""
     rows = []
     common = dict(structure="lf", policy="none")
-    for variant, rate in {"ray": 1e3, "dataflow": 1e5, "sync": 9e4, "async": 1e4, "mp-queues": 8e3}.items():
+    for backend, rate in {"ray": 1e3, "dataflow": 1e5, "sync": 9e4, "async": 1e4, "mp-queues": 8e3}.items():
         for rep in range(3):
-            rows.append(_row("", "lf", variant=variant, op="lockstep", env="CartPole-v1", actors=15, repeat=rep,
+            rows.append(_row("", "lf", backend=backend, variant=None, op="lockstep", env="CartPole-v1", actors=15, repeat=rep,
                              metric="env_steps_per_s", unit="steps/s", value=rate * (1 + 0.02 * rng.random()),
                              **common))
-    for variant, seconds in {"ray": 60.0, "dataflow": 20.0}.items():
-        rows.append(_row("", "lf", variant=variant, op="pql", env="Blackjack-v1", actors=16, batch=500, repeat=0,
+    for backend, seconds in {"ray": 60.0, "dataflow": 20.0}.items():
+        rows.append(_row("", "lf", backend=backend, variant=None, op="pql", env="Blackjack-v1", actors=16, batch=500, repeat=0,
                          metric="time_s", unit="s", value=seconds, **{**common, "policy": "deque"}))
-    for variant, rate in {"ray": 200.0, "dataflow": 900.0, "serial": 700.0}.items():
-        rows.append(_row("", "lf", variant=variant, op="multiagent", env="simple_spread", actors=10, repeat=0,
+    for backend, rate in {"ray": 200.0, "dataflow": 900.0, "serial": 700.0}.items():
+        rows.append(_row("", "lf", backend=backend, variant=None, op="multiagent", env="simple_spread", actors=10, repeat=0,
                          metric="steps_per_s", unit="steps/s", value=rate, **common))
     return rows
 
@@ -905,3 +905,47 @@ def test_older_runs_training_mode_and_gossip_policy_are_read_as_engine_and_topol
     assert list(frame["topology"]) == [None] * 5 + ["ring/p1/k1", None, None]
     assert list(frame["policy"][5:7]) == ["none", "none"]
     assert list(frame["mode"]) == [None] * 7 + ["threads"]
+
+
+def test_older_lf_and_paac_rows_read_their_backend_and_stepping_method_out_of_variant():
+    """Runs stored before the ``backend`` (lf) and ``stepping`` (paac) columns held those in
+    ``variant``: the reader moves them (analysis.load.legacy_columns) and leaves ``variant``
+    empty, as new rows do; paac training rows (their run's label), rows that have the new
+    columns and other scenarios' variants stay as written."""
+    import pandas as pd
+
+    from replaybench.bench import contract
+
+    base = {c: None for c in contract.COLUMNS}
+    rows = [{**base, "scenario": "lf", "op": "lockstep", "variant": "ray"},
+            {**base, "scenario": "lf", "op": "pql", "variant": "dataflow", "policy": "deque"},
+            {**base, "scenario": "lf", "op": "multiagent", "backend": "serial"},
+            {**base, "scenario": "paac", "op": "step", "structure": "batched", "variant": "paac-halves"},
+            {**base, "scenario": "paac", "op": "profile", "structure": "per-env", "variant": "per-env"},
+            {**base, "scenario": "paac", "op": "step", "structure": "batched", "stepping": "envpool"},
+            {**base, "scenario": "paac", "op": "summary", "structure": "kary-aligned", "variant": "pal-dqn"},
+            {**base, "scenario": "paac", "op": "profile", "structure": "kary-aligned", "variant": "paac-a2c"},
+            {**base, "scenario": "micro", "op": "sample", "variant": "binary"}]
+    frame = load.legacy_columns(pd.DataFrame(rows, columns=contract.COLUMNS).astype(object))
+    assert list(frame["backend"]) == ["ray", "dataflow", "serial"] + [None] * 6
+    assert list(frame["stepping"]) == [None] * 3 + ["paac-halves", "per-env", "envpool", None, None, None]
+    assert list(frame["variant"]) == [None] * 6 + ["pal-dqn", "paac-a2c", "binary"]
+    assert list(frame["policy"][:2]) == [None, "deque"]
+
+
+def test_stored_lf_and_paac_runs_load_with_backend_and_stepping_columns():
+    """The committed reference runs, written before the split, load with every lf row's backend
+    and every paac stepping row's method in their own columns (the figures read those)."""
+    res = load.load_runs([REPO / "results" / "reference-lf", REPO / "results" / "reference-paac"])
+    assert not res.problems
+    lf = res.table[res.table["scenario"] == "lf"]
+    assert not lf.empty and lf["backend"].notna().all() and lf["variant"].isna().all()
+    assert {"ray", "dataflow"} <= set(lf["backend"])
+    paac = res.table[res.table["scenario"] == "paac"]
+    step = paac[paac["structure"].isin(["batched", "per-env"])]
+    assert set(step["op"]) == {"step", "profile"}
+    assert step["stepping"].notna().all() and step["variant"].isna().all()
+    assert {"paac", "per-env"} <= set(step["stepping"])
+    runs = paac.drop(step.index)  # the training runs: their labels stay in variant
+    assert set(runs["op"]) >= {"summary", "profile"} and runs["stepping"].isna().all()
+    assert {"paac-a2c", "pal-dqn"} <= set(runs["variant"])
