@@ -803,16 +803,37 @@ def test_report_training_table_shows_every_task_with_its_own_baseline(tmp_path):
     assert sorted({line[0] for line in table}) == tasks
     for task in tasks:
         lines = [line for line in table if line[0] == task]
-        assert [line[2] for line in lines] == ["sequential", "1 actor, 1 learner", "2 actors, 1 learner",
+        assert [line[3] for line in lines] == ["sequential", "1 actor, 1 learner", "2 actors, 1 learner",
                                                "2 actors, 2 learners", "4 actors, 1 learner"]
-        assert lines[0][4] == "1"  # the baseline's own speedup
-    half = {line[2]: line for line in table if line[0] == tasks[1]}
-    assert half["4 actors, 1 learner"][3].endswith("(2/3 seeds)")  # seed 2 did not reach it
-    assert half["sequential"][3].endswith("(3/3 seeds)")
+        assert [line[1] for line in lines] == ["sequential"] + ["process"] * 4
+        assert lines[0][5] == "1"  # the baseline's own speedup
+    half = {line[3]: line for line in table if line[0] == tasks[1]}
+    assert half["4 actors, 1 learner"][4].endswith("(2/3 seeds)")  # seed 2 did not reach it
+    assert half["sequential"][4].endswith("(3/3 seeds)")
     sixteenth = [line for line in table if line[0] == tasks[0]]
-    assert all(line[3] == "not reached (0/3 seeds)" for line in sixteenth)
+    assert all(line[4] == "not reached (0/3 seeds)" for line in sixteenth)
     rate = 1000.0 * 2 ** 0.8  # env steps/s of 2 actors: each task's own rows
-    assert half["2 actors, 1 learner"][5] == f"{rate:,.0f}" and sixteenth[2][5] == f"{2 * rate:,.0f}"
+    assert half["2 actors, 1 learner"][6] == f"{rate:,.0f}" and sixteenth[2][6] == f"{2 * rate:,.0f}"
+
+
+def test_report_training_table_has_one_line_per_engine(tmp_path):
+    """One run that trained the same layout on two engines (process and ray, as the training-ray
+    suite does): each engine is its own line with its own numbers, not one line for both."""
+    rows = [{**r, "mode": None, "engine": "process" if r["actors"] else "sequential"}  # rows as written today
+            for r in training_rows(np.random.default_rng(1), updates_per_step=0.5)]
+    ray = [{**r, "engine": "ray", **({"value": r["value"] / 2} if r.get("value") is not None else {})}
+           for r in rows if r["engine"] == "process"]
+    run = write_run(tmp_path, "20300101T000000Z-training", "training", "training", rows + ray)
+    res = load.load_runs([run])
+    outcome = render.render(res, tmp_path / "f", echo=lambda *_: None, only={"training_scaling"})
+    section = report.build(res, outcome, tmp_path / "R.md").split("## Training", 1)[1].split("\n## ", 1)[0]
+    table = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines()
+             if line.startswith("| ") and not line.startswith("| task")]
+    assert [(line[1], line[3]) for line in table] == [("sequential", "sequential")] + [
+        (engine, who) for engine in ("process", "ray")
+        for who in ("1 actor, 1 learner", "2 actors, 1 learner", "2 actors, 2 learners", "4 actors, 1 learner")]
+    rate = {line[1]: line[6] for line in table if line[3] == "2 actors, 1 learner"}
+    assert rate == {"process": f"{1000.0 * 2 ** 0.8:,.0f}", "ray": f"{500.0 * 2 ** 0.8:,.0f}"}
 
 
 def test_report_command_writes_the_report(synthetic, tmp_path):

@@ -190,7 +190,8 @@ class LinguaFranca(Scenario):
 
         from replaybench.bench.lf import raysession
 
-        session = raysession.session(run.meta.get("ray_num_cpus")) if cell.columns["backend"] == "ray" else nullcontext()
+        ray = cell.columns["backend"] == "ray"
+        session = raysession.session(run.meta.get("ray_num_cpus")) if ray else nullcontext()
         with session:
             return getattr(self, "_" + cell.columns["op"])(cell, run)
 
@@ -282,7 +283,8 @@ def format_table(rows: list[dict], paper: list[dict] | None = None) -> str:
     if missing:
         seen = {}
         for r in missing:
-            seen.setdefault((r["op"], r.get("env"), r.get("backend"), r["status"], (r.get("error") or "")[:100]), None)
+            seen.setdefault((r["op"], r.get("env"), r.get("backend"), r["status"], (r.get("error") or "")[:100]),
+                            None)
         out += ["", "Not measured:", *table(["workload", "env", "backend", "status", "error"],
                                             [[str(c) for c in k] for k in seen], set())]
     return "\n".join(out)
