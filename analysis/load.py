@@ -94,7 +94,12 @@ def legacy_columns(frame: pd.DataFrame) -> pd.DataFrame:
       "sequential" for a baseline (actors 0), else the mode's engine, and ``mode`` is cleared
       (it is the concurrency scenario's);
     - gossip rows held the topology in ``policy``: ``topology`` takes it, ``policy`` is "none";
-      the PAAC line's ``engine`` is "paac".
+      the PAAC line's ``engine`` is "paac";
+    - lf rows held the backend (ray, dataflow, sync ...) in ``variant``: ``backend`` takes it;
+    - paac stepping rows (ops ``step`` and ``profile``, structure ``batched`` or ``per-env``;
+      not its training runs' profiles) held the stepping method in ``variant``: ``stepping``
+      takes it.
+    In those two, ``variant`` is then empty, as new rows leave it.
     Rows that have the new columns are left as they are. Cost: O(rows of those scenarios)."""
     old_training = (frame["scenario"] == "training") & frame["engine"].isna() & frame["mode"].notna()
     if old_training.any():
@@ -111,6 +116,13 @@ def legacy_columns(frame: pd.DataFrame) -> pd.DataFrame:
         frame.loc[old_gossip, "policy"] = "none"
         frame.loc[old_gossip, "engine"] = ["paac" if v == "paac" else None for v in frame.loc[old_gossip, "variant"]]
         frame.loc[old_gossip, "mode"] = None
+    for moved, holds in ((frame["scenario"] == "lf", "backend"),
+                         ((frame["scenario"] == "paac") & frame["op"].isin(["step", "profile"])
+                          & frame["structure"].isin(["batched", "per-env"]), "stepping")):
+        moved &= frame[holds].isna() & frame["variant"].notna()
+        if moved.any():
+            frame.loc[moved, holds] = frame.loc[moved, "variant"]
+            frame.loc[moved, "variant"] = None
     return frame
 
 

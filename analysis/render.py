@@ -4,12 +4,21 @@ For figure module ``NAME`` the outputs are ``<out>/NAME.png``, ``NAME.svg`` and 
 (the numbers drawn, one row per point or bar). A figure whose rows are absent is skipped
 with one line saying why, and its old outputs are removed so that the folder never shows a
 figure the current results do not support. A figure that raises is reported and the others
-are still drawn. The SVGs carry no date and use a fixed hash salt, so unchanged results give
-unchanged files.
+are still drawn.
+
+Unchanged results give byte-identical files (:func:`save_figure`): no date or software version
+in the SVG and PNG metadata, a fixed hash salt for the SVG's ids, and the clip-path ids
+renumbered in order of definition. The last is needed because matplotlib names a clip path by
+a hash of its rectangle's coordinates at full precision, and constrained layout's solver
+(kiwisolver) can place an axes one unit in the last place differently from one process to the
+next (its sums run in an order set by object addresses): the drawn coordinates, rounded, are
+equal, but the ids were not.
 """
 
 from __future__ import annotations
 
+import io
+import re
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +29,7 @@ matplotlib.use("Agg")  # files only, no display: the figures are built without p
 
 from replaybench.analysis import plots  # noqa: E402
 
-__all__ = ["Outcome", "render", "EXTENSIONS"]
+__all__ = ["Outcome", "render", "save_figure", "EXTENSIONS"]
 
 EXTENSIONS = (".png", ".svg", ".csv")
 _RC = {"svg.hashsalt": "replaybench", "font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9,
@@ -39,6 +48,28 @@ class Outcome:
     captions: dict = field(default_factory=dict)
     titles: dict = field(default_factory=dict)
     data: dict = field(default_factory=dict)
+
+
+#: A clip path's definition in matplotlib's SVG: ``<clipPath id="p0123456789">``.
+_CLIP_DEF = re.compile(r'<clipPath id="(p[0-9a-f]{10})">')
+
+
+def _stable_clip_ids(svg: str) -> str:
+    """``svg`` with each clip-path id replaced by ``clip<n>``, n its place among the definitions
+    (ids are only referenced inside the file, so the drawing is unchanged). Cost: O(len(svg))."""
+    names = {old: f"clip{i}" for i, old in enumerate(dict.fromkeys(_CLIP_DEF.findall(svg)))}
+    if not names:
+        return svg
+    return re.sub(r"\b(" + "|".join(names) + r")\b", lambda m: names[m.group(1)], svg)
+
+
+def save_figure(figure, png: Path, svg: Path) -> None:
+    """Write ``figure`` as PNG and SVG, both the same bytes whenever the figure is drawn alike
+    (see the module docstring); call it inside :data:`_RC` (the SVG hash salt)."""
+    figure.savefig(png, dpi=110, metadata={"Software": None})
+    text = io.StringIO()
+    figure.savefig(text, format="svg", metadata={"Date": None})
+    Path(svg).write_text(_stable_clip_ids(text.getvalue()), encoding="utf-8")
 
 
 def _remove(out: Path, name: str) -> None:
@@ -60,8 +91,7 @@ def render(results, out_dir, echo=print, only=None) -> Outcome:
             with matplotlib.rc_context(_RC):
                 plot = module.build(results.table, results.metas)
                 paths = [out / f"{name}{ext}" for ext in EXTENSIONS]
-                plot.figure.savefig(paths[0], dpi=110, metadata={"Software": None})
-                plot.figure.savefig(paths[1], metadata={"Date": None})
+                save_figure(plot.figure, paths[0], paths[1])
             plot.data.to_csv(paths[2], index=False)
         except plots.NoRows as why:
             _remove(out, name)

@@ -79,6 +79,11 @@ COLUMNS = [
     # a gossip run's ("exponential/p1/k1"); training adds the algorithm, environment, seed and,
     # for return-curve points, the environment steps and wall seconds at which the value was taken
     "actors", "learners", "mode", "engine", "topology", "algo", "env", "seed", "env_steps", "wall_s",
+    # lf scenario: the runtime that ran the workload (its suite's ``backends``: "ray", "dataflow",
+    # "sync", ...); paac scenario: the stepping method of a stepping cell (its suite's
+    # ``methods``: "paac", "per-env", "gym-sync", "envpool", ...). Neither is a buffer variant,
+    # so those rows leave ``variant`` empty.
+    "backend", "stepping",
 ]
 
 #: Columns naming what was measured (not who measured it, nor the measurement): rows equal in

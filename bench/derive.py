@@ -362,13 +362,15 @@ def lf_ratios(rows: list[dict], paper_cells=None) -> list[dict]:
     ``paper_cells``: the paper's cells as the suite records them (``paper.lf_over_ray.cells`` of
     bench/suites/lf.json), each ``{"match": {column: value}, "ratio": ...}``; a measured cell
     takes the first whose ``match`` entries (``op``, ``env``, ``actors``, ``batch``, ...) all
-    equal its own. None or empty: None in every ``paper``.
+    equal its own. None or empty: None in every ``paper``. ``rows`` name their runtime in
+    ``backend`` (rows stored before that column held it in ``variant``: read them through
+    ``analysis.load.legacy_columns``).
     """
     groups: dict[tuple, dict[str, list[float]]] = {}
     for r in rows:
         workload = LF_WORKLOADS.get(r["op"])
         if workload and r["metric"] == workload[1] and r["status"] == contract.MEASURED:
-            groups.setdefault(_lf_key(r), {}).setdefault(r["variant"], []).append(float(r["value"]))
+            groups.setdefault(_lf_key(r), {}).setdefault(r["backend"], []).append(float(r["value"]))
     out = []
     for key, by_backend in groups.items():
         op, env, policy, actors, batch = key

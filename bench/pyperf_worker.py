@@ -17,7 +17,8 @@ a fork once used (torch's thread pools) is only imported there (``FORK_AFTER_USE
 module). Each worker is still a new
 process with its own buffer, built, filled and warmed up in it; it runs pyperf's own worker
 code (``Runner`` in ``--worker`` mode) on the arguments pyperf gives it, writes to pyperf's
-pipe, and exits. Only the spawning is ours (:class:`ForkingRunner`); calibration, the values and
+pipe, and exits (both manager and workers are forked as multiprocessing Processes, see
+:data:`_FORK`). Only the spawning is ours (:class:`ForkingRunner`); calibration, the values and
 the JSON are pyperf's. (So pyperf's ``--python`` option, another interpreter for the workers, has
 no effect here: the workers are this interpreter.)
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import signal
 import sys
@@ -132,52 +134,62 @@ def _forking_manager():
                     argv = cmd[1 + len(self.runner._program_args):]  # what the worker would parse
                     sys.stdout.flush()
                     sys.stderr.flush()
-                    pid = os.fork()
-                    if pid == 0:
-                        _worker_child(rpipe.fd, env, argv)
+                    child = _FORK.Process(target=_worker_child, args=(rpipe.fd, env, argv), name="pyperf-worker")
+                    child.start()
                 try:
                     text = rpipe.read_text(timeout=self.args.timeout)
                 except BaseException:
-                    os.kill(pid, signal.SIGKILL)
-                    os.waitpid(pid, 0)
+                    child.kill()
+                    child.join()
                     raise
-            code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-            if code:
-                raise RuntimeError(f"pyperf worker (forked, pid {pid}) failed with exit code {code}")
+            child.join()
+            if child.exitcode:
+                raise RuntimeError(f"pyperf worker (forked, pid {child.pid}) failed with exit code {child.exitcode}")
             return _load_suite_from_pipe(text)
 
     return ForkingManager
 
 
-def _run_child(body) -> None:
-    """In a forked child: run ``body()`` and exit with its status (0, a SystemExit's code, or 1
-    after printing the traceback), flushing stdout and stderr first; never returns, so the
-    child never unwinds into its parent's stack."""
-    code = 1
-    try:
-        body()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+#: How the manager and its workers are started: forked (they inherit the preloaded imports and
+#: kernels), as multiprocessing Processes of the "fork" context rather than bare ``os.fork``
+#: children. A Process child leaves through multiprocessing's own exit path: its exit code is
+#: 0, a SystemExit's code or 1 after printing the traceback, stdout and stderr are flushed, it
+#: never unwinds into its parent's stack, and it runs the finalizers of the multiprocessing
+#: objects it made. That last part is why: peers make multiprocessing locks in every worker
+#: (TorchRL's buffers do), each registered with the resource tracker that the forked children
+#: share with the caller; a bare ``os.fork`` child left by ``os._exit`` without unregistering
+#: them, so they piled up in the caller's tracker, which reported every one as leaked when the
+#: run ended. Exiting through the finalizers unregisters them, with public API only (Python
+#: offers no public way to give a forked child a tracker of its own: ``resource_tracker`` is
+#: undocumented, its functions act on one module-level instance, and ``ensure_running`` keeps
+#: an inherited live one; the documented start methods that start one, spawn, or forkserver,
+#: whose children share the forkserver's, would not inherit the preloaded process either).
+#: A resource a killed worker leaves behind is still the caller's tracker's to clean up.
+_FORK = multiprocessing.get_context("fork")
 
 
 def _worker_child(read_fd: int, env: dict, argv: list[str]) -> None:
-    """In the forked worker: pyperf's worker on ``argv``, in pyperf's reduced environment; never returns."""
+    """In the forked worker (a :data:`_FORK` Process): pyperf's worker on ``argv``, in pyperf's
+    reduced environment."""
+    os.close(read_fd)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.environ.clear()
+    os.environ.update(env)
+    main(argv, runner_cls=pyperf.Runner)
 
-    def body():
-        os.close(read_fd)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.environ.clear()
-        os.environ.update(env)
-        main(argv, runner_cls=pyperf.Runner)
 
-    _run_child(body)
+def _manager_child(argv: list[str], mask, stderr_path: str) -> None:
+    """In the forked manager (a :data:`_FORK` Process): a session of its own, Ctrl-C back to its
+    default and unblocked (``mask``: the caller's signal mask before it blocked SIGINT), stdout
+    dropped and stderr into ``stderr_path``, then :func:`main` on ``argv``."""
+    os.setsid()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    err = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(devnull, 1)
+    os.dup2(err, 2)
+    main(argv)
 
 
 class ForkingRunner(pyperf.Runner):
@@ -228,68 +240,34 @@ def run_manager(argv: list[str], timeout_s: float, stderr_path: str) -> int | No
     # Ctrl-C stays pending across the fork: a child interrupted before it has its own session
     # would unwind through the caller's stack as a second copy of it.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    child = _FORK.Process(target=_manager_child, args=(argv, mask, stderr_path), name="pyperf-manager")
     try:
-        pid = os.fork()
+        child.start()
     except BaseException:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         raise
-    if pid == 0:
-
-        def body():
-            os.setsid()
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-            _own_resource_tracker()
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            err = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.dup2(devnull, 1)
-            os.dup2(err, 2)
-            main(argv)
-
-        _run_child(body)
     deadline = time.monotonic() + timeout_s
     try:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                return os.waitstatus_to_exitcode(status)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a pending Ctrl-C lands here: the child is killed
+        while child.exitcode is None:
             if time.monotonic() > deadline:
-                _kill_session(pid)
+                _kill_session(child)
                 return None
-            time.sleep(0.01)
+            child.join(0.01)
+        return child.exitcode
     except BaseException:
-        _kill_session(pid)
+        _kill_session(child)
         raise
 
 
-def _own_resource_tracker() -> None:
-    """Give this forked manager multiprocessing's resource tracker state of a fresh interpreter.
-
-    Peers create multiprocessing locks in every worker (TorchRL's buffers do), and the workers
-    leave by ``os._exit``; with the caller's tracker inherited, those registrations pile up in
-    the caller's one tracker, which reports them all as leaked when the run ends (on Linux the
-    semaphores are already unlinked at creation: nothing is left behind). A tracker of the
-    manager's own session (started on first use, ended with the session) keeps that per cell,
-    as when every manager was a new interpreter. (``_fd`` is the tracker's private state.)
-    """
-    from multiprocessing import resource_tracker
-
-    tracker = getattr(resource_tracker, "_resource_tracker", None)
-    if tracker is not None and hasattr(tracker, "_fd"):
-        tracker._fd = None
-
-
-def _kill_session(pid: int) -> None:
-    """Kill the manager ``pid`` and its workers (its session), or only it if it has none yet."""
+def _kill_session(child) -> None:
+    """Kill the manager Process ``child`` and its workers (its session), or only it if it has
+    none yet, and reap it."""
     try:
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(child.pid, signal.SIGKILL)
     except ProcessLookupError:
-        os.kill(pid, signal.SIGKILL)
-    try:
-        os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
+        child.kill()
+    child.join()
 
 
 def _manager_options(argv: list[str]) -> argparse.Namespace:

@@ -308,16 +308,16 @@ def lf_rows(rng):
     """The LF scenario's cells: lock-step, parallel Q-learning and multi-agent, Ray beside the others."""
     rows = []
     common = dict(structure="lf", policy="none")
-    for variant, rate in {"ray": 1e3, "dataflow": 1e5, "sync": 9e4, "async": 1e4, "mp-queues": 8e3}.items():
+    for backend, rate in {"ray": 1e3, "dataflow": 1e5, "sync": 9e4, "async": 1e4, "mp-queues": 8e3}.items():
         for rep in range(3):
-            rows.append(_row("", "lf", variant=variant, op="lockstep", env="CartPole-v1", actors=15, repeat=rep,
+            rows.append(_row("", "lf", backend=backend, variant=None, op="lockstep", env="CartPole-v1", actors=15, repeat=rep,
                              metric="env_steps_per_s", unit="steps/s", value=rate * (1 + 0.02 * rng.random()),
                              **common))
-    for variant, seconds in {"ray": 60.0, "dataflow": 20.0}.items():
-        rows.append(_row("", "lf", variant=variant, op="pql", env="Blackjack-v1", actors=16, batch=500, repeat=0,
+    for backend, seconds in {"ray": 60.0, "dataflow": 20.0}.items():
+        rows.append(_row("", "lf", backend=backend, variant=None, op="pql", env="Blackjack-v1", actors=16, batch=500, repeat=0,
                          metric="time_s", unit="s", value=seconds, **{**common, "policy": "deque"}))
-    for variant, rate in {"ray": 200.0, "dataflow": 900.0, "serial": 700.0}.items():
-        rows.append(_row("", "lf", variant=variant, op="multiagent", env="simple_spread", actors=10, repeat=0,
+    for backend, rate in {"ray": 200.0, "dataflow": 900.0, "serial": 700.0}.items():
+        rows.append(_row("", "lf", backend=backend, variant=None, op="multiagent", env="simple_spread", actors=10, repeat=0,
                          metric="steps_per_s", unit="steps/s", value=rate, **common))
     return rows
 
@@ -803,16 +803,37 @@ def test_report_training_table_shows_every_task_with_its_own_baseline(tmp_path):
     assert sorted({line[0] for line in table}) == tasks
     for task in tasks:
         lines = [line for line in table if line[0] == task]
-        assert [line[2] for line in lines] == ["sequential", "1 actor, 1 learner", "2 actors, 1 learner",
+        assert [line[3] for line in lines] == ["sequential", "1 actor, 1 learner", "2 actors, 1 learner",
                                                "2 actors, 2 learners", "4 actors, 1 learner"]
-        assert lines[0][4] == "1"  # the baseline's own speedup
-    half = {line[2]: line for line in table if line[0] == tasks[1]}
-    assert half["4 actors, 1 learner"][3].endswith("(2/3 seeds)")  # seed 2 did not reach it
-    assert half["sequential"][3].endswith("(3/3 seeds)")
+        assert [line[1] for line in lines] == ["sequential"] + ["process"] * 4
+        assert lines[0][5] == "1"  # the baseline's own speedup
+    half = {line[3]: line for line in table if line[0] == tasks[1]}
+    assert half["4 actors, 1 learner"][4].endswith("(2/3 seeds)")  # seed 2 did not reach it
+    assert half["sequential"][4].endswith("(3/3 seeds)")
     sixteenth = [line for line in table if line[0] == tasks[0]]
-    assert all(line[3] == "not reached (0/3 seeds)" for line in sixteenth)
+    assert all(line[4] == "not reached (0/3 seeds)" for line in sixteenth)
     rate = 1000.0 * 2 ** 0.8  # env steps/s of 2 actors: each task's own rows
-    assert half["2 actors, 1 learner"][5] == f"{rate:,.0f}" and sixteenth[2][5] == f"{2 * rate:,.0f}"
+    assert half["2 actors, 1 learner"][6] == f"{rate:,.0f}" and sixteenth[2][6] == f"{2 * rate:,.0f}"
+
+
+def test_report_training_table_has_one_line_per_engine(tmp_path):
+    """One run that trained the same layout on two engines (process and ray, as the training-ray
+    suite does): each engine is its own line with its own numbers, not one line for both."""
+    rows = [{**r, "mode": None, "engine": "process" if r["actors"] else "sequential"}  # rows as written today
+            for r in training_rows(np.random.default_rng(1), updates_per_step=0.5)]
+    ray = [{**r, "engine": "ray", **({"value": r["value"] / 2} if r.get("value") is not None else {})}
+           for r in rows if r["engine"] == "process"]
+    run = write_run(tmp_path, "20300101T000000Z-training", "training", "training", rows + ray)
+    res = load.load_runs([run])
+    outcome = render.render(res, tmp_path / "f", echo=lambda *_: None, only={"training_scaling"})
+    section = report.build(res, outcome, tmp_path / "R.md").split("## Training", 1)[1].split("\n## ", 1)[0]
+    table = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines()
+             if line.startswith("| ") and not line.startswith("| task")]
+    assert [(line[1], line[3]) for line in table] == [("sequential", "sequential")] + [
+        (engine, who) for engine in ("process", "ray")
+        for who in ("1 actor, 1 learner", "2 actors, 1 learner", "2 actors, 2 learners", "4 actors, 1 learner")]
+    rate = {line[1]: line[6] for line in table if line[3] == "2 actors, 1 learner"}
+    assert rate == {"process": f"{1000.0 * 2 ** 0.8:,.0f}", "ray": f"{500.0 * 2 ** 0.8:,.0f}"}
 
 
 def test_report_command_writes_the_report(synthetic, tmp_path):
@@ -905,3 +926,47 @@ def test_older_runs_training_mode_and_gossip_policy_are_read_as_engine_and_topol
     assert list(frame["topology"]) == [None] * 5 + ["ring/p1/k1", None, None]
     assert list(frame["policy"][5:7]) == ["none", "none"]
     assert list(frame["mode"]) == [None] * 7 + ["threads"]
+
+
+def test_older_lf_and_paac_rows_read_their_backend_and_stepping_method_out_of_variant():
+    """Runs stored before the ``backend`` (lf) and ``stepping`` (paac) columns held those in
+    ``variant``: the reader moves them (analysis.load.legacy_columns) and leaves ``variant``
+    empty, as new rows do; paac training rows (their run's label), rows that have the new
+    columns and other scenarios' variants stay as written."""
+    import pandas as pd
+
+    from replaybench.bench import contract
+
+    base = {c: None for c in contract.COLUMNS}
+    rows = [{**base, "scenario": "lf", "op": "lockstep", "variant": "ray"},
+            {**base, "scenario": "lf", "op": "pql", "variant": "dataflow", "policy": "deque"},
+            {**base, "scenario": "lf", "op": "multiagent", "backend": "serial"},
+            {**base, "scenario": "paac", "op": "step", "structure": "batched", "variant": "paac-halves"},
+            {**base, "scenario": "paac", "op": "profile", "structure": "per-env", "variant": "per-env"},
+            {**base, "scenario": "paac", "op": "step", "structure": "batched", "stepping": "envpool"},
+            {**base, "scenario": "paac", "op": "summary", "structure": "kary-aligned", "variant": "pal-dqn"},
+            {**base, "scenario": "paac", "op": "profile", "structure": "kary-aligned", "variant": "paac-a2c"},
+            {**base, "scenario": "micro", "op": "sample", "variant": "binary"}]
+    frame = load.legacy_columns(pd.DataFrame(rows, columns=contract.COLUMNS).astype(object))
+    assert list(frame["backend"]) == ["ray", "dataflow", "serial"] + [None] * 6
+    assert list(frame["stepping"]) == [None] * 3 + ["paac-halves", "per-env", "envpool", None, None, None]
+    assert list(frame["variant"]) == [None] * 6 + ["pal-dqn", "paac-a2c", "binary"]
+    assert list(frame["policy"][:2]) == [None, "deque"]
+
+
+def test_stored_lf_and_paac_runs_load_with_backend_and_stepping_columns():
+    """The committed reference runs, written before the split, load with every lf row's backend
+    and every paac stepping row's method in their own columns (the figures read those)."""
+    res = load.load_runs([REPO / "results" / "reference-lf", REPO / "results" / "reference-paac"])
+    assert not res.problems
+    lf = res.table[res.table["scenario"] == "lf"]
+    assert not lf.empty and lf["backend"].notna().all() and lf["variant"].isna().all()
+    assert {"ray", "dataflow"} <= set(lf["backend"])
+    paac = res.table[res.table["scenario"] == "paac"]
+    step = paac[paac["structure"].isin(["batched", "per-env"])]
+    assert set(step["op"]) == {"step", "profile"}
+    assert step["stepping"].notna().all() and step["variant"].isna().all()
+    assert {"paac", "per-env"} <= set(step["stepping"])
+    runs = paac.drop(step.index)  # the training runs: their labels stay in variant
+    assert set(runs["op"]) >= {"summary", "profile"} and runs["stepping"].isna().all()
+    assert {"paac-a2c", "pal-dqn"} <= set(runs["variant"])

@@ -98,7 +98,7 @@ def test_shipped_suites_expand():
 
 
 def _row(op, backend, value, metric, **cols):
-    return {"op": op, "variant": backend, "metric": metric, "value": value, "status": "ok", "env": cols.get("env"),
+    return {"op": op, "backend": backend, "metric": metric, "value": value, "status": "ok", "env": cols.get("env"),
             "policy": cols.get("policy", "none"), "actors": cols.get("actors", 15), "batch": cols.get("batch")}
 
 
@@ -150,7 +150,7 @@ def test_quick_suite_through_driver_figure_and_report(tmp_path):
     for r in rows:
         by_status.setdefault(r["status"], []).append(r)
     assert not by_status.get("failed"), [r["error"] for r in by_status.get("failed", [])]
-    assert {r["variant"] for r in by_status["ok"] if r["op"] == "lockstep"} == {"ray", "dataflow", "sync", "async",
+    assert {r["backend"] for r in by_status["ok"] if r["op"] == "lockstep"} == {"ray", "dataflow", "sync", "async",
                                                                                  "mp-queues"}
     assert json.loads((out / "meta.json").read_text())["complete"]
     res = load.load_runs([out])

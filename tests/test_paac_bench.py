@@ -30,21 +30,22 @@ def test_quick_suite_rows(quick_run):
     assert results.read_meta(run_dir)["complete"]
     unavailable = scenario.envpool_status()
     steps = [r for r in rows if r["op"] == "step"]
-    measured = {r["variant"] for r in steps if r["status"] == "ok"}
+    measured = {r["stepping"] for r in steps if r["status"] == "ok"}
+    assert all(r["variant"] is None for r in steps)  # not a buffer variant
     expected = {"paac", "paac-halves", "per-env", "gym-sync"} | ({"envpool"} if unavailable is None else set())
     assert measured == expected
     for method in expected:
-        mine = [r for r in steps if r["variant"] == method]
+        mine = [r for r in steps if r["stepping"] == method]
         assert [r["repeat"] for r in mine] == [0, 1] and all(r["value"] > 0 for r in mine)
         assert {(r["batch"], r["env"], r["algo"]) for r in mine} == {(4, "CartPole-v1", "a2c")}
         assert params_of(mine[0]["params"])["n_envs"] == 4 and mine[0]["env_steps"] == 100
-        profile = {r["metric"]: r["value"] for r in rows if r["op"] == "profile" and r["variant"] == method
+        profile = {r["metric"]: r["value"] for r in rows if r["op"] == "profile" and r["stepping"] == method
                    and r.get("unit") == "us/step"}
         assert set(profile) == set(scenario.PROFILE) and profile["inference"] > 0 and profile["env_step"] > 0
         # the profile accounts for the windows' wall time: us per step ~ 1e6 / (steps/s)
         wall_us = 1e6 * sum(1 / r["value"] for r in mine) / len(mine)
         assert sum(profile.values()) == pytest.approx(wall_us, rel=0.05)
-    in_process = [r for r in rows if r["op"] == "profile" and r["variant"] == "paac" and r["metric"] == "sync"]
+    in_process = [r for r in rows if r["op"] == "profile" and r["stepping"] == "paac" and r["metric"] == "sync"]
     assert in_process[0]["value"] == 0.0  # n_w = 0: no synchronisation to count
     training = {(r["variant"], r["metric"]): r for r in rows if r["op"] == "summary"}
     for label in ("paac-a2c", "pal-dqn"):
@@ -101,11 +102,11 @@ def test_invalid_combinations_are_not_cells_and_missing_libraries_are_unavailabl
         {"env": "CartPole-v1", "n_envs": [1, 4], "n_workers": [0, 1, 2], "steps": 10, "repeats": 1},
         {"env": "NoSuchEnv-v9", "methods": ["paac"], "n_envs": [2], "n_workers": [1], "steps": 10, "repeats": 1}]}
     cells = scenario.SCENARIO.cells(suite, Selection())
-    got = {(c.columns["variant"], c.columns["batch"], c.columns["actors"]) for c in cells if c.columns["env"] != "NoSuchEnv-v9"}
+    got = {(c.columns["stepping"], c.columns["batch"], c.columns["actors"]) for c in cells if c.columns["env"] != "NoSuchEnv-v9"}
     assert ("paac-halves", 1, 0) not in got and ("paac-halves", 4, 2) in got and ("paac-halves", 4, 0) in got
     assert ("paac", 1, 2) not in got and ("envpool", 4, 0) not in got and ("gym-sync", 4, 0) in got
     assert ("gym-async", 4, 4) in got  # its own n_w: one process per env
-    envpool = [c for c in cells if c.columns["variant"] == "envpool"]
+    envpool = [c for c in cells if c.columns["stepping"] == "envpool"]
     assert envpool and all(c.skip_status == "unavailable" and "ImportError: test" in c.skip for c in envpool)
     missing = [c for c in cells if c.columns["env"] == "NoSuchEnv-v9"]
     assert len(missing) == 1 and missing[0].skip_status == "unavailable" and "NoSuchEnv-v9" in missing[0].skip

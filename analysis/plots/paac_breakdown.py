@@ -2,7 +2,7 @@
 
 Rows: scenario ``paac``, op ``profile`` of the stepping cells (metrics ``inference``,
 ``env_step``, ``sync``, ``other`` in us per env step; see bench/scenarios/paac.py for what each
-method counts in each), newest run per cell. Per environment (a panel): the cells at the
+method, the rows' ``stepping``, counts in each), newest run per cell. Per environment (a panel): the cells at the
 n_e closest to :data:`N_ENVS` (32, the issue's comparison point), one stacked horizontal bar
 per (method, n_w), its total (us per env step, the inverse of the throughput) written at the
 bar's end.
@@ -39,8 +39,8 @@ def breakdown(table):
         n_e = int(sizes[np.argmin(np.abs(np.log2(sizes) - np.log2(N_ENVS)))])
         parts.append(mine[mine["n_envs"] == n_e])
     rows = pd.concat(parts)
-    cols = ["run_id", "env", "variant", "n_envs", "n_workers", "metric", "value", "unit"]
-    return rows[cols].rename(columns={"variant": "method", "metric": "component"}).reset_index(drop=True)
+    cols = ["run_id", "env", "stepping", "n_envs", "n_workers", "metric", "value", "unit"]
+    return rows[cols].rename(columns={"stepping": "method", "metric": "component"}).reset_index(drop=True)
 
 
 def build(table, metas) -> Plot:

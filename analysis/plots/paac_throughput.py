@@ -2,7 +2,7 @@
 
 Rows: scenario ``paac``, op ``step`` (metric ``env_steps_per_s``, one value per timed window),
 newest run per cell. Per environment (a row of panels) and number of worker processes n_w (a
-column; EnvPool: threads): one line per method (``paac``, ``paac-halves``, ``per-env``,
+column; EnvPool: threads): one line per method (the rows' ``stepping``: ``paac``, ``paac-halves``, ``per-env``,
 ``envpool``), the median over windows with min-max bars, against n_e on a log2 axis (log y).
 The single-process and one-process-per-env peers (``gym-sync``, ``gym-async``) have no n_w
 axis and are drawn dashed in every panel of their environment.
@@ -42,8 +42,8 @@ def throughput(table: pd.DataFrame) -> pd.DataFrame:
     rows = rows[(rows["status"] == contract.MEASURED) & rows["value"].notna()]
     if rows.empty:
         return rows
-    data = stats.spread(rows, ["run_id", "env", "variant", "n_envs", "n_workers"], "value")
-    return data.rename(columns={"variant": "method"}).assign(unit="steps/s")
+    data = stats.spread(rows, ["run_id", "env", "stepping", "n_envs", "n_workers"], "value")
+    return data.rename(columns={"stepping": "method"}).assign(unit="steps/s")
 
 
 def build(table, metas) -> Plot:

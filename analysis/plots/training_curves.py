@@ -33,7 +33,9 @@ def _curve(groups, x: str) -> pd.DataFrame | None:
     """Median and min-max over seeds of the smoothed returns on a common grid of ``x``."""
     seeds = []
     for _, g in groups:
-        g = g.dropna(subset=[x, "value"]).sort_values(x)
+        # episodes ending at the same x (E envs per actor finish together) keep their order
+        # (repeat = the episode's index), whatever order the rows came in
+        g = g.dropna(subset=[x, "value"]).sort_values([x, "repeat"], kind="stable")
         if len(g) >= 2:
             seeds.append((g[x].to_numpy(float), g["value"].rolling(SMOOTH, min_periods=1).mean().to_numpy(float)))
     if not seeds:

@@ -103,11 +103,12 @@ def build(table, metas) -> Plot:
 
 def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFrame]) -> list[str]:
     """One row per training configuration of every task the training_scaling figure draws (a task
-    is an algorithm, environment and updates-per-step ratio); per task and buffer, its sequential
-    baseline first."""
+    is an algorithm, environment and updates-per-step ratio), each engine on its own row (a run
+    may measure the same layout on several: process and ray, say); per task and buffer, its
+    sequential baseline first."""
     if data is None:
         return []
-    keys = ["task", "run_id", "variant", "K", "policy", "actors", "learners", "baseline"]
+    keys = ["task", "run_id", "variant", "K", "policy", "engine", "actors", "learners", "baseline"]
     rows = []
     for key, g in data.groupby(keys, dropna=False, sort=False):
         k = dict(zip(keys, key))
@@ -115,7 +116,8 @@ def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFr
         K = None if pd.isna(k["K"]) else int(k["K"])
         who = "sequential" if k["baseline"] else f"{a} actor{'s' * (a != 1)}, {n} learner{'s' * (n != 1)}"
         variant = f"`{k['variant']}`" + ("" if K is None else f" K={K}")
-        line = [k["task"], f"{variant} {k['policy'] or ''}".strip(), who]
+        engine = "-" if k["engine"] is None or pd.isna(k["engine"]) else str(k["engine"])
+        line = [k["task"], engine, f"{variant} {k['policy'] or ''}".strip(), who]
         for metric in ("time_to_threshold_s", "speedup", "env_steps_per_s", "updates_per_s"):
             hit = g[g["metric"] == metric]
             if hit.empty:
@@ -127,15 +129,17 @@ def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFr
                 reached = f"{int(h['n_reached'])}/{int(h['n_seeds'])} seeds"
                 text = f"not reached ({reached})" if h["n_reached"] == 0 else f"{text} ({reached})"
             line.append(text)
-        order = (k["task"], str(k["run_id"]), str(k["variant"]), K or 0, not k["baseline"], str(k["policy"]), a, n)
+        order = (k["task"], str(k["run_id"]), str(k["variant"]), K or 0, not k["baseline"], engine, str(k["policy"]),
+                 a, n)
         rows.append((order, line))
     body = [line for _, line in sorted(rows, key=lambda r: r[0])]
     return (["## Training", "", "Per task (algorithm, environment, gradient updates per environment step) and buffer, "
-             "the sequential baseline first, then each parallel configuration. Medians over seeds; time to threshold "
+             "the sequential baseline first, then each parallel configuration, one row per engine that ran it "
+             "(docs/engines/). Medians over seeds; time to threshold "
              "over the seeds that reached it (k/n = k of n seeds reached it); speedup over the sequential baseline "
              "of the same task and seed.", ""]
-            + md.table(["task", "variant / policy", "workers", "time to threshold (s)", "speedup", "env steps/s",
-                      "updates/s"], body) + [""] + bounds_section(res))
+            + md.table(["task", "engine", "variant / policy", "workers", "time to threshold (s)", "speedup",
+                        "env steps/s", "updates/s"], body) + [""] + bounds_section(res))
 
 
 #: The summary metrics of :func:`bounds_section`: (metric, the ``training_bounds`` target's key, at least?).

@@ -14,8 +14,9 @@ the ratio to Ray is a ratio of the same machine's numbers:
 - ``multiagent``: one policy per agent on a PettingZoo environment (:mod:`bench.lf.multiagent`:
   ray, serial, dataflow); metric ``steps_per_s`` (joint env steps), one row per window.
 
-Rows: ``variant`` = the backend, ``structure`` = "lf", ``op`` = the workload, ``env``,
-``actors`` (envs, rollout actors or agents), ``params`` (rounds, workers, cores, ...). A backend
+Rows: ``backend`` = the backend, ``variant`` empty (no buffer variant is measured here),
+``structure`` = "lf", ``op`` = the workload, ``env``, ``actors`` (envs, rollout actors or
+agents), ``params`` (rounds, workers, cores, ...). A backend
 that cannot run here (Ray or mpe2 not installed, ale-py missing for Atari ids) is an
 ``unavailable`` row with the reason. The summary (:func:`format_table`, from
 :func:`bench.derive.lf_ratios`) puts each median beside Ray's median of the same cell, the
@@ -96,7 +97,7 @@ def _lockstep_cells(suite: dict, cores: int) -> list[Cell]:
             params = {k: spec[k] for k in ("rounds", "warmup")} | {"cores": cores}
             if backend == "dataflow":
                 params["workers"] = spec["workers"]
-            columns = {"variant": backend, "structure": "lf", "policy": "none", "op": "lockstep", "env": env,
+            columns = {"backend": backend, "structure": "lf", "policy": "none", "op": "lockstep", "env": env,
                        "actors": n_envs, "metric": "env_steps_per_s", "unit": "steps/s", "params": params}
             reason = _unavailable(backend, needs)
             cells.append(Cell(f"lockstep {env} {backend}", columns, {**spec, "env": env}, skip=reason,
@@ -131,7 +132,7 @@ def _pql_cells(suite: dict, cores: int) -> list[Cell]:
                       "replay_capacity": cfg.replay_capacity, "cores": cores}
             if backend == "dataflow":
                 params["workers"] = cfg.workers
-            columns = {"variant": backend, "structure": "lf", "policy": replay, "op": "pql", "env": cfg.env,
+            columns = {"backend": backend, "structure": "lf", "policy": replay, "op": "pql", "env": cfg.env,
                        "actors": actors, "batch": batch, "metric": "time_s", "unit": "s", "params": params}
             cells.append(Cell(f"pql {backend} actors={actors} batch={batch} {replay}", columns, (cfg, repeats),
                               skip=_unavailable(backend), skip_status="unavailable"))
@@ -152,7 +153,7 @@ def _multiagent_cells(suite: dict, cores: int) -> list[Cell]:
                 "warmup": _positive_int(f"{where}.warmup", b.get("warmup", 25)),
                 "repeats": _positive_int(f"{where}.repeats", b.get("repeats", 3))}
         for backend in b["backends"]:
-            columns = {"variant": backend, "structure": "lf", "policy": "none", "op": "multiagent", "env": env,
+            columns = {"backend": backend, "structure": "lf", "policy": "none", "op": "multiagent", "env": env,
                        "actors": spec["agents"], "metric": "steps_per_s", "unit": "steps/s",
                        "params": {"steps": spec["steps"], "cores": cores}}
             cells.append(Cell(f"multiagent {env} x{spec['agents']} {backend}", columns, spec,
@@ -189,7 +190,8 @@ class LinguaFranca(Scenario):
 
         from replaybench.bench.lf import raysession
 
-        session = raysession.session(run.meta.get("ray_num_cpus")) if cell.columns["variant"] == "ray" else nullcontext()
+        ray = cell.columns["backend"] == "ray"
+        session = raysession.session(run.meta.get("ray_num_cpus")) if ray else nullcontext()
         with session:
             return getattr(self, "_" + cell.columns["op"])(cell, run)
 
@@ -201,7 +203,7 @@ class LinguaFranca(Scenario):
 
         s = cell.spec
         rows = []
-        with open_backend(cell.columns["variant"], s["env"], s["n_envs"], 0, s["workers"]) as backend:
+        with open_backend(cell.columns["backend"], s["env"], s["n_envs"], 0, s["workers"]) as backend:
             for _ in range(s["warmup"]):
                 backend.round()
             for rep in range(s["repeats"]):
@@ -220,7 +222,7 @@ class LinguaFranca(Scenario):
         from replaybench.impl.dataflow import run_pql
 
         cfg, repeats = cell.spec
-        go = run_pql_ray if cell.columns["variant"] == "ray" else run_pql
+        go = run_pql_ray if cell.columns["backend"] == "ray" else run_pql
         rows = []
         for rep in range(repeats):
             def progress(r, rep=rep):
@@ -242,7 +244,7 @@ class LinguaFranca(Scenario):
         try:
             agent = env.possible_agents[0]
             obs_dim = int(env.observation_space(agent).shape[0])
-            backend = multiagent.open_backend(cell.columns["variant"], s["agents"], obs_dim,
+            backend = multiagent.open_backend(cell.columns["backend"], s["agents"], obs_dim,
                                               int(env.action_space(agent).n), seed=0)
             try:
                 multiagent.run(env, backend, s["warmup"], seed=0)
@@ -281,7 +283,8 @@ def format_table(rows: list[dict], paper: list[dict] | None = None) -> str:
     if missing:
         seen = {}
         for r in missing:
-            seen.setdefault((r["op"], r.get("env"), r["variant"], r["status"], (r.get("error") or "")[:100]), None)
+            seen.setdefault((r["op"], r.get("env"), r.get("backend"), r["status"], (r.get("error") or "")[:100]),
+                            None)
         out += ["", "Not measured:", *table(["workload", "env", "backend", "status", "error"],
                                             [[str(c) for c in k] for k in seen], set())]
     return "\n".join(out)

@@ -9,7 +9,8 @@ the SAME network (A2C's :func:`~impl.rl.algorithms.a2c.make_network` for the env
 ``A2CConfig.for_env(env, **overrides)``: an MLP for vectors, the paper's conv net for Atari
 frames; actions sampled by :meth:`~impl.rl.algorithms.a2c.A2CLearner.act`) and one torch thread per
 process. It warms up for one window, then times ``repeats`` windows of ``steps`` env steps
-each (rounded up to whole vector steps), each window one row. Methods (the ``variant`` column):
+each (rounded up to whole vector steps), each window one row. Methods (the ``stepping``
+column; ``variant`` is empty, as no buffer variant is measured):
 
 ==============  =========================================================================
 paac            :class:`~impl.rl.common.stepping.SharedVectorEnv`, n_w worker processes, ONE
@@ -456,7 +457,7 @@ def _stepping_cells(suite: dict, block: dict, envpool_problem: str | None) -> li
                 if method not in NO_WORKER_AXIS and not _valid(method, n_e, n_w):
                     continue
                 spec = SteppingSpec(env, method, n_e, n_w, steps, repeats, overrides)
-                columns = {"variant": method, "structure": "batched" if method in BATCHED else "per-env",
+                columns = {"stepping": method, "structure": "batched" if method in BATCHED else "per-env",
                            "policy": "none", "op": "step", "metric": "env_steps_per_s", "unit": "steps/s",
                            "algo": "a2c", "env": env, "mode": "processes", "batch": n_e, "actors": n_w,
                            "params": {"n_envs": n_e, "n_workers": n_w, "steps": spec.vector_steps * n_e,
@@ -493,6 +494,11 @@ def _training_cells(suite: dict, section: dict) -> list[Cell]:
     return cells
 
 
+def _name(cell: Cell) -> str:
+    """What ``--variants`` selects a cell by: its stepping method, or its training run's label."""
+    return cell.columns.get("stepping") or cell.columns["variant"]
+
+
 class PaacBench(Scenario):
     """Stepping throughput, its profile, and time to threshold (see the module docstring)."""
 
@@ -512,12 +518,12 @@ class PaacBench(Scenario):
                 cells += _training_cells(suite, suite["training"])
             except KeyError as err:
                 raise SelectionError(f"suite {suite['name']!r}: training lacks {err.args[0]!r}") from None
-        if selection.variants:
-            known = {c.columns["variant"] for c in cells}
+        if selection.variants:  # --variants names stepping methods and training runs' labels
+            known = {_name(c) for c in cells}
             if set(selection.variants) - known:
                 raise SelectionError(f"--variants: {sorted(set(selection.variants) - known)} not in this suite; "
                                      f"it has {sorted(known)}")
-            cells = [c for c in cells if c.columns["variant"] in selection.variants]
+            cells = [c for c in cells if _name(c) in selection.variants]
         return cells
 
     def meta(self, suite: dict, selection: Selection, cells: list[Cell]) -> dict:
@@ -562,12 +568,13 @@ class PaacBench(Scenario):
         for r in rows:
             if r["op"] == "step" and r["status"] == "ok":
                 p = params_of(r["params"])
-                groups.setdefault((r["env"], r["variant"], p.get("n_envs"), p.get("n_workers")), []).append(r["value"])
+                groups.setdefault((r["env"], r["stepping"], p.get("n_envs"), p.get("n_workers")), []).append(r["value"])
             elif r["op"] == "summary" and r["metric"] in ("time_to_threshold_s", "env_steps_per_s"):
                 other.append([r["variant"], r["env"], str(r["seed"]), r["metric"],
                               "-" if r.get("value") is None else f"{r['value']:.4g}", r["status"]])
             elif r["status"] not in ("ok", "skipped"):
-                other.append([r["variant"], r["env"], "-", r["metric"], "-", f"{r['status']}: {(r['error'] or '')[:80]}"])
+                other.append([r.get("stepping") or r["variant"], r["env"], "-", r["metric"], "-",
+                              f"{r['status']}: {(r['error'] or '')[:80]}"])
         body = [[env, method, str(n_e), str(n_w), f"{float(np.median(v)):.0f}", f"{min(v):.0f}-{max(v):.0f}"]
                 for (env, method, n_e, n_w), v in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0])))]
         text = "\n".join(format_table(["env", "method", "n_e", "n_w", "steps/s", "range"], body, {2, 3, 4}))
