@@ -244,3 +244,21 @@ def test_priority_index_draws_in_one_compiled_call(monkeypatch):
     first = index.sample(32)[0]
     index.reseed(7)
     assert np.array_equal(index.sample(32)[0], first)
+
+
+def test_torchrl_priorities_and_new_slots_are_read_without_conversion(monkeypatch):
+    """A CPU tensor of a NumPy dtype (the loss's TD errors) is viewed, not converted, and
+    marking new slots makes no priority array; other input still goes through the checks."""
+    sampler = torchrl.PrioritizedSampler(16, 0.6, 0.4)
+    storage = CountingStorage(10)
+    conversions = spy(monkeypatch, torchrl, "real_array")
+    sampler.mark_update(torch.arange(10), storage=storage)
+    sampler.mark_update(torch.tensor([-1, 3]), storage=storage)        # -1: not written, skipped
+    sampler.update_priority(torch.arange(4), torch.tensor([0.5, 1.0, 2.0, 4.0]), storage=storage)
+    assert conversions == []
+    np.testing.assert_allclose(sampler._sum_tree[np.arange(4)], (np.array([0.5, 1.0, 2.0, 4.0]) + 1e-8) ** 0.6,
+                               rtol=1e-6)
+    sampler.update_priority(torch.arange(2), [3.0, 3.0], storage=storage)   # a list: checked and converted
+    assert len(conversions) == 1
+    with pytest.raises(TypeError, match="priority must be numbers"):
+        sampler.update_priority(torch.arange(2), torch.tensor([1 + 1j, 2.0]), storage=storage)
