@@ -267,3 +267,25 @@ def test_the_summary_sets_replay_per_step_and_the_bound_beside_the_targets():
     assert "0.80 (<= 0.5)" in lines[("tianshou", "kary-aligned")] and "0.80 (reported)" in lines[("sb3", "kary-aligned")]
     assert "met (max 1.33x, replay alone 1.05x)" in lines[("tianshou", "kary-aligned")]
     assert "not reached (0/1)" in lines[("tianshou", "kary-aligned")] and "50 (1/1)" in lines[("tianshou", "own")]
+
+
+def test_the_targets_table_reads_older_runs_replay_time_from_share_and_wall_time():
+    """Runs stored before ``replay_per_step_s`` existed: replay time per env step is their
+    replay share times their wall time per step."""
+    import pandas as pd
+
+    from replaybench.analysis.plots import frameworks as figure
+
+    rows = [{"framework": "tianshou", "env": "CartPole-v1", "variant": v, "metric": m, "median": x, "min": x,
+             "max": x, "n_reached": 1, "n_seeds": 1}
+            for v, wall, share, speed in (("own", 0.002, 0.2, None), ("kary-aligned", 0.0019, 0.1, 1.05))
+            for m, x in (("wall_per_step_s", wall), ("replay_share", share), ("speedup_vs_own", speed))
+            if x is not None]
+
+    class Res:
+        metas = {}
+
+    text = "\n".join(figure.report_section(pd.DataFrame(rows), Res(), {}))
+    # ours 0.19 ms x 10% against 0.4 ms: 0.475; own share 20%: at most 1.25x, 1.12x predicted, 1.05 measured
+    assert "| tianshou | CartPole-v1 | `kary-aligned` | 0.47 (<= 0.5 met) | 20% | 1.25 | 1.12 | 1.05 | met |" in text
+    assert "(the runs recorded none: issue 29's)" in text

@@ -152,7 +152,10 @@ def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFr
         def threshold(metric, fmt):
             reached = int(m[metric]["n_reached"]) if metric in m else 0
             return f"{cell(metric, fmt=fmt)} ({reached}/{seeds} seeds)" if reached else f"not reached (0/{seeds})"
-        medians[(fw, env, variant)] = {k: float(r["median"]) for k, r in m.items()}
+        med = medians[(fw, env, variant)] = {k: float(r["median"]) for k, r in m.items()}
+        if "replay_per_step_s" not in med and {"replay_share", "wall_per_step_s"} <= med.keys():
+            # runs from before the row existed: replay / steps = share * wall / steps (of the medians)
+            med["replay_per_step_s"] = med["replay_share"] * med["wall_per_step_s"]
         body.append((variant != "own", [fw, env, f"`{variant}`", str(seeds), cell("wall_per_step_s", 1e3),
                                         cell("replay_share", 100, "{:.0f}%"),
                                         cell("replay_per_step_s", 1e6, "{:.1f}"),
