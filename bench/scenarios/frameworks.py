@@ -47,10 +47,11 @@ hyper-parameters), per run:
 - op "summary": ``wall_per_step_s`` (s: wall time of the training loop over env steps),
   ``replay_share`` (fraction of that wall time spent in the buffer's add, sample and priority
   update calls), ``replay_per_step_s`` (s: the time of those calls over env steps, what issue
-  29's "replay time per env step, ours over own" compares), ``time_to_threshold_s`` and ``steps_to_threshold`` (the first time the mean
-  return of the last ``window`` episodes reached ``threshold``; status "skipped" when it did
-  not), ``final_return`` (that mean at the end), and ``speedup_vs_own`` (x: the own buffer's
-  ``wall_per_step_s`` over this run's, same framework and seed, when the own run came first);
+  29's "replay time per env step, ours over own" compares), ``time_to_threshold_s`` and
+  ``steps_to_threshold`` (the first time the mean return of the last ``window`` episodes
+  reached ``threshold``; status "skipped" when it did not), ``final_return`` (that mean at the
+  end), and ``speedup_vs_own`` (x: the own buffer's ``wall_per_step_s`` over this run's, same
+  framework and seed, when the own run came first);
   the summary (:func:`format_table`) and the report set each buffer's median replay time per
   env step beside the own buffer's, the speedup beside issue 29's targets (suite ``targets``
   topic ``frameworks``) and say which bound holds (:func:`bench.derive.replay_bound`: the
@@ -73,8 +74,8 @@ from dataclasses import dataclass, field
 from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError
 
 __all__ = ["FRAMEWORKS", "ALGOS", "HYPER", "A2C_HYPER", "FIXED", "OWN", "RUNNERS", "Frameworks", "SCENARIO",
-           "RunResult", "Timers", "target_rows", "epsilon", "warm_up", "ale_kwargs", "make_sb3_env", "run_sb3_a2c", "result_rows",
-           "threshold_crossing", "format_table"]
+           "RunResult", "Timers", "target_rows", "epsilon", "warm_up", "ale_kwargs", "make_sb3_env", "run_sb3_a2c",
+           "result_rows", "threshold_crossing", "format_table"]
 
 FRAMEWORKS = ("sb3", "tianshou", "torchrl")
 
@@ -114,8 +115,8 @@ A2C_OPTIMIZERS = ("rmsprop", "rmsprop-tf")
 #: What each framework's own buffer is (the rows' ``structure`` for ``variant == "own"``).
 OWN_STRUCTURE = {"sb3": "sb3-uniform", "tianshou": "tianshou-segment-tree", "torchrl": "torchrl-segment-tree"}
 
-SUMMARY_UNITS = {"wall_per_step_s": "s", "replay_share": "fraction", "replay_per_step_s": "s", "time_to_threshold_s": "s",
-                 "steps_to_threshold": "steps", "final_return": "return", "speedup_vs_own": "x"}
+SUMMARY_UNITS = {"wall_per_step_s": "s", "replay_share": "fraction", "replay_per_step_s": "s",
+                 "time_to_threshold_s": "s", "steps_to_threshold": "steps", "final_return": "return", "speedup_vs_own": "x"}
 
 
 # ------------------------------------------------------------------------------------------ timing
@@ -397,7 +398,8 @@ def result_rows(result: RunResult, base: dict, threshold: float, window: int, ow
     crossing = threshold_crossing(result.episodes, threshold, window)
     last = [r for _, _, r in result.episodes[-window:]]
     values = {"wall_per_step_s": per_step, "replay_share": replay / result.wall_s,
-              "replay_per_step_s": replay / result.steps, "time_to_threshold_s": crossing and crossing[1], "steps_to_threshold": crossing and crossing[0],
+              "replay_per_step_s": replay / result.steps, "time_to_threshold_s": crossing and crossing[1],
+              "steps_to_threshold": crossing and crossing[0],
               "final_return": sum(last) / len(last) if last else None,
               "speedup_vs_own": own_wall / per_step if own_wall else None}
     if not replay_buffer:
@@ -691,7 +693,7 @@ def format_table(rows: list[dict], targets: dict | None = None) -> str:
              *against((fw, b))[:1], med(g["speedup_vs_own"], "{:.2f}"), *against((fw, b))[1:],
              threshold(g, "time_to_threshold_s", "{:.0f}"), threshold(g, "steps_to_threshold", "{:.0f}"),
              med(g["final_return"], "{:.0f}"), "; ".join(g["status"])[:80]] for (fw, b), g in groups.items()]
-    goal = (targets or derive.FRAMEWORK_TARGETS)["speedup_at_least"]
+    goal = (targets or {}).get("speedup_at_least", derive.FRAMEWORK_TARGETS["speedup_at_least"])
     header = ["framework", "buffer", "seeds", "ms/step", "replay share", "replay ms/step", "replay vs own",
               f"speedup vs own (>= {goal:g})", "bound", "t_thresh s", "steps_thresh", "final return",
               "not measured"]
