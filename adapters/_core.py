@@ -14,8 +14,9 @@ import numbers
 
 import numpy as np
 
-from replaybench.impl import registry
-from replaybench.impl.buffers import check_buffer_params, check_number
+from replaybench.impl import fused_ops, registry
+from replaybench.impl.buffers import check_buffer_params, check_number, raise_sample_status
+from replaybench.impl.trees.array_trees import ArraySumTree
 from replaybench.impl.trees.base import SumTree, as_indices, check_real
 
 __all__ = ["FRAMEWORKS", "availability", "require", "sampler_params", "real_array", "PriorityIndex",
@@ -131,6 +132,12 @@ class PriorityIndex:
             raise ValueError(f"variant {variant!r} keeps no priorities (its buffer has no sum tree); the adapters "
                              f"need a prioritized variant, such as {DEFAULT_VARIANT!r}")
         self.variant, self.capacity, self.tree = variant, int(capacity), tree
+        # An array tree is sampled by the buffers' own compiled sample call (the descent, the
+        # leaf reads, any redraw and the weights in one call), gathering no field: the kept
+        # tables of an output with no fields, over the throw-away buffer's one-byte arena.
+        # Any other SumTree (a plug-in) is sampled through its Python methods.
+        none = buf.sample_out(1, fields=False) if isinstance(tree, ArraySumTree) else None
+        self._no_gather = None if none is None else (buf.storage.arena, none.src_table, none.block, none.block_table)
         self.alpha, self.eps, self.stratified = checked["alpha"], checked["eps"], checked["stratified"]
         self.beta = beta
         self.max_priority = 1.0  # largest stored p = (priority + eps) ** alpha so far (or now: see max_slot)
@@ -202,16 +209,33 @@ class PriorityIndex:
         total of 0 say which case it is: nothing stored, or every stored priority 0 (possible
         with ``eps=0`` and zero TD errors)."""
         beta = self.beta if beta is None else self._checked_beta(beta)
-        idx, prio = self.sample_priorities(n, n_valid=n_valid)
-        return idx, np.power(prio / self.tree.min(), -beta).astype(np.float32)
+        return self._draw(n, beta, n_valid)[:2]
 
     def sample_priorities(self, n: int, *, n_valid: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``n`` slots drawn as :meth:`sample` draws them, and their stored priorities ``p_i``
         (float64, as :meth:`weights` reads them back): for callers that compute the weights
         in their own float type from the draw itself. Errors as :meth:`sample`."""
+        idx, _, prio = self._draw(n, 0.0, n_valid)
+        return idx, prio
+
+    def _draw(self, n, beta: float, n_valid) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(slots, float32 weights (p_i / p_min) ** -beta, float64 priorities)`` of ``n``
+        draws, fresh arrays the caller owns. With an array tree one compiled call (the
+        buffers' sample, gathering no field; its key from this index's generator), else the
+        tree's Python ``sample``. Errors as :meth:`sample`."""
         if not (type(n) is int and n >= 1 and n_valid != 0 and self.tree.total() > 0):
             self._check_sample(n, n_valid)  # the common case above skips the checks that name the error
-        return self.tree.sample(int(n), self.rng, self.stratified)
+            n = int(n)
+        if self._no_gather is None:
+            idx, prio = self.tree.sample(n, self.rng, self.stratified)
+            return idx, np.power(prio / self.tree.min(), -beta).astype(np.float32), prio
+        idx, weights, prio = np.empty(n, np.int64), np.empty(n, np.float32), np.empty(n, np.float64)
+        args = self.tree.kernel_args
+        status = fused_ops.sample(*args, self.capacity, self.rng.bit_generator.random_raw() >> 1, self.stratified,
+                                  float(beta), *self._no_gather, False, idx, weights, prio)
+        if status != fused_ops.STATUS_OK:
+            raise_sample_status(status, args)
+        return idx, weights, prio
 
     def _check_sample(self, n, n_valid) -> None:
         """Raise the error for a sample that cannot be drawn (see :meth:`sample`), if any."""

@@ -76,7 +76,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     **variant_params
         The variant's structure parameters (``K=...``, ``dtype=...``).
 
-    Costs per call: add O(n_envs D), sample O(batch (K D + row bytes)): one compiled call that
+    Costs per call: add O(n_envs D) (one copy per field into kept rows, then one compiled
+    write), sample O(batch (K D + row bytes)): one compiled call that
     gathers the rows, on the CPU into fresh arrays which the returned tensors view, on another
     device into arrays reused across calls which are then copied there (one copy of the rows
     either way); update_priorities O(batch D), one compiled call (D = tree depth).
@@ -116,17 +117,26 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def add(self, obs: np.ndarray, next_obs: np.ndarray, action: np.ndarray, reward: np.ndarray,
             done: np.ndarray, infos: list[dict[str, Any]]) -> None:
-        """Store one transition per environment (arrays with a leading ``n_envs`` axis)."""
+        """Store one transition per environment (arrays with a leading ``n_envs`` axis), cast
+        to the fields' dtypes as SB3's own buffer casts them (by assignment).
+
+        Cost: one copy per field into rows kept across calls (the store's ``add_staging``),
+        then the store's compiled write: no dict, check or allocation per call."""
         n = self.n_envs
-        rows = (n, *self.obs_shape)
-        timeout = ([info.get("TimeLimit.truncated", False) for info in infos] if self.handle_timeout_termination
-                   else np.zeros(n))
-        # Array methods, not np.reshape (a dispatch layer per call); the store casts and copies once.
-        self.store.add({"obs": np.asarray(obs).reshape(rows), "next_obs": np.asarray(next_obs).reshape(rows),
-                        "action": np.asarray(action).reshape(n, self.action_dim),
-                        "reward": np.asarray(reward, np.float32).reshape(n),
-                        "done": np.asarray(done, np.float32).reshape(n),
-                        "timeout": np.asarray(timeout, np.float32).reshape(n)})
+        staging = self.__dict__.get("_staging")
+        if staging is None or staging.owner is not self.store:  # none yet, or the store was replaced (reset)
+            staging = self._staging = self.store.add_staging(n)
+        a = staging.arrays
+        # Reshapes as SB3's own add makes them (a Discrete observation comes as (n_envs,));
+        # assignment casts as SB3's does.
+        a["obs"][...] = np.asarray(obs).reshape(a["obs"].shape)
+        a["next_obs"][...] = np.asarray(next_obs).reshape(a["obs"].shape)
+        a["action"][...] = np.asarray(action).reshape(a["action"].shape)
+        a["reward"][...] = reward
+        a["done"][...] = done
+        if self.handle_timeout_termination:
+            a["timeout"][...] = [info.get("TimeLimit.truncated", False) for info in infos]
+        self.store.add_staged(staging)
         self.pos += 1
         if self.pos == self.buffer_size:
             self.full, self.pos = True, 0
@@ -155,6 +165,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state.pop("_outs", None)  # reused output arrays (not data): made again on demand
+        state.pop("_staging", None)  # the add's reused input rows, likewise
         return state
 
     def update_priorities(self, indices, priorities) -> None:

@@ -218,21 +218,32 @@ class PrioritizedSampler(_TorchRLPrioritizedSampler):
                 self._raw_max = (float(prio[top]), int(idx[top]))
 
     def mark_update(self, index, *, storage=None) -> None:
-        """Give ``index`` (just written) the largest stored priority."""
-        idx = self._as_arrays(index, 0.0)[0]
-        idx = idx[idx != -1]
+        """Give ``index`` (just written) the largest stored priority. Cost: the tree's one
+        call; no priority array is made (the index broadcasts the one priority)."""
+        idx = self._as_indices(index)
+        if -1 in idx:
+            idx = idx[idx != -1]
         if idx.size:
             self._index.mark_new(idx)
             if self._raw_max is None:
                 self._raw_max = (self.default_priority, int(idx[0]))
 
-    def _as_arrays(self, index, priority) -> tuple[np.ndarray, np.ndarray]:
-        idx = (index.detach().cpu().numpy() if isinstance(index, torch.Tensor) else np.asarray(index))
+    @staticmethod
+    def _as_indices(index) -> np.ndarray:
+        """``index`` (a tensor, array, sequence or number) as a 1-D array, a view where it can be."""
+        idx = _cpu_numpy(index) if isinstance(index, torch.Tensor) else np.asarray(index)
         if idx.ndim > 1:
             raise ValueError(f"index must be 1-D, got shape {idx.shape}: a multi-dimensional storage is not "
                              f"supported by this sampler (use a 1-D storage)")
-        idx = idx.reshape(-1)
-        prio = real_array(priority, "priority")
+        return idx.reshape(-1)
+
+    def _as_arrays(self, index, priority) -> tuple[np.ndarray, np.ndarray]:
+        idx = self._as_indices(index)
+        # A CPU tensor of a NumPy dtype (what TorchRL's losses give) is viewed, not converted.
+        if type(priority) is torch.Tensor and priority.dtype in _NUMPY_REAL and priority.device.type == "cpu":
+            prio = priority.detach().numpy()
+        else:
+            prio = real_array(priority, "priority")
         prio = np.broadcast_to(prio, idx.shape) if prio.size == 1 else prio.reshape(-1)
         return idx, prio
 
@@ -315,6 +326,17 @@ class PrioritizedSampler(_TorchRLPrioritizedSampler):
         # Everything is read and checked: only now does this sampler change.
         self._alpha, self._beta, self._eps = params["alpha"], params["beta"], params["eps"]
         self._index, self._raw_max = index, None if raw_max is None else (float(raw_max[0]), int(raw_max[1]))
+
+
+#: Torch dtypes that are NumPy's real dtypes too: a CPU tensor of one is viewed by ``.numpy()``.
+_NUMPY_REAL = frozenset({torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
+                         torch.int64, torch.uint8, torch.bool})
+
+
+def _cpu_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """``tensor`` as a NumPy array: a view for a CPU tensor, else a copy from its device."""
+    tensor = tensor.detach()
+    return (tensor if tensor.device.type == "cpu" else tensor.cpu()).numpy()
 
 
 def _scalar(value, name: str):

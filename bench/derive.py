@@ -17,6 +17,9 @@ Four parts, and :func:`recorded`: the paper figures and targets a run's meta.jso
   :func:`bench.floors.op_floors`), as a fraction of it.
 - **Lingua Franca ratios** (:func:`lf_ratios`): each backend's median beside Ray's and the
   one-process backend's in the same cell, and the paper's ratio where the run recorded it.
+- **The replay bound inside a framework's loop** (:func:`replay_bound`): how far swapping a
+  framework's buffer for ours can speed its training loop up, from the replay shares
+  (issue 29's targets; the model is in the function's docstring).
 - **The scaling model** of actors and learners on one shared buffer (:class:`Costs`,
   :func:`predict`, :func:`best_split`, :func:`costs_from_rows`, :func:`validate_model`):
   predicted throughput and the best actor/learner split for a number of cores (PAL chooses its
@@ -90,7 +93,7 @@ import numpy as np
 from replaybench.bench import contract
 
 __all__ = ["RECORDED_KINDS", "recorded", "SCHEMAS", "row_bytes", "summarize_cells", "summarize", "thread_ratios", "BOUND_OPS", "working_set_bytes",
-           "bound_ns", "bound_rows", "FLOOR_NOISE", "FLOOR_OF", "op_floor_ns", "floor_rows", "LF_WORKLOADS", "LF_SINGLE", "lf_ratios", "MODEL_BOUNDS", "Costs", "Prediction",
+           "bound_ns", "bound_rows", "FLOOR_NOISE", "FLOOR_OF", "op_floor_ns", "floor_rows", "LF_WORKLOADS", "LF_SINGLE", "lf_ratios", "REPLAY_BOUNDS", "FRAMEWORK_TARGETS", "replay_bound", "replay_versus_own", "MODEL_BOUNDS", "Costs", "Prediction",
            "predict", "best_split", "costs_from_rows", "validate_model"]
 
 
@@ -113,6 +116,89 @@ def recorded(meta: dict | None, kind: str, topic: str):
         raise ValueError(f"kind must be one of {RECORDED_KINDS}, got {kind!r}")
     data = (meta or {}).get(kind)
     return data.get(topic) if isinstance(data, dict) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# the replay bound inside a framework's loop
+
+#: What holds a framework loop's speedup below its target (:func:`replay_bound`), in the order
+#: they are checked.
+REPLAY_BOUNDS = ("met", "share", "replay", "loop")
+
+
+def replay_bound(share_own: float, replay_ratio: float, speedup: float | None, target: float = 1.05) -> dict:
+    """What bounds the speedup of a framework's loop when its own buffer is replaced by ours.
+
+    Model: one env step of the loop costs ``W = R + O``, ``R`` the replay calls (add, sample,
+    priority update), ``O`` everything else (environment, network, the framework). Swapping
+    the buffer changes ``R`` only, so with ``s = R_own / W_own`` (``share_own``, the own
+    buffer's replay share) and ``r = R_ours / R_own`` (``replay_ratio``, replay time per env
+    step, ours over own) the speedup ``W_own / W_ours`` is predicted as
+
+        predicted = 1 / (1 - s + s * r)          (= (1 - s_ours) / (1 - s_own) when O is equal)
+
+    and no buffer can do better than ``ceiling = 1 / (1 - s)`` (``r = 0``). Reaching
+    ``target`` needs ``r <= needed = 1 - (1 - 1 / target) / s``, impossible (``needed < 0``)
+    when ``s < 1 - 1 / target`` (4.8% for 1.05x).
+
+    ``bound`` says which limit holds, the first that applies of :data:`REPLAY_BOUNDS`:
+    ``"met"`` (the measured ``speedup`` reached ``target``); ``"share"`` (``ceiling <
+    target``: the own buffer's replay share caps the loop below the target whatever the
+    buffer); ``"replay"`` (``predicted < target``: our replay time is not low enough, ``r >
+    needed``); ``"loop"`` (the replay times predict the target but the measured speedup
+    missed it: the rest of the loop, ``O``, took longer with ours, e.g. the machine's other
+    load or different episodes). With ``speedup`` None (not measured) ``"met"`` and
+    ``"loop"`` are not decided: the bound is ``"share"``, ``"replay"`` or None.
+
+    Error: the model assumes ``O`` is the same in both runs; the measured speedup over the
+    predicted one is ``O_own / O_ours`` and is reported (``loop_ratio``) to show how far
+    that holds. O(1). ValueError naming the argument for a share outside ``[0, 1)``, a
+    negative ratio or a target below 1.
+    """
+    for name, value, ok in (("share_own", share_own, lambda v: 0.0 <= v < 1.0),
+                            ("replay_ratio", replay_ratio, lambda v: v >= 0.0),
+                            ("target", target, lambda v: v >= 1.0)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not ok(value):
+            raise ValueError(f"{name} must be a finite number in range, got {value!r}")
+    s, r = float(share_own), float(replay_ratio)
+    ceiling = 1.0 / (1.0 - s)
+    predicted = 1.0 / (1.0 - s + s * r)
+    needed = 1.0 - (1.0 - 1.0 / target) / s if s > 0 else -math.inf
+    if speedup is not None and speedup >= target:
+        bound = "met"
+    elif ceiling < target:
+        bound = "share"
+    elif predicted < target:
+        bound = "replay"
+    else:
+        bound = None if speedup is None else "loop"
+    return {"ceiling": ceiling, "predicted": predicted, "needed_ratio": needed, "bound": bound,
+            "loop_ratio": None if speedup is None else speedup / predicted}
+
+
+#: Issue 29's targets where a run recorded none (suite ``targets`` topic ``frameworks``):
+#: speedup >= 1.05x in every framework, replay time per env step <= 0.5x the own buffer's where
+#: that one is prioritized (Tianshou, TorchRL; SB3's uniform one is only reported against).
+FRAMEWORK_TARGETS = {"speedup_at_least": 1.05, "replay_per_step_at_most": {"tianshou": 0.5, "torchrl": 0.5}}
+
+
+def replay_versus_own(framework: str, own: dict, ours: dict, targets: dict | None = None) -> dict | None:
+    """One buffer against the framework's own, from medians over seeds (``{metric: value}``
+    with ``replay_per_step_s``, ``replay_share`` and, for ``ours``, ``speedup_vs_own``, which
+    may be missing): ``replay_ratio`` (ours over own), its target (None: reported only),
+    ``speedup`` and its target, ``share_own``, and :func:`replay_bound`'s fields. None when
+    either replay time is missing or the own one is 0. ``targets``: the run's recorded
+    ``targets.frameworks`` (:data:`FRAMEWORK_TARGETS` when None). O(1)."""
+    targets = targets or FRAMEWORK_TARGETS
+    mine, theirs, share = ours.get("replay_per_step_s"), own.get("replay_per_step_s"), own.get("replay_share")
+    if mine is None or theirs is None or share is None or not theirs > 0:
+        return None
+    goal = float(targets.get("speedup_at_least", FRAMEWORK_TARGETS["speedup_at_least"]))
+    speedup = ours.get("speedup_vs_own")
+    ratio = mine / theirs
+    return {"replay_ratio": ratio, "replay_target": (targets.get("replay_per_step_at_most") or {}).get(framework),
+            "speedup": speedup, "speedup_target": goal, "share_own": share,
+            **replay_bound(min(share, 1.0 - 1e-9), ratio, speedup, goal)}
 
 
 # ---------------------------------------------------------------------------------------------

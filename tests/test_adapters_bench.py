@@ -10,7 +10,8 @@ from replaybench.bench.scenarios import Selection, SelectionError
 from replaybench.bench.scenarios.frameworks import RunResult, result_rows, threshold_crossing
 
 
-@pytest.mark.parametrize("name", ["frameworks-quick", "frameworks", "frameworks-atari"])
+@pytest.mark.parametrize("name", ["frameworks-quick", "frameworks-sb3-tianshou", "frameworks-torchrl",
+                                  "frameworks-atari"])
 def test_suites_expand_own_buffer_first_per_framework_and_seed(name):
     suite = suites.load(name)
     cells = driver.plan(suite).cells
@@ -46,6 +47,7 @@ def test_rows_follow_the_contract_and_compare_with_the_own_buffer():
     summary = {r["metric"]: r for r in rows if r["op"] == "summary"}
     assert summary["wall_per_step_s"]["value"] == pytest.approx(0.002)
     assert summary["replay_share"]["value"] == pytest.approx(0.25)
+    assert summary["replay_per_step_s"]["value"] == pytest.approx(0.5 / 1000)
     assert summary["speedup_vs_own"]["value"] == pytest.approx(2.0)
     assert summary["time_to_threshold_s"]["value"] == 2.0 and summary["steps_to_threshold"]["value"] == 40
     assert summary["final_return"]["value"] == pytest.approx((470 + 500 + 20) / 3)
@@ -89,7 +91,7 @@ def test_a_run_through_the_driver_makes_the_figure_and_the_report_section(tmp_pa
     monkeypatch.setattr(frameworks, "RUNNERS", {"dqn": {fw: stand_in for fw in frameworks.FRAMEWORKS}})
     # PAL's range travels with the suite into meta.json (the quick suite has none of its own)
     suite = {**suites.load("frameworks-quick"), "frameworks": ["sb3", "torchrl"],
-             "paper": suites.load("frameworks")["paper"]}
+             "paper": suites.load("frameworks-sb3-tianshou")["paper"]}
     run_dir = driver.run(suite, out=tmp_path, run_id="fw", progress=False, echo=lambda *_: None)
     frame, meta = load_run(run_dir)
     plot = figure.build(frame, {"fw": meta})
@@ -104,14 +106,24 @@ def test_a_run_through_the_driver_makes_the_figure_and_the_report_section(tmp_pa
 
     text = "\n".join(figure.report_section(plot.data, Res(), {"frameworks": plot.data}))
     assert "## Inside other frameworks" in text and "PAL: 1.1-2.1x" in text
-    assert "| sb3 | CartPole-v1 | `kary-aligned` | 1 | 2 | 50% | 2.00 | 0.14 (1/1 seeds) | 500 |" in text
+    assert "| sb3 | CartPole-v1 | `kary-aligned` | 1 | 2 | 50% | 1000.0 | 2.00 | 0.14 (1/1 seeds) | 70 (1/1 seeds) | 500 |" \
+        in text
+    # replay per env step 1 ms against 2 ms, own share 50%: at most 2x, 1.33x from replay alone, 2x measured
+    assert "| sb3 | CartPole-v1 | `kary-aligned` | 0.50 (reported (own is uniform)) | 50% | 2.00 | 1.33 | 2.00 | met |" \
+        in text
+    assert "| torchrl | CartPole-v1 | `kary-aligned` | 0.50 (<= 0.5 met) | 50% | 2.00 | 1.33 | 2.00 | met |" in text
 
 
 def test_each_framework_runs_with_its_own_published_settings():
     """frameworks.json: per framework the settings its users run (issue 29 item 3), 5 seeds, and
-    the source of each setting recorded beside it."""
-    suite = suites.load("frameworks")
-    cells = driver.plan(suite).cells
+    the source of each setting recorded beside it; SB3 and Tianshou in one suite that runs
+    alone, TorchRL's long runs in the other, ``frameworks`` both in turn."""
+    assert suites.load("frameworks")["suites"] == ["frameworks-sb3-tianshou", "frameworks-torchrl"]
+    parts = [suites.load(name) for name in suites.load("frameworks")["suites"]]
+    assert [p["frameworks"] for p in parts] == [["sb3", "tianshou"], ["torchrl"]]
+    assert parts[0]["expected_minutes"] <= 25 < parts[1]["expected_minutes"]
+    cells = [c for p in parts for c in driver.plan(p).cells]
+    suite = {"per_framework": {fw: v for p in parts for fw, v in p["per_framework"].items()}}
     assert len(cells) == 3 * 5 * 2
     params = {c.spec[0]: json.loads(json.dumps(c.columns["params"])) for c in cells}
     sb3, tianshou, torchrl = (params[fw] for fw in ("sb3", "tianshou", "torchrl"))
@@ -213,3 +225,67 @@ def test_the_run_table_says_for_every_row_whether_the_threshold_was_reached():
     text = format_table(rows)
     lines = {tuple(line.split()[:2]): line for line in text.splitlines()[2:]}
     assert "2 (1/2)" in lines[("sb3", "own")] and "not reached (0/2)" in lines[("sb3", "kary-aligned")]
+
+
+def test_the_replay_bound_says_which_limit_holds():
+    """bench.derive.replay_bound: the own buffer's replay share caps the speedup at 1 / (1 - s);
+    with replay ratio r the prediction is 1 / (1 - s + s r); the bound is the first that holds."""
+    from replaybench.bench.derive import replay_bound
+
+    b = replay_bound(0.2, 0.5, 1.12)                 # 1 / 0.9 = 1.11 predicted, 1.25 at most
+    assert b["ceiling"] == pytest.approx(1.25) and b["predicted"] == pytest.approx(1 / 0.9)
+    assert b["bound"] == "met" and b["loop_ratio"] == pytest.approx(1.12 * 0.9)
+    assert b["needed_ratio"] == pytest.approx(1 - (1 - 1 / 1.05) / 0.2)
+    assert replay_bound(0.04, 0.0, 1.01)["bound"] == "share"     # 1 / 0.96 = 1.042 < 1.05 whatever the buffer
+    assert replay_bound(0.2, 0.9, 1.0)["bound"] == "replay"      # predicted 1.02
+    assert replay_bound(0.2, 0.5, 1.0)["bound"] == "loop"        # predicted 1.11, measured 1.0
+    assert replay_bound(0.2, 0.5, None)["bound"] is None and replay_bound(0.2, 0.9, None)["bound"] == "replay"
+    for kwargs, name in (({"share_own": 1.0}, "share_own"), ({"replay_ratio": -1.0}, "replay_ratio"),
+                         ({"target": 0.9}, "target"), ({"share_own": float("nan")}, "share_own")):
+        args = {"share_own": 0.2, "replay_ratio": 0.5, "speedup": 1.0, **kwargs}
+        with pytest.raises(ValueError, match=name):
+            replay_bound(**args)
+
+
+def test_the_summary_sets_replay_per_step_and_the_bound_beside_the_targets():
+    """The terminal summary of a frameworks run: replay time per env step ours/own against its
+    target (reported only for SB3's uniform own buffer), the speedup and the bound, and steps to
+    threshold for every row."""
+    from replaybench.bench.scenarios.frameworks import format_table
+
+    cells = {c.spec[:2]: c for c in driver.plan(suites.load("frameworks-quick")).cells}
+    episodes = [(10 * i, 0.1 * i, 500.0) for i in range(1, 6)]
+    rows = []
+    for fw in ("sb3", "tianshou"):
+        own = result_rows(RunResult(4.0, 1000, {"replay_sample": 1.0}, episodes), cells[(fw, "own")].columns, 475, 5, None)
+        ours = result_rows(RunResult(3.8, 1000, {"replay_sample": 0.8}, []), cells[(fw, "kary-aligned")].columns,
+                           475, 5, 0.004)
+        rows += own + ours
+    text = format_table(rows, suites.load("frameworks-sb3-tianshou")["targets"]["frameworks"])
+    lines = {tuple(line.split()[:2]): line for line in text.splitlines()}
+    # r = 0.8, s = 0.25: at most 1.33x, 1.05x from replay alone; measured 4 / 3.8 = 1.05x
+    assert "0.80 (<= 0.5)" in lines[("tianshou", "kary-aligned")] and "0.80 (reported)" in lines[("sb3", "kary-aligned")]
+    assert "met (max 1.33x, replay alone 1.05x)" in lines[("tianshou", "kary-aligned")]
+    assert "not reached (0/1)" in lines[("tianshou", "kary-aligned")] and "50 (1/1)" in lines[("tianshou", "own")]
+
+
+def test_the_targets_table_reads_older_runs_replay_time_from_share_and_wall_time():
+    """Runs stored before ``replay_per_step_s`` existed: replay time per env step is their
+    replay share times their wall time per step."""
+    import pandas as pd
+
+    from replaybench.analysis.plots import frameworks as figure
+
+    rows = [{"framework": "tianshou", "env": "CartPole-v1", "variant": v, "metric": m, "median": x, "min": x,
+             "max": x, "n_reached": 1, "n_seeds": 1}
+            for v, wall, share, speed in (("own", 0.002, 0.2, None), ("kary-aligned", 0.0019, 0.1, 1.05))
+            for m, x in (("wall_per_step_s", wall), ("replay_share", share), ("speedup_vs_own", speed))
+            if x is not None]
+
+    class Res:
+        metas = {}
+
+    text = "\n".join(figure.report_section(pd.DataFrame(rows), Res(), {}))
+    # ours 0.19 ms x 10% against 0.4 ms: 0.475; own share 20%: at most 1.25x, 1.12x predicted, 1.05 measured
+    assert "| tianshou | CartPole-v1 | `kary-aligned` | 0.47 (<= 0.5 met) | 20% | 1.25 | 1.12 | 1.05 | met |" in text
+    assert "(the runs recorded none: issue 29's)" in text

@@ -203,3 +203,62 @@ def test_overhead_benchmark_refuses_bad_arguments_before_any_set_up():
     for argv in (["--frameworks", "keras"], ["--repeats", "0"], ["--batch", "-1"]):
         with pytest.raises(SystemExit):
             adapters_overhead.main(argv)
+
+
+def test_sb3_add_fills_kept_rows_and_writes_them_in_one_store_call(monkeypatch):
+    """SB3's one-row add: no dict, checks or arrays per call; the rows kept across calls are
+    filled in place and written by the store's add_staged, cast and reshaped as SB3's own add."""
+    buf = sb3.PrioritizedReplayBuffer(16, spaces.Discrete(5), spaces.Discrete(4), "cpu", n_envs=2, seed=0)
+    adds, staged = spy(monkeypatch, buf.store, "add"), spy(monkeypatch, buf.store, "add_staged")
+    for i in range(3):   # a Discrete observation comes as (n_envs,), float64 rewards, bool dones
+        buf.add(np.array([i, i + 1]), np.array([i + 1, i + 2]), np.array([[1], [2]]), np.array([0.5, 1.5]),
+                np.array([False, i == 2]), [{}, {"TimeLimit.truncated": i == 2}])
+    assert adds == [] and len(staged) == 3 and buf._staging.owner is buf.store
+    rows = buf.store.storage.gather(np.arange(6))
+    assert rows["obs"].ravel().tolist() == [0, 1, 1, 2, 2, 3] and rows["action"].ravel().tolist() == [1, 2] * 3
+    assert rows["reward"].tolist() == [0.5, 1.5] * 3 and rows["done"].tolist() == [0, 0, 0, 0, 0, 1]
+    assert rows["timeout"].tolist() == [0, 0, 0, 0, 0, 1] and buf.pos == 3
+    assert "_staging" not in buf.__getstate__()
+    buf.reset()                                  # a new store: new kept rows
+    buf.add(np.array([4, 4]), np.array([4, 4]), np.array([[0], [0]]), np.array([0.0, 0.0]), np.array([False, False]),
+            [{}, {}])
+    assert buf._staging.owner is buf.store and len(buf.store) == 2
+
+
+def test_priority_index_draws_in_one_compiled_call(monkeypatch):
+    """The draw, the leaf reads and the weights in the buffers' one compiled sample call (no
+    Python pass of the tree's), with the weights (p / p_min) ** -beta of the draw itself."""
+    index = PriorityIndex("kary-aligned", 64, alpha=0.6, beta=0.4, seed=0)
+    index.update(np.arange(40), np.linspace(0.1, 4.0, 40), n_valid=40)
+
+    def no_python_pass(*args, **kwargs):
+        raise AssertionError("the tree's Python sample was called")
+    monkeypatch.setattr(index.tree, "sample", no_python_pass)
+    idx, weights = index.sample(256, beta=0.7)
+    assert weights.dtype == np.float32 and idx.dtype == np.int64 and 0 <= idx.min() and idx.max() < 40
+    expected = np.power(index.tree.get(idx) / index.tree.min(), -0.7)
+    np.testing.assert_allclose(weights, expected, rtol=1e-6)
+    slots, prio = index.sample_priorities(64)
+    assert np.array_equal(prio, index.tree.get(slots))
+    index.reseed(7)
+    first = index.sample(32)[0]
+    index.reseed(7)
+    assert np.array_equal(index.sample(32)[0], first)
+
+
+def test_torchrl_priorities_and_new_slots_are_read_without_conversion(monkeypatch):
+    """A CPU tensor of a NumPy dtype (the loss's TD errors) is viewed, not converted, and
+    marking new slots makes no priority array; other input still goes through the checks."""
+    sampler = torchrl.PrioritizedSampler(16, 0.6, 0.4)
+    storage = CountingStorage(10)
+    conversions = spy(monkeypatch, torchrl, "real_array")
+    sampler.mark_update(torch.arange(10), storage=storage)
+    sampler.mark_update(torch.tensor([-1, 3]), storage=storage)        # -1: not written, skipped
+    sampler.update_priority(torch.arange(4), torch.tensor([0.5, 1.0, 2.0, 4.0]), storage=storage)
+    assert conversions == []
+    np.testing.assert_allclose(sampler._sum_tree[np.arange(4)], (np.array([0.5, 1.0, 2.0, 4.0]) + 1e-8) ** 0.6,
+                               rtol=1e-6)
+    sampler.update_priority(torch.arange(2), [3.0, 3.0], storage=storage)   # a list: checked and converted
+    assert len(conversions) == 1
+    with pytest.raises(TypeError, match="priority must be numbers"):
+        sampler.update_priority(torch.arange(2), torch.tensor([1 + 1j, 2.0]), storage=storage)

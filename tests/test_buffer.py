@@ -311,3 +311,28 @@ def test_scalar_priority_and_list_input(name, dtype):
     np.testing.assert_array_equal(buf.tree.get(slots), 2.5)
     out = buf.sample(50, rng=np.random.default_rng(0))
     np.testing.assert_array_equal(out["obs"][:, 0], out["id"] - 1)
+
+
+@pytest.mark.parametrize("variant", ["kary-aligned", "uniform"])
+def test_add_staged_stores_what_add_stores(variant):
+    """add_staging / add_staged (rows kept across calls, filled in place): the same storage,
+    priorities, ring position and length as add with the same rows, wrapping included; a staging
+    of another buffer is refused, naming the argument."""
+    from replaybench.impl import registry
+
+    fields = {"obs": ((3,), np.float32), "action": ((), np.int64)}
+    a, b = (registry.create(variant, capacity=5, fields=fields, seed=0) for _ in range(2))
+    staging = b.add_staging(2)
+    for i in range(4):   # 8 rows into 5 slots: wraps
+        rows = {"obs": np.full((2, 3), i, np.float32), "action": np.array([i, -i])}
+        a.add(rows)
+        staging.arrays["obs"][...] = rows["obs"]
+        staging.arrays["action"][...] = rows["action"]
+        assert b.add_staged(staging) == (2 * i) % 5
+    assert np.array_equal(a.storage.arena, b.storage.arena) and len(a) == len(b) == 5 and a._next == b._next
+    if variant != "uniform":
+        assert np.array_equal(a.tree.leaves(), b.tree.leaves())
+    with pytest.raises(ValueError, match="staging must come from this buffer's add_staging"):
+        a.add_staged(staging)
+    with pytest.raises(ValueError, match="n must be a positive integer, got 0"):
+        a.add_staging(0)

@@ -46,10 +46,16 @@ hyper-parameters), per run:
 
 - op "summary": ``wall_per_step_s`` (s: wall time of the training loop over env steps),
   ``replay_share`` (fraction of that wall time spent in the buffer's add, sample and priority
-  update calls), ``time_to_threshold_s`` and ``steps_to_threshold`` (the first time the mean
-  return of the last ``window`` episodes reached ``threshold``; status "skipped" when it did
-  not), ``final_return`` (that mean at the end), and ``speedup_vs_own`` (x: the own buffer's
-  ``wall_per_step_s`` over this run's, same framework and seed, when the own run came first);
+  update calls), ``replay_per_step_s`` (s: the time of those calls over env steps, what issue
+  29's "replay time per env step, ours over own" compares), ``time_to_threshold_s`` and
+  ``steps_to_threshold`` (the first time the mean return of the last ``window`` episodes
+  reached ``threshold``; status "skipped" when it did not), ``final_return`` (that mean at the
+  end), and ``speedup_vs_own`` (x: the own buffer's ``wall_per_step_s`` over this run's, same
+  framework and seed, when the own run came first);
+  the summary (:func:`format_table`) and the report set each buffer's median replay time per
+  env step beside the own buffer's, the speedup beside issue 29's targets (suite ``targets``
+  topic ``frameworks``) and say which bound holds (:func:`bench.derive.replay_bound`: the
+  own buffer's replay share caps the speedup at ``1 / (1 - share_own)``);
 - op "profile" (DQN): seconds in ``replay_add``, ``replay_sample``, ``replay_update`` and
   ``other`` (everything else: environment, network, the framework's own overhead);
 - op "episode", metric "return": one row per finished episode, with ``env_steps`` and ``wall_s``.
@@ -68,8 +74,8 @@ from dataclasses import dataclass, field
 from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError
 
 __all__ = ["FRAMEWORKS", "ALGOS", "HYPER", "A2C_HYPER", "FIXED", "OWN", "RUNNERS", "Frameworks", "SCENARIO",
-           "RunResult", "Timers", "epsilon", "warm_up", "ale_kwargs", "make_sb3_env", "run_sb3_a2c", "result_rows",
-           "threshold_crossing", "format_table"]
+           "RunResult", "Timers", "target_rows", "epsilon", "warm_up", "ale_kwargs", "make_sb3_env", "run_sb3_a2c",
+           "result_rows", "threshold_crossing", "format_table"]
 
 FRAMEWORKS = ("sb3", "tianshou", "torchrl")
 
@@ -109,8 +115,8 @@ A2C_OPTIMIZERS = ("rmsprop", "rmsprop-tf")
 #: What each framework's own buffer is (the rows' ``structure`` for ``variant == "own"``).
 OWN_STRUCTURE = {"sb3": "sb3-uniform", "tianshou": "tianshou-segment-tree", "torchrl": "torchrl-segment-tree"}
 
-SUMMARY_UNITS = {"wall_per_step_s": "s", "replay_share": "fraction", "time_to_threshold_s": "s",
-                 "steps_to_threshold": "steps", "final_return": "return", "speedup_vs_own": "x"}
+SUMMARY_UNITS = {"wall_per_step_s": "s", "replay_share": "fraction", "replay_per_step_s": "s",
+                 "time_to_threshold_s": "s", "steps_to_threshold": "steps", "final_return": "return", "speedup_vs_own": "x"}
 
 
 # ------------------------------------------------------------------------------------------ timing
@@ -392,11 +398,12 @@ def result_rows(result: RunResult, base: dict, threshold: float, window: int, ow
     crossing = threshold_crossing(result.episodes, threshold, window)
     last = [r for _, _, r in result.episodes[-window:]]
     values = {"wall_per_step_s": per_step, "replay_share": replay / result.wall_s,
-              "time_to_threshold_s": crossing and crossing[1], "steps_to_threshold": crossing and crossing[0],
+              "replay_per_step_s": replay / result.steps, "time_to_threshold_s": crossing and crossing[1],
+              "steps_to_threshold": crossing and crossing[0],
               "final_return": sum(last) / len(last) if last else None,
               "speedup_vs_own": own_wall / per_step if own_wall else None}
     if not replay_buffer:
-        del values["replay_share"], values["speedup_vs_own"]
+        del values["replay_share"], values["replay_per_step_s"], values["speedup_vs_own"]
     rows = []
     for metric, value in values.items():
         if metric == "speedup_vs_own" and value is None:
@@ -616,14 +623,40 @@ class Frameworks(Scenario):
                            replay_buffer=s["algo"] == "dqn")
 
     def summarize(self, rows: list[dict], meta: dict) -> str:
-        return format_table(rows)
+        from replaybench.bench import derive
+
+        return format_table(rows, derive.recorded(meta, "targets", "frameworks"))
 
 
-def format_table(rows: list[dict]) -> str:
-    """Per framework and buffer: medians over seeds of the summary metrics, and the seed count;
-    time to threshold over the seeds that reached it, with how many did."""
+def target_rows(groups: dict, targets: dict | None = None) -> dict[tuple, dict]:
+    """Per ``(framework, buffer)`` other than the own buffer, from the medians over seeds in
+    ``groups`` (``{(framework, buffer): {metric: [values]}}``): that buffer against the own one
+    (:func:`bench.derive.replay_versus_own`: replay time per env step ours/own, speedup, the
+    bound). A pair without both runs' replay times is left out. O(rows)."""
     import statistics
 
+    from replaybench.bench import derive
+
+    def medians(g):
+        return {m: statistics.median(g[m]) for m in ("replay_per_step_s", "replay_share", "speedup_vs_own") if g[m]}
+
+    out = {}
+    for (fw, b), g in groups.items():
+        if b != OWN and (fw, OWN) in groups:
+            v = derive.replay_versus_own(fw, medians(groups[(fw, OWN)]), medians(g), targets)
+            if v is not None:
+                out[(fw, b)] = v
+    return out
+
+
+def format_table(rows: list[dict], targets: dict | None = None) -> str:
+    """Per framework and buffer: medians over seeds of the summary metrics, and the seed count;
+    time and steps to threshold over the seeds that reached them, with how many did; against
+    the own buffer, replay time per env step (ours / own, with its target), the speedup and
+    which bound holds (:func:`target_rows`)."""
+    import statistics
+
+    from replaybench.bench import derive
     from replaybench.bench.summary import format_table as table
 
     groups: dict[tuple, dict] = {}
@@ -637,22 +670,34 @@ def format_table(rows: list[dict]) -> str:
             g["status"].append(f"{r['status']}: {(r.get('error') or '')[:60]}")
         if r["op"] == "summary" and r["metric"] == "wall_per_step_s":
             g["seeds"].append(r.get("seed"))
+    versus = target_rows(groups, targets)
 
     def med(values, fmt):
         return fmt.format(statistics.median(values)) if values else "-"
 
-    def threshold(g):
+    def threshold(g, metric, fmt):
         # every run of the row says whether it reached the threshold: "12 (3/5 seeds)" or "not reached (0/5)"
-        reached, runs = len(g["time_to_threshold_s"]), len(g["seeds"])
-        return f"{med(g['time_to_threshold_s'], '{:.0f}')} ({reached}/{runs})" if reached else f"not reached (0/{runs})"
+        reached, runs = len(g[metric]), len(g["seeds"])
+        return f"{med(g[metric], fmt)} ({reached}/{runs})" if reached else f"not reached (0/{runs})"
+
+    def against(key):
+        v = versus.get(key)
+        if v is None:
+            return ["-", "-"]
+        goal = "reported" if v["replay_target"] is None else f"<= {v['replay_target']:g}"
+        return [f"{v['replay_ratio']:.2f} ({goal})",
+                f"{v['bound'] or '-'} (max {v['ceiling']:.2f}x, replay alone {v['predicted']:.2f}x)"]
 
     body = [[fw or "-", b, str(len(g["seeds"])), med([v * 1e3 for v in g["wall_per_step_s"]], "{:.3f}"),
-             med(g["replay_share"], "{:.1%}"), med(g["speedup_vs_own"], "{:.2f}"),
-             threshold(g), med(g["final_return"], "{:.0f}"),
-             "; ".join(g["status"])[:80]] for (fw, b), g in groups.items()]
-    header = ["framework", "buffer", "seeds", "ms/step", "replay share", "speedup vs own", "t_thresh s",
-              "final return", "not measured"]
-    return "\n".join(table(header, body, {2, 3, 4, 5, 6, 7}))
+             med(g["replay_share"], "{:.1%}"), med([v * 1e3 for v in g["replay_per_step_s"]], "{:.4f}"),
+             *against((fw, b))[:1], med(g["speedup_vs_own"], "{:.2f}"), *against((fw, b))[1:],
+             threshold(g, "time_to_threshold_s", "{:.0f}"), threshold(g, "steps_to_threshold", "{:.0f}"),
+             med(g["final_return"], "{:.0f}"), "; ".join(g["status"])[:80]] for (fw, b), g in groups.items()]
+    goal = (targets or {}).get("speedup_at_least", derive.FRAMEWORK_TARGETS["speedup_at_least"])
+    header = ["framework", "buffer", "seeds", "ms/step", "replay share", "replay ms/step", "replay vs own",
+              f"speedup vs own (>= {goal:g})", "bound", "t_thresh s", "steps_thresh", "final return",
+              "not measured"]
+    return "\n".join(table(header, body, {2, 3, 4, 5, 7, 9, 10, 11}))
 
 
 SCENARIO = Frameworks()
