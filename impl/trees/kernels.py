@@ -67,6 +67,24 @@ def addr(lay, d, j):
 
 
 @njit(nogil=True, cache=True, inline="always")
+def level_row(lay, d):
+    """Row ``d`` of the address table as unsigned locals ``(base, shift, bshift, mask, stride)``
+    for :func:`row_addr`, read once per level of a batch loop. Unsigned because numba indexes
+    with unsigned integers without the negative-index fix-up it adds to every signed index (two
+    instructions a load); read once because the compiler cannot keep the table in registers
+    across a loop that stores into another array (the arrays might alias)."""
+    return (np.uint64(lay[d, 0]), np.uint64(lay[d, 1]), np.uint64(lay[d, 2]), np.uint64(lay[d, 3]),
+            np.uint64(lay[d, 4]))
+
+
+@njit(nogil=True, cache=True, inline="always")
+def row_addr(base, shift, bshift, mask, j):
+    """:func:`addr` of node ``j`` (>= 0) of the level whose :func:`level_row` is given, unsigned."""
+    q = np.uint64(j)
+    return base + ((q >> shift) << bshift) + (q & mask)
+
+
+@njit(nogil=True, cache=True, inline="always")
 def parent(j, K, kshift):
     # An integer division costs ~25 cycles; every power-of-two K takes the shift instead.
     if kshift >= 0:
@@ -147,9 +165,10 @@ def propagate_batch(sums, mins, lay, K, kshift, D, indices, delta, old_min):
     L, width = narrow_levels(D, K, n)
     j = indices.copy()
     for d in range(D - 1, L - 1, -1):
+        base, shift, bshift, mask, _ = level_row(lay, d)
         for b in range(n):
             j[b] = parent(j[b], K, kshift)
-            sums[addr(lay, d, j[b])] += delta[b]
+            sums[row_addr(base, shift, bshift, mask, j[b])] += delta[b]
     if L > 0:
         acc = summed_by_parent(j, delta, width, K, kshift)  # j holds depth-L nodes
         for d in range(L - 1, -1, -1):

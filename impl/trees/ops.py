@@ -29,7 +29,7 @@ import numpy as np
 from numba import njit
 
 from . import kernels, prefix_kernels
-from .kernels import addr
+from .kernels import addr, level_row, row_addr
 
 __all__ = ["PLAIN", "PREFIX", "PREFIX16", "update", "fill", "rebuild", "count_updates", "descend", "read_leaves",
            "find"]
@@ -93,7 +93,7 @@ def _touch(sums, lay, K, d, j, n):
     """Load the first and last slot of every draw's sibling group at depth ``d`` (both lines
     when a group straddles two). Returns their sum so the loads are kept."""
     acc = 0.0
-    base, shift, bshift, mask, stride = _level(lay, d)
+    base, shift, bshift, mask, stride = level_row(lay, d)
     last = np.uint64(K - 1) * stride
     for b in range(n):
         first = _first_child(base, shift, bshift, mask, j[b], K)
@@ -102,22 +102,10 @@ def _touch(sums, lay, K, d, j, n):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _level(lay, d):
-    """Row ``d`` of the address table as unsigned locals ``(base, shift, bshift, mask, stride)``:
-    read once per level (the compiler cannot keep them in registers across the draws by itself,
-    since the stores to the scratch arrays might alias the table), and unsigned because numba
-    indexes with unsigned integers without the negative-index fix-up it adds to every signed
-    index (two instructions a load, on the descent's hottest loop)."""
-    return (np.uint64(lay[d, 0]), np.uint64(lay[d, 1]), np.uint64(lay[d, 2]), np.uint64(lay[d, 3]),
-            np.uint64(lay[d, 4]))
-
-
-@njit(nogil=True, cache=True, inline="always")
 def _first_child(base, shift, bshift, mask, j, K):
-    """:func:`impl.trees.kernels.addr` of node ``(d, j * K)`` (node ``j``'s first child) from
-    :func:`_level`'s row of depth ``d``, as an unsigned slot."""
-    g = np.uint64(j) * np.uint64(K)
-    return base + ((g >> shift) << bshift) + (g & mask)
+    """The slot of node ``j``'s first child ``(d, j * K)``, unsigned, from the
+    :func:`impl.trees.kernels.level_row` of depth ``d``."""
+    return row_addr(base, shift, bshift, mask, np.uint64(j) * np.uint64(K))
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -157,8 +145,9 @@ def descend(kind, sums, lay, K, touch_from, u, j):
     in a draw's level, the core overlaps several draws' add chains and cache misses. From
     ``touch_from`` on each level starts with a pass that only loads every draw's next group
     (module docstring), so the misses of the whole batch are in flight together.
-    Addresses come from the table row of each level (:func:`_level`); a level-order row takes
-    the contiguous ``base + j K`` with a literal stride, any other row the general formula.
+    Addresses come from each level's table row (:func:`impl.trees.kernels.level_row`): a
+    level-order row takes the contiguous ``base + j K`` with a literal stride, any other row
+    the general formula.
     Cost: O(n K D) compares and (plain) adds, one line per level per draw for aligned layouts;
     beyond cache, about one miss latency per touched level for the whole batch.
 
@@ -176,7 +165,7 @@ def descend(kind, sums, lay, K, touch_from, u, j):
         if d >= touch_from:
             acc += _touch(sums, lay, K, d, j, n)
         if kind == PLAIN:
-            base, shift, bshift, mask, stride = _level(lay, d)
+            base, shift, bshift, mask, stride = level_row(lay, d)
             if stride == np.uint64(1) and shift == np.uint64(0) and bshift == np.uint64(0) and mask == np.uint64(0):
                 # A level-order row (addr = base + j): the groups are contiguous at base + jK,
                 # and a literal stride lets the compiler unroll the scan with fixed offsets.
@@ -193,7 +182,7 @@ def descend(kind, sums, lay, K, touch_from, u, j):
                     u[b] = ub - run[np.uint64(k)]
                     j[b] = j[b] * K + k
         elif kind == PREFIX16:
-            base, shift, bshift, mask, stride = _level(lay, d)
+            base, shift, bshift, mask, stride = level_row(lay, d)
             for b in range(n):
                 first = _first_child(base, shift, bshift, mask, j[b], 16)
                 ub = u[b]
@@ -208,7 +197,7 @@ def descend(kind, sums, lay, K, touch_from, u, j):
             # Any K: the compares run over the draws, child slot by child slot: each pass over
             # the draws is a loop of independent loads and compares, whatever K is (PREFIX16's
             # fixed 15-compare scan per draw is the K = 16 alternative).
-            base, shift, bshift, mask, stride = _level(lay, d)
+            base, shift, bshift, mask, stride = level_row(lay, d)
             for b in range(n):
                 firsts[b] = _first_child(base, shift, bshift, mask, j[b], K)
                 counts[b] = 0
