@@ -178,6 +178,23 @@ def test_storage_layouts_write_and_gather_exact_rows(storage):
             assert st.table[f, 0] % spec.dtype.itemsize == 0  # every field aligned
 
 
+#: Fields whose copies take each path of the gather (impl.storage._gather_field): 1, 2, 4 words,
+#: the loop over any other count (3 and 5 words), and byte-sized odd widths.
+WIDTHS = {"one": ((), "int64"), "two": ((4,), "float32"), "four": ((4,), "float64"), "three": ((24,), "uint8"),
+          "five": ((5,), "float64"), "odd": ((3,), "uint8"), "flag": ((), "bool"), "half": ((2,), "int16")}
+
+
+@pytest.mark.parametrize("storage", ["columns", "rows"])
+def test_gather_copies_every_field_width_exactly(storage):
+    st = make_storage(storage, 64, WIDTHS)
+    rng = np.random.default_rng(4)
+    batch = random_batch(WIDTHS, 64, rng, int_high=1000)
+    arrays, n = st.check_batch(batch)
+    st.write(0, arrays, n)
+    idx = rng.integers(0, 64, 300)
+    assert_same(st.gather(idx), {k: v[idx] for k, v in batch.items()})
+
+
 def test_speed_parameters_are_checked():
     with pytest.raises(ValueError, match="storage must be one of .*got 'packed'"):
         registry.create("binary", 8, FIELDS, storage="packed")
