@@ -309,16 +309,22 @@ def touch_rows(arena, table, indices, size):
     which the hardware prefetcher follows): a pass with a short body, so the core has all the
     rows' misses in flight at once (the copy loops' longer bodies would let only a few overlap).
     Returns the bytes' sum, which the caller must use (or the compiler may drop the loads).
-    O(n * fields), no store."""
+    O(n * fields), no store. Field by field over the rows, with the field's offsets read once and
+    unsigned (no negative-index fix-up per load): a row-by-row loop over the fields cost
+    several times the copy it was to speed up."""
     acc = 0
-    for b in range(indices.shape[0]):
-        i = indices[b]
-        if i < 0 or i >= size:
+    n = indices.shape[0]
+    usize = np.uint64(size)
+    for f in range(table.shape[0]):
+        width = np.uint64(table[f, 2])
+        if width == 0:
             continue
-        for f in range(table.shape[0]):
-            if table[f, 2] > 0:
-                first = table[f, 0] + i * table[f, 1]
-                acc += arena[first] + arena[first + table[f, 2] - 1]
+        base, stride, last = np.uint64(table[f, 0]), np.uint64(table[f, 1]), width - np.uint64(1)
+        for b in range(n):
+            i = np.uint64(indices[b])  # a negative index wraps past ``size``: skipped as well
+            if i < usize:
+                first = base + i * stride
+                acc += arena[first] + arena[first + last]
     return acc
 
 
