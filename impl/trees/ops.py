@@ -16,7 +16,8 @@ Arguments shared by every function here (a tree's :attr:`~impl.trees.ArraySumTre
     :func:`impl.trees.array_trees.touch_depth`); from it on, each level of a descent starts with
     a pass that only loads every draw's next sibling group. That pass has a short body, so the
     core issues the whole batch's misses together; the compare pass that follows then finds
-    its lines in cache. ``depth + 1`` (never) turns it off.
+    its lines in cache. An update's minima do the same from that depth up
+    (:func:`impl.trees.kernels.propagate_mins`). ``depth + 1`` (never) turns it off.
 ``state``
     float64 ``[updates since the last rebuild, largest total since, resum_every, rebuilds so
     far]``: the re-summing rule of :mod:`impl.trees.array_trees`, kept in an array so that
@@ -69,10 +70,11 @@ def update(kind, sums, mins, lay, K, kshift, touch_from, state, indices, values,
     ``(status, position, max p)`` as :func:`impl.trees.kernels.update`; nothing is written or
     counted unless the whole batch is valid."""
     if kind == PLAIN:
-        status, pos, pmax = kernels.update(sums, mins, lay, K, kshift, indices, values, n_valid, eps, alpha, vmax)
+        status, pos, pmax = kernels.update(sums, mins, lay, K, kshift, indices, values, n_valid, eps, alpha, vmax,
+                                           touch_from)
     else:
         status, pos, pmax = prefix_kernels.update(sums, mins, lay, K, kshift, indices, values, n_valid, eps, alpha,
-                                                  vmax)
+                                                  vmax, touch_from)
     if status == kernels.STATUS_OK:
         count_updates(kind, sums, mins, lay, K, state, indices.shape[0])
     return status, pos, pmax
@@ -84,7 +86,7 @@ def fill(kind, sums, mins, lay, K, kshift, touch_from, state, start, count, capa
     if kind == PLAIN:
         kernels.fill(sums, mins, lay, K, kshift, start, count, capacity, p)
     else:
-        prefix_kernels.fill(sums, mins, lay, K, kshift, start, count, capacity, p)
+        prefix_kernels.fill(sums, mins, lay, K, kshift, start, count, capacity, p, touch_from)
     count_updates(kind, sums, mins, lay, K, state, count)
 
 

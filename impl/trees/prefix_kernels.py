@@ -51,7 +51,7 @@ def _add_from(pre, first, k, K, delta):
 
 
 @njit(nogil=True, cache=True)
-def _set_leaves(pre, mins, lay, K, kshift, indices, values):
+def _set_leaves(pre, mins, lay, K, kshift, indices, values, touch_from):
     """Store ``values`` at the raw leaves ``indices`` (batch order: a repeated index keeps its
     last value) and propagate, level by level over the batch as
     :func:`impl.trees.kernels.propagate_batch` does: one group add per item on the wide levels
@@ -96,27 +96,27 @@ def _set_leaves(pre, mins, lay, K, kshift, indices, values):
             if d > 0:
                 width //= K
                 acc = summed_by_parent(np.arange(acc.shape[0]), acc, width, K, kshift)
-    propagate_mins(mins, lay, K, kshift, indices, old_min, D)
+    propagate_mins(mins, lay, K, kshift, indices, old_min, D, touch_from)
 
 
 @njit(nogil=True, cache=True)
-def update(pre, mins, lay, K, kshift, indices, values, n_valid, eps, alpha, vmax):
+def update(pre, mins, lay, K, kshift, indices, values, n_valid, eps, alpha, vmax, touch_from):
     """As :func:`impl.trees.kernels.update`: checked, then ``(values + eps) ** alpha``."""
     status, pos, ps, pmax = checked_values(indices, values, n_valid, eps, alpha, vmax)
     if status != STATUS_OK:
         return status, pos, 0.0
-    _set_leaves(pre, mins, lay, K, kshift, indices, ps)
+    _set_leaves(pre, mins, lay, K, kshift, indices, ps, touch_from)
     return STATUS_OK, -1, pmax
 
 
 @njit(nogil=True, cache=True)
-def fill(pre, mins, lay, K, kshift, start, count, capacity, p):
+def fill(pre, mins, lay, K, kshift, start, count, capacity, p, touch_from):
     """As :func:`impl.trees.kernels.fill` (O(count * K * D) here: no run merging)."""
     indices = np.empty(count, dtype=np.int64)
     for b in range(count):
         i = start + b
         indices[b] = i if i < capacity else i - capacity
-    _set_leaves(pre, mins, lay, K, kshift, indices, np.full(count, p))
+    _set_leaves(pre, mins, lay, K, kshift, indices, np.full(count, p), touch_from)
 
 
 @njit(nogil=True, cache=True)
