@@ -251,11 +251,10 @@ def gil_share(name: str, capacity: int, *, batch: int = 256, transitions: str = 
     from replaybench.impl import fused_ops as fused
 
     @njit(nogil=True)
-    def kernel_loop(n, tree_args, size, stratified, beta, arena, table, block, block_table, touch, index, weight,
-                    scratch):
+    def kernel_loop(n, tree_args, size, stratified, beta, arena, table, block, block_table, index, weight, scratch):
         for c in range(n):
-            fused.sample(*tree_args, size, c, stratified, beta, arena, table, block, block_table, touch, index,
-                         weight, scratch)
+            fused.sample(*tree_args, size, c, stratified, beta, arena, table, block, block_table, index, weight,
+                         scratch)
 
     fields = SCHEMAS[transitions]
     fill_rng, sample_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
@@ -265,7 +264,7 @@ def gil_share(name: str, capacity: int, *, batch: int = 256, transitions: str = 
     out = buf.sample_out(batch)
     tree_args = buf.tree.kernel_args if hasattr(buf, "tree") else buf._TREE_ARGS
     args = (tree_args, len(buf), buf.stratified, buf.beta if hasattr(buf, "beta") else 0.0, buf.storage.arena,
-            out.src_table, out.block, out.block_table, buf.prefetch, out.index, out.weight, out.scratch)
+            out.src_table, out.block, out.block_table, out.index, out.weight, out.scratch)
     kernel_loop(1, *args)  # compile
     sample = target.sample
     call_s, kernel_s = [], []

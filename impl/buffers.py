@@ -128,8 +128,8 @@ class ReplayBuffer:
     ``add`` overwrites the oldest transitions once ``capacity`` is reached (FIFO eviction).
     ``storage``: ``"columns"`` (one array per field) or ``"rows"`` (each transition's fields
     contiguous); ``hugepages``: put the storage (and the tree) on transparent huge pages;
-    ``prefetch``: load every sampled row once before copying any, and let the tree's descent
-    touch the levels that leave cache first. The three change speed only, never a result.
+    ``prefetch``: let the tree's descent touch the levels that leave cache first (no effect
+    without a tree). The three change speed only, never a result.
     ``storage="auto"`` and ``prefetch="auto"`` (the defaults) choose from the working set: the
     storage's bytes plus ``extra_nbytes`` (what the sampler keeps beside it: the tree) against
     the machine's private cache (:mod:`impl.working_set`); :attr:`resolved_params` says what
@@ -291,7 +291,7 @@ class ReplayBuffer:
         st = self.storage
         key = self._generator(rng).bit_generator.random_raw() >> 1
         status = fused.sample(*tree_args, self._size, key, self.stratified, beta, st.arena, out.src_table, out.block,
-                              out.block_table, self.prefetch, out.index, out.weight, out.scratch)
+                              out.block_table, out.index, out.weight, out.scratch)
         if status != fused.STATUS_OK:
             raise_sample_status(status, tree_args)
         return out

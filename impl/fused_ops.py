@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .storage import gather_rows, touch_rows, write_rows
+from .storage import gather_rows, write_rows
 from .trees import kernels, ops
 
 __all__ = ["UNIFORM", "STATUS_OK", "STATUS_NO_MASS", "STATUS_REDRAWS", "MAX_REDRAWS", "REBUILD_AFTER", "mass", "redraw",
@@ -103,7 +103,7 @@ def redraw(kind, sums, mins, lay, K, touch_from, state, key, stratified, out_ind
 
 @njit(nogil=True, cache=True)
 def sample(kind, sums, mins, lay, K, kshift, touch_from, state, size, key, stratified, beta,
-           arena, table, out, out_table, touch_rows, out_index, out_weight, scratch):
+           arena, table, out, out_table, out_index, out_weight, scratch):
     """One whole ``sample`` call; returns a status code (``STATUS_*``).
 
     ``kind .. state``: the tree's kernel arguments (:mod:`impl.trees.ops`), or
@@ -112,9 +112,9 @@ def sample(kind, sums, mins, lay, K, kshift, touch_from, state, size, key, strat
     (:mod:`impl.storage`); the rows at the drawn slots go to ``out`` (address table
     ``out_table``), the slots to ``out_index``, the weights ``(p / p_min) ** -beta`` (float64,
     then rounded to float32) to ``out_weight``. ``scratch``: float64, one per draw.
-    ``touch_rows``: load every line of the drawn rows (:func:`impl.storage.touch_rows`) as soon as
-    the descent has chosen them, before the leaf reads and the weights, so the rows' misses
-    overlap that work and each other; the copy then finds them in cache.
+    The rows are not touched before the copy: :func:`impl.storage.gather_rows` copies each row
+    with a few independent loads, so the copy itself has many rows' misses in flight, and a
+    separate pass over the drawn rows measured slower than none (its loads are extra work).
     Cost: O(n K D) for the descent plus O(n * row bytes) for the gather; no allocation unless
     a draw has to be redrawn.
     """
@@ -124,8 +124,6 @@ def sample(kind, sums, mins, lay, K, kshift, touch_from, state, size, key, strat
         for b in range(n):
             i = np.int64(uniform01(key, b) * size)
             out_index[b] = i if i < size else size - 1
-        if touch_rows:
-            touched += _touch_rows(arena, table, out_index, size)
         for b in range(n):
             out_weight[b] = 1.0
     else:
@@ -136,10 +134,6 @@ def sample(kind, sums, mins, lay, K, kshift, touch_from, state, size, key, strat
         for b in range(n):
             scratch[b] = mass(key, b, b, n, total, stratified)
         touched += ops.descend(kind, sums, lay, K, touch_from, scratch, out_index)
-        if touch_rows:
-            # The rows' misses go out now, to overlap the leaf reads and the weights' powers
-            # (a draw that lands past the stored slots is redrawn below and not touched).
-            touched += _touch_rows(arena, table, out_index, size)
         misses, leaf_touch = ops.read_leaves(kind, sums, lay, touch_from, out_index, scratch)
         touched += leaf_touch
         if misses > 0:
@@ -155,10 +149,6 @@ def sample(kind, sums, mins, lay, K, kshift, touch_from, state, size, key, strat
         out_weight[0] += 0.0 * touched
     return STATUS_OK
 
-
-@njit(nogil=True, cache=True, inline="always")
-def _touch_rows(arena, table, indices, size):
-    return np.float64(touch_rows(arena, table, indices, size))
 
 
 @njit(nogil=True, cache=True)

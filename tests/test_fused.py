@@ -178,6 +178,42 @@ def test_storage_layouts_write_and_gather_exact_rows(storage):
             assert st.table[f, 0] % spec.dtype.itemsize == 0  # every field aligned
 
 
+#: Fields whose copies take each path of the gather (impl.storage._gather_field): 1, 2, 4 words,
+#: the loop over any other count (3 and 5 words), and byte-sized odd widths.
+WIDTHS = {"one": ((), "int64"), "two": ((4,), "float32"), "four": ((4,), "float64"), "three": ((24,), "uint8"),
+          "five": ((5,), "float64"), "odd": ((3,), "uint8"), "flag": ((), "bool"), "half": ((2,), "int16")}
+
+
+@pytest.mark.parametrize("storage", ["columns", "rows"])
+def test_gather_copies_every_field_width_exactly(storage):
+    st = make_storage(storage, 64, WIDTHS)
+    rng = np.random.default_rng(4)
+    batch = random_batch(WIDTHS, 64, rng, int_high=1000)
+    arrays, n = st.check_batch(batch)
+    st.write(0, arrays, n)
+    idx = rng.integers(0, 64, 300)
+    assert_same(st.gather(idx), {k: v[idx] for k, v in batch.items()})
+
+
+@pytest.mark.parametrize("storage", ["columns", "rows"])
+def test_touch_rows_loads_first_and_last_byte_of_each_field_of_the_stored_rows(storage):
+    """The touch pass's sum is what it loaded: each field's first and last byte of every row
+    in ``0 .. size - 1``; indices outside (negative, or past the stored rows) are skipped."""
+    from replaybench.impl.storage import touch_rows
+    st = make_storage(storage, 64, WIDTHS)
+    batch = random_batch(WIDTHS, 64, np.random.default_rng(5), int_high=1000)
+    arrays, n = st.check_batch(batch)
+    st.write(0, arrays, n)
+    idx = np.array([3, -1, 40, 63, 50, 7, -64, 3])
+    size = 48
+    want = 0
+    for i in idx[(idx >= 0) & (idx < size)]:
+        for base, stride, width in st.table.tolist():
+            if width:
+                want += int(st.arena[base + i * stride]) + int(st.arena[base + i * stride + width - 1])
+    assert touch_rows(st.arena, st.table, idx, size) == want
+
+
 def test_speed_parameters_are_checked():
     with pytest.raises(ValueError, match="storage must be one of .*got 'packed'"):
         registry.create("binary", 8, FIELDS, storage="packed")

@@ -374,6 +374,42 @@ def test_random_batches_match_reference(factory, dtype, prefetch, monkeypatch):
         check_random_batches(tree, ReferenceSumTree(capacity), np.random.default_rng(12345))
 
 
+@pytest.mark.parametrize("prefetch", [False, True], ids=["no-touch", "touch"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("factory", TREE_FACTORIES, ids=TREE_IDS)
+def test_descent_on_every_boundary_matches_reference(factory, dtype, prefetch, monkeypatch):
+    """The descent kernels (impl.trees.ops.descend: each layout's scan, the level-order fast
+    path and the generic address-table path, with and without touch passes) against the
+    oracle on priorities whose sums are exact at either dtype (small integers, a third of them
+    0, zeros at both ends): no rounding, so every search must agree exactly, on every prefix
+    sum S(i) (a tie moves right, past any zero leaves), half a unit below it, and at u = 0.
+    u = total is past the mass: -1, or the last positive leaf (the scan's last child is taken
+    without a compare, so a tree whose last leaf is positive may land on it)."""
+    monkeypatch.setattr(array_trees, "TOUCH_LEVEL_BYTES", 0)
+    rng = np.random.default_rng(2025)
+    for capacity in (*CAPACITIES, 4099):
+        tree, ref = factory(capacity, dtype, prefetch=prefetch), ReferenceSumTree(capacity)
+        vals = rng.integers(1, 5, capacity).astype(np.float64)
+        vals[rng.random(capacity) < 0.33] = 0.0
+        vals[0] = vals[-1] = 0.0
+        vals[capacity // 2] = 3.0  # some mass
+        idx = np.arange(capacity)
+        tree.update(idx, vals)
+        ref.update(idx, vals)
+        cum = np.cumsum(vals)
+        total = float(cum[-1])
+        assert tree.total() == total
+        us = np.concatenate([[0.0], cum[:-1], cum[:-1] - 0.5])
+        us = us[(us >= 0.0) & (us < total)]
+        got, prio = tree.find(us)
+        want, want_prio = ref.find(us)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(prio, want_prio)
+        last_positive = int(np.flatnonzero(vals > 0)[-1])
+        got_end, _ = tree.find(np.array([total]))
+        assert got_end[0] in (-1, last_positive), (capacity, got_end, last_positive)
+
+
 def check_random_batches(tree, ref, rng):
     capacity = tree.capacity
     updates, t_max = 0, 0.0

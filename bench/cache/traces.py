@@ -72,6 +72,7 @@ def _trace_find(sums, lay, K, D, prefix, base, item, us, out_leaf, out):
     n = us.shape[0]
     u = us.copy()
     j = np.zeros(n, dtype=np.int64)
+    run = np.zeros(K)  # the plain scan's running sums, run[c + 1] after child c (ops._scan_plain)
     t = 0
     for d in range(1, D + 1):
         stride = lay[d, 4]
@@ -90,16 +91,14 @@ def _trace_find(sums, lay, K, D, prefix, base, item, us, out_leaf, out):
                     ub -= sums[first + k - 1]
             else:
                 s = 0.0
-                left = 0.0
                 for c in range(K - 1):
                     a = first + c * stride
                     out[t] = base + a * item
                     t += 1
                     s += sums[a]
-                    passed = s <= ub
-                    k += passed
-                    left = s if passed else left
-                ub = ub - left
+                    run[c + 1] = s
+                    k += s <= ub
+                ub = ub - run[k]  # the running sum of the k children left of the chosen one
             u[b] = ub
             j[b] = j[b] * K + k
     for b in range(n):

@@ -342,8 +342,8 @@ class PrefixKarySumTree(ArraySumTree):
     :mod:`impl.trees.prefix_kernels`): the descent compares, it never adds. K a power of 2.
 
     ``kernel="specialised"`` (K = 16 only) descends with a fixed 15-compare loop that the
-    compiler unrolls into SIMD compares, beside the ``"generic"`` loop over any K (compares
-    vectorised over the draws); ``"auto"`` (the default) takes the specialised one where K = 16.
+    compiler unrolls into independent compares, beside the ``"generic"`` loop over any K (each
+    child slot's compares run over all the draws); ``"auto"`` (the default) takes the specialised one where K = 16.
     The results are identical, the speed is what the micro scenario compares (``sweep-kernel``);
     :attr:`kernel` says which one runs.
     """

@@ -67,6 +67,24 @@ def addr(lay, d, j):
 
 
 @njit(nogil=True, cache=True, inline="always")
+def level_row(lay, d):
+    """Row ``d`` of the address table as unsigned locals ``(base, shift, bshift, mask, stride)``
+    for :func:`row_addr`, read once per level of a batch loop. Unsigned because numba indexes
+    with unsigned integers without the negative-index fix-up it adds to every signed index (two
+    instructions a load); read once because the compiler cannot keep the table in registers
+    across a loop that stores into another array (the arrays might alias)."""
+    return (np.uint64(lay[d, 0]), np.uint64(lay[d, 1]), np.uint64(lay[d, 2]), np.uint64(lay[d, 3]),
+            np.uint64(lay[d, 4]))
+
+
+@njit(nogil=True, cache=True, inline="always")
+def row_addr(base, shift, bshift, mask, j):
+    """:func:`addr` of node ``j`` (>= 0) of the level whose :func:`level_row` is given, unsigned."""
+    q = np.uint64(j)
+    return base + ((q >> shift) << bshift) + (q & mask)
+
+
+@njit(nogil=True, cache=True, inline="always")
 def parent(j, K, kshift):
     # An integer division costs ~25 cycles; every power-of-two K takes the shift instead.
     if kshift >= 0:
@@ -75,7 +93,7 @@ def parent(j, K, kshift):
 
 
 @njit(nogil=True, cache=True)
-def _set_leaves(sums, mins, lay, K, kshift, indices, values):
+def _set_leaves(sums, mins, lay, K, kshift, indices, values, touch_from):
     """Store ``values`` at leaves ``indices`` and propagate (:func:`propagate_batch`).
 
     The leaves are written in batch order, so a repeated index keeps its last value and each
@@ -93,7 +111,7 @@ def _set_leaves(sums, mins, lay, K, kshift, indices, values):
         delta[b] = np.float64(sums[leaf]) - np.float64(old)
         old_min[b] = mins[leaf]
         mins[leaf] = sums[leaf] if sums[leaf] > 0.0 else np.inf  # stored value: may underflow
-    propagate_batch(sums, mins, lay, K, kshift, D, indices, delta, old_min)
+    propagate_batch(sums, mins, lay, K, kshift, D, indices, delta, old_min, touch_from)
 
 
 #: The upper levels with at most ``n // NARROW`` nodes (``n`` the batch size) are "narrow": an
@@ -125,7 +143,7 @@ def summed_by_parent(j, delta, width, K, kshift):
 
 
 @njit(nogil=True, cache=True)
-def propagate_batch(sums, mins, lay, K, kshift, D, indices, delta, old_min):
+def propagate_batch(sums, mins, lay, K, kshift, D, indices, delta, old_min, touch_from):
     """Bring every ancestor of leaves ``indices`` (depth ``D``; leaves already written) up to
     date for the whole batch, one level at a time; ``delta[b]`` is the change of leaf
     ``indices[b]`` by item ``b``, ``old_min[b]`` its min slot before item ``b`` wrote it.
@@ -147,9 +165,10 @@ def propagate_batch(sums, mins, lay, K, kshift, D, indices, delta, old_min):
     L, width = narrow_levels(D, K, n)
     j = indices.copy()
     for d in range(D - 1, L - 1, -1):
+        base, shift, bshift, mask, _ = level_row(lay, d)
         for b in range(n):
             j[b] = parent(j[b], K, kshift)
-            sums[addr(lay, d, j[b])] += delta[b]
+            sums[row_addr(base, shift, bshift, mask, j[b])] += delta[b]
     if L > 0:
         acc = summed_by_parent(j, delta, width, K, kshift)  # j holds depth-L nodes
         for d in range(L - 1, -1, -1):
@@ -159,7 +178,7 @@ def propagate_batch(sums, mins, lay, K, kshift, D, indices, delta, old_min):
             if d > 0:
                 width //= K
                 acc = summed_by_parent(np.arange(acc.shape[0]), acc, width, K, kshift)
-    propagate_mins(mins, lay, K, kshift, indices, old_min, D)
+    propagate_mins(mins, lay, K, kshift, indices, old_min, D, touch_from)
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -176,7 +195,7 @@ def min_of_children(mins, lay, K, d, q):
 
 
 @njit(nogil=True, cache=True)
-def propagate_mins(mins, lay, K, kshift, indices, old, D):
+def propagate_mins(mins, lay, K, kshift, indices, old, D, touch_from):
     """Bring the minima above leaves ``indices`` (depth ``D``) up to date, level by level.
 
     ``old[b]`` is what leaf ``indices[b]``'s min slot held before item ``b`` wrote it. Per
@@ -186,13 +205,24 @@ def propagate_mins(mins, lay, K, kshift, indices, old, D):
     the first unchanged ancestor. Items sharing an ancestor stay correct because ``cur`` is
     re-read (so a repeated index sees its last value) and a raise re-reads every child.
     Typical cost: two loads per item (child and parent), so about one miss, not K loads.
+    From depth ``touch_from`` on (a level too large to stay cached: see
+    :mod:`impl.trees.ops`), each level starts with a pass that only loads the parents' slots of
+    the items still active into a scratch array, so their misses are in flight together; the
+    pass that follows branches on the loaded values, and a mispredicted branch waiting on a
+    miss would otherwise leave each miss alone in flight.
     """
     j = indices.copy()
     prev = old.copy()
     active = j.shape[0]
+    seen = np.empty(active if touch_from <= D else 0, dtype=mins.dtype)  # the touch pass's loads
     for d in range(D - 1, -1, -1):
         if active == 0:
             break
+        if d >= touch_from:
+            base, shift, bshift, mask, _ = level_row(lay, d)
+            for b in range(j.shape[0]):
+                if j[b] >= 0:
+                    seen[b] = mins[row_addr(base, shift, bshift, mask, parent(j[b], K, kshift))]
         for b in range(j.shape[0]):
             if j[b] < 0:
                 continue
@@ -257,7 +287,7 @@ def fill(sums, mins, lay, K, kshift, start, count, capacity, p):
 
 
 @njit(nogil=True, cache=True)
-def update(sums, mins, lay, K, kshift, indices, values, n_valid, eps, alpha, vmax):
+def update(sums, mins, lay, K, kshift, indices, values, n_valid, eps, alpha, vmax, touch_from):
     """Set leaves ``indices`` to ``(values + eps) ** alpha`` and propagate.
 
     All inputs are checked before anything is written, so a bad batch leaves the tree as it
@@ -271,7 +301,7 @@ def update(sums, mins, lay, K, kshift, indices, values, n_valid, eps, alpha, vma
     status, pos, ps, pmax = checked_values(indices, values, n_valid, eps, alpha, vmax)
     if status != STATUS_OK:
         return status, pos, 0.0
-    _set_leaves(sums, mins, lay, K, kshift, indices, ps)
+    _set_leaves(sums, mins, lay, K, kshift, indices, ps, touch_from)
     return STATUS_OK, -1, pmax
 
 

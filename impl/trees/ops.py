@@ -7,7 +7,7 @@ Arguments shared by every function here (a tree's :attr:`~impl.trees.ArraySumTre
 
 ``kind``
     :data:`PLAIN`, :data:`PREFIX`, or :data:`PREFIX16` (the prefix descent specialised for
-    K = 16: a fixed-length compare loop that LLVM unrolls into SIMD compares).
+    K = 16: a fixed-length compare loop that LLVM unrolls into 15 independent compares).
 ``sums, mins, lay, K, kshift``
     The tree's arrays, address table, branching factor and ``log2 K`` (``-1`` if K is not a
     power of 2), as the kernel modules take them.
@@ -16,7 +16,8 @@ Arguments shared by every function here (a tree's :attr:`~impl.trees.ArraySumTre
     :func:`impl.trees.array_trees.touch_depth`); from it on, each level of a descent starts with
     a pass that only loads every draw's next sibling group. That pass has a short body, so the
     core issues the whole batch's misses together; the compare pass that follows then finds
-    its lines in cache. ``depth + 1`` (never) turns it off.
+    its lines in cache. An update's minima do the same from that depth up
+    (:func:`impl.trees.kernels.propagate_mins`). ``depth + 1`` (never) turns it off.
 ``state``
     float64 ``[updates since the last rebuild, largest total since, resum_every, rebuilds so
     far]``: the re-summing rule of :mod:`impl.trees.array_trees`, kept in an array so that
@@ -29,7 +30,7 @@ import numpy as np
 from numba import njit
 
 from . import kernels, prefix_kernels
-from .kernels import addr
+from .kernels import addr, level_row, row_addr
 
 __all__ = ["PLAIN", "PREFIX", "PREFIX16", "update", "fill", "rebuild", "count_updates", "descend", "read_leaves",
            "find"]
@@ -69,10 +70,11 @@ def update(kind, sums, mins, lay, K, kshift, touch_from, state, indices, values,
     ``(status, position, max p)`` as :func:`impl.trees.kernels.update`; nothing is written or
     counted unless the whole batch is valid."""
     if kind == PLAIN:
-        status, pos, pmax = kernels.update(sums, mins, lay, K, kshift, indices, values, n_valid, eps, alpha, vmax)
+        status, pos, pmax = kernels.update(sums, mins, lay, K, kshift, indices, values, n_valid, eps, alpha, vmax,
+                                           touch_from)
     else:
         status, pos, pmax = prefix_kernels.update(sums, mins, lay, K, kshift, indices, values, n_valid, eps, alpha,
-                                                  vmax)
+                                                  vmax, touch_from)
     if status == kernels.STATUS_OK:
         count_updates(kind, sums, mins, lay, K, state, indices.shape[0])
     return status, pos, pmax
@@ -84,7 +86,7 @@ def fill(kind, sums, mins, lay, K, kshift, touch_from, state, start, count, capa
     if kind == PLAIN:
         kernels.fill(sums, mins, lay, K, kshift, start, count, capacity, p)
     else:
-        prefix_kernels.fill(sums, mins, lay, K, kshift, start, count, capacity, p)
+        prefix_kernels.fill(sums, mins, lay, K, kshift, start, count, capacity, p, touch_from)
     count_updates(kind, sums, mins, lay, K, state, count)
 
 
@@ -93,11 +95,40 @@ def _touch(sums, lay, K, d, j, n):
     """Load the first and last slot of every draw's sibling group at depth ``d`` (both lines
     when a group straddles two). Returns their sum so the loads are kept."""
     acc = 0.0
-    last = (K - 1) * lay[d, 4]
+    base, shift, bshift, mask, stride = level_row(lay, d)
+    last = np.uint64(K - 1) * stride
     for b in range(n):
-        first = addr(lay, d, j[b] * K)
+        first = _first_child(base, shift, bshift, mask, j[b], K)
         acc += sums[first] + sums[first + last]
     return acc
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _first_child(base, shift, bshift, mask, j, K):
+    """The slot of node ``j``'s first child ``(d, j * K)``, unsigned, from the
+    :func:`impl.trees.kernels.level_row` of depth ``d``."""
+    return row_addr(base, shift, bshift, mask, np.uint64(j) * np.uint64(K))
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _scan_plain(sums, first, stride, K, ub, run):
+    """The child of one draw at one level of a :data:`PLAIN` tree: ``k``, the number of running
+    sums of the first ``K - 1`` children (slots ``first + c * stride``) that are ``<= ub``, with
+    ``run[c + 1]`` set to the running sum of children ``0 .. c`` (``run[0]`` is 0), so the
+    mass left of the chosen child is ``run[k]``. The running sums are one chain of dependent
+    float64 adds in child order (the result does not depend on how the loop is compiled); the
+    compares and the count hang off that chain, and nothing branches on the data: picking the
+    mass left of the child as "the last sum that passed" compiled to a branch that mispredicts
+    once per level and draw and drains the out-of-order window, so no other draw's chain or
+    miss can proceed meanwhile."""
+    s = 0.0
+    k = 0
+    for c in range(K - 1):
+        s += sums[first]
+        first += stride
+        run[np.uint64(c + 1)] = s
+        k += s <= ub
+    return k
 
 
 @njit(nogil=True, cache=True)
@@ -107,70 +138,78 @@ def descend(kind, sums, lay, K, touch_from, u, j):
     order (``u`` is overwritten with scratch).
 
     At each level the child is the number of running child sums ``<= u`` among the first
-    ``K - 1`` children (the last child needs no comparison), and ``u`` drops by the mass to its
-    left: PAL's left-to-right scan, written without branches. :data:`PLAIN` trees form the
-    running sums as they scan (K - 1 dependent adds per level make large K compute-bound;
-    forming them in a scratch array first, or scanning over the draws, measured 1.5-4x slower
-    at 2**20 leaves); the prefix trees store them, so a level is K - 1 independent compares.
-    The whole batch descends one level at a time, so the loads of different draws are
-    independent and the core keeps several cache misses in flight (a branchy per-draw descent
-    measured 1.3x (K=16) to 3.7x (blocked) slower at 2**20 leaves), and from ``touch_from`` on
-    each level starts with a pass that only loads every draw's next group (module docstring).
-    Cost: O(n K D) compares, one line per level per draw for aligned layouts.
+    ``K - 1`` children (the last child needs no comparison), and ``u`` drops by the running sum
+    of the children left of it: PAL's left-to-right scan, written without a branch on the data.
+    :data:`PLAIN` trees form the running sums as they scan (:func:`_scan_plain`): K - 1
+    dependent float64 adds per level and draw, the compares off that chain; the prefix trees
+    store them, so a level is K - 1 independent compares. The whole batch descends one level
+    at a time, so the levels of different draws are independent: with no mispredicted branch
+    in a draw's level, the core overlaps several draws' add chains and cache misses. From
+    ``touch_from`` on each level starts with a pass that only loads every draw's next group
+    (module docstring), so the misses of the whole batch are in flight together.
+    Addresses come from each level's table row (:func:`impl.trees.kernels.level_row`): a
+    level-order row takes the contiguous ``base + j K`` with a literal stride, any other row
+    the general formula.
+    Cost: O(n K D) compares and (plain) adds, one line per level per draw for aligned layouts;
+    beyond cache, about one miss latency per touched level for the whole batch.
 
     Returns the touch passes' sum: meaningless, but the caller must use it (see
     :func:`impl.fused_ops.sample`), or the compiler may drop the loads as dead."""
     n = u.shape[0]
     D = lay.shape[0] - (1 if kind == PLAIN else 2)
     acc = 0.0
-    firsts = np.empty(n if kind == PREFIX else 0, dtype=np.int64)  # scratch of the PREFIX scan
+    firsts = np.empty(n if kind == PREFIX else 0, dtype=np.uint64)  # scratch of the PREFIX scan
     counts = np.empty(n if kind == PREFIX else 0, dtype=np.int64)
+    run = np.zeros(K if kind == PLAIN else 0)  # scratch of the PLAIN scan (_scan_plain)
     for b in range(n):
         j[b] = 0
     for d in range(1, D + 1):
         if d >= touch_from:
             acc += _touch(sums, lay, K, d, j, n)
         if kind == PLAIN:
-            stride = lay[d, 4]
-            for b in range(n):
-                first = addr(lay, d, j[b] * K)
-                ub = u[b]
-                s = 0.0
-                left = 0.0
-                k = 0
-                for c in range(K - 1):
-                    s += sums[first + c * stride]
-                    passed = s <= ub
-                    k += passed
-                    left = s if passed else left
-                u[b] = ub - left
-                j[b] = j[b] * K + k
+            base, shift, bshift, mask, stride = level_row(lay, d)
+            if stride == np.uint64(1) and shift == np.uint64(0) and bshift == np.uint64(0) and mask == np.uint64(0):
+                # A level-order row (addr = base + j): the groups are contiguous at base + jK,
+                # and a literal stride lets the compiler unroll the scan with fixed offsets.
+                for b in range(n):
+                    ub = u[b]
+                    k = _scan_plain(sums, base + np.uint64(j[b]) * np.uint64(K), np.uint64(1), K, ub, run)
+                    u[b] = ub - run[np.uint64(k)]
+                    j[b] = j[b] * K + k
+            else:
+                for b in range(n):
+                    ub = u[b]
+                    first = _first_child(base, shift, bshift, mask, j[b], K)
+                    k = _scan_plain(sums, first, stride, K, ub, run)
+                    u[b] = ub - run[np.uint64(k)]
+                    j[b] = j[b] * K + k
         elif kind == PREFIX16:
+            base, shift, bshift, mask, stride = level_row(lay, d)
             for b in range(n):
-                first = addr(lay, d, j[b] * 16)
+                first = _first_child(base, shift, bshift, mask, j[b], 16)
                 ub = u[b]
                 k = 0
-                for c in range(15):  # fixed trip count: unrolled into SIMD compares
-                    k += sums[first + c] <= ub
+                for c in range(15):  # fixed trip count: unrolled into independent compares
+                    k += sums[first + np.uint64(c)] <= ub
                 if k > 0:
-                    ub -= sums[first + k - 1]
+                    ub -= sums[first + np.uint64(k - 1)]
                 u[b] = ub
                 j[b] = j[b] * 16 + k
         else:
-            # Any K: the compares run over the draws, child slot by child slot, a loop over
-            # independent draws that LLVM vectorises with gathers (0.73x the time of a
-            # per-draw scan at 2**20 leaves, K = 16; the fixed-length per-draw scan of
-            # PREFIX16 is faster still where K = 16).
+            # Any K: the compares run over the draws, child slot by child slot: each pass over
+            # the draws is a loop of independent loads and compares, whatever K is (PREFIX16's
+            # fixed 15-compare scan per draw is the K = 16 alternative).
+            base, shift, bshift, mask, stride = level_row(lay, d)
             for b in range(n):
-                firsts[b] = addr(lay, d, j[b] * K)
+                firsts[b] = _first_child(base, shift, bshift, mask, j[b], K)
                 counts[b] = 0
             for c in range(K - 1):
                 for b in range(n):
-                    counts[b] += sums[firsts[b] + c] <= u[b]
+                    counts[b] += sums[firsts[b] + np.uint64(c)] <= u[b]
             for b in range(n):
                 k = counts[b]
                 if k > 0:
-                    u[b] -= sums[firsts[b] + k - 1]
+                    u[b] -= sums[firsts[b] + np.uint64(k - 1)]
                 j[b] = j[b] * K + k
     return acc
 
