@@ -232,7 +232,7 @@ class PriorityIndex:
         idx, weights, prio = np.empty(n, np.int64), np.empty(n, np.float32), np.empty(n, np.float64)
         args = self.tree.kernel_args
         status = fused_ops.sample(*args, self.capacity, self.rng.bit_generator.random_raw() >> 1, self.stratified,
-                                  float(beta), *self._no_gather, False, idx, weights, prio)
+                                  float(beta), *self._no_gather, idx, weights, prio)
         if status != fused_ops.STATUS_OK:
             raise_sample_status(status, args)
         return idx, weights, prio
