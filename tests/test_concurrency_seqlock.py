@@ -104,3 +104,24 @@ def test_fused_samples_stay_in_bounds_beside_inserts(policy):
                           timeout=600)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     assert "ok" in proc.stdout, proc.stdout
+
+
+def test_unlocked_draw_checks_a_leaf_is_in_the_ring_before_reading_its_stamp():
+    """Optimistic's unlocked draw trusts nothing it read without the lock: a descent that
+    reaches a leaf past the ring's slots (here a padding leaf given mass by hand, as a torn
+    view of the inner sums could make it look) is a miss, not an index into the stamps.
+    Compiled with bounds checks; before the check it raised IndexError."""
+    from replaybench.impl.trees.kernels import addr
+
+    checked = njit(boundscheck=True, nogil=True)(shared_fused._draw_unlocked.py_func)
+    cap, n = 200, 32  # K = 16: 256 leaves, 56 of them padding
+    with SharedPrioritizedBuffer.create(cap, C.schema(NB), policy="optimistic", seed=0) as buf:
+        C.prefill(buf, cap, NB)
+        kind, sums, mins, lay, K, _, touch_from = buf.tree.kernel_args[:7]
+        stamps = buf.ring.stamps_snapshot()
+        sums[addr(lay, lay.shape[0] - 1, 250)] = 1e6  # every draw lands on padding leaf 250
+        buf.tree.rebuild()
+        index, prio, stamp = np.empty(n, np.int64), np.empty(n), np.empty(n, np.int64)
+        pmin = checked(kind, sums, mins, lay, K, touch_from, stamps, 7, False, 3, index, prio, stamp)
+        assert pmin == -1.0  # the draw gives up to the locked one
+        assert np.all(stamp == -1)
