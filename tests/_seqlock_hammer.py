@@ -5,7 +5,9 @@ private ``NUMBA_CACHE_DIR``): an out-of-bounds index raises IndexError, a wild w
 the process; either way the exit status is not 0.
 
 Usage: ``python _seqlock_hammer.py POLICY CALLS``. Prints ``ok`` and the buffer's counters
-when every sample was whole (intact rows, stamps of their own slots, finite positive weights).
+when every sample was whole (intact rows, stamps of their own slots, finite positive weights)
+or refused as documented because its rows kept being overwritten (at most a tenth of them:
+more would mean the slots moved too fast for the run to test anything).
 """
 
 import sys
@@ -65,15 +67,22 @@ def main(policy: str, calls: int) -> None:
                 w.close()
             done.append(seq)
 
-        threads = [threading.Thread(target=lambda: done.append(bump_stamps(stamps, stop, 4))),
+        threads = [threading.Thread(target=lambda: done.append(bump_stamps(stamps, stop, 8))),
                    threading.Thread(target=write)]
         for t in threads:
             t.start()
         try:
             rng = np.random.default_rng(0)
             out = buf.sample_out(n)
+            refused = 0
             for _ in range(calls):
-                got = buf.sample(n, rng=rng, out=out)
+                try:
+                    got = buf.sample(n, rng=rng, out=out)
+                except RuntimeError as exc:  # the documented refusal when rows keep being overwritten
+                    if not str(exc).startswith("sample: rows kept being overwritten"):
+                        raise
+                    refused += 1
+                    continue
                 if not np.all(C.intact_rows(got)):
                     raise AssertionError("a torn row was sampled")
                 if np.any(got["stamps"] < 0) or np.any(got["stamps"] % cap != got["indices"]):
@@ -85,7 +94,9 @@ def main(policy: str, calls: int) -> None:
             stop[0] = 1
             for t in threads:
                 t.join()
-        print("ok", policy, "bumped and inserted", done, buf.counters(), "fallbacks", buf.fallbacks)
+        if refused > calls // 10:
+            raise AssertionError(f"{refused} of {calls} samples refused: the slots moved too fast to test anything")
+        print("ok", policy, "refused", refused, "bumped and inserted", done, buf.counters(), "fallbacks", buf.fallbacks)
     finally:
         buf.close()
 
