@@ -46,7 +46,7 @@ def test_one_thread_gives_the_in_process_buffers_results(policy, variant, strati
     capacity = 512
     plain, shared = _pair(policy, variant, capacity, stratified)
     fused_sample = get_policy(policy).fused_sample is not None
-    assert fused_sample == (policy == "global-lock")  # the others: see their classes
+    assert fused_sample == (policy != "deferred")
     with shared:
         rng = np.random.default_rng(7)
         for step in range(9):
@@ -99,7 +99,7 @@ def test_sample_out_is_refilled_in_place_and_checked(policy):
             buf.sample(4, rng=3)
 
 
-@pytest.mark.parametrize("policy", ["global-lock"])
+@pytest.mark.parametrize("policy", ["global-lock", "lazy-writing", "optimistic"])
 def test_a_lock_held_past_the_spin_budget_hands_the_call_to_python(policy):
     """Another thread holds the tree lock for 0.3 s: the kernel gives up after its spins
     (changing nothing), the policy's Python path waits for the lock, and the call's result is
@@ -174,7 +174,7 @@ def test_kernel_constants_match_the_ring():
 def test_shared_gil_share_measures_both_learner_calls():
     """bench.concurrency_workers.shared_gil_share: call and kernel times of sample and update, and the
     share between them; refused for a policy without those kernels."""
-    res = C.shared_gil_share("global-lock", 2048, batch=32, calls=20, repeats=1)
+    res = C.shared_gil_share("lazy-writing", 2048, batch=32, calls=20, repeats=1)
     for op in ("sample", "update", "add", "step"):
         assert 0 < res[op]["kernel_s"] and 0 < res[op]["call_s"] and 0.0 <= res[op]["gil_share"] < 1.0
     with pytest.raises(ValueError, match="op must be 'sample'"):
@@ -202,25 +202,25 @@ def _child_token():
 
 
 def test_a_subclass_that_overrides_a_method_is_not_bypassed_by_an_inherited_kernel(monkeypatch):
-    """A policy deriving from global-lock that changes only its updates keeps global-lock's
+    """A policy deriving from lazy-writing that changes only its updates keeps lazy writing's
     fused insert and sample, but its own update method runs (the inherited fused update would
     have skipped it)."""
     from replaybench.impl.concurrent import policy
-    from replaybench.impl.concurrent.policies.global_lock import GlobalLock
+    from replaybench.impl.concurrent.policies.lazy_writing import LazyWriting
 
     monkeypatch.setattr(policy, "_policies", policy._policies.copy())
     calls = []
 
     @policy.register
-    class CountedUpdates(GlobalLock):
+    class CountedUpdates(LazyWriting):
         name = "counted-updates"
 
         def update(self, idx, vals, stamps):
             calls.append(idx.size)
             return super().update(idx, vals, stamps)
 
-    assert CountedUpdates.fused_update is False and CountedUpdates.fused_insert == shared_fused.LOCKED
-    assert CountedUpdates.fused_sample == shared_fused.GATHER_LOCKED
+    assert CountedUpdates.fused_update is False and CountedUpdates.fused_insert == shared_fused.LAZY
+    assert CountedUpdates.fused_sample == shared_fused.DRAW_LOCKED
     with SharedPrioritizedBuffer.create(64, FIELDS, policy="counted-updates", seed=0) as buf:
         C.prefill(buf, 64, NB)
         out = buf.sample(8)

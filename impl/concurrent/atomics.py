@@ -12,7 +12,8 @@ Use from Python through the small ``@njit`` wrappers (:func:`cas`, :func:`fetch_
 What lock code inside kernels needs besides (:mod:`impl.concurrent.fused`): :func:`atomic_read`
 (an acquire load that does not write the line, to poll a lock word), :func:`cpu_relax`, the
 spin-wait hint (x86 ``pause``: lets the sibling hyperthread run and avoids the memory-order
-flush when the lock word changes), :func:`yield_core` (``sched_yield``: lets a lock holder
+flush when the lock word changes), :func:`acquire_fence` (a seqlock reader's barrier: the loads
+before it complete before the loads after it), :func:`yield_core` (``sched_yield``: lets a lock holder
 that shares this core run; 0.3-1 us when nothing else is runnable), and :func:`monotonic`,
 ``clock_gettime(CLOCK_MONOTONIC)`` (the clock of Python's ``time.perf_counter`` on Linux,
 so times measured in a kernel and in Python add up; 30-150 ns a read, vDSO).
@@ -27,8 +28,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["atomic_add", "atomic_cas", "atomic_load", "cas", "fetch_add", "load", "atomic_read", "cpu_relax", "monotonic",
-           "yield_core"]
+__all__ = ["atomic_add", "atomic_cas", "atomic_load", "cas", "fetch_add", "load", "atomic_read", "acquire_fence",
+           "cpu_relax", "monotonic", "yield_core"]
 
 _X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
 _CLOCK_MONOTONIC = 1  # Linux's clock id
@@ -141,6 +142,20 @@ def atomic_read(typingctx, arr, index):
         return builder.load_atomic(ptr, "acquire", dtype.bitwidth // 8)
 
     return dtype(arr, index), codegen
+
+
+@intrinsic
+def acquire_fence(typingctx):
+    """An acquire fence: no load after it is performed (by the compiler or the core) before
+    the loads ahead of it. A seqlock reader puts one between its copy and the re-read of the
+    stamps, so the re-read cannot be moved ahead of the copy it vouches for. On x86-64 this
+    emits no instruction (loads are not reordered with loads); it stops the compiler."""
+
+    def codegen(context, builder, signature, args):
+        builder.fence("acquire")
+        return context.get_dummy_value()
+
+    return types.none(), codegen
 
 
 @njit(nogil=True, cache=True, inline="always")

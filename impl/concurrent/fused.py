@@ -41,6 +41,21 @@ in one place keeps one recovery rule. Every other non-OK status (nothing samplea
 insert that would lap a writer still copying, a full writer table, a sample whose rows keep
 changing) also hands the whole call to the Python path, which owns the waits and the errors.
 
+What a sample sees while inserts are in flight
+---------------------------------------------
+The same as the policy's Python protocol (:mod:`impl.concurrent.policy`'s guarantees):
+
+* never a half-written row, nor a slot between reserve and publish: a lazy insert reserves
+  its slots at priority 0 and stamp -1 under the lock, so a locked draw never reaches them;
+  a row copied outside the lock is returned only if its slot's stamp, read once after the
+  copy (behind :func:`~impl.concurrent.atomics.acquire_fence`), still equals the stamp read
+  before it (a seqlock: tickets only grow, so an overwrite in between always shows);
+* optimistic's unlocked draw uses a reached leaf only if it is > 0 and in the ring and its
+  stamp, read once, is >= 0; the probabilities and ``p_min`` of its draw may be off by the
+  priority changes in flight (one batch), as in the Python protocol;
+* no index read without the lock is used unchecked, and every stamp a decision rests on is
+  read once (a value read twice can differ between the reads).
+
 Lock statistics: each kernel adds to the caller's ``lockstats`` (float64:
 ``[wait s, hold s, acquisitions, contended, Python fallbacks]``, then two words of clock
 scratch: :data:`LOCKSTATS_SIZE` in all, one array per buffer object) with two monotonic clock reads
@@ -61,7 +76,7 @@ from numba import njit
 from .. import fused_ops as fused
 from ..storage import gather_rows, write_rows
 from ..trees import kernels, ops
-from .atomics import atomic_cas, atomic_read, cpu_relax, monotonic, yield_core
+from .atomics import acquire_fence, atomic_cas, atomic_read, cpu_relax, monotonic, yield_core
 from .ring import (TREE_LOCK, count_changes, count_redrawn, fresh_mask, max_priority, note_max, note_rebuild,
                    publish_slots, reserve_slots, tickets)
 
@@ -186,7 +201,11 @@ def _draw_unlocked(kind, sums, mins, lay, K, touch_from, stamps, key, stratified
         bad = 0
         for b in range(n):
             i = out_index[b]
-            s = stamps[i] if i >= 0 else -1
+            # Read once, and trusted only once checked: a leaf in the ring whose stamp says
+            # published. (A descent reaches a leaf below K**D whatever it read; one past the
+            # ring's slots would be a padding leaf, which is never > 0, but nothing read
+            # without the lock is used as an index unchecked.)
+            s = stamps[i] if 0 <= i < stamps.shape[0] else -1
             out_stamp[b] = s
             if s < 0:
                 out_index[b] = -1
@@ -243,21 +262,27 @@ def _redraw_changed(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, f
                     lockstats, protocol, rounds, key, stratified, arena, table, out, out_table, out_index, prio,
                     out_stamp):
     """Seqlock check after a copy made outside the lock: a row whose slot's stamp changed is
-    drawn again (by the same protocol) and copied into its position, until none changed."""
+    drawn again (by the same protocol) and copied into its position, until none changed.
+
+    Writers change stamps at any moment here (no lock is held), so each round reads each
+    stamp exactly once and redraws the positions that read found changed. (Counting the
+    changed rows in one pass and collecting their positions in a second, as this once did,
+    wrote past the positions array whenever a stamp changed between the passes: an
+    out-of-bounds write beside concurrent inserts.) A row that changes after its check is
+    caught by the next round's, which checks every position again."""
     n = out_index.shape[0]
+    pos = np.empty(n, dtype=np.int64)
+    row_table = out_table.copy()
     for r in range(MAX_CHANGED_ROUNDS):
+        acquire_fence()  # the copy's loads are done before the stamps are read again
         changed = 0
         for b in range(n):
-            changed += stamps[out_index[b]] != out_stamp[b]
+            if stamps[out_index[b]] != out_stamp[b]:
+                pos[changed] = b
+                changed += 1
         if changed == 0:
             return STATUS_OK
         count_redrawn(ctrl, changed)
-        pos = np.empty(changed, dtype=np.int64)
-        k = 0
-        for b in range(n):
-            if stamps[out_index[b]] != out_stamp[b]:
-                pos[k] = b
-                k += 1
         j = np.empty(changed, dtype=np.int64)
         p = np.empty(changed)
         s = np.empty(changed, dtype=np.int64)
@@ -267,7 +292,7 @@ def _redraw_changed(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, f
                              False, j, p, s)
         if status != STATUS_OK:
             return status
-        row_table = out_table.copy()
+        acquire_fence()  # the new rows' stamps were read before their copy starts
         for k in range(changed):
             b = pos[k]
             out_index[b], prio[b], out_stamp[b] = j[k], p[k], s[k]
@@ -300,6 +325,7 @@ def sample(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, sta
     if status != STATUS_OK:
         return status
     if protocol != GATHER_LOCKED:
+        acquire_fence()  # every stamp was read (optimistic's without the lock) before any row
         touched += gather_rows(arena, table, out_index, out, out_table, touch_rows)
         status = _redraw_changed(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token,
                                  lockstats, protocol, rounds, key, stratified, arena, table, out,

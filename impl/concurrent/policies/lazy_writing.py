@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from ..locks import my_token, token_pid
+from ..fused import DRAW_LOCKED, LAZY
 from ..policy import Policy, Selection, register
 
 __all__ = ["LazyWriting"]
@@ -54,11 +55,8 @@ class LazyWriting(Policy):
     """
 
     name = "lazy-writing"
-    # The fused sample (DRAW_LOCKED) read out of bounds beside lazy inserts in the process stress
-    # test (NUMBA_BOUNDSCHECK=1: IndexError in 3 of 8 runs; without it, heap corruption). Until
-    # that is found, sample and insert take this class's Python protocol; update stays fused.
-    fused_sample = None
-    fused_insert = None
+    fused_sample = DRAW_LOCKED
+    fused_insert = LAZY
     fused_update = True
 
     def insert(self, arrays, n, vals) -> int:

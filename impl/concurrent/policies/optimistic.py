@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..fused import OPTIMISTIC
 from ..policy import Selection, register
 from .lazy_writing import LazyWriting
 
@@ -26,10 +27,7 @@ class Optimistic(LazyWriting):
     """
 
     name = "optimistic"
-    # Its fused sample (OPTIMISTIC, with the locked fallback's copy-then-check) read out of bounds
-    # beside lazy inserts in the process stress test, as lazy-writing's did: the Python protocol
-    # until that is found (see LazyWriting).
-    fused_sample = None
+    fused_sample = OPTIMISTIC
     ROUNDS = 8  # unlocked redraw rounds before falling back to the locked draw
 
     def select(self, n: int, rng) -> Selection:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..fused import DRAW_LOCKED
 from ..policy import Policy, register
 
 __all__ = ["PalLocks"]
@@ -23,9 +24,7 @@ class PalLocks(Policy):
     """
 
     name = "pal-locks"
-    # The fused copy-outside-the-lock sample (DRAW_LOCKED) read out of bounds in the process
-    # stress test (see LazyWriting): the Python protocol until that is found.
-    fused_sample = None
+    fused_sample = DRAW_LOCKED
     requires_split_updates = True
 
     def apply(self, idx, vals, eps, alpha, n_valid=None) -> float:
