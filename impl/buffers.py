@@ -142,8 +142,7 @@ class ReplayBuffer:
             raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
         prefetch = working_set.check_prefetch(prefetch)
         specs = parse_schema(fields)
-        layout = working_set.choose_storage(storage, int(capacity) * sum(s.nbytes for s in specs.values()),
-                                            len(specs))
+        layout = working_set.choose_storage(storage, int(capacity), [s.nbytes for s in specs.values()])
         self.storage: Storage = make_storage(layout, int(capacity), fields, hugepages=hugepages)
         self.prefetch = working_set.choose_prefetch(prefetch, extra_nbytes + self.storage.arena.nbytes)
         self._auto = {"storage": isinstance(storage, str) and storage == working_set.AUTO,

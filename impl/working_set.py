@@ -5,10 +5,14 @@ Both parameters change memory traffic only, never a result (tests/test_fused.py)
 can follow the working set:
 
 * ``storage="auto"`` picks ``"rows"`` when the storage (``capacity`` transitions) is larger than
-  the core's private cache and a transition has more than one field, else ``"columns"``. A
-  random gather from columns touches one line per field per transition, from rows the one or
-  two lines of the transition; once the arena leaves the private cache each line is a miss.
-  When it fits, the lines hit either way, and columns keep each field contiguous.
+  the core's private cache and a row saves lines: a random gather from columns touches each
+  field's own lines (at least one per field), from rows the lines of the packed transition;
+  once the arena leaves the private cache each line is a miss. Rows are chosen when they touch
+  at most :data:`ROW_LINE_SHARE` of the columns' lines (small transitions of several fields,
+  e.g. CartPole's 5 fields in 1-2 lines against 5). Wide transitions (Atari frames: 885 lines
+  either way) save nothing, and the micro-sweep-storage suite measured columns faster for them
+  (their inserts copy each field into one contiguous column). When the storage fits, the lines
+  hit either way, and columns keep each field contiguous.
 * ``prefetch="auto"`` is True when the tree's and the storage's bytes together exceed the
   private cache: a touch pass is a pass of loads that hit when everything is cached (a few
   percent of a call lost), and the way to have all the batch's misses in flight when it is not
@@ -30,11 +34,16 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["AUTO", "FALLBACK_PRIVATE_CACHE", "cache_sizes", "private_cache_bytes", "choose_storage",
+__all__ = ["AUTO", "FALLBACK_PRIVATE_CACHE", "LINE_BYTES", "ROW_LINE_SHARE", "cache_sizes", "private_cache_bytes", "choose_storage",
            "choose_prefetch", "check_prefetch"]
 
 AUTO = "auto"
 
+#: A cache line's bytes on the x86-64 and arm64 machines this runs on.
+LINE_BYTES = 64
+#: storage="auto" picks rows when a gathered row touches at most this share of the lines its
+#: fields touch as columns (module docstring).
+ROW_LINE_SHARE = 0.75
 #: Bytes assumed for the private cache when the machine reports none (a common L2 size).
 FALLBACK_PRIVATE_CACHE = 1 << 20
 
@@ -101,12 +110,17 @@ def check_prefetch(prefetch) -> bool | str:
     return bool(prefetch)
 
 
-def choose_storage(storage, storage_nbytes: int, n_fields: int) -> str:
-    """The storage layout to build: ``storage`` itself unless it is :data:`AUTO` (see the module
+def choose_storage(storage, capacity: int, field_nbytes: list[int]) -> str:
+    """The storage layout to build for ``capacity`` transitions whose fields take
+    ``field_nbytes`` bytes each: ``storage`` itself unless it is :data:`AUTO` (see the module
     docstring). Unknown names are passed on for :func:`impl.storage.make_storage` to refuse."""
     if storage != AUTO or not isinstance(storage, str):
         return storage
-    return "rows" if n_fields > 1 and storage_nbytes > private_cache_bytes() else "columns"
+    if capacity * sum(field_nbytes) <= private_cache_bytes():
+        return "columns"
+    column_lines = sum(max(1, -(-n // LINE_BYTES)) for n in field_nbytes)
+    row_lines = -(-sum(field_nbytes) // LINE_BYTES) + 1  # + 1: a row may straddle a line boundary
+    return "rows" if row_lines <= ROW_LINE_SHARE * column_lines else "columns"
 
 
 def choose_prefetch(prefetch, working_set_nbytes: int) -> bool:

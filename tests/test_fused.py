@@ -237,8 +237,8 @@ def test_speed_parameters_are_checked():
 
 @pytest.mark.parametrize("name", ["uniform", "binary"])
 def test_auto_settings_follow_the_working_set(name, monkeypatch):
-    """storage="auto" picks rows once the storage leaves the private cache (and the schema has
-    several fields), prefetch="auto" turns the touch passes on once tree + storage do; both are
+    """storage="auto" picks rows once the storage leaves the private cache (and a packed row
+    touches fewer lines than its fields apart), prefetch="auto" turns the touch passes on once tree + storage do; both are
     what the buffer (and its tree) then run with, recorded in resolved_params; explicit
     settings are kept."""
     monkeypatch.setattr(working_set, "private_cache_bytes", lambda: 4096)
@@ -246,10 +246,27 @@ def test_auto_settings_follow_the_working_set(name, monkeypatch):
     assert small.resolved_params == {"storage": "columns", "prefetch": False}
     assert large.resolved_params == {"storage": "rows", "prefetch": True}  # binary: no kernel choice
     assert registry.create(name, 1024, {"x": ((), "float32")}).resolved_params["storage"] == "columns"
+    # wide fields (Atari-like frames) touch as many lines packed as apart: columns, which the
+    # micro-sweep-storage suite measured faster for them
+    wide = {"obs": ((84, 84, 4), "uint8"), "action": ((), "int64"), "next_obs": ((84, 84, 4), "uint8")}
+    assert registry.create(name, 8, wide).resolved_params["storage"] == "columns"
     explicit = registry.create(name, 1024, FIELDS, storage="columns", prefetch=False)
     assert explicit.resolved_params == {"storage": "columns", "prefetch": False}
     if name != "uniform":
         assert large.tree.prefetch and not small.tree.prefetch and not explicit.tree.prefetch
+
+
+def test_auto_storage_counts_the_lines_a_gathered_transition_touches(monkeypatch):
+    """Rows exactly when the packed row (plus a possible straddled line) touches at most
+    ROW_LINE_SHARE of the lines of its fields stored apart, and only beyond the private cache."""
+    monkeypatch.setattr(working_set, "private_cache_bytes", lambda: 4096)
+    choose = working_set.choose_storage
+    assert choose("auto", 1024, [16, 8, 4, 16, 1]) == "rows"  # CartPole: 2 lines against 5
+    assert choose("auto", 8, [16, 8, 4, 16, 1]) == "columns"  # fits the private cache
+    assert choose("auto", 1024, [8]) == "columns"  # one field: nothing to pack
+    assert choose("auto", 1024, [64, 64]) == "columns"  # 3 lines packed against 2 apart
+    assert choose("auto", 1024, [28224, 8, 4, 28224, 1]) == "columns"  # Atari: 884 against 885
+    assert choose("rows", 8, [8]) == "rows" and choose("columns", 1 << 20, [16, 16]) == "columns"
 
 
 def test_cache_sizes_are_read_from_sysfs_with_a_fallback(tmp_path):
