@@ -970,3 +970,21 @@ def test_stored_lf_and_paac_runs_load_with_backend_and_stepping_columns():
     runs = paac.drop(step.index)  # the training runs: their labels stay in variant
     assert set(runs["op"]) >= {"summary", "profile"} and runs["stepping"].isna().all()
     assert {"paac-a2c", "pal-dqn"} <= set(runs["variant"])
+
+
+def test_frameworks_figure_takes_the_newest_run_per_framework_not_a_pool_of_runs(tmp_path):
+    """Two frameworks runs of different settings: each framework's panel draws the newest run
+    that has it, never seeds of both (pooling mixed an older suite's seeds into the medians)."""
+    from replaybench.analysis.plots import frameworks as fw_plot
+
+    older = frameworks_rows()
+    newer = [r for r in frameworks_rows() if contract.params_of(r["params"]).get("framework") == "sb3"]
+    write_run(tmp_path, "20300101T000600Z-frameworks", "frameworks", "frameworks", older)
+    write_run(tmp_path, "20300102T000600Z-frameworks-sb3", "frameworks-sb3", "frameworks", newer, scale=2.0)
+    res = load.load_runs(sorted(tmp_path.iterdir()))
+    rows = fw_plot.framework_rows(res.table)
+    runs = rows.groupby("framework")["run_id"].unique().to_dict()
+    assert {k: list(v) for k, v in runs.items()} == {"sb3": ["20300102T000600Z-frameworks-sb3"],
+                                                     "tianshou": ["20300101T000600Z-frameworks"]}
+    data = fw_plot.summary(rows)
+    assert set(data.loc[data["framework"] == "sb3", "n_seeds"]) == {2}  # not 4: the older run's seeds left out

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from replaybench.analysis import palette, references, stats
+from replaybench.analysis import load, palette, references, stats
 from replaybench.analysis import markdown as md
 from replaybench.analysis.plots import NoRows, Plot
 from replaybench.analysis.plots._common import new_figure, note
@@ -48,10 +48,13 @@ def pal_speedup(metas) -> tuple[float, float] | None:
 def framework_rows(table: pd.DataFrame) -> pd.DataFrame:
     """The frameworks scenario's DQN summary rows (the replay comparisons; its A2C reference runs
     have no buffer and are drawn by :mod:`analysis.plots.pong_reference`) with a ``framework``
-    column (from params)."""
+    column (from params), of the newest run per framework, environment and buffer: runs of
+    different suites use different settings (seeds, steps, hyper-parameters), so their seeds
+    are not pooled."""
     rows = table[(table["scenario"] == "frameworks") & (table["op"] == "summary") & (table["algo"] == "dqn")]
-    return rows.assign(framework=[contract.params_of(p).get("framework", "?") for p in rows["params"]],
+    rows = rows.assign(framework=[contract.params_of(p).get("framework", "?") for p in rows["params"]],
                        env=rows["env"].fillna("?"))
+    return load.latest_per_cell(rows, ("framework", "env", "variant"))
 
 
 def summary(rows: pd.DataFrame) -> pd.DataFrame:
