@@ -32,15 +32,42 @@ sub-suite has been expanded.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from replaybench.bench import arguments, derive, results, suites
 from replaybench.bench.scenarios import OPTIONS, Cell, RunState, Scenario, Selection, SelectionError, load
 
-__all__ = ["Plan", "plan", "execute", "run", "run_suites"]
+__all__ = ["Plan", "plan", "execute", "run", "run_suites", "interrupts_deferred"]
+
+
+@contextlib.contextmanager
+def interrupts_deferred():
+    """Hold a SIGINT that arrives inside the block and raise KeyboardInterrupt right after it.
+
+    The driver wraps "append a cell's rows, count them, rewrite meta.json" in it, so a Ctrl-C
+    cannot land inside the append (whose fsync would then cut rows a reader already saw off
+    the file) or between the append and the count (a cell on disk but not counted): what is
+    on disk is what is counted. Off the main thread (where no handler can be set) or under a
+    handler that is not Python's default one, the block runs as it is.
+    """
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
 
 
 @dataclass(frozen=True)
@@ -111,8 +138,12 @@ def execute(p: Plan, *, out="results", run_id: str | None = None, machine: str |
     counts = {s: 0 for s in results.STATUSES}
     bar = tqdm(p.cells, desc=p.suite["name"], unit=p.scenario.unit, disable=not progress or len(p.cells) < 2,
                dynamic_ncols=True)
-    run = RunState(writer.raw_dir, writer.meta, progress, bar, len(p.cells),
-                   write=lambda rows: writer.append([{**row, **stamp} for row in rows]))
+
+    def write_partial(rows: list[dict]) -> None:
+        with interrupts_deferred():
+            writer.append([{**row, **stamp} for row in rows])
+
+    run = RunState(writer.raw_dir, writer.meta, progress, bar, len(p.cells), write=write_partial)
 
     def finish(complete: bool, **extra) -> None:
         writer.finish(complete, interrupted=not complete, items_total=len(p.cells), items_done=sum(counts.values()),
@@ -132,9 +163,10 @@ def execute(p: Plan, *, out="results", run_id: str | None = None, machine: str |
                     rows = [cell.row("failed", f"{type(err).__name__}: {err}"[-4000:])]
             rows = [{**row, **stamp} for row in rows]
             status = rows[0]["status"]
-            writer.append(rows)  # whole on disk, or not at all
-            counts[status] = counts.get(status, 0) + 1  # so the counts are what is on disk
-            writer.write_meta()
+            with interrupts_deferred():  # a Ctrl-C here lands after the counts match the disk
+                writer.append(rows)  # whole on disk, or not at all
+                counts[status] = counts.get(status, 0) + 1
+                writer.write_meta()
     except KeyboardInterrupt:
         bar.close()
         finish(False)

@@ -23,7 +23,7 @@ import pytest
 
 from replaybench.analysis import compare, load, palette, render, report
 from replaybench.analysis.__main__ import main
-from replaybench.analysis.plots import modules
+from replaybench.analysis.plots import modules, training_scaling
 from replaybench.bench import contract, results
 
 from _examples import load_example
@@ -834,6 +834,34 @@ def test_report_training_table_has_one_line_per_engine(tmp_path):
         for who in ("1 actor, 1 learner", "2 actors, 1 learner", "2 actors, 2 learners", "4 actors, 1 learner")]
     rate = {line[1]: line[6] for line in table if line[3] == "2 actors, 1 learner"}
     assert rate == {"process": f"{1000.0 * 2 ** 0.8:,.0f}", "ray": f"{500.0 * 2 ** 0.8:,.0f}"}
+
+
+def test_training_scaling_draws_one_line_per_engine_and_no_panel_for_baseline_only_tasks(tmp_path):
+    """The process and ray engines of one task are two lines (not one zigzag through both), each
+    with its own numbers; a task with only a sequential row (PAAC's batched runs) gets no panel,
+    though its rows stay in the CSV the report reads."""
+    rows = [{**r, "mode": None, "engine": "process" if r["actors"] else "sequential"}
+            for r in training_rows(np.random.default_rng(1), updates_per_step=0.5)]
+    ray = [{**r, "engine": "ray", **({"value": r["value"] / 2} if r.get("value") is not None else {})}
+           for r in rows if r["engine"] == "process"]
+    pong = [{**r, "env": "ALE/Pong-v5", "algo": "a2c", "engine": "paac"} for r in rows
+            if r["engine"] == "sequential" and r["op"] == "summary"]
+    run = write_run(tmp_path, "20300101T000000Z-training", "training", "training", rows + ray + pong)
+    res = load.load_runs([run])
+    plot = training_scaling.build(res.table, res.metas)
+    titles = {ax.get_title() for ax in plot.figure.axes if ax.get_title()}
+    assert titles == {"dqn on CartPole-v1, 0.5 updates/step"}
+    rates = next(ax for ax in plot.figure.axes if ax.get_ylabel() == "environment steps/s")
+    lines = [ln for ln in rates.get_lines() if len(ln.get_xdata()) > 2]  # the 3-actor-count lines
+    by_style = {}
+    for ln in lines:
+        by_style.setdefault(ln.get_linestyle(), []).append(np.asarray(ln.get_ydata(), float))
+    # one style per engine (process solid, ray dashed; dotted is the sequential baseline)
+    assert {"-", "--"} <= set(by_style) and "-." not in by_style
+    one_learner = np.array([1000.0, 1000.0 * 2 ** 0.8, 1000.0 * 4 ** 0.8])  # actors 1, 2, 4
+    assert any(np.allclose(y, one_learner) for y in by_style["-"])
+    assert any(np.allclose(y, one_learner / 2) for y in by_style["--"])
+    assert "ALE/Pong-v5" in " ".join(plot.data["task"])
 
 
 def test_report_command_writes_the_report(synthetic, tmp_path):

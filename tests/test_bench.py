@@ -283,10 +283,14 @@ def interrupt_run(cmd: list, out: Path, ready, env=None) -> tuple[int, str]:
                             start_new_session=True, preexec_fn=sigint_as_default)
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        while True:
             csvs = list(out.glob("*/rows.csv"))
             if csvs and ready(results.read_rows(csvs[0].parent)):
                 break
+            if proc.poll() is not None or time.monotonic() > deadline:  # nothing left to interrupt at
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                pytest.fail(f"the run never reached the rows to interrupt at:\n{proc.communicate()[0]}")
             time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGINT)
         output, _ = proc.communicate(timeout=30)
@@ -294,6 +298,21 @@ def interrupt_run(cmd: list, out: Path, ready, env=None) -> tuple[int, str]:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     return proc.returncode, output
+
+
+def test_interrupts_deferred_raises_after_the_block():
+    """A SIGINT sent inside the block lands after it: the block's writes all happen."""
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with driver.interrupts_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.01)  # the handler has run by now: a plain handler would have raised here
+            done.append("rest of the block")
+    assert done == ["rest of the block"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with driver.interrupts_deferred():  # no signal: nothing raised
+        done.append("quiet")
+    assert done[-1] == "quiet"
 
 
 def test_interrupted_run_keeps_finished_items(tmp_path):

@@ -3,8 +3,9 @@
 Rows: scenario ``training``, op ``summary``, newest run per cell; metrics
 ``time_to_threshold_s``, ``speedup`` (over the sequential baseline of the same seed),
 ``env_steps_per_s`` and ``updates_per_s``, one value per seed. Plotted: the median over seeds,
-min-max bars, against actors; one line per number of learners (and per variant / policy when
-there are several). The sequential baseline is the black dotted line.
+min-max bars, against actors; one line per engine and number of learners (and per variant / policy
+when there are several), a line style per engine. Tasks without parallel rows (PAAC's batched
+runs, sequential only) get no panel; their rows stay in the CSV, which the report's table reads. The sequential baseline is the black dotted line.
 
 A seed that never reached the threshold has no time (its row's status is not ``ok``): the
 median is taken over the seeds that did, the point is labelled ``k/n`` when only k of n seeds
@@ -32,6 +33,9 @@ TITLE = "Training: time to threshold and speedup"
 _METRICS = [("time_to_threshold_s", "time to threshold (s)"), ("speedup", "speedup over sequential (x)"),
             ("env_steps_per_s", "environment steps/s"), ("updates_per_s", "updates/s")]
 
+#: Line styles of the engines, in the order of their names (solid for the first).
+_ENGINE_STYLES = ["-", "--", "-.", (0, (3, 1, 1, 1, 1, 1))]
+
 
 def build(table, metas) -> Plot:
     rows = training_rows(table, "summary")
@@ -46,8 +50,15 @@ def build(table, metas) -> Plot:
     data = seeds.merge(data, on=keys, how="left")
     data["n_reached"] = data["n"].fillna(0).astype(int)
     metrics = [(m, label) for m, label in _METRICS if m in set(data["metric"])]
-    tasks = sorted(set(data["task"]))
+    # a task is drawn against actors only when it has parallel rows with an actor count (PAAC's
+    # batched runs have none: their figures are paac_throughput and training_curves)
+    parallel = data[~data["baseline"] & data["actors"].notna()]
+    tasks = sorted(set(parallel["task"]))
+    if not tasks:
+        raise NoRows("no parallel training summaries with an actor count")
     several = several_buffers(data)
+    engines = sorted(set(parallel["engine"].dropna().astype(str)))
+    dashes = {e: _ENGINE_STYLES[i % len(_ENGINE_STYLES)] for i, e in enumerate(engines)}
     fig, axes = new_figure(len(tasks), len(metrics), panel=(4.0, 3.2))
     handles = {}
     for r, task in enumerate(tasks):
@@ -63,19 +74,24 @@ def build(table, metas) -> Plot:
                 ax.text(0.02, 0.02, "sequential: not reached", transform=ax.transAxes, fontsize=7)
             if metric == "speedup":
                 ax.axhline(1.0, color="0.6", linewidth=0.8)
-            group = ["variant", "K", "policy", "learners"] if several else ["learners"]
+            # one line per engine too: the engines' rates differ by design, and one line through
+            # the process engine's point at 1 actor and Ray's at 2 would draw a trend that no engine has
+            group = (["variant", "K", "policy"] if several else []) + ["engine", "learners"]
             for key, line in cell[~cell["baseline"]].groupby(group, dropna=False, sort=True):
                 line = line.sort_values("actors")
                 first = line.iloc[0]
                 colour = worker_colour(first["learners"], False)
+                engine = None if pd.isna(first["engine"]) else str(first["engine"])
                 n = 0 if pd.isna(first["learners"]) else int(first["learners"])
-                label = f"{n} learner{'s' * (n != 1)}" + (f" ({buffer_label(first)})" if several else "")
+                label = (f"{n} learner{'s' * (n != 1)}" + (f" ({buffer_label(first)})" if several else "")
+                         + (f", {engine} engine" if len(engines) > 1 and engine else ""))
                 x = line["actors"].astype(float).to_numpy()
                 reached = line["median"].notna().to_numpy()
                 med = line["median"].to_numpy(float)
                 ax.errorbar(x[reached], med[reached], yerr=[med[reached] - line["min"].to_numpy(float)[reached],
                                                             line["max"].to_numpy(float)[reached] - med[reached]],
-                            color=colour, marker="o", markersize=4, capsize=2, linewidth=1.4)
+                            color=colour, marker="o", markersize=4, capsize=2, linewidth=1.4,
+                            linestyle=dashes.get(engine, "-"))
                 for xi, (_, p) in zip(x, line.iterrows()):
                     if p["n_reached"] == 0:  # drawn near the top edge, whatever the scale
                         ax.plot(xi, 0.92, marker="x", color=colour, transform=ax.get_xaxis_transform())
@@ -84,7 +100,7 @@ def build(table, metas) -> Plot:
                     elif p["n_reached"] < p["n_seeds"]:
                         ax.annotate(f"{p['n_reached']}/{p['n_seeds']}", (xi, p["median"]), fontsize=6, color=colour,
                                     xytext=(3, 3), textcoords="offset points")
-                handles.setdefault(label, handle(label, colour))
+                handles.setdefault(label, handle(label, colour, linestyle=dashes.get(engine, "-")))
             xs = sorted(set(cell.loc[~cell["baseline"], "actors"].dropna().astype(int)))
             if xs:
                 ax.set_xticks(xs, [str(v) for v in xs])
