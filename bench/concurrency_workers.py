@@ -25,6 +25,7 @@ Transition sizes: ``cartpole`` 40 B, ``mujoco`` 200 B, ``atari`` 84x84x4 = 28 22
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import queue
 import threading
@@ -38,7 +39,7 @@ from replaybench.impl.ratelimit import SampleToInsertRatio
 
 
 __all__ = ["TRANSITIONS", "ID_STRIDE", "RateLimiter", "schema", "make_batch", "intact_rows", "prefill", "run_workers",
-           "shared_gil_share"]
+           "shared_gil_share", "shared_kernel_scaling"]
 
 TRANSITIONS = {"cartpole": 40, "mujoco": 200, "atari": 84 * 84 * 4}
 ID_STRIDE = 10**12  # writer w's k-th transition has id w * ID_STRIDE + k
@@ -381,3 +382,143 @@ def shared_gil_share(policy: str, capacity: int, *, variant: str = "kary-aligned
     kernel = result["sample"]["kernel_s"] + result["update"]["kernel_s"]
     result["step"] = {"call_s": call, "kernel_s": kernel, "gil_share": max(0.0, 1.0 - kernel / call)}
     return result
+
+
+def _in_new_thread(fn):
+    """``fn()`` run in a thread of its own; its result, or its exception raised here."""
+    got: dict = {}
+
+    def target():
+        try:
+            got["value"] = fn()
+        except BaseException as err:  # handed to the caller
+            got["error"] = err
+
+    t = threading.Thread(target=target)
+    t.start()
+    t.join()
+    if "error" in got:
+        raise got["error"]
+    return got["value"]
+
+
+@functools.cache
+def _learner_steps():
+    """The compiled loop of :func:`shared_kernel_scaling`, compiled on first use (bench/ loads
+    numba only when a measurement needs it)."""
+    from numba import njit
+
+    from replaybench.impl.concurrent import fused
+
+    @njit(nogil=True)
+    def learner_steps(n, head, key0, tail, update_args):
+        """``n`` learner steps (the fused sample into the thread's outputs, then the fused update of
+        the drawn rows), a busy lock retried; returns the retries, or ``-status`` for any other
+        refusal."""
+        retries = 0
+        for c in range(n):
+            status = fused.sample(*head, key0 + c, *tail)
+            while status == fused.STATUS_BUSY:
+                retries += 1
+                status = fused.sample(*head, key0 + c, *tail)
+            if status != fused.STATUS_OK:
+                return -status
+            status = fused.update(*update_args)[0]
+            while status == fused.STATUS_BUSY:
+                retries += 1
+                status = fused.update(*update_args)[0]
+            if status != fused.STATUS_OK:
+                return -status
+        return retries
+
+    return learner_steps
+
+
+def shared_kernel_scaling(policy: str, capacity: int, *, variant: str = "kary-aligned", batch: int = 256,
+                          transition: str = "cartpole", steps: int = 1000, repeats: int = 7, seed: int = 0) -> dict:
+    """Two threads' compiled learner steps on one shared buffer over one thread's: what the
+    policy's own synchronisation lets two learners do once Python and the GIL are out of the way.
+
+    Method: one buffer of ``capacity`` rows of ``transition`` size with random priorities; each
+    thread maps it through its own :meth:`~impl.concurrent.SharedPrioritizedBuffer.attach`
+    object (its own lock token, lock statistics and outputs) and runs ``steps`` learner steps
+    (the fused ``sample(batch)`` then the fused update of the drawn rows to new priorities, a busy
+    lock retried: :func:`_learner_steps`) in one nogil call. A repeat times one thread alone, then
+    two threads started together at a barrier (wall seconds from the barrier to the later
+    thread's end); ``ratio = 2 * one / two``. Returns ``{"policy", "variant", "capacity",
+    "batch", "steps", "ratio", "ratio_min", "ratio_max", "retries"}`` (median and range over
+    ``repeats``; ``retries``: the busy-lock retries of the two-thread runs, summed). Raises
+    ValueError for a policy without fused sample and update (deferred, pal-locks).
+
+    Not a strict bound of the Python figure: the Python between the calls also thins the
+    contention there. It says which mechanism stops two learner threads: a policy that does not
+    reach ~2 here is bound by its locks, one that does is bound by the GIL. Costs about
+    ``3 * repeats * steps`` learner steps.
+    """
+    from replaybench.impl.concurrent import SharedPrioritizedBuffer
+
+    loop = _learner_steps()
+    nbytes = TRANSITIONS[transition]
+    rng = np.random.default_rng(seed)
+    buf = SharedPrioritizedBuffer.create(capacity, schema(nbytes), variant=variant, policy=policy, seed=seed)
+    try:
+        prefill(buf, capacity, nbytes)
+        buf.update_priorities(np.arange(capacity), rng.random(capacity) + 0.01)
+        start = threading.Barrier(2)
+        failures: list[BaseException] = []
+
+        def prepare(who: int):
+            """This thread's own object and kernel arguments (made in the thread: the token is per thread)."""
+            mine = SharedPrioritizedBuffer.attach(buf.handle, seed=seed + who)
+            out = mine.sample_out(batch)
+            sargs = mine.kernel_args("sample", out=out, key=0)
+            drawn = sargs[-4]  # the sample's out_index: the update writes the rows just drawn
+            uargs = mine.kernel_args("update", indices=drawn, priorities=rng.random(batch) + 0.01)
+            if not any(a is drawn for a in uargs) or sargs[_KEY_ARG] != 0:
+                raise RuntimeError("the fused kernels' argument order changed: update shared_kernel_scaling")
+            head, tail = sargs[:_KEY_ARG], sargs[_KEY_ARG + 1:]
+            if loop(1, head, 1 + who * 10**9, tail, uargs) < 0:  # compiles on the first call
+                raise RuntimeError(f"policy {policy!r}: the fused learner step refused its warm-up call")
+            return mine, (head, tail, uargs)
+
+        def run(who: int, args, key0: int, times: list, together: bool) -> None:
+            head, tail, uargs = args
+            try:
+                if together:
+                    start.wait()
+                t0 = time.perf_counter()
+                got = loop(steps, head, key0, tail, uargs)
+                times.append((t0, time.perf_counter(), got))
+            except BaseException as err:  # reported by the caller, never lost in the thread
+                failures.append(err)
+                start.abort()
+
+        prepared = [prepare(0)]
+        try:
+            prepared.append(_in_new_thread(lambda: prepare(1)))  # another thread: another lock token
+            ratios, retries = [], 0
+            for r in range(repeats):
+                alone: list = []
+                run(0, prepared[0][1], (2 * r + 1) * 10**7, alone, together=False)
+                pair: list = []
+                second = threading.Thread(target=run, args=(1, prepared[1][1], (2 * r + 2) * 10**7, pair, True))
+                second.start()
+                run(0, prepared[0][1], (2 * r + 1) * 10**7 + steps, pair, together=True)
+                second.join()
+                if failures:
+                    raise failures[0]
+                refused = [got for _, _, got in alone + pair if got < 0]
+                if refused:
+                    raise RuntimeError(f"policy {policy!r}: a fused learner step was refused (status {-refused[0]})")
+                one = alone[0][1] - alone[0][0]
+                two = max(end for _, end, _ in pair) - min(begin for begin, _, _ in pair)
+                ratios.append(2.0 * one / two)
+                retries += sum(got for _, _, got in pair)
+        finally:
+            for mine, _ in prepared:
+                mine.close()
+    finally:
+        buf.close()
+    return {"policy": policy, "variant": variant, "capacity": capacity, "batch": batch, "steps": steps,
+            "ratio": float(np.median(ratios)), "ratio_min": float(min(ratios)), "ratio_max": float(max(ratios)),
+            "retries": int(retries)}

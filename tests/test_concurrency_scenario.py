@@ -73,6 +73,50 @@ def test_concurrency_quick_rows_are_per_op_kind_with_costs_and_the_ratio_kept(tm
     assert "x global-lock" in proc.stdout and "aggregate" not in proc.stdout
 
 
+def test_shared_path_states_what_binds_two_learner_threads(tmp_path):
+    """With ``shared_path``, meta.json holds per policy the GIL's bound and the compiled two-thread
+    ratio (an error for a policy without a fused learner step), contract-checked, and the summary
+    sets them beside the measured two learner threads over one."""
+    suite = {**suites.load("concurrency-quick"), "name": "conc-shared", "policies": ["lazy-writing", "pal-locks"],
+             "modes": ["threads"], "workers": [[0, 1], [0, 2]], "repeats": 1, "shared_path": True}
+    printed = []
+    (run,) = driver.run_suites(suite, out=str(tmp_path), progress=False, echo=printed.append)
+    meta = results.read_meta(run)  # read through the contract's checks
+    by = {e["policy"]: e for e in meta["shared_path"]}
+    assert set(by) == {"lazy-writing", "pal-locks"}
+    lazy = by["lazy-writing"]
+    assert 1.0 <= lazy["gil_bound"] <= 2.0 and lazy["capacity"] == 4096 and lazy["batch"] == 64
+    assert 0 < lazy["kernel"]["ratio_min"] <= lazy["kernel"]["ratio"] <= lazy["kernel"]["ratio_max"]
+    assert "error" in by["pal-locks"] and "kernel" not in by["pal-locks"]
+    text = "\n".join(printed)
+    assert "kernel 2T x 1" in text
+    line = next(ln for ln in text.splitlines() if "lazy-writing" in ln and f"{lazy['gil_bound']:.2f}" in ln)
+    rates = {r["learners"]: r["value"] for r in results.read_rows(run)
+             if r["policy"] == "lazy-writing" and r["op"] == "sample" and r["metric"] == "items_per_s"}
+    assert f"{rates[2] / rates[1]:.2f}" in line
+    # the report's section reads the same entries from meta.json through the results contract
+    from replaybench.analysis import load
+    from replaybench.analysis.plots import concurrency
+
+    res = load.load_runs([run])
+    plot = concurrency.build(res.table, res.metas)
+    section = "\n".join(concurrency.report_section(plot.data, res, {}))
+    assert f"What binds two learners on one buffer (run `{run.name}`)" in section
+    shared_lines = section.split("What binds two learners", 1)[1].splitlines()
+    row = next(ln for ln in shared_lines if "| lazy-writing |" in ln)
+    assert f"| {lazy['gil_bound']:.2f} |" in row and f"| {rates[2] / rates[1]:.2f} |" in row
+
+
+def test_shared_kernel_scaling_runs_learner_steps_in_two_threads():
+    from replaybench.bench.concurrency_workers import shared_kernel_scaling
+
+    got = shared_kernel_scaling("optimistic", 4096, batch=32, steps=50, repeats=2)
+    assert got["steps"] == 50 and got["retries"] >= 0
+    assert 0 < got["ratio_min"] <= got["ratio"] <= got["ratio_max"] < float("inf")
+    with pytest.raises(ValueError, match="op must be"):
+        shared_kernel_scaling("deferred", 1024, batch=8, steps=2, repeats=1)
+
+
 def test_auto_workers_cover_one_to_twice_the_cores():
     from replaybench.bench.scenarios.concurrency import auto_workers
 
@@ -84,7 +128,8 @@ def test_auto_workers_cover_one_to_twice_the_cores():
     assert [[a, l_] for a, l_ in auto_workers(2) if a and l_] == [[1, 1], [1, 2], [2, 1], [1, 3], [2, 2], [3, 1]]
 
 
-@pytest.mark.parametrize("key,value", [("samples_per_insert", 0), ("samples_per_insert", "8"), ("workers", "all")])
+@pytest.mark.parametrize("key,value", [("samples_per_insert", 0), ("samples_per_insert", "8"), ("workers", "all"),
+                                       ("shared_path", "yes")])
 def test_bad_suite_values_are_refused_before_anything_runs(key, value, tmp_path):
     from replaybench.bench.scenarios import SelectionError
 

@@ -175,7 +175,43 @@ def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFr
     return (["## Concurrency", "", "Sample throughput (M transitions/s, median over repeats; insert throughput for "
              "actors alone: the two are never summed) per actor/learner split, and in brackets the ratio to "
              "global-lock in the same run and split.", ""]
-            + md.table(["transitions", "variant", "policy", "mode", "split: M items/s (x global-lock)"], body) + [""])
+            + md.table(["transitions", "variant", "policy", "mode", "split: M items/s (x global-lock)"], body) + [""]
+            + shared_path_section(rate, res.metas))
+
+
+def shared_path_section(rate: pd.DataFrame, metas: Mapping[str, Mapping]) -> list[str]:
+    """Per run that measured it (meta.json ``shared_path``: bench.scenarios.concurrency), what
+    binds two learners on one buffer, per policy: the GIL's bound, two threads' compiled steps
+    over one thread's (median, min-max), and the run's own two learners over one (sample/s
+    medians over repeats), as threads and as processes. ``[]`` when no run has it."""
+    out = []
+    for run_id in sorted(metas):
+        shared = (metas[run_id] or {}).get("shared_path")
+        if not shared:
+            continue
+        mine = rate[(rate["run_id"] == run_id) & (rate["actors"].astype(float) == 0)]
+
+        def measured(e, mode):
+            g = mine[(mine["policy"] == e["policy"]) & (mine["variant"] == e["variant"])
+                     & (mine["transitions"] == e["transitions"]) & (mine["mode"] == mode)]
+            one, two = (g.loc[g["learners"].astype(float) == n, "median"] for n in (1, 2))
+            return f"{two.iloc[0] / one.iloc[0]:.2f}" if len(one) and len(two) and one.iloc[0] else "-"
+
+        body = []
+        for e in shared:
+            k = e.get("kernel")
+            body.append([e["transitions"], e["variant"], e["policy"],
+                         f"{e['gil_bound']:.2f}" if e.get("gil_bound") is not None else "-",
+                         f"{k['ratio']:.2f} ({k['ratio_min']:.2f}-{k['ratio_max']:.2f})" if k else "-",
+                         measured(e, "threads"), measured(e, "processes")])
+        out += [f"What binds two learners on one buffer (run `{run_id}`): the GIL's bound 2 / (1 + the share of a "
+                "learner step that holds it); two threads' compiled learner steps over one thread's (no Python: "
+                "the policy's locks alone; median, min-max); and the run's two learners over one (sample/s), as "
+                "threads and as processes. A policy far below 2 compiled is bound by its locks; one near 2 compiled "
+                "but not in Python is bound by the GIL.", ""]
+        out += md.table(["transitions", "variant", "policy", "GIL bound", "kernel 2T x 1", "threads 2 x 1",
+                         "processes 2 x 1"], body) + [""]
+    return out
 
 
 _CONCURRENCY_KEY = ["transitions", "variant", "policy", "mode"]

@@ -20,7 +20,13 @@ other. Rows per window:
 
 The summary shows per cell the rates and per-call costs and each policy's sample rate as a
 ratio to ``global-lock`` in the same run, mode, size and split (``x global-lock``). meta.json
-holds this machine's memory limits (:mod:`bench.limits`). A policy that cannot hold the
+holds this machine's memory limits (:mod:`bench.limits`). With the suite key ``shared_path``
+(true), meta.json also gets, per variant, policy and transition size, what binds two learner
+threads on one buffer (``shared_path``, measured before the cells, a few seconds per policy):
+the GIL's bound ``2 / (1 + share)`` from the share of a learner step that holds it
+(:func:`bench.concurrency_workers.shared_gil_share`) and two threads' compiled learner steps
+over one thread's (``kernel``: :func:`bench.concurrency_workers.shared_kernel_scaling`); the
+summary sets them beside the measured two learners over one, as threads and as processes. A policy that cannot hold the
 variant's tree (NotImplementedError) gives a ``skipped`` row. :mod:`bench.derive`'s scaling
 model is fitted to a run (``replaybench plan --run``).
 
@@ -30,7 +36,7 @@ measured with no edit here; or a list), transitions (``{kind: {capacity, write_b
 sample_batch}}`` with kind one of :data:`bench.concurrency_workers.TRANSITIONS`), modes (threads,
 processes), workers (``[[actors, learners], ...]``, or ``"auto"``: :func:`auto_workers` for
 this machine's cores), samples_per_insert (optional; default none: no ratio), window_s,
-repeats. Selection: ``--variants``.
+repeats, shared_path (optional, default false). Selection: ``--variants``.
 """
 
 from __future__ import annotations
@@ -90,6 +96,8 @@ def _check(suite: dict) -> None:
             isinstance(w, list) and len(w) == 2 and all(isinstance(n, int) and n >= 0 for n in w) and sum(w) > 0
             for w in workers):
         raise SelectionError(f"{where}: 'workers' must be \"auto\" or a list of [actors, learners], got {workers!r}")
+    if not isinstance(suite.get("shared_path", False), bool):
+        raise SelectionError(f"{where}: 'shared_path' must be true or false, got {suite['shared_path']!r}")
     for key, kind in (("window_s", (int, float)), ("repeats", int)):
         value = suite.get(key)
         if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
@@ -151,7 +159,8 @@ class Concurrency(Scenario):
                 "timing": "per window: items over the slowest worker's seconds; per-call costs averaged over "
                           "the window's calls; workers attach, warm up their kernels and meet at a barrier "
                           "before each window",
-                "memory_limits": limits.probe()}
+                "memory_limits": limits.probe(),
+                **({"shared_path": shared_path(cells)} if suite.get("shared_path") else {})}
 
     def measure(self, cell: Cell, run: RunState) -> list[dict]:
         from replaybench.bench.concurrency_workers import prefill, run_workers, schema
@@ -172,10 +181,38 @@ class Concurrency(Scenario):
         return _rows(cell, res, repeats)
 
     def summarize(self, rows: list[dict], meta: dict) -> str:
-        return format_table(rows)
+        return format_table(rows, meta.get("shared_path"))
 
 
 SCENARIO = Concurrency()
+
+
+def shared_path(cells: list[Cell]) -> list[dict]:
+    """Per variant, policy and transition size of the cells with two learner threads: the GIL's
+    bound on them and their compiled scaling (module docstring); a policy it cannot measure
+    (no fused learner step: deferred, pal-locks) gets its error instead."""
+    from replaybench.bench import concurrency_workers as workers
+
+    out, seen = [], set()
+    for cell in cells:
+        c = cell.columns
+        key = (c["variant"], c["policy"], c["transitions"])
+        if c["mode"] != "threads" or c["actors"] != 0 or c["learners"] != 2 or key in seen:
+            continue
+        seen.add(key)
+        entry = {"variant": c["variant"], "policy": c["policy"], "transitions": c["transitions"],
+                 "capacity": c["capacity"], "batch": c["batch"]}
+        try:
+            share = workers.shared_gil_share(c["policy"], c["capacity"], variant=c["variant"], batch=c["batch"],
+                                             transition=c["transitions"])["step"]["gil_share"]
+            kernel = workers.shared_kernel_scaling(c["policy"], c["capacity"], variant=c["variant"], batch=c["batch"],
+                                                   transition=c["transitions"])
+            entry.update(gil_share=share, gil_bound=2.0 / (1.0 + share),
+                         kernel={k: kernel[k] for k in ("ratio", "ratio_min", "ratio_max", "retries", "steps")})
+        except (ValueError, NotImplementedError) as err:  # no fused learner step for this policy or tree
+            entry["error"] = f"{type(err).__name__}: {err}"
+        out.append(entry)
+    return out
 
 
 #: Per-call metrics per op kind, from the workers' ``<kind>_<name>`` totals.
@@ -217,11 +254,12 @@ def _medians(rows: list[dict]) -> dict[tuple, dict]:
     return {k: {m: statistics.median(v) for m, v in by.items()} for k, by in values.items()}
 
 
-def format_table(rows: list[dict]) -> str:
+def format_table(rows: list[dict], shared: list[dict] | None = None) -> str:
     """Per cell (medians over windows): items/s of insert, sample and update (each kind on its
     own), the sample rate as a ratio to global-lock in the same mode, size and split, the
     per-call busy time, lock wait and lock hold of inserts and of learner iterations, and the
-    share of time spent waiting for locks and for the ratio; then the cells that did not run."""
+    share of time spent waiting for locks and for the ratio; then, with a run's ``shared_path``
+    (meta.json), what binds two learner threads per policy; then the cells that did not run."""
     from replaybench.bench.summary import format_table as table
 
     med = _medians(rows)
@@ -249,9 +287,35 @@ def format_table(rows: list[dict]) -> str:
     out = ["Per op kind: items/s (never summed); per call (us): busy, lock wait, lock hold; "
            "iteration = sample + update; x global-lock = sample/s over global-lock's in the same mode and split"]
     out += table(header, body, set(range(4, len(header)))) if body else ["(no concurrency rows)"]
+    if shared:
+        out += ["", *format_shared_path(shared, med)]
     missing = [r for r in rows if r.get("status") != "ok"]
     if missing:
         body = [[r["variant"], r["policy"], r["transitions"], r["mode"], str(r["actors"]), str(r["learners"]),
                  r["status"], (r.get("error") or "")[:100]] for r in missing]
         out += ["", "Not measured:", *table(header[:6] + ["status", "error"], body, set())]
     return "\n".join(out)
+
+
+def format_shared_path(shared: list[dict], med: dict[tuple, dict]) -> list[str]:
+    """The lines of the "what binds two learners" table: per ``shared_path`` entry, the GIL's
+    bound, the compiled two threads over one (median and range) and the measured two learners
+    over one (sample/s medians of the cells with 0 actors), as threads and as processes."""
+    from replaybench.bench.summary import format_table as table
+
+    def measured(e, mode):
+        key = (e["variant"], e["policy"], e["transitions"], mode)
+        one, two = (med.get((*key, 0, n), {}).get(("sample", "items_per_s")) for n in (1, 2))
+        return f"{two / one:.2f}" if one and two else "-"
+
+    body = []
+    for e in shared:
+        k = e.get("kernel")
+        body.append([e["variant"], e["policy"], e["transitions"],
+                     f"{e['gil_bound']:.2f}" if "gil_bound" in e else "-",
+                     f"{k['ratio']:.2f} ({k['ratio_min']:.2f}-{k['ratio_max']:.2f})" if k else e.get("error", "-")[:60],
+                     measured(e, "threads"), measured(e, "processes")])
+    header = ["variant", "policy", "transitions", "GIL bound", "kernel 2T x 1", "threads 2 x 1", "processes 2 x 1"]
+    return (["Two learners on one buffer over one (sample/s): the GIL's bound 2/(1+share of a step holding it), "
+             "two threads' compiled steps (no Python: the policy's locks alone), and the measured ratios"]
+            + table(header, body, {3, 5, 6}))
