@@ -39,7 +39,7 @@ from replaybench.impl.ratelimit import SampleToInsertRatio
 
 
 __all__ = ["TRANSITIONS", "ID_STRIDE", "RateLimiter", "schema", "make_batch", "intact_rows", "prefill", "run_workers",
-           "shared_gil_share", "shared_kernel_scaling"]
+           "shared_gil_share", "shared_kernel_scaling", "local_step_seconds"]
 
 TRANSITIONS = {"cartpole": 40, "mujoco": 200, "atari": 84 * 84 * 4}
 ID_STRIDE = 10**12  # writer w's k-th transition has id w * ID_STRIDE + k
@@ -382,6 +382,37 @@ def shared_gil_share(policy: str, capacity: int, *, variant: str = "kary-aligned
     kernel = result["sample"]["kernel_s"] + result["update"]["kernel_s"]
     result["step"] = {"call_s": call, "kernel_s": kernel, "gil_share": max(0.0, 1.0 - kernel / call)}
     return result
+
+
+def local_step_seconds(capacity: int, *, variant: str = "kary-aligned", batch: int = 64,
+                       transition: str = "cartpole", calls: int = 500, repeats: int = 5, seed: int = 0) -> dict:
+    """The in-process buffer's learner calls, timed as :func:`shared_gil_share` times the shared
+    ones, for the ratio shared over local: the same variant, capacity, rows and priorities in an
+    in-process buffer (``replaybench.create``), ``sample(batch, out=...)`` and
+    ``update_priorities`` of ``batch`` random rows each timed ``calls`` times in this thread's CPU
+    seconds, median over ``repeats``. Returns ``{"sample_s", "update_s", "step_s"}`` (step = the
+    sum). Costs ``2 * repeats * calls`` calls."""
+    from replaybench.impl import registry
+
+    nbytes = TRANSITIONS[transition]
+    rng = np.random.default_rng(seed)
+    buf = registry.create(variant, capacity, schema(nbytes), alpha=0.6)
+    prefill(buf, capacity, nbytes)
+    buf.update_priorities(np.arange(capacity), rng.random(capacity) + 0.01)
+    out = buf.sample_out(batch)
+    idx, pr = rng.integers(0, capacity, batch), rng.random(batch) + 0.01
+    timed = {"sample_s": ([], lambda: buf.sample(batch, rng=rng, out=out)),
+             "update_s": ([], lambda: buf.update_priorities(idx, pr))}
+    for _, call in timed.values():
+        call()  # compiled before timing
+    for _ in range(repeats):
+        for seconds, call in timed.values():
+            t0 = time.thread_time()
+            for _ in range(calls):
+                call()
+            seconds.append((time.thread_time() - t0) / calls)
+    got = {name: float(np.median(seconds)) for name, (seconds, _) in timed.items()}
+    return {**got, "step_s": got["sample_s"] + got["update_s"]}
 
 
 def _in_new_thread(fn):

@@ -115,6 +115,7 @@ META_TYPES: dict[str, tuple[type, ...]] = {
     "gil_share[].gil_share": _NUMBER,
     "shared_path": (list,), "shared_path[]": (dict,), "shared_path[].policy": (str,),
     "shared_path[].variant": (str,), "shared_path[].capacity": (int,), "shared_path[].gil_bound": _NUMBER,
+    "shared_path[].step_over_local": _NUMBER,
     "shared_path[].kernel": (dict,), "shared_path[].kernel.ratio": _NUMBER,
     "shared_path[].kernel.ratio_min": _NUMBER, "shared_path[].kernel.ratio_max": _NUMBER,
     "memory_limits": (dict,), "memory_limits.sizes": (list,), "memory_limits.sizes[]": (dict,),

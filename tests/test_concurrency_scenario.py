@@ -86,6 +86,7 @@ def test_shared_path_states_what_binds_two_learner_threads(tmp_path):
     assert set(by) == {"lazy-writing", "pal-locks"}
     lazy = by["lazy-writing"]
     assert 1.0 <= lazy["gil_bound"] <= 2.0 and lazy["capacity"] == 4096 and lazy["batch"] == 64
+    assert lazy["step_over_local"] == pytest.approx(lazy["step_s"] / lazy["local_step_s"]) and lazy["local_step_s"] > 0
     assert 0 < lazy["kernel"]["ratio_min"] <= lazy["kernel"]["ratio"] <= lazy["kernel"]["ratio_max"]
     assert "error" in by["pal-locks"] and "kernel" not in by["pal-locks"]
     text = "\n".join(printed)
@@ -104,7 +105,7 @@ def test_shared_path_states_what_binds_two_learner_threads(tmp_path):
     assert f"What binds two learners on one buffer (run `{run.name}`)" in section
     shared_lines = section.split("What binds two learners", 1)[1].splitlines()
     row = next(ln for ln in shared_lines if "| lazy-writing |" in ln)
-    assert f"| {lazy['gil_bound']:.2f} |" in row and f"| {rates[2] / rates[1]:.2f} |" in row
+    assert f"| {lazy['step_over_local']:.2f} | {lazy['gil_bound']:.2f} |" in row and f"| {rates[2] / rates[1]:.2f} |" in row
 
 
 def test_shared_kernel_scaling_runs_learner_steps_in_two_threads():

@@ -181,7 +181,8 @@ def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFr
 
 def shared_path_section(rate: pd.DataFrame, metas: Mapping[str, Mapping]) -> list[str]:
     """Per run that measured it (meta.json ``shared_path``: bench.scenarios.concurrency), what
-    binds two learners on one buffer, per policy: the GIL's bound, two threads' compiled steps
+    binds two learners on one buffer, per policy: one shared learner step over the in-process
+    buffer's, the GIL's bound, two threads' compiled steps
     over one thread's (median, min-max), and the run's own two learners over one (sample/s
     medians over repeats), as threads and as processes. ``[]`` when no run has it."""
     out = []
@@ -201,16 +202,19 @@ def shared_path_section(rate: pd.DataFrame, metas: Mapping[str, Mapping]) -> lis
         for e in shared:
             k = e.get("kernel")
             body.append([e["transitions"], e["variant"], e["policy"],
+                         f"{e['step_over_local']:.2f}" if e.get("step_over_local") is not None else "-",
                          f"{e['gil_bound']:.2f}" if e.get("gil_bound") is not None else "-",
                          f"{k['ratio']:.2f} ({k['ratio_min']:.2f}-{k['ratio_max']:.2f})" if k else "-",
                          measured(e, "threads"), measured(e, "processes")])
-        out += [f"What binds two learners on one buffer (run `{run_id}`): the GIL's bound 2 / (1 + the share of a "
+        out += [f"What binds two learners on one buffer (run `{run_id}`): one learner step (sample + update) on the "
+                "shared buffer over the same calls on the in-process buffer (step x local); the GIL's bound "
+                "2 / (1 + the share of a "
                 "learner step that holds it); two threads' compiled learner steps over one thread's (no Python: "
                 "the policy's locks alone; median, min-max); and the run's two learners over one (sample/s), as "
                 "threads and as processes. A policy far below 2 compiled is bound by its locks; one near 2 compiled "
                 "but not in Python is bound by the GIL.", ""]
-        out += md.table(["transitions", "variant", "policy", "GIL bound", "kernel 2T x 1", "threads 2 x 1",
-                         "processes 2 x 1"], body) + [""]
+        out += md.table(["transitions", "variant", "policy", "step x local", "GIL bound", "kernel 2T x 1",
+                         "threads 2 x 1", "processes 2 x 1"], body) + [""]
     return out
 
 

@@ -24,9 +24,12 @@ holds this machine's memory limits (:mod:`bench.limits`). With the suite key ``s
 (true), meta.json also gets, per variant, policy and transition size, what binds two learner
 threads on one buffer (``shared_path``, measured before the cells, a few seconds per policy):
 the GIL's bound ``2 / (1 + share)`` from the share of a learner step that holds it
-(:func:`bench.concurrency_workers.shared_gil_share`) and two threads' compiled learner steps
-over one thread's (``kernel``: :func:`bench.concurrency_workers.shared_kernel_scaling`); the
-summary sets them beside the measured two learners over one, as threads and as processes. A policy that cannot hold the
+(:func:`bench.concurrency_workers.shared_gil_share`), two threads' compiled learner steps
+over one thread's (``kernel``: :func:`bench.concurrency_workers.shared_kernel_scaling`), and
+one learner step (sample + update, CPU seconds per call) on the shared buffer over the same
+calls on the in-process buffer of the same variant (``step_over_local``:
+:func:`bench.concurrency_workers.local_step_seconds`); the summary sets them beside the
+measured two learners over one, as threads and as processes. A policy that cannot hold the
 variant's tree (NotImplementedError) gives a ``skipped`` row. :mod:`bench.derive`'s scaling
 model is fitted to a run (``replaybench plan --run``).
 
@@ -202,12 +205,13 @@ def shared_path(cells: list[Cell]) -> list[dict]:
         seen.add(key)
         entry = {"variant": c["variant"], "policy": c["policy"], "transitions": c["transitions"],
                  "capacity": c["capacity"], "batch": c["batch"]}
+        where = dict(variant=c["variant"], batch=c["batch"], transition=c["transitions"])
         try:
-            share = workers.shared_gil_share(c["policy"], c["capacity"], variant=c["variant"], batch=c["batch"],
-                                             transition=c["transitions"])["step"]["gil_share"]
-            kernel = workers.shared_kernel_scaling(c["policy"], c["capacity"], variant=c["variant"], batch=c["batch"],
-                                                   transition=c["transitions"])
-            entry.update(gil_share=share, gil_bound=2.0 / (1.0 + share),
+            step = workers.shared_gil_share(c["policy"], c["capacity"], **where)["step"]
+            kernel = workers.shared_kernel_scaling(c["policy"], c["capacity"], **where)
+            local = workers.local_step_seconds(c["capacity"], **where)["step_s"]
+            entry.update(gil_share=step["gil_share"], gil_bound=2.0 / (1.0 + step["gil_share"]),
+                         step_s=step["call_s"], local_step_s=local, step_over_local=step["call_s"] / local,
                          kernel={k: kernel[k] for k in ("ratio", "ratio_min", "ratio_max", "retries", "steps")})
         except (ValueError, NotImplementedError) as err:  # no fused learner step for this policy or tree
             entry["error"] = f"{type(err).__name__}: {err}"
@@ -312,10 +316,13 @@ def format_shared_path(shared: list[dict], med: dict[tuple, dict]) -> list[str]:
     for e in shared:
         k = e.get("kernel")
         body.append([e["variant"], e["policy"], e["transitions"],
+                     f"{e['step_over_local']:.2f}" if "step_over_local" in e else "-",
                      f"{e['gil_bound']:.2f}" if "gil_bound" in e else "-",
                      f"{k['ratio']:.2f} ({k['ratio_min']:.2f}-{k['ratio_max']:.2f})" if k else e.get("error", "-")[:60],
                      measured(e, "threads"), measured(e, "processes")])
-    header = ["variant", "policy", "transitions", "GIL bound", "kernel 2T x 1", "threads 2 x 1", "processes 2 x 1"]
-    return (["Two learners on one buffer over one (sample/s): the GIL's bound 2/(1+share of a step holding it), "
-             "two threads' compiled steps (no Python: the policy's locks alone), and the measured ratios"]
-            + table(header, body, {3, 5, 6}))
+    header = ["variant", "policy", "transitions", "step x local", "GIL bound", "kernel 2T x 1", "threads 2 x 1",
+              "processes 2 x 1"]
+    return (["One learner step on the shared buffer over the in-process one (step x local); two learners on one "
+             "buffer over one (sample/s): the GIL's bound 2/(1+share of a step holding it), two threads' compiled "
+             "steps (no Python: the policy's locks alone), and the measured ratios"]
+            + table(header, body, {3, 4, 6, 7}))
