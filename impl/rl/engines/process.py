@@ -9,8 +9,9 @@
        └── learner r (L of them)    waits on the rate limiter, samples batch_size // L,
              learn() with gradients all-reduced over gloo (L > 1), update_priorities;
              learner 0 publishes the policy weights every weight_sync_every updates; after the
-             last update (the clock stopped) it times its replay calls alone, once the actors
-             are done, one learner at a time (impl.rl.common.replay_timing)
+             last update (the clock stopped) it times its replay calls alone, at its own pace
+             in the run (its gradient step and its mean wait between them, untimed), once the
+             actors are done, one learner at a time (impl.rl.common.replay_timing)
 
 Ratio control (:class:`~impl.rl.common.shared_state.RateLimiter`): learners never run ahead of
 ``updates_per_step * (env_steps - learning_starts)`` and actors wait when the learners' backlog
@@ -136,11 +137,15 @@ def _actor_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: S
 
 
 def _replay_alone(cfg, rank: int, world: int, buf, state: SharedState, batch_size: int, beta: float, priorities,
-                  n_updates: int) -> dict | None:
+                  n_updates: int, learner, pause_s: float) -> dict | None:
     """The learner's replay calls timed alone (:func:`~impl.rl.common.replay_timing.replay_alone`),
     after the timed part: once every actor has inserted its last step (waited for at most
     ``ALONE_BUDGET_S``; the stop flag ends the wait), and one learner after another (a barrier
-    between turns), so no other process touches the buffer meanwhile. None without updates."""
+    between turns), so no other process touches the buffer meanwhile. At the run's pace:
+    ``learner``'s own gradient step between each sample and its update, and ``pause_s`` (its
+    mean wait per update in the run) before each call. Those steps change the learner's weights
+    (read its digest before) and run without the gradient all-reduce (its peers wait at the
+    barrier meanwhile; the weights are not used after this). None without updates."""
     import torch.distributed as dist
 
     deadline = time.monotonic() + ALONE_BUDGET_S
@@ -149,7 +154,9 @@ def _replay_alone(cfg, rank: int, world: int, buf, state: SharedState, batch_siz
     alone = None
     for turn in range(world):  # every rank meets every barrier, stopped or not: one leaving early hangs its peers
         if turn == rank and priorities is not None and n_updates > 0 and not state.stopped:
-            alone = replay_alone(buf, batch_size, beta, priorities, min(ALONE_CALLS, n_updates))
+            learner.grad_hook = None
+            alone = replay_alone(buf, batch_size, beta, priorities, min(ALONE_CALLS, n_updates),
+                                 learn=lambda batch: learner.learn(batch)[1], pause_s=pause_s)
         if world > 1:
             dist.barrier()
     return alone
@@ -196,10 +203,14 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
         parts = ReplayParts(buf)
         parts.start()
         priorities = None
+        paced_wait = 0.0  # the waits for updates 2..n: the run's pace, without the wait for learning_starts
         draw = _SampleSource(cfg, rank, buf, batch_size)
         try:
             for u in range(n_updates):
-                prof.add("wait", limiter.wait_update(rank, u))
+                waited = limiter.wait_update(rank, u)
+                prof.add("wait", waited)
+                if u > 0:
+                    paced_wait += waited
                 if state.stopped:
                     raise Stopped()
                 beta = acfg.beta(state.env_steps())  # bookkeeping (a sum over the actors' counters), not replay
@@ -230,12 +241,13 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
         if rank > 0:  # the redraw count is the buffer's, not this learner's: learner 0 reports it for all
             in_run["redrawn_rows"] = 0
         lock_wait += buf.lock_wait_seconds
+        digest = learner.digest()  # before the calls alone: their gradient steps change the weights
         alone = _replay_alone(cfg, rank, world, buf, state, batch_size, acfg.beta(state.env_steps()), priorities,
-                              n_updates)
+                              n_updates, learner, paced_wait / (n_updates - 1) if n_updates > 1 else 0.0)
         return {"role": "learner", "rank": rank, "updates": n_updates, "end_s": end, "profile": profile,
                 "wait_s": float(state.learner_wait[rank]), "lock_wait_s": lock_wait,
                 "sample_s": in_run["sample"], "replay_parts": in_run, "replay_alone": alone,
-                "digest": learner.digest(), "actor_ids": actor_ids.tolist()}
+                "digest": digest, "actor_ids": actor_ids.tolist()}
     finally:
         if world > 1 and dist.is_initialized():
             dist.destroy_process_group()
