@@ -5,7 +5,9 @@
        ├── actor i (A of them)      EnvRunner.step over envs_per_actor = E environments with a
        │     CPU copy of the policy (1 torch thread, ONE batched forward per vector step);
        │     stages ~insert_batch transitions (whole vector steps), waits on the rate limiter,
-       │     buffer.add; refreshes its weights from SharedWeights when the version changed
+       │     buffer.add; refreshes its weights from SharedWeights when the version changed;
+       │     sends its finished episodes to the parent's log in one message per 50 ms
+       │     (impl.rl.common.episode_outbox), the rest on every exit
        └── learner r (L of them)    waits on the rate limiter, samples batch_size // L,
              learn() with gradients all-reduced over gloo (L > 1), update_priorities;
              learner 0 publishes the policy weights every weight_sync_every updates; after the
@@ -54,6 +56,7 @@ from replaybench.impl.rl.common.envs import (
     stage_rows,
     transition_fields,
 )
+from replaybench.impl.rl.common.episode_outbox import EpisodeOutbox
 from replaybench.impl.rl.common.errors import ConfigError, InjectedFailure, WorkerFailed
 from replaybench.impl.rl.common.local_replay import buffer_kwargs
 from replaybench.impl.rl.common.processes import PROGRESS_EVERY_S, free_port, share
@@ -84,6 +87,7 @@ def _actor_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: S
     seeds = RunSeeds(cfg.seed).actor(rank)
     n_envs = cfg.envs_per_actor
     envs = []
+    outbox = EpisodeOutbox(out)
     try:
         envs.extend(make_env(cfg.env, algo) for _ in range(n_envs))
         spaces = (envs[0].observation_space, envs[0].action_space)
@@ -92,7 +96,7 @@ def _actor_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: S
         prof = SectionProfiler()
         rows = stage_rows(cfg.insert_batch, n_envs)
         runner = EnvRunner(envs, actor, TransitionStager(fields, rows), rank, prof,
-                           lambda steps, ret: out.put(("episode", steps, time.monotonic() - t0, ret)))
+                           lambda steps, ret: outbox.add(steps, time.monotonic() - t0, ret))
         stage = runner.stage
         limiter = RateLimiter(state, acfg.updates_per_step, acfg.learning_starts, cfg.ratio_tolerance, rows)
         fail_at = cfg.failure_point("actor", rank)
@@ -106,7 +110,8 @@ def _actor_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: S
         have_version, weight_loads, done, base = 0, 0, 0, 0
         runner.reset([seeds.env_seed(j) for j in range(n_envs)])
         while done < my_steps:
-            if stage.n == 0:  # start of a batch: hold the ratio, refresh the policy
+            if stage.n == 0:  # start of a batch: hold the ratio, refresh the policy, send due episodes
+                outbox.poll()
                 n = min(rows, my_steps - done)
                 prof.add("wait", limiter.wait_insert(rank, n))
                 fresh = weights.read_if_newer(have_version)
@@ -132,8 +137,11 @@ def _actor_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: S
                 "wait_s": float(state.actor_wait[rank]), "lock_wait_s": buf.lock_wait_seconds,
                 "weight_loads": weight_loads}
     finally:
-        for env in envs:
-            env.close()
+        try:
+            outbox.flush()  # every exit, an error's or a stop's too: the parent gets each finished episode
+        finally:
+            for env in envs:
+                env.close()
 
 
 def _replay_alone(cfg, rank: int, world: int, buf, state: SharedState, batch_size: int, beta: float, priorities,
@@ -356,8 +364,9 @@ class _Monitor:
 
     def _handle(self, msg) -> None:
         kind = msg[0]
-        if kind == "episode":
-            self.log.record(*msg[1:])
+        if kind == EpisodeOutbox.KIND:
+            for row in msg[1]:  # in the order they ended in their worker
+                self.log.record(*row)
         elif kind == "ready":
             self.ready.add(msg[1])
             self.child_pids.extend(msg[2] if len(msg) > 2 else ())
