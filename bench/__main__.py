@@ -75,10 +75,10 @@ def cmd_run(args) -> int:
 
 
 def cmd_summary(args) -> int:
-    from replaybench.bench import contract, summary
+    from replaybench.bench import contract, driver
 
     try:
-        text = summary.format_run(args.run_dir)
+        text = driver.summarize_run(args.run_dir)
     except contract.RunError as err:  # names the file and line; a broken run is not a crash
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -22,8 +22,9 @@ Every scenario (:mod:`bench.scenarios`) runs through :func:`run`:
    stays (at most the batch being written is lost), meta.json keeps ``complete: false`` (and
    gets ``write_error`` if it can still be written), and
    :class:`~bench.results.ResultsWriteError` is raised, naming the file.
-5. The scenario's table (:meth:`Scenario.summarize`) of the rows read back from rows.csv is
-   printed, then the folder.
+5. The run's lines and the scenario's table (:func:`format_summary`) of the rows read back
+   from rows.csv are printed, then the folder. ``replaybench summary <run>`` prints the same
+   for a stored run (:func:`summarize_run`).
 
 Composite suites (``{"name": ..., "suites": [...]}``) run their sub-suites in order
 (:func:`run_suites`), each into its own folder ``<run_id>-<sub-suite name>``, after every
@@ -40,10 +41,10 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from replaybench.bench import arguments, derive, results, suites
+from replaybench.bench import arguments, contract, derive, results, suites, summary
 from replaybench.bench.scenarios import OPTIONS, Cell, RunState, Scenario, Selection, SelectionError, load
 
-__all__ = ["Plan", "plan", "execute", "run", "run_suites", "interrupts_deferred"]
+__all__ = ["Plan", "plan", "execute", "run", "run_suites", "format_summary", "summarize_run", "interrupts_deferred"]
 
 
 @contextlib.contextmanager
@@ -181,9 +182,41 @@ def execute(p: Plan, *, out="results", run_id: str | None = None, machine: str |
         raise
     bar.close()
     finish(True)
-    echo(p.scenario.summarize(results.read_rows(writer.dir), writer.meta))
+    rows = results.read_rows(writer.dir)
+    echo("\n".join([*summary.format_header(writer.meta), p.scenario.summarize(rows, writer.meta)]))
     echo(f"\nResults: {writer.dir}")
     return writer.dir
+
+
+def format_summary(rows: list[dict], meta: dict) -> str:
+    """A stored run as text, as :func:`execute` printed it when it ended: its lines
+    (:func:`bench.summary.format_header`: id, state, git, machine, pyperf's settings where
+    pyperf timed it), then its scenario's table (:meth:`Scenario.summarize`; the scenario
+    ``meta`` or the rows name). A run whose rows its scenario's table cannot read (stored with
+    an older set of columns: the table raises KeyError, TypeError or ValueError), or whose
+    scenario is not known here, gets the generic table (:meth:`Scenario.summarize`'s default)
+    under a line saying why. Cost: the table's."""
+    name = meta.get("scenario") or next((r.get("scenario") for r in rows if r.get("scenario")), None)
+    head = summary.format_header(meta)
+    try:
+        scenario = load(name)
+    except SelectionError as err:
+        why = str(err)
+    else:
+        try:
+            return "\n".join([*head, scenario.summarize(rows, meta)])
+        except (KeyError, TypeError, ValueError) as err:
+            why = f"the {scenario.name} table cannot read these rows ({type(err).__name__}: {err})"
+    return "\n".join([*head, f"{why}; the generic table instead:", Scenario().summarize(rows, meta)])
+
+
+def summarize_run(run_dir) -> str:
+    """:func:`format_summary` of a stored run folder (rows.csv, and meta.json when there is one):
+    what ``replaybench summary`` prints. Raises :class:`bench.contract.RunError`, naming the
+    file and line, when rows.csv or meta.json breaks the results contract."""
+    run_dir = Path(run_dir)
+    meta = contract.read_meta(run_dir) if (run_dir / "meta.json").exists() else {}
+    return format_summary(contract.read_rows(run_dir), meta)
 
 
 def run(suite: dict, selection: Selection = Selection(), **kwargs) -> Path:
@@ -199,8 +232,6 @@ def run_suites(suite: dict, selection: Selection = Selection(), *, run_id: str |
     any work. An option that no sub-suite takes is refused; one that only some take is used
     by those, and a note names the others. Keyword arguments go to :func:`execute`.
     """
-    from replaybench.bench import summary
-
     if run_id is not None:
         arguments.check_run_id(run_id)
     if "suites" not in suite:

@@ -18,7 +18,8 @@ from pathlib import Path
 from replaybench.bench import contract, derive
 from replaybench.bench.contract import format_table  # the one text-table formatter, named here for bench's tables
 
-__all__ = ["format_table", "format_rows", "format_threads", "format_bound", "format_run", "format_headline"]
+__all__ = ["format_table", "format_header", "format_rows", "format_threads", "format_bound", "format_run",
+           "format_headline"]
 
 #: Grid parameters that are columns of their own (the others are in ``params``).
 _WORKLOAD_COLUMNS = ("batch", "transitions", "threads")
@@ -41,22 +42,31 @@ def _num(x: float) -> str:
     return f"{x:.2f}"
 
 
-def format_rows(rows: list[dict], meta: dict | None = None) -> str:
-    """The summary as text: overhead line, one table per op, then what was not measured."""
-    meta = meta or {}
-    stats = derive.summarize(rows)
-    variants = list(dict.fromkeys(r["variant"] for r in rows if r.get("variant")))
-    out = []
-    if meta:
-        state = "complete" if meta.get("complete") else "INCOMPLETE (interrupted or still running)"
-        sha = (meta.get("git_sha") or "no git")[:10] + (", dirty" if meta.get("dirty") else "")
-        cpu = (meta.get("machine") or {}).get("cpu_model")
-        out.append(f"Run {meta.get('run_id')}: {state}; git {sha}; {cpu}, "
-                   f"{(meta.get('machine') or {}).get('usable_cpus')} CPUs")
-        s = meta.get("pyperf_settings") or {}
+def format_header(meta: dict | None) -> list[str]:
+    """A run's first lines: its id, whether it is complete, its git state and machine, and, for a
+    run pyperf timed (meta ``pyperf_settings``: the micro scenario), pyperf's settings. [] for
+    no meta (a run folder without meta.json)."""
+    if not meta:
+        return []
+    state = "complete" if meta.get("complete") else "INCOMPLETE (interrupted or still running)"
+    sha = (meta.get("git_sha") or "no git")[:10] + (", dirty" if meta.get("dirty") else "")
+    machine = meta.get("machine") or {}
+    out = [f"Run {meta.get('run_id')}: {state}; git {sha}; {machine.get('cpu_model')}, {machine.get('usable_cpus')} CPUs"]
+    s = meta.get("pyperf_settings") or {}
+    if s.get("processes") is not None:
         out.append(f"pyperf: {s.get('processes')} processes x {s.get('values')} values "
                    f"(+{s.get('warmups')} warm-up), loops {'calibrated' if not s.get('loops') else s.get('loops')}, "
                    f"min_time {s.get('min_time')} s")
+    return out
+
+
+def format_rows(rows: list[dict], meta: dict | None = None, *, header: bool = True) -> str:
+    """The summary as text: the run's lines (:func:`format_header`, unless ``header`` is false),
+    the overhead line, one table per op, then what was not measured."""
+    meta = meta or {}
+    stats = derive.summarize(rows)
+    variants = list(dict.fromkeys(r["variant"] for r in rows if r.get("variant")))
+    out = format_header(meta) if header else []
     cells = derive.summarize_cells(rows)
     overhead = next((v for k, v in stats.items() if k[0] == "empty"), None)
     if overhead:  # items_per_call is 1, so 1 / throughput is seconds per call

@@ -111,7 +111,8 @@ def test_training_rows_and_table_state_the_bound(quick_run):
 def test_learner_replay_is_split_and_timed_alone_after_the_run(quick_run):
     """The learner's replay section split into sample and update (their sum is the section), its
     CPU seconds within the wall seconds, and the same calls timed alone after the run: present,
-    positive, min(200, updates) of them, and the in-run over alone ratio their quotient."""
+    positive, min(200, updates) of them, paced by the learner's gradient steps and waits, and
+    the in-run over alone ratio their quotient."""
     _, result = quick_run
     parts, replay = result.replay_parts["learner"], result.profiles["learner"]["replay"]
     assert parts["sample"] > 0 and parts["update"] > 0
@@ -120,6 +121,10 @@ def test_learner_replay_is_split_and_timed_alone_after_the_run(quick_run):
     alone = result.replay_alone
     assert alone["calls"] == min(200, result.updates)
     assert all(alone[k] > 0 for k in ("sample", "tensor", "update", "cpu")), alone
+    # paced as in the run: the learner's gradient step between each sample and its update, and
+    # at most its mean wait per update before each call (sleeps may overrun by a scheduler tick)
+    assert alone["learn"] > 0 and alone["pause"] >= 0
+    assert alone["pause"] / alone["calls"] <= result.learner_wait_s / max(1, result.updates - 1) + 0.02
     inrun = replay / result.updates
     assert result.learner_replay_inrun_s == pytest.approx(inrun)
     assert result.learner_replay_alone_s == pytest.approx((alone["sample"] + alone["update"]) / alone["calls"])

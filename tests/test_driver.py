@@ -373,3 +373,65 @@ def test_a_suite_with_a_bad_expected_minutes_is_refused(tmp_path):
     path.write_text('{"name": "s", "scenario": "micro", "expected_minutes": "soon"}')
     with pytest.raises(ValueError, match="expected_minutes.*'soon'"):
         suites.load(str(path))
+
+
+# ------------------------------------------------------------------------- replaybench summary
+def _micro_run(tmp_path, **meta) -> Path:
+    """A micro run of two variants at one capacity, written by the harness's RunWriter."""
+    writer = results.RunWriter(tmp_path, "r1", {"scenario": "micro", **meta})
+    base = {"schema_version": results.SCHEMA_VERSION, "run_id": "r1", "scenario": "micro", "op": "sample",
+            "capacity": 1024, "metric": "seconds_per_call", "unit": "s", "items_per_call": 256, "status": "ok"}
+    writer.append([{**base, "variant": "binary", "value": 1e-4, "repeat": i} for i in range(3)])
+    writer.append([{**base, "variant": "kary-aligned", "value": 5e-5, "repeat": 0}])
+    writer.finish(True)
+    return writer.dir
+
+
+def test_summary_of_a_micro_run_is_its_table_under_the_run_lines(tmp_path, capsys):
+    """`replaybench summary` of a micro run: the run line, pyperf's settings, the op tables."""
+    import argparse
+
+    from replaybench.bench import summary
+    from replaybench.bench.__main__ import cmd_summary
+
+    settings = {"processes": 2, "values": 5, "warmups": 1, "loops": None, "min_time": 0.05}
+    run_dir = _micro_run(tmp_path, pyperf_settings=settings)
+    text = driver.summarize_run(run_dir)
+    lines = text.splitlines()
+    assert lines[0].startswith("Run ") and ": complete; git " in lines[0]
+    assert lines[1] == "pyperf: 2 processes x 5 values (+1 warm-up), loops calibrated, min_time 0.05 s"
+    assert "sample: M/s (transitions), median over values" in text and " kary-aligned " in text
+    assert text == summary.format_run(run_dir)  # the micro table, as before
+    assert cmd_summary(argparse.Namespace(run_dir=run_dir)) == 0
+    assert capsys.readouterr().out == text + "\n"
+
+
+def test_summary_of_a_run_pyperf_did_not_time_has_no_pyperf_line(tmp_path):
+    text = driver.summarize_run(_micro_run(tmp_path))
+    assert text.splitlines()[0].startswith("Run ") and "pyperf" not in text
+    assert "sample: M/s" in text
+
+
+def test_summary_of_a_run_whose_table_cannot_read_it_falls_back_to_the_generic_table(tmp_path, monkeypatch):
+    """A run stored with columns its scenario's table no longer reads (the table raises
+    KeyError), and a run of a scenario not known here: the generic table, under a line saying why."""
+    from replaybench.bench.scenarios import micro
+
+    def old_columns(self, rows, meta):
+        raise KeyError("backend")
+
+    monkeypatch.setattr(type(micro.SCENARIO), "summarize", old_columns)
+    text = driver.summarize_run(_micro_run(tmp_path / "a"))
+    lines = text.splitlines()
+    assert lines[0].startswith("Run ")
+    assert lines[1] == "the micro table cannot read these rows (KeyError: 'backend'); the generic table instead:"
+    assert lines[2].split()[:4] == ["variant", "capacity", "op", "metric"]
+    assert any(line.split()[:4] == ["binary", "1024", "sample", "seconds_per_call"] for line in lines)
+
+    writer = results.RunWriter(tmp_path / "b", "gone", {"scenario": "retired_scenario"})
+    writer.append([{"schema_version": results.SCHEMA_VERSION, "run_id": "gone", "scenario": "retired_scenario",
+                    "op": "x", "metric": "m", "unit": "s", "value": 1.0, "status": "ok"}])
+    writer.finish(True)
+    text = driver.summarize_run(writer.dir)
+    assert "unknown scenario 'retired_scenario'" in text and "the generic table instead:" in text
+    assert any(line.split()[2:4] == ["x", "m"] for line in text.splitlines())

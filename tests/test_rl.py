@@ -450,9 +450,16 @@ def test_training_quick_suite_rows(tmp_path):
     from replaybench.bench import driver, suites
 
     suite = suites.load("training-quick")
-    run_dir = driver.run(suite, out=tmp_path, progress=False, echo=lambda *_: None)
+    printed = []
+    run_dir = driver.run(suite, out=tmp_path, progress=False, echo=printed.append)
     rows = results.read_rows(run_dir)
     meta = results.read_meta(run_dir)
+    # `replaybench summary` of the stored run prints what the run printed when it ended: the run
+    # line, then the training table (no pyperf line: pyperf did not time it)
+    stored = driver.summarize_run(run_dir)
+    assert stored == printed[0] and printed[1] == f"\nResults: {run_dir}"
+    assert stored.splitlines()[0].startswith(f"Run {meta['run_id']}: complete") and "pyperf" not in stored
+    assert "replay/alone" in stored.splitlines()[1] and "process" in stored
     assert meta["complete"] and meta["scenario"] == "training"
     assert {r["status"] for r in rows} <= {"ok", "skipped"}
     assert {r["scenario"] for r in rows} == {"training"} and {r["engine"] for r in rows} == {"sequential", "process"}

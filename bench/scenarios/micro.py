@@ -375,7 +375,7 @@ class Micro(Scenario):
     def summarize(self, rows: list[dict], meta: dict) -> str:
         from replaybench.bench import summary
 
-        return summary.format_rows(rows, meta)
+        return summary.format_rows(rows, meta, header=False)  # the driver prints the run's lines above it
 
 
 def _op_floors(suite: dict) -> dict:

@@ -36,14 +36,17 @@ one batched forward), per run:
   profile cannot say, e.g. a run without updates);
   learner_replay_inrun_s and learner_replay_alone_s (s per update: a learner's ``replay``
   section, sample + priority update, in the run, and the same calls timed alone after it, when
-  no actor inserts) and learner_replay_inrun_over_alone (x: the first over the second, what the
+  no actor inserts, paced as in the run: the learner's gradient step between sample and update
+  and its mean wait per update before each call, untimed) and learner_replay_inrun_over_alone (x: the first over the second, what the
   run adds to the calls; issue 26's target is <= 1.5x) and learner_replay_cpu_inrun_over_alone
   (x: the same for the learner thread's CPU seconds in those calls; the difference is time off
   the CPU), for the engines that measure them (process, dataflow);
 - op "replay_part", metric sample / update / cpu / lock_wait (s) / redrawn_rows (rows, in-run
-  only) / tensor (s, alone only): what the learners' replay seconds are made of, summed over the learners, with
-  params.when "in-run" or "alone" and params.calls (:func:`replay_part_rows`,
-  :mod:`impl.rl.common.replay_timing`); beside the profile rows, never summed with them;
+  only) / tensor, learn, pause (s, alone only; learn and pause are the untimed gradient steps
+  and waits that pace the calls alone as the run paced them): what the learners' replay
+  seconds are made of, summed over the learners, with params.when "in-run" or "alone" and
+  params.calls (:func:`replay_part_rows`, :mod:`impl.rl.common.replay_timing`); beside the
+  profile rows, never summed with them;
 - op "episode", metric "return": one row per finished episode, with env_steps and wall_s
   (seconds since the first env step) and ``repeat`` = the episode's index;
 - op "profile", metric env_step / inference / replay / sgd / wait / other: seconds, summed over
@@ -89,7 +92,7 @@ SUMMARY_UNITS = {"env_steps_per_s": "steps/s", "updates_per_s": "updates/s", "sa
 
 #: Units of the op "replay_part" rows' metrics (:mod:`impl.rl.common.replay_timing`).
 REPLAY_PART_UNITS = {"sample": "s", "update": "s", "cpu": "s", "lock_wait": "s", "redrawn_rows": "rows",
-                     "tensor": "s"}
+                     "tensor": "s", "learn": "s", "pause": "s"}
 
 #: Summary metrics a run may lack (not applicable to it, or not measured by its engine): no row then.
 _OPTIONAL = ("buffer_lock_wait_s", "speedup", "sample_latency_s", "vs_process", "actor_restarts", "dropped_batches",

@@ -57,6 +57,7 @@ from replaybench.impl.rl.common.envs import (
     stage_rows,
     transition_fields,
 )
+from replaybench.impl.rl.common.episode_outbox import EpisodeOutbox
 from replaybench.impl.rl.common.errors import ConfigError, InjectedFailure
 from replaybench.impl.rl.common.profiler import SECTIONS, SectionProfiler
 from replaybench.impl.rl.common.result import TrainResult
@@ -101,6 +102,7 @@ def _server_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: 
     prof = SectionProfiler()
     inference, env_step, replay = prof.section("inference"), prof.section("env_step"), prof.section("replay")
     buf.warm_up()
+    outbox = EpisodeOutbox(out)
     # half the parent's start-up limit: env workers that do not start fail the server, which says why
     venv = SharedVectorEnv(cfg.env, n_envs, cfg.actors, seed=seeds.env, start_method=cfg.start_method,
                            timeout_s=STARTUP_TIMEOUT_S / 2)
@@ -115,7 +117,8 @@ def _server_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: 
 
         have_version, weight_loads, done = 0, 0, 0
         while done < cfg.steps:
-            if stage.n == 0:  # start of an insert: hold the ratio, refresh the policy
+            if stage.n == 0:  # start of an insert: hold the ratio, refresh the policy, send due episodes
+                outbox.poll()
                 prof.add("wait", limiter.wait_insert(0, min(rows, cfg.steps - done)))
                 fresh = weights.read_if_newer(have_version)
                 if fresh is not None:
@@ -137,7 +140,7 @@ def _server_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: 
             full = stage.push(obs[:k], actions[:k], rewards[:k], next_obs[:k], terminated[:k], owner[:k])
             for i, ret, _ in venv.pop_episodes():
                 if i < k:
-                    out.put(("episode", done + i + 1, time.monotonic() - t0, ret))
+                    outbox.add(done + i + 1, time.monotonic() - t0, ret)
             obs[:] = nxt
             done += k
             if full or done == cfg.steps:
@@ -153,7 +156,10 @@ def _server_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: 
                 "weight_loads": weight_loads, "worker_steps": state.actor_steps.tolist(),
                 "worker_busy_s": (venv.worker_busy_s - busy0).tolist()}
     finally:
-        venv.close()
+        try:
+            outbox.flush()  # every exit, an error's or a stop's too: the parent gets each finished episode
+        finally:
+            venv.close()
 
 
 def check(cfg: TrainConfig, acfg) -> None:

@@ -5,12 +5,15 @@
        ├── actor i (A of them)      EnvRunner.step over envs_per_actor = E environments with a
        │     CPU copy of the policy (1 torch thread, ONE batched forward per vector step);
        │     stages ~insert_batch transitions (whole vector steps), waits on the rate limiter,
-       │     buffer.add; refreshes its weights from SharedWeights when the version changed
+       │     buffer.add; refreshes its weights from SharedWeights when the version changed;
+       │     sends its finished episodes to the parent's log in one message per 50 ms
+       │     (impl.rl.common.episode_outbox), the rest on every exit
        └── learner r (L of them)    waits on the rate limiter, samples batch_size // L,
              learn() with gradients all-reduced over gloo (L > 1), update_priorities;
              learner 0 publishes the policy weights every weight_sync_every updates; after the
-             last update (the clock stopped) it times its replay calls alone, once the actors
-             are done, one learner at a time (impl.rl.common.replay_timing)
+             last update (the clock stopped) it times its replay calls alone, at its own pace
+             in the run (its gradient step and its mean wait between them, untimed), once the
+             actors are done, one learner at a time (impl.rl.common.replay_timing)
 
 Ratio control (:class:`~impl.rl.common.shared_state.RateLimiter`): learners never run ahead of
 ``updates_per_step * (env_steps - learning_starts)`` and actors wait when the learners' backlog
@@ -53,6 +56,7 @@ from replaybench.impl.rl.common.envs import (
     stage_rows,
     transition_fields,
 )
+from replaybench.impl.rl.common.episode_outbox import EpisodeOutbox
 from replaybench.impl.rl.common.errors import ConfigError, InjectedFailure, WorkerFailed
 from replaybench.impl.rl.common.local_replay import buffer_kwargs
 from replaybench.impl.rl.common.processes import PROGRESS_EVERY_S, free_port, share
@@ -83,6 +87,7 @@ def _actor_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: S
     seeds = RunSeeds(cfg.seed).actor(rank)
     n_envs = cfg.envs_per_actor
     envs = []
+    outbox = EpisodeOutbox(out)
     try:
         envs.extend(make_env(cfg.env, algo) for _ in range(n_envs))
         spaces = (envs[0].observation_space, envs[0].action_space)
@@ -91,7 +96,7 @@ def _actor_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: S
         prof = SectionProfiler()
         rows = stage_rows(cfg.insert_batch, n_envs)
         runner = EnvRunner(envs, actor, TransitionStager(fields, rows), rank, prof,
-                           lambda steps, ret: out.put(("episode", steps, time.monotonic() - t0, ret)))
+                           lambda steps, ret: outbox.add(steps, time.monotonic() - t0, ret))
         stage = runner.stage
         limiter = RateLimiter(state, acfg.updates_per_step, acfg.learning_starts, cfg.ratio_tolerance, rows)
         fail_at = cfg.failure_point("actor", rank)
@@ -105,7 +110,8 @@ def _actor_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: S
         have_version, weight_loads, done, base = 0, 0, 0, 0
         runner.reset([seeds.env_seed(j) for j in range(n_envs)])
         while done < my_steps:
-            if stage.n == 0:  # start of a batch: hold the ratio, refresh the policy
+            if stage.n == 0:  # start of a batch: hold the ratio, refresh the policy, send due episodes
+                outbox.poll()
                 n = min(rows, my_steps - done)
                 prof.add("wait", limiter.wait_insert(rank, n))
                 fresh = weights.read_if_newer(have_version)
@@ -131,16 +137,23 @@ def _actor_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: S
                 "wait_s": float(state.actor_wait[rank]), "lock_wait_s": buf.lock_wait_seconds,
                 "weight_loads": weight_loads}
     finally:
-        for env in envs:
-            env.close()
+        try:
+            outbox.flush()  # every exit, an error's or a stop's too: the parent gets each finished episode
+        finally:
+            for env in envs:
+                env.close()
 
 
 def _replay_alone(cfg, rank: int, world: int, buf, state: SharedState, batch_size: int, beta: float, priorities,
-                  n_updates: int) -> dict | None:
+                  n_updates: int, learner, pause_s: float) -> dict | None:
     """The learner's replay calls timed alone (:func:`~impl.rl.common.replay_timing.replay_alone`),
     after the timed part: once every actor has inserted its last step (waited for at most
     ``ALONE_BUDGET_S``; the stop flag ends the wait), and one learner after another (a barrier
-    between turns), so no other process touches the buffer meanwhile. None without updates."""
+    between turns), so no other process touches the buffer meanwhile. At the run's pace:
+    ``learner``'s own gradient step between each sample and its update, and ``pause_s`` (its
+    mean wait per update in the run) before each call. Those steps change the learner's weights
+    (read its digest before) and run without the gradient all-reduce (its peers wait at the
+    barrier meanwhile; the weights are not used after this). None without updates."""
     import torch.distributed as dist
 
     deadline = time.monotonic() + ALONE_BUDGET_S
@@ -149,7 +162,9 @@ def _replay_alone(cfg, rank: int, world: int, buf, state: SharedState, batch_siz
     alone = None
     for turn in range(world):  # every rank meets every barrier, stopped or not: one leaving early hangs its peers
         if turn == rank and priorities is not None and n_updates > 0 and not state.stopped:
-            alone = replay_alone(buf, batch_size, beta, priorities, min(ALONE_CALLS, n_updates))
+            learner.grad_hook = None
+            alone = replay_alone(buf, batch_size, beta, priorities, min(ALONE_CALLS, n_updates),
+                                 learn=lambda batch: learner.learn(batch)[1], pause_s=pause_s)
         if world > 1:
             dist.barrier()
     return alone
@@ -196,10 +211,14 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
         parts = ReplayParts(buf)
         parts.start()
         priorities = None
+        paced_wait = 0.0  # the waits for updates 2..n: the run's pace, without the wait for learning_starts
         draw = _SampleSource(cfg, rank, buf, batch_size)
         try:
             for u in range(n_updates):
-                prof.add("wait", limiter.wait_update(rank, u))
+                waited = limiter.wait_update(rank, u)
+                prof.add("wait", waited)
+                if u > 0:
+                    paced_wait += waited
                 if state.stopped:
                     raise Stopped()
                 beta = acfg.beta(state.env_steps())  # bookkeeping (a sum over the actors' counters), not replay
@@ -230,12 +249,13 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
         if rank > 0:  # the redraw count is the buffer's, not this learner's: learner 0 reports it for all
             in_run["redrawn_rows"] = 0
         lock_wait += buf.lock_wait_seconds
+        digest = learner.digest()  # before the calls alone: their gradient steps change the weights
         alone = _replay_alone(cfg, rank, world, buf, state, batch_size, acfg.beta(state.env_steps()), priorities,
-                              n_updates)
+                              n_updates, learner, paced_wait / (n_updates - 1) if n_updates > 1 else 0.0)
         return {"role": "learner", "rank": rank, "updates": n_updates, "end_s": end, "profile": profile,
                 "wait_s": float(state.learner_wait[rank]), "lock_wait_s": lock_wait,
                 "sample_s": in_run["sample"], "replay_parts": in_run, "replay_alone": alone,
-                "digest": learner.digest(), "actor_ids": actor_ids.tolist()}
+                "digest": digest, "actor_ids": actor_ids.tolist()}
     finally:
         if world > 1 and dist.is_initialized():
             dist.destroy_process_group()
@@ -344,8 +364,9 @@ class _Monitor:
 
     def _handle(self, msg) -> None:
         kind = msg[0]
-        if kind == "episode":
-            self.log.record(*msg[1:])
+        if kind == EpisodeOutbox.KIND:
+            for row in msg[1]:  # in the order they ended in their worker
+                self.log.record(*row)
         elif kind == "ready":
             self.ready.add(msg[1])
             self.child_pids.extend(msg[2] if len(msg) > 2 else ())
