@@ -39,7 +39,7 @@ from replaybench.impl.ratelimit import SampleToInsertRatio
 
 
 __all__ = ["TRANSITIONS", "ID_STRIDE", "RateLimiter", "schema", "make_batch", "intact_rows", "prefill", "run_workers",
-           "shared_gil_share", "shared_kernel_scaling", "local_step_seconds"]
+           "shared_gil_share", "shared_kernel_scaling", "local_step_seconds", "fill_with_priorities"]
 
 TRANSITIONS = {"cartpole": 40, "mujoco": 200, "atari": 84 * 84 * 4}
 ID_STRIDE = 10**12  # writer w's k-th transition has id w * ID_STRIDE + k
@@ -78,6 +78,13 @@ def prefill(buf, n: int, nbytes: int, chunk: int = 4096) -> None:
     for start in range(0, n, chunk):
         ids = np.arange(start, min(n, start + chunk), dtype=np.int64)
         buf.add(make_batch(ids, nbytes))
+
+
+def fill_with_priorities(buf, capacity: int, nbytes: int, rng) -> None:
+    """Fill ``buf`` (shared or in-process) with ``capacity`` tagged transitions and give them
+    random priorities in [0.01, 1.01) from ``rng``: the state every learner-step measurement starts from."""
+    prefill(buf, capacity, nbytes)
+    buf.update_priorities(np.arange(capacity), rng.random(capacity) + 0.01)
 
 
 # --------------------------------------------------------------------------- the training ratio
@@ -342,17 +349,16 @@ def shared_gil_share(policy: str, capacity: int, *, variant: str = "kary-aligned
         for _ in range(n):
             fused.add(*args)
 
-    nbytes = TRANSITIONS[transition]
     rng = np.random.default_rng(seed)
-    buf = SharedPrioritizedBuffer.create(capacity, schema(nbytes), variant=variant, policy=policy, seed=seed)
+    buf = SharedPrioritizedBuffer.create(capacity, schema(TRANSITIONS[transition]), variant=variant, policy=policy,
+                                         seed=seed)
     try:
-        prefill(buf, capacity, nbytes)
-        buf.update_priorities(np.arange(capacity), rng.random(capacity) + 0.01)
+        fill_with_priorities(buf, capacity, TRANSITIONS[transition], rng)
         out = buf.sample_out(batch)
         idx, pr = rng.integers(0, capacity, batch), rng.random(batch) + 0.01
         sargs = buf.kernel_args("sample", out=out, key=12345)
         uargs = buf.kernel_args("update", indices=idx, priorities=pr)
-        rows = make_batch(np.arange(batch), nbytes)
+        rows = make_batch(np.arange(batch), TRANSITIONS[transition])
         aargs = buf.kernel_args("add", batch=rows)
         if sargs[_KEY_ARG] != 12345:
             raise RuntimeError("the sample kernel's key is no longer argument 15: update _KEY_ARG")
@@ -394,11 +400,9 @@ def local_step_seconds(capacity: int, *, variant: str = "kary-aligned", batch: i
     sum). Costs ``2 * repeats * calls`` calls."""
     from replaybench.impl import registry
 
-    nbytes = TRANSITIONS[transition]
     rng = np.random.default_rng(seed)
-    buf = registry.create(variant, capacity, schema(nbytes), alpha=0.6)
-    prefill(buf, capacity, nbytes)
-    buf.update_priorities(np.arange(capacity), rng.random(capacity) + 0.01)
+    buf = registry.create(variant, capacity, schema(TRANSITIONS[transition]), alpha=0.6)
+    fill_with_priorities(buf, capacity, TRANSITIONS[transition], rng)
     out = buf.sample_out(batch)
     idx, pr = rng.integers(0, capacity, batch), rng.random(batch) + 0.01
     timed = {"sample_s": ([], lambda: buf.sample(batch, rng=rng, out=out)),
@@ -489,12 +493,11 @@ def shared_kernel_scaling(policy: str, capacity: int, *, variant: str = "kary-al
     from replaybench.impl.concurrent import SharedPrioritizedBuffer
 
     loop = _learner_steps()
-    nbytes = TRANSITIONS[transition]
     rng = np.random.default_rng(seed)
-    buf = SharedPrioritizedBuffer.create(capacity, schema(nbytes), variant=variant, policy=policy, seed=seed)
+    buf = SharedPrioritizedBuffer.create(capacity, schema(TRANSITIONS[transition]), variant=variant, policy=policy,
+                                         seed=seed)
     try:
-        prefill(buf, capacity, nbytes)
-        buf.update_priorities(np.arange(capacity), rng.random(capacity) + 0.01)
+        fill_with_priorities(buf, capacity, TRANSITIONS[transition], rng)
         start = threading.Barrier(2)
         failures: list[BaseException] = []
 
