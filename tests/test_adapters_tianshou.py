@@ -327,3 +327,94 @@ def test_vector_weight_covers_every_sub_buffer(no_prev_next_warm_up):
     assert len(ours.weight) == len(theirs.weight) == ENVS * SUB
     assert ours.weight.reduce() == pytest.approx(theirs.weight.reduce(), rel=1e-6)
     assert np.allclose(ours.weight[np.arange(ENVS * SUB)], theirs.weight[np.arange(ENVS * SUB)], rtol=1e-6)
+
+
+# The vector buffer writes a Collector's rows and gathers the sampled batch itself: the same
+# storage, bookkeeping and batches as Tianshou's manager on the same rows.
+
+def collector_rows(t, ids, rng):
+    """A Collector's batch for environments ``ids`` at step ``t``: episodes of uneven length,
+    ``info`` with the env ids, an empty ``policy``; a key Tianshou does not store (``dist``)."""
+    n = len(ids)
+    ended = rng.random(n) < 0.3
+    return Batch(obs=rng.normal(size=(n, 4)).astype(np.float32), act=rng.integers(0, 2, n), policy=Batch(),
+                 obs_next=rng.normal(size=(n, 4)).astype(np.float32), rew=rng.random(n),
+                 terminated=ended & (rng.random(n) < 0.5), truncated=ended & (rng.random(n) >= 0.5),
+                 done=np.zeros(n, bool), info=Batch(env_id=np.asarray(ids)), dist=np.zeros(n))
+
+
+def same_batches(a, b):
+    assert list(a.get_keys()) == list(b.get_keys())
+    for key in a.get_keys():
+        if isinstance(a[key], Batch):
+            same_batches(a[key], b[key])
+        else:
+            assert a[key].dtype == b[key].dtype and np.array_equal(a[key], b[key]), key
+
+
+def test_vector_add_and_gather_own_the_storage_with_tianshous_result(no_prev_next_warm_up, monkeypatch):
+    from tianshou.data import ReplayBuffer, ReplayBufferManager
+
+    ours, theirs = both_vector()
+    managed = []
+    real_add = ReplayBufferManager.add
+    monkeypatch.setattr(ReplayBufferManager, "add",
+                        lambda self, *a, **k: managed.append(self) or real_add(self, *a, **k))
+    rng = np.random.default_rng(0)
+    for t in range(30):                                     # every sub-buffer wraps several times
+        ids = rng.permutation(ENVS)[: rng.integers(1, ENVS + 1)]
+        batch = collector_rows(t, ids, rng)
+        got, want = ours.add(batch, buffer_ids=ids), theirs.add(batch, buffer_ids=ids)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and np.array_equal(g, w)
+        assert list(ours._lengths) == list(theirs._lengths) and np.array_equal(ours.last_index, theirs.last_index)
+        assert np.array_equal(ours.unfinished_index(), theirs.unfinished_index())
+    assert managed.count(ours) == 1                         # only the first add (it allocates the storage)
+    same_batches(ours._meta, theirs._meta)
+    for mine, its in zip(ours.buffers, theirs.buffers):
+        for field in ("_insertion_idx", "_size", "_ep_len", "_ep_start_idx", "_ep_return", "last_index"):
+            assert np.array_equal(getattr(mine, field), getattr(its, field)), field
+        assert np.array_equal(mine.unfinished_index(), its.unfinished_index())
+    idx = np.arange(ENVS * SUB)
+    assert np.array_equal(ours.next(idx), theirs.next(idx)) and np.array_equal(ours.prev(idx), theirs.prev(idx))
+    batch, drawn = ours.sample(32)
+    same_batches(Batch({k: v for k, v in batch.items() if k != "weight"}), ReplayBuffer.__getitem__(theirs, drawn))
+    same_batches(ours[drawn], theirs[drawn])                # with the weights (Tianshou's float64 values)
+
+
+def test_vector_add_takes_tianshous_path_for_a_new_key_repeated_ids_and_ignore_obs_next(no_prev_next_warm_up):
+    rng = np.random.default_rng(1)
+    ours, theirs = both_vector()
+    for t, ids in enumerate(([0, 1, 2], [1, 1, 0], [2], [0, 2, 2, 2, 2, 1])):   # repeated ids: rows in order
+        batch = collector_rows(t, ids, rng)
+        if t == 2:
+            batch.info.lives = np.array([3])                # a key appears: Tianshou allocates it
+        for g, w in zip(ours.add(batch, buffer_ids=ids), theirs.add(batch, buffer_ids=ids)):
+            assert np.array_equal(g, w)
+    same_batches(ours._meta, theirs._meta)
+    skipping = PrioritizedVectorReplayBuffer(6, 2, 0.6, 0.4, ignore_obs_next=True)
+    for t in range(4):
+        skipping.add(collector_rows(t, [0, 1], rng), buffer_ids=[0, 1])
+    assert "obs_next" not in skipping._meta.get_keys() and len(skipping) == 6
+    assert np.array_equal(skipping[np.array([1])].obs_next, skipping._meta.obs[skipping.next(np.array([1]))])
+    with pytest.raises(ValueError, match=r"batch.rew has shape \(2, 2\)"):
+        PrioritizedVectorReplayBuffer(6, 2, 0.6, 0.4).add(Batch(collector_rows(0, [0, 1], rng), rew=np.ones((2, 2))))
+
+
+def test_vector_pickle_keeps_the_sub_buffers_on_the_managers_bookkeeping(no_prev_next_warm_up):
+    import pickle
+
+    ours, theirs = both_vector()
+    rng = np.random.default_rng(2)
+    for t in range(5):
+        batch = collector_rows(t, [0, 1, 2], rng)
+        ours.add(batch)
+        theirs.add(batch)
+    copy = pickle.loads(pickle.dumps(ours))
+    assert all(buf._sub_state is copy._sub_state for buf in copy.buffers)
+    for t in range(5, 9):                                   # the copy goes on as the original would
+        batch = collector_rows(t, [2, 0], rng)
+        for g, w in zip(copy.add(batch, buffer_ids=[2, 0]), theirs.add(batch, buffer_ids=[2, 0])):
+            assert np.array_equal(g, w)
+    same_batches(copy._meta, theirs._meta)
+    assert [b._insertion_idx for b in copy.buffers] == [b._insertion_idx for b in theirs.buffers]
