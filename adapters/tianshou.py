@@ -158,21 +158,21 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         One descent of the tree gives the slots and their priorities, and the weights come
         from those priorities (Tianshou's ``sample`` reads every sampled priority back with
         ``get_weight``: a second pass over the tree); the same float64 values
-        ``get_weight`` gives. Cost O(batch K D) plus Tianshou's gather of the batch."""
+        ``get_weight`` gives. Cost O(batch K D) plus :meth:`gather`."""
         if batch_size is None or batch_size <= 0:
             return super().sample(batch_size)
         index = self.priorities
         indices, priorities = index.sample_priorities(batch_size, n_valid=len(self))
         # The storage's gather, not our __getitem__, which would read the priorities back
         # from the tree.
-        batch = self._rows(indices)
+        batch = self.gather(indices)
         weight = np.power(priorities / index.tree.min(), -index.beta)
         batch.__dict__["weight"] = weight / weight.max() if self._weight_norm else weight
         return batch, indices
 
-    def _rows(self, indices) -> Batch:
-        """``ReplayBuffer.__getitem__(indices)``, Tianshou's batch of the stored transitions at
-        ``indices`` without weights: built straight from the storage's arrays by
+    def gather(self, indices) -> Batch:
+        """The stored transitions at ``indices`` as Tianshou's ``ReplayBuffer.__getitem__``
+        gives them (no ``weight``): built straight from the storage's arrays by
         :func:`gather_rows` for a 1-D integer array on a buffer without frame stacking that
         stores ``obs_next`` (what ``sample``, Tianshou's n-step targets and its collector ask
         for), else Tianshou's own gather. O(batch) array reads, one per stored key."""
@@ -200,7 +200,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             indices = self.sample_indices(0) if index == slice(None) else self._indices[: len(self)][index]
         else:
             indices = index
-        batch = self._rows(indices)
+        batch = self.gather(indices)
         weight = self.get_weight(indices)
         # An empty index gives an empty batch: there is no maximum to normalise by.
         batch.weight = weight / np.max(weight) if self._weight_norm and np.size(weight) else weight
