@@ -343,11 +343,12 @@ def collector_rows(t, ids, rng):
                  done=np.zeros(n, bool), info=Batch(env_id=np.asarray(ids)), dist=np.zeros(n))
 
 
-def same_batches(a, b):
-    assert list(a.get_keys()) == list(b.get_keys())
-    for key in a.get_keys():
+def same_batches(a, b, ordered=True):
+    keys = (list if ordered else sorted)(a.get_keys())
+    assert keys == (list if ordered else sorted)(b.get_keys())
+    for key in keys:
         if isinstance(a[key], Batch):
-            same_batches(a[key], b[key])
+            same_batches(a[key], b[key], ordered)
         else:
             assert a[key].dtype == b[key].dtype and np.array_equal(a[key], b[key]), key
 
@@ -401,7 +402,8 @@ def test_vector_add_takes_tianshous_path_for_a_new_key_repeated_ids_and_ignore_o
         PrioritizedVectorReplayBuffer(6, 2, 0.6, 0.4).add(Batch(collector_rows(0, [0, 1], rng), rew=np.ones((2, 2))))
 
 
-def test_vector_pickle_keeps_the_sub_buffers_on_the_managers_bookkeeping(no_prev_next_warm_up):
+@pytest.mark.parametrize("how", ["pickle", "hdf5"])
+def test_vector_pickle_and_hdf5_keep_the_sub_buffers_on_the_managers_bookkeeping(no_prev_next_warm_up, how, tmp_path):
     import pickle
 
     ours, theirs = both_vector()
@@ -410,11 +412,57 @@ def test_vector_pickle_keeps_the_sub_buffers_on_the_managers_bookkeeping(no_prev
         batch = collector_rows(t, [0, 1, 2], rng)
         ours.add(batch)
         theirs.add(batch)
-    copy = pickle.loads(pickle.dumps(ours))
+    if how == "pickle":
+        copy = pickle.loads(pickle.dumps(ours))
+    else:  # Tianshou's HDF5 pickles each sub-buffer on its own
+        ours.save_hdf5(str(tmp_path / "buffer.h5"))
+        copy = PrioritizedVectorReplayBuffer.load_hdf5(str(tmp_path / "buffer.h5"))
     assert all(buf._sub_state is copy._sub_state for buf in copy.buffers)
+    assert all(np.shares_memory(buf._meta.obs, copy._meta.obs) for buf in copy.buffers)
     for t in range(5, 9):                                   # the copy goes on as the original would
         batch = collector_rows(t, [2, 0], rng)
         for g, w in zip(copy.add(batch, buffer_ids=[2, 0]), theirs.add(batch, buffer_ids=[2, 0])):
             assert np.array_equal(g, w)
-    same_batches(copy._meta, theirs._meta)
+    same_batches(copy._meta, theirs._meta, ordered=False)     # HDF5 stores the keys sorted
     assert [b._insertion_idx for b in copy.buffers] == [b._insertion_idx for b in theirs.buffers]
+
+
+@pytest.mark.slow  # numba compiles Tianshou's n-step kernels per process
+def test_vector_collector_and_dqn_n_step_targets_see_what_tianshous_buffer_holds():
+    import gymnasium as gym
+    from tianshou.algorithm import DQN
+    from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.data import Collector
+    from tianshou.env import DummyVectorEnv
+    from tianshou.utils.net.common import Net
+    from tianshou.utils.torch_utils import policy_within_training_step
+
+    torch.manual_seed(0)
+    probe = gym.make("CartPole-v1")
+    policy = DiscreteQLearningPolicy(model=Net(state_shape=(4,), action_shape=2, hidden_sizes=[16]),
+                                     action_space=probe.action_space, eps_training=0.3)
+    algorithm = DQN(policy=policy, optim=AdamOptimizerFactory(lr=1e-3), n_step_return_horizon=3, target_update_freq=5)
+    buffers, stats = [], []
+    for buf in (PrioritizedVectorReplayBuffer(60, ENVS, 0.6, 0.4),
+                TianshouPrioritizedVector(60, ENVS, alpha=0.6, beta=0.4)):
+        envs = DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(ENVS)])
+        envs.seed(0)
+        np.random.seed(0)                                   # the exploration's draws
+        collector = Collector(algorithm, envs, buf, exploration_noise=True)
+        collector.reset()
+        with policy_within_training_step(policy):
+            stats.append(collector.collect(n_step=150))     # 20 slots per env: each wraps
+        buffers.append(buf)
+    ours, theirs = buffers
+    assert list(stats[0].returns) == list(stats[1].returns) and len(stats[0].returns) > 3
+    same_batches(ours._meta, theirs._meta)
+    assert np.array_equal(ours.unfinished_index(), theirs.unfinished_index())
+    idx = np.arange(60)
+    targets = [algorithm.compute_nstep_return(b[idx], b, idx, algorithm._target_q, gamma=0.9, n_step=3).returns
+               for b in buffers]
+    assert torch.equal(targets[0], targets[1])
+    with policy_within_training_step(policy):
+        for _ in range(3):
+            algorithm.update(buffer=ours, sample_size=16)
+    assert len(np.unique(ours.priorities.tree.leaves()[:60])) > 10  # |TD error| written back
