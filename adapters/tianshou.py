@@ -191,7 +191,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def update_weight(self, index: np.ndarray, new_weight) -> None:
         """Set priorities from ``new_weight`` (TD errors; their absolute value is used). A TD
         error that is not a real number (a string, a complex number) raises TypeError naming it."""
-        self.priorities.update(index, np.abs(real_array(new_weight, "new_weight")).reshape(-1), n_valid=len(self))
+        self.priorities.update(index, np.abs(real_array(new_weight, "new_weight").reshape(-1), dtype=np.float64),
+                               n_valid=len(self))
 
     def __getitem__(self, index):
         if len(self) == 0:  # Tianshou's storage has no keys yet: it would fail with KeyError('obs')
@@ -280,6 +281,9 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
         ReplayBufferManager.__init__(self, [SubBuffer(size, state, b, **kwargs) for b in range(int(buffer_num))])
         self._sub_state, self._sub_size = state, size
         self._all_ids = np.arange(int(buffer_num))
+        # Whether every sub-buffer is full (a run's steady state), kept so that the per-call
+        # paths need not sum the lengths: set by add once true, cleared by reset.
+        self._full = False
         self._keep_priorities(index, weight_norm)
         self.options.update(alpha=alpha, beta=beta, weight_norm=weight_norm, variant=variant, eps=eps,
                             stratified=stratified, variant_params=variant_params)
@@ -307,7 +311,13 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
         if np.ndim(rew) > 1:
             raise ValueError(f"batch.rew has shape {np.shape(rew)}: this buffer keeps one episode return per "
                              f"sub-buffer, so a reward must be one number per row")
-        return super().add(batch, buffer_ids)
+        out = super().add(batch, buffer_ids)
+        self._full = len(self) == self.maxsize
+        return out
+
+    def reset(self, keep_statistics: bool = False) -> None:
+        super().reset(keep_statistics)
+        self._full = False
 
     def _add_rows(self, batch, buffer_ids) -> tuple | None:
         """Tianshou's manager ``add`` of ``batch`` when its values are arrays (or nested
@@ -353,6 +363,8 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
             array[slots] = value
         stored["done"][slots] = done
         self.init_weight(slots)
+        if not self._full:
+            self._full = len(self) == self.maxsize
         return slots, ep_return, ep_len, starts
 
     def _plain_storage(self) -> bool:
@@ -377,14 +389,16 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
         # share the manager's again, and the storage views are re-cut from the manager's.
         for buf in self.buffers:
             object.__setattr__(buf, "_sub_state", self._sub_state)
+        self._full = len(self) == self.maxsize
         if self._meta.__dict__:
             self._set_batch_for_children()
 
     def update_weight(self, index: np.ndarray, new_weight) -> None:
         """Set priorities from ``new_weight`` (TD errors; their absolute value is used) at
         ``index``, slots some sub-buffer has written."""
-        weight = np.abs(real_array(new_weight, "new_weight")).reshape(-1)
-        if len(self) == self.maxsize:
+        # |w| straight into float64, the tree's type: no second array for the cast.
+        weight = np.abs(real_array(new_weight, "new_weight").reshape(-1), dtype=np.float64)
+        if self._full:
             # Every sub-buffer is full (a training run's steady state): every slot is written,
             # so the tree's own range check is the whole check. It changes nothing when it
             # fails; the check below then names the bad index as for a partly written buffer.
