@@ -278,12 +278,12 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
         index = PriorityIndex(variant, size * int(buffer_num), alpha=alpha, beta=beta, eps=eps,
                               stratified=stratified, seed=kwargs.get("random_seed", 42), **(variant_params or {}))
         state = SubBufferState(int(buffer_num))
-        ReplayBufferManager.__init__(self, [SubBuffer(size, state, b, **kwargs) for b in range(int(buffer_num))])
-        self._sub_state, self._sub_size = state, size
-        self._all_ids = np.arange(int(buffer_num))
         # Whether every sub-buffer is full (a run's steady state), kept so that the per-call
         # paths need not sum the lengths: set by add once true, cleared by reset.
         self._full = False
+        ReplayBufferManager.__init__(self, [SubBuffer(size, state, b, **kwargs) for b in range(int(buffer_num))])
+        self._sub_state, self._sub_size = state, size
+        self._all_ids = np.arange(int(buffer_num))
         self._keep_priorities(index, weight_norm)
         self.options.update(alpha=alpha, beta=beta, weight_norm=weight_norm, variant=variant, eps=eps,
                             stratified=stratified, variant_params=variant_params)
@@ -366,6 +366,10 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
         if not self._full:
             self._full = len(self) == self.maxsize
         return slots, ep_return, ep_len, starts
+
+    def __len__(self) -> int:
+        """Transitions stored in all sub-buffers; O(1) once every one is full."""
+        return self.maxsize if self._full else int(self._lengths.sum())
 
     def _plain_storage(self) -> bool:
         """Whether rows are stored as given: no last-frame-only option, ``obs_next`` kept."""

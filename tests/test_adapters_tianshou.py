@@ -58,6 +58,9 @@ def test_same_priorities_probabilities_and_weights_after_updates_and_a_wrap_arou
     assert stats.chisquare(counts, counts.sum() * p / p.sum()).pvalue > 1e-3
     idx = np.array([3, 0, 9, 9, 15])
     assert np.allclose(ours[idx].weight, theirs[idx].weight, rtol=1e-6)     # batch-max normalised
+    from tianshou.data import ReplayBuffer
+
+    same_batches(ours.gather(idx), ReplayBuffer.__getitem__(theirs, idx))  # our gather: Tianshou's batch
     # unnormalised, ours divide by the smallest stored priority (see the adapter's docstring)
     assert np.allclose(ours.get_weight(idx), (p[idx] / p.min()) ** -0.4, rtol=1e-6)
 
@@ -466,3 +469,17 @@ def test_vector_collector_and_dqn_n_step_targets_see_what_tianshous_buffer_holds
         for _ in range(3):
             algorithm.update(buffer=ours, sample_size=16)
     assert len(np.unique(ours.priorities.tree.leaves()[:60])) > 10  # |TD error| written back
+
+
+def test_vector_length_after_full_reset_and_refill_is_tianshous(no_prev_next_warm_up):
+    rng = np.random.default_rng(3)
+    ours, theirs = both_vector()
+    for t in range(SUB + 1):                                # every sub-buffer full, then wrapped
+        batch = collector_rows(t, [0, 1, 2], rng)
+        ours.add(batch)
+        theirs.add(batch)
+        assert len(ours) == len(theirs)
+    for b in (ours, theirs):
+        b.reset()
+        b.add(collector_rows(9, [1], rng), buffer_ids=[1])
+    assert len(ours) == len(theirs) == 1 and list(ours._lengths) == list(theirs._lengths)
