@@ -346,6 +346,8 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
         if writes is None or not values.keys() & RESERVED_KEYS <= stored.keys():
             return None
         done = np.logical_or(values["terminated"], values["truncated"])
+        if values["rew"].dtype.kind not in "biuf" or done.dtype.kind != "b":
+            return None  # object rewards or flags: the compiled call takes numbers only
         rows = ids.shape[0]
         slots, starts, ep_len = np.empty(rows, np.int64), np.empty(rows, np.int64), np.empty(rows, np.int64)
         ep_return = np.empty(rows)

@@ -401,6 +401,13 @@ def test_vector_add_takes_tianshous_path_for_a_new_key_repeated_ids_and_ignore_o
         skipping.add(collector_rows(t, [0, 1], rng), buffer_ids=[0, 1])
     assert "obs_next" not in skipping._meta.get_keys() and len(skipping) == 6
     assert np.array_equal(skipping[np.array([1])].obs_next, skipping._meta.obs[skipping.next(np.array([1]))])
+    ours, theirs = both_vector()
+    for t in range(2):
+        objects = collector_rows(t, [0, 1], rng)
+        objects.__dict__["rew"] = objects.rew.astype(object)    # numbers in an object array: Tianshou's path
+        for g, w in zip(ours.add(objects, buffer_ids=[0, 1]), theirs.add(objects, buffer_ids=[0, 1])):
+            assert np.array_equal(g, w)
+    same_batches(ours._meta, theirs._meta)
     with pytest.raises(ValueError, match=r"batch.rew has shape \(2, 2\)"):
         PrioritizedVectorReplayBuffer(6, 2, 0.6, 0.4).add(Batch(collector_rows(0, [0, 1], rng), rew=np.ones((2, 2))))
 
