@@ -16,8 +16,9 @@ import numpy as np
 
 from replaybench.impl import fused_ops, registry
 from replaybench.impl.buffers import check_buffer_params, check_number, raise_sample_status
+from replaybench.impl.trees import kernels, ops
 from replaybench.impl.trees.array_trees import ArraySumTree
-from replaybench.impl.trees.base import SumTree, as_indices, check_real
+from replaybench.impl.trees.base import SumTree, as_indices, as_priorities, check_real, raise_for_status
 
 __all__ = ["FRAMEWORKS", "availability", "require", "sampler_params", "real_array", "PriorityIndex",
            "NothingToSampleError", "DEFAULT_VARIANT"]
@@ -167,7 +168,7 @@ class PriorityIndex:
         if not self.max_within:
             # One call into the tree, which checks the slots against the capacity (naming the
             # first outside, before any change) and broadcasts the priority.
-            self.tree.update(slots, self.max_priority, n_valid=self.capacity, eps=0.0, alpha=1.0)
+            self._tree_update(slots, self.max_priority, self.capacity, 0.0, 1.0)
             return
         idx = self.checked_slots(slots)
         if self.max_slot is not None and np.any(idx == self.max_slot):
@@ -180,7 +181,7 @@ class PriorityIndex:
 
     def update(self, slots, priorities, n_valid: int) -> None:
         """Store ``(priorities + eps) ** alpha`` at ``slots`` (each below ``n_valid``)."""
-        pmax = self.tree.update(slots, priorities, n_valid=n_valid, eps=self.eps, alpha=self.alpha)
+        pmax = self._tree_update(slots, priorities, n_valid, self.eps, self.alpha)
         if not self.max_within:
             self.max_priority = max(self.max_priority, pmax)
             return
@@ -193,6 +194,31 @@ class PriorityIndex:
             self.max_priority, self.max_slot = float(stored[j]), int(idx[j])
         elif self.max_slot is not None and np.any(idx == self.max_slot):
             self.rescan_max()
+
+    def _tree_update(self, slots, priorities, n_valid: int, eps: float, alpha: float) -> float:
+        """The tree's ``update`` (checked, nothing written unless every slot and value is
+        valid; returns the largest stored value). For an array tree, one compiled call
+        (:func:`impl.trees.ops.update`, as our buffers make it) with the conversions skipped
+        for what a framework's loop passes: int64 slots and float64 values (or one number)
+        already contiguous. A framework calls this twice per training step (new slots, TD
+        errors), where the tree method's argument handling is a large part of the call."""
+        tree = self.tree
+        if self._no_gather is None:
+            return tree.update(slots, priorities, n_valid=n_valid, eps=eps, alpha=alpha)
+        idx = slots
+        if not (type(idx) is np.ndarray and idx.dtype == np.int64 and idx.ndim == 1 and idx.flags.c_contiguous):
+            idx = as_indices(idx)
+        vals = priorities
+        if type(vals) is float:
+            vals = np.full(idx.shape[0], vals)
+        elif not (type(vals) is np.ndarray and vals.dtype == np.float64 and vals.shape == idx.shape
+                  and vals.flags.c_contiguous):
+            vals = as_priorities(vals, idx.shape[0])
+        limit = min(int(n_valid), self.capacity)
+        status, pos, pmax = ops.update(*tree.kernel_args, idx, vals, limit, float(eps), float(alpha), tree.max_leaf)
+        if status != kernels.STATUS_OK:
+            raise_for_status(status, pos, idx, vals, limit, "priorities", eps=eps, alpha=alpha, vmax=tree.max_leaf)
+        return pmax
 
     def rescan_max(self) -> None:
         """``max_priority`` and ``max_slot`` from the leaves, O(capacity); 1 and None when

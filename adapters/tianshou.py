@@ -30,7 +30,13 @@ within the batch when ``weight_norm`` (the default). Differences, on purpose:
 
 :class:`PrioritizedVectorReplayBuffer` is the counterpart of Tianshou's
 ``PrioritizedVectorReplayBuffer``: one sub-buffer per environment, for a ``Collector`` over a
-``DummyVectorEnv`` / ``SubprocVectorEnv`` (``buffer_num`` = the number of environments).
+``DummyVectorEnv`` / ``SubprocVectorEnv`` (``buffer_num`` = the number of environments). It
+keeps Tianshou's storage layout (one ``Batch`` of arrays, the manager's offsets, the
+sub-buffers' episode bookkeeping, so Tianshou's collector, n-step returns, ``prev``/``next``
+and HDF5 saving read it unchanged) but writes a collector's rows and gathers sampled batches
+itself: Tianshou's manager ``add`` loops over the rows in Python and its gather builds the
+batch through ``Batch``'s per-value parsing, which together cost several times the
+priorities' own work.
 """
 
 from __future__ import annotations
@@ -43,14 +49,23 @@ import numbers  # noqa: E402  (after the framework check, on purpose)
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
+from numba import njit  # noqa: E402
 from tianshou.data import Batch, ReplayBuffer, ReplayBufferManager  # noqa: E402
+from tianshou.data.buffer.buffer_base import MalformedBufferError  # noqa: E402
 
 from replaybench.adapters.views import SumTreeView  # noqa: E402
 from replaybench.impl.trees.base import as_indices  # noqa: E402
 
-__all__ = ["PrioritizedReplayBuffer", "PrioritizedVectorReplayBuffer"]
+__all__ = ["PrioritizedReplayBuffer", "PrioritizedVectorReplayBuffer", "SubBuffer", "SubBufferState", "gather_rows"]
 
 FLOAT32_EPS = float(np.finfo(np.float32).eps)
+
+#: The keys of a transition, in the order Tianshou's ``ReplayBuffer.__getitem__`` gives them.
+BATCH_KEYS = ("obs", "act", "rew", "terminated", "truncated", "done", "obs_next", "info", "policy")
+#: Those Tianshou reads unconditionally (it fails without them); the others default to an empty Batch.
+REQUIRED_KEYS = frozenset(BATCH_KEYS[:6])
+BATCH_KEY_SET = frozenset(BATCH_KEYS)
+RESERVED_KEYS = frozenset(ReplayBuffer._reserved_keys)
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
@@ -72,8 +87,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         Tianshou's ``ReplayBuffer`` arguments (``stack_num``, ``ignore_obs_next``,
         ``random_seed``, ...).
 
-    Costs (D = tree depth): add O(D) on top of Tianshou's add, sample O(batch K D) plus
-    Tianshou's gather, update_weight O(batch D).
+    Costs (D = tree depth): add O(D) on top of Tianshou's add, sample O(batch K D) plus one
+    array read per stored key (:func:`gather_rows`; Tianshou's gather with frame stacking or
+    without a stored ``obs_next``), update_weight O(batch D).
     """
 
     def __init__(self, size: int, alpha: float, beta: float, weight_norm: bool = True, *,
@@ -142,17 +158,30 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         One descent of the tree gives the slots and their priorities, and the weights come
         from those priorities (Tianshou's ``sample`` reads every sampled priority back with
         ``get_weight``: a second pass over the tree); the same float64 values
-        ``get_weight`` gives. Cost O(batch K D) plus Tianshou's gather of the batch."""
+        ``get_weight`` gives. Cost O(batch K D) plus :meth:`gather`."""
         if batch_size is None or batch_size <= 0:
             return super().sample(batch_size)
         index = self.priorities
         indices, priorities = index.sample_priorities(batch_size, n_valid=len(self))
-        # The storage's gather (Tianshou's, prev/next aware), not our __getitem__, which
-        # would read the priorities back from the tree.
-        batch = super(PrioritizedReplayBuffer, self).__getitem__(indices)
+        # The storage's gather, not our __getitem__, which would read the priorities back
+        # from the tree.
+        batch = self.gather(indices)
         weight = np.power(priorities / index.tree.min(), -index.beta)
-        batch.weight = weight / np.max(weight) if self._weight_norm else weight
+        batch.__dict__["weight"] = weight / weight.max() if self._weight_norm else weight
         return batch, indices
+
+    def gather(self, indices) -> Batch:
+        """The stored transitions at ``indices`` as Tianshou's ``ReplayBuffer.__getitem__``
+        gives them (no ``weight``): built straight from the storage's arrays by
+        :func:`gather_rows` for a 1-D integer array on a buffer without frame stacking that
+        stores ``obs_next`` (what ``sample``, Tianshou's n-step targets and its collector ask
+        for), else Tianshou's own gather. O(batch) array reads, one per stored key."""
+        if (type(indices) is np.ndarray and indices.ndim == 1 and indices.dtype.kind in "iu"
+                and self.stack_num == 1 and self._save_obs_next):
+            batch = gather_rows(self._meta, indices)
+            if batch is not None:
+                return batch
+        return ReplayBuffer.__getitem__(self, indices)
 
     def get_weight(self, index) -> float | np.ndarray:
         """Importance weights ``(p_i / p_min) ** -beta`` (see the module docstring)."""
@@ -162,7 +191,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def update_weight(self, index: np.ndarray, new_weight) -> None:
         """Set priorities from ``new_weight`` (TD errors; their absolute value is used). A TD
         error that is not a real number (a string, a complex number) raises TypeError naming it."""
-        self.priorities.update(index, np.abs(real_array(new_weight, "new_weight")).reshape(-1), n_valid=len(self))
+        self.priorities.update(index, np.abs(real_array(new_weight, "new_weight").reshape(-1), dtype=np.float64),
+                               n_valid=len(self))
 
     def __getitem__(self, index):
         if len(self) == 0:  # Tianshou's storage has no keys yet: it would fail with KeyError('obs')
@@ -171,7 +201,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             indices = self.sample_indices(0) if index == slice(None) else self._indices[: len(self)][index]
         else:
             indices = index
-        batch = super().__getitem__(indices)
+        batch = self.gather(indices)
         weight = self.get_weight(indices)
         # An empty index gives an empty batch: there is no maximum to normalise by.
         batch.weight = weight / np.max(weight) if self._weight_norm and np.size(weight) else weight
@@ -190,7 +220,8 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
     """Tianshou's ``PrioritizedVectorReplayBuffer`` API: ``buffer_num`` ring sub-buffers of
     ``ceil(total_size / buffer_num)`` slots each, priorities in one registered variant's tree.
 
-    Tianshou's ``ReplayBufferManager`` keeps the storage: sub-buffer ``b`` owns the slots
+    The storage is laid out as Tianshou's ``ReplayBufferManager`` lays it out (it is one):
+    sub-buffer ``b`` owns the slots
     ``b * size .. (b + 1) * size - 1`` of one contiguous storage, ``add(batch, buffer_ids)``
     writes row ``j`` of ``batch`` into sub-buffer ``buffer_ids[j]`` (default ``0 ..
     buffer_num - 1``: one row per environment, as the ``Collector`` passes them), each
@@ -224,10 +255,17 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
     anything is written (Tianshou's fails deep inside, or wraps a negative id, after some
     sub-buffers moved on); ``update_weight`` refuses a slot no sub-buffer has written.
 
+    Each sub-buffer is a :class:`SubBuffer`, whose episode bookkeeping lives in the manager's
+    :class:`SubBufferState` arrays, so that one compiled call moves it on for all the rows of
+    an add; Tianshou's own code that reads or moves it per sub-buffer sees the same values.
+
     Costs: construction O(total_size) (Tianshou's numba ``prev``/``next`` kernels compile at
-    their first call, not here); add O(rows D) on top of Tianshou's manager add (a Python loop
-    over the rows); sample and update_weight as :class:`PrioritizedReplayBuffer`, plus O(batch)
-    for update_weight's written-slot check while some sub-buffer is not yet full.
+    their first call, not here); add of a batch with the stored keys and shapes O(keys) Python
+    work, one compiled O(rows) call and one array write per key, plus O(rows D) for the new
+    priorities (other batches: Tianshou's manager add, a Python loop over the rows); sample
+    O(batch K D) for the draw plus one array read per stored key; update_weight as
+    :class:`PrioritizedReplayBuffer`, plus O(batch) for its written-slot check while some
+    sub-buffer is not yet full; ``unfinished_index`` O(buffer_num) in NumPy.
     """
 
     def __init__(self, total_size: int, buffer_num: int, alpha: float, beta: float, weight_norm: bool = True, *,
@@ -239,7 +277,13 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
         size = -(-int(total_size) // int(buffer_num))
         index = PriorityIndex(variant, size * int(buffer_num), alpha=alpha, beta=beta, eps=eps,
                               stratified=stratified, seed=kwargs.get("random_seed", 42), **(variant_params or {}))
-        ReplayBufferManager.__init__(self, [ReplayBuffer(size, **kwargs) for _ in range(int(buffer_num))])
+        state = SubBufferState(int(buffer_num))
+        # Whether every sub-buffer is full (a run's steady state), kept so that the per-call
+        # paths need not sum the lengths: set by add once true, cleared by reset.
+        self._full = False
+        ReplayBufferManager.__init__(self, [SubBuffer(size, state, b, **kwargs) for b in range(int(buffer_num))])
+        self._sub_state, self._sub_size = state, size
+        self._all_ids = np.arange(int(buffer_num))
         self._keep_priorities(index, weight_norm)
         self.options.update(alpha=alpha, beta=beta, weight_norm=weight_norm, variant=variant, eps=eps,
                             stratified=stratified, variant_params=variant_params)
@@ -251,15 +295,116 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
 
     def add(self, batch, buffer_ids=None):
         """Write row ``j`` of ``batch`` into sub-buffer ``buffer_ids[j]``; Tianshou's return
-        (the slots written, episode returns, lengths and start slots)."""
+        (the slots written, episode returns, lengths and start slots), and Tianshou's storage
+        and episode bookkeeping after it.
+
+        A batch whose keys and shapes match the storage's (every add after the first, unless
+        a key appears or a shape changes) is written by :meth:`_add_rows`: one compiled call
+        moves every sub-buffer's bookkeeping on, and one array write per stored key. Anything
+        else (the first add, which allocates the storage, a new key, frame-stacking options)
+        goes through Tianshou's manager ``add``."""
+        out = self._add_rows(batch, buffer_ids)
+        if out is not None:
+            return out
         self._check_buffer_ids(batch, buffer_ids)
-        return super().add(batch, buffer_ids)
+        rew = batch.get("rew") if isinstance(batch, Batch) else None
+        if np.ndim(rew) > 1:
+            raise ValueError(f"batch.rew has shape {np.shape(rew)}: this buffer keeps one episode return per "
+                             f"sub-buffer, so a reward must be one number per row")
+        out = super().add(batch, buffer_ids)
+        self._full = len(self) == self.maxsize
+        return out
+
+    def reset(self, keep_statistics: bool = False) -> None:
+        super().reset(keep_statistics)
+        self._full = False
+
+    def _add_rows(self, batch, buffer_ids) -> tuple | None:
+        """Tianshou's manager ``add`` of ``batch`` when its values are arrays (or nested
+        ``Batch`` es of arrays) with the stored keys and shapes, ``buffer_ids`` a 1-D integer
+        array of ids in range and rewards one number per row; None, having changed nothing,
+        otherwise.
+
+        The same result as Tianshou's: the rows' keys that Tianshou keeps (its reserved keys;
+        ``done`` recomputed as ``terminated | truncated``), numbers cast into the stored arrays
+        as NumPy assignment casts them (Tianshou's ``Batch.__setitem__`` does the same), each
+        sub-buffer's insertion point, length, episode return, length and start moved on row by
+        row (repeated ids as Tianshou's loop handles them). Costs: O(keys) Python checks, one
+        compiled O(rows) call, one array write per stored key, one tree call for the new
+        priorities; Tianshou's loops over the rows in Python and goes through ``Batch``'s
+        per-key checks."""
+        stored = self._meta.__dict__
+        if type(batch) is not Batch or not stored or not self._plain_storage():
+            return None
+        ids = self._all_ids if buffer_ids is None else buffer_ids
+        if type(ids) is not np.ndarray:
+            ids = np.asarray(ids)
+        if ids.ndim != 1 or ids.dtype.kind not in "iu" or stored["rew"].ndim != 1:
+            return None
+        values = batch.__dict__
+        writes = _matching_writes(stored, values, ids.shape[0])
+        if writes is None or not values.keys() & RESERVED_KEYS <= stored.keys():
+            return None
+        done = np.logical_or(values["terminated"], values["truncated"])
+        if values["rew"].dtype.kind not in "biuf" or done.dtype.kind != "b":
+            return None  # object rewards or flags: the compiled call takes numbers only
+        rows = ids.shape[0]
+        slots, starts, ep_len = np.empty(rows, np.int64), np.empty(rows, np.int64), np.empty(rows, np.int64)
+        ep_return = np.empty(rows)
+        state = self._sub_state
+        status = _advance_sub_buffers(ids, values["rew"], done, self._offset, self._sub_size, state.ints,
+                                      state.ep_return, state.last, self.last_index, self._lengths, slots, ep_return,
+                                      ep_len, starts)
+        if status < 0:
+            return None  # an id out of range: Tianshou's path names it, nothing has changed
+        if status > 0:
+            b = int(ids[status - 1])
+            raise MalformedBufferError(f"sub-buffer {b}'s episode start {int(state.ints[3, b])} is outside its "
+                                       f"{int(state.ints[1, b])} stored transitions (the buffer was modified by hand?)")
+        for array, value in writes:
+            array[slots] = value
+        stored["done"][slots] = done
+        self.init_weight(slots)
+        if not self._full:
+            self._full = len(self) == self.maxsize
+        return slots, ep_return, ep_len, starts
+
+    def __len__(self) -> int:
+        """Transitions stored in all sub-buffers; O(1) once every one is full."""
+        return self.maxsize if self._full else int(self._lengths.sum())
+
+    def _plain_storage(self) -> bool:
+        """Whether rows are stored as given: no last-frame-only option, ``obs_next`` kept."""
+        return self._save_obs_next and not self._save_only_last_obs
+
+    def unfinished_index(self) -> np.ndarray:
+        """The last slot of each sub-buffer whose episode is not finished, sub-buffer by
+        sub-buffer (Tianshou's manager result), from the bookkeeping arrays: O(buffer_num) in
+        NumPy, not a Python call per sub-buffer (Tianshou's n-step returns call it at every
+        update)."""
+        if not self._meta.__dict__:
+            return super().unfinished_index()
+        insertion, size = self._sub_state.ints[0], self._sub_state.ints[1]
+        slots = self._offset + (insertion - 1) % np.maximum(size, 1)
+        return slots[(size > 0) & ~self.done[slots]]
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        # A copy of the buffer pickles each sub-buffer's reference to the bookkeeping; where
+        # they were stored apart (Tianshou's HDF5 pickles the sub-buffers on their own), they
+        # share the manager's again, and the storage views are re-cut from the manager's.
+        for buf in self.buffers:
+            object.__setattr__(buf, "_sub_state", self._sub_state)
+        self._full = len(self) == self.maxsize
+        if self._meta.__dict__:
+            self._set_batch_for_children()
 
     def update_weight(self, index: np.ndarray, new_weight) -> None:
         """Set priorities from ``new_weight`` (TD errors; their absolute value is used) at
         ``index``, slots some sub-buffer has written."""
-        weight = np.abs(real_array(new_weight, "new_weight")).reshape(-1)
-        if len(self) == self.maxsize:
+        # |w| straight into float64, the tree's type: no second array for the cast.
+        weight = np.abs(real_array(new_weight, "new_weight").reshape(-1), dtype=np.float64)
+        if self._full:
             # Every sub-buffer is full (a training run's steady state): every slot is written,
             # so the tree's own range check is the whole check. It changes nothing when it
             # fails; the check below then names the bad index as for a partly written buffer.
@@ -305,6 +450,136 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
                              f"sub-buffers are 0 .. {self.buffer_num - 1}")
 
 
+class SubBufferState:
+    """The episode bookkeeping of a vector buffer's sub-buffers, one column per sub-buffer,
+    in arrays that a compiled call moves on for many rows at once.
+
+    ``ints`` rows: 0 the insertion point, 1 the stored length, 2 the running episode length,
+    3 the running episode's first slot (each in the sub-buffer's own numbering);
+    ``ep_return`` the running episode return; ``last`` each sub-buffer's last written slot
+    (its ``last_index[0]``).
+    """
+
+    def __init__(self, buffer_num: int) -> None:
+        self.ints = np.zeros((4, buffer_num), np.int64)
+        self.ep_return = np.zeros(buffer_num)
+        self.last = np.zeros(buffer_num, np.int64)
+
+
+def _state_field(row: int, doc: str) -> property:
+    def get(self) -> int:
+        return int(self._sub_state.ints[row, self._slot])
+
+    def put(self, value) -> None:
+        self._sub_state.ints[row, self._slot] = value
+
+    return property(get, put, doc=doc)
+
+
+class SubBuffer(ReplayBuffer):
+    """A sub-buffer of :class:`PrioritizedVectorReplayBuffer`: Tianshou's ``ReplayBuffer``
+    (the manager gives it a view of its slots of the storage) whose episode bookkeeping
+    (``_insertion_idx``, ``_size``, ``_ep_len``, ``_ep_start_idx``, ``_ep_return``,
+    ``last_index``) lives in column ``slot`` of the manager's :class:`SubBufferState`.
+
+    Tianshou's own code that reads or moves that bookkeeping (its manager's ``add``,
+    ``reset``, ``sample_indices``, the sub-buffer's ``unfinished_index``) works on it
+    unchanged, and the manager's fast ``add`` moves it for every row in one compiled call.
+    An episode return is one number (a float) per sub-buffer.
+    """
+
+    _insertion_idx = _state_field(0, "The next slot to write.")
+    _size = _state_field(1, "Transitions stored.")
+    _ep_len = _state_field(2, "Steps of the running episode.")
+    _ep_start_idx = _state_field(3, "The running episode's first slot.")
+
+    def __init__(self, size: int, state: SubBufferState, slot: int, **kwargs: Any) -> None:
+        self._sub_state, self._slot = state, int(slot)  # before Tianshou's __init__ sets the fields
+        super().__init__(size, **kwargs)
+
+    @property
+    def _ep_return(self) -> float:
+        """Return of the running episode so far."""
+        return float(self._sub_state.ep_return[self._slot])
+
+    @_ep_return.setter
+    def _ep_return(self, value) -> None:
+        self._sub_state.ep_return[self._slot] = value
+
+    @property
+    def last_index(self) -> np.ndarray:
+        """``[the last slot written]``: a one-element view, so Tianshou's ``last_index[0] = i`` writes through."""
+        return self._sub_state.last[self._slot: self._slot + 1]
+
+    @last_index.setter
+    def last_index(self, value) -> None:
+        self._sub_state.last[self._slot] = np.asarray(value).reshape(-1)[0]
+
+
+@njit(cache=True, nogil=True)
+def _advance_sub_buffers(ids, rew, done, offset, sub_size, ints, ep_return, last, last_index, lengths,
+                         slots, returns, ep_lens, starts):
+    """Tianshou's ``_update_state_pre_add`` for row ``j`` in sub-buffer ``ids[j]``, rows in
+    order, with the manager's ``last_index`` and ``_lengths``; outputs per row the slot to
+    write (in the whole storage), the episode return and length (0 unless ``done[j]``) and the
+    episode's first slot. Returns -1, having changed nothing, when an id is out of range;
+    ``j + 1`` when row ``j`` finds its sub-buffer's episode start beyond its length
+    (Tianshou's MalformedBufferError, raised after the same changes); else 0. O(rows)."""
+    n = ints.shape[1]
+    for j in range(ids.shape[0]):
+        if ids[j] < 0 or ids[j] >= n:
+            return -1
+    for j in range(ids.shape[0]):
+        b = ids[j]
+        cur = ints[0, b]
+        last[b] = cur
+        last_index[b] = cur + offset[b]
+        ints[1, b] = min(ints[1, b] + 1, sub_size)
+        ints[0, b] = (cur + 1) % sub_size
+        ep_return[b] += rew[j]
+        ints[2, b] += 1
+        if ints[3, b] > ints[1, b]:
+            return j + 1
+        slots[j] = cur + offset[b]
+        starts[j] = ints[3, b] + offset[b]
+        lengths[b] = ints[1, b]
+        if done[j]:
+            returns[j] = ep_return[b]
+            ep_lens[j] = ints[2, b]
+            ep_return[b] = 0.0
+            ints[2, b] = 0
+            ints[3, b] = ints[0, b]
+        else:
+            returns[j] = 0.0
+            ep_lens[j] = 0
+    return 0
+
+
+def _matching_writes(stored: dict, values: dict, rows: int, top: bool = True) -> list | None:
+    """``[(stored array, the rows to write into it), ...]`` for every stored key (but the top
+    level's ``done``, which the caller computes) when ``values`` (a batch's keys) has, for
+    each, an array of ``rows`` rows with the stored array's row shape (nested ``Batch`` es:
+    the same keys, recursively); None otherwise. Keys in ``values`` that are not stored are
+    not looked at here."""
+    writes = []
+    for key, array in stored.items():
+        if top and key == "done":
+            continue
+        value = values.get(key)
+        if type(array) is np.ndarray:
+            if type(value) is not np.ndarray or value.shape[:1] != (rows,) or value.shape[1:] != array.shape[1:]:
+                return None
+            writes.append((array, value))
+        elif type(array) is Batch and type(value) is Batch and value.__dict__.keys() == array.__dict__.keys():
+            nested = _matching_writes(array.__dict__, value.__dict__, rows, False) if array.__dict__ else []
+            if nested is None:
+                return None
+            writes.extend(nested)
+        else:
+            return None
+    return writes
+
+
 def batch_rows(batch) -> int:
     """``len(batch)``, Tianshou's rows of a ``Batch`` (the least length among its keys), read
     straight from the keys' arrays when each key is an array or an empty ``Batch`` (what a
@@ -318,3 +593,61 @@ def batch_rows(batch) -> int:
         elif not (type(value) is Batch and not value.__dict__):  # an empty Batch has no length to count
             return len(batch)
     return min(lens) if lens else 0
+
+
+def gather_rows(meta: Batch, indices: np.ndarray) -> Batch | None:
+    """The rows ``indices`` (a 1-D integer array) of a Tianshou storage ``meta``, as Tianshou's
+    ``ReplayBuffer.__getitem__`` gives them without frame stacking: the keys of
+    :data:`BATCH_KEYS` in that order (an empty ``Batch`` for a missing optional one), then any
+    other stored key; nested ``Batch`` values gathered key by key, empty ones as ``Batch()``.
+
+    Why not Tianshou's: it builds the result through ``Batch(dict)``, which checks and parses
+    every value (``_parse_value``), several times the cost of the array reads themselves. The
+    values here need no parsing: a fancy-indexed numeric array is what ``_parse_value`` keeps
+    as it is. None (the caller then uses Tianshou's gather) where the storage holds anything
+    else: an object or string array, a tensor, None, or a required key missing. O(batch) per
+    stored array, no Python loop over the rows.
+    """
+    stored = meta.__dict__
+    out = Batch()
+    rows = out.__dict__
+    for key in BATCH_KEYS:
+        value = stored.get(key, _MISSING)
+        if value is _MISSING:
+            if key in REQUIRED_KEYS:
+                return None
+            rows[key] = Batch()
+            continue
+        rows[key] = value = _gathered(value, indices)
+        if value is None:
+            return None
+    if not stored.keys() <= BATCH_KEY_SET:
+        for key, value in stored.items():  # keys beyond Tianshou's (set by hooks): after the others
+            if key not in BATCH_KEY_SET:
+                rows[key] = value = _gathered(value, indices)
+                if value is None:
+                    return None
+    return out
+
+
+_MISSING = object()
+
+
+def _gathered(value, indices: np.ndarray):
+    """``value[indices]`` for a numeric or boolean array, key by key for a ``Batch`` (an empty
+    one gives ``Batch()``, as Tianshou's slicing does); None for anything else."""
+    if type(value) is np.ndarray:
+        if value.dtype.kind not in "biufc":
+            return None
+        # take: the same rows (and IndexError) as value[indices], several times faster for
+        # rows of more than one number (NumPy's fancy indexing sets up a general iterator).
+        return value.take(indices, axis=0) if value.ndim > 1 else value[indices]
+    if type(value) is Batch:
+        out = Batch()
+        rows = out.__dict__
+        for key, sub in value.__dict__.items():
+            rows[key] = sub = _gathered(sub, indices)
+            if sub is None:
+                return None
+        return out
+    return None

@@ -30,8 +30,8 @@ loop's steady state; a DQN loop adds ``train_freq`` steps per sample + update.
 ``Batch`` gather, TorchRL's ``TensorDict`` indexing, SB3's tensor copies) plus the adapter's
 own conversions; ``adapter / own`` is what a user of the framework sees when switching
 buffers. To split the share, the framework's container work is timed alone where the adapter
-leaves it to the framework (``container``): Tianshou's gather of a batch into a ``Batch``
-(``ReplayBuffer.__getitem__``, the one the adapter's ``sample`` calls), and for TorchRL the
+leaves it to the framework (``container``): the gather of a batch into Tianshou's ``Batch``
+(the adapter's ``gather``, the one its ``sample`` calls), and for TorchRL the
 buffer call minus the sampler, which is timed alone (``sampler``: its ``sample`` and
 ``update_priority`` against the storage, as TorchRL's buffer calls them; ``own-sampler`` the
 same with TorchRL's sampler). ``adapter - container`` is then the code the adapter runs (the
@@ -125,7 +125,7 @@ def _sb3(t: dict, capacity: int, batch: int, variant: str, seed: int, adapter=No
 
 def _tianshou(t: dict, capacity: int, batch: int, variant: str, seed: int, adapter=None) -> dict[str, Callable]:
     import torch
-    from tianshou.data import Batch, ReplayBuffer
+    from tianshou.data import Batch
     from tianshou.data import PrioritizedVectorReplayBuffer as Own
 
     if adapter is None:
@@ -148,7 +148,7 @@ def _tianshou(t: dict, capacity: int, batch: int, variant: str, seed: int, adapt
     # Index batches as the adapter draws them, cycled: a fixed batch would stay in cache.
     pool = itertools.cycle([ours.sample_indices(batch) for _ in range(256)])
     one = rows[:1]
-    return {"adapter": step(ours), "own": step(own), "gather": lambda: ReplayBuffer.__getitem__(ours, next(pool)),
+    return {"adapter": step(ours), "own": step(own), "gather": lambda: ours.gather(next(pool)),
             "add-adapter": lambda: ours.add(one, buffer_ids=[0]), "add-own": lambda: own.add(one, buffer_ids=[0])}
 
 

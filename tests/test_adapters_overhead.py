@@ -15,6 +15,7 @@ from gymnasium import spaces  # noqa: E402
 from tianshou.data import Batch  # noqa: E402
 
 from replaybench.adapters import sb3, tianshou, torchrl  # noqa: E402
+from replaybench.adapters import _core  # noqa: E402
 from replaybench.adapters._core import PriorityIndex  # noqa: E402
 from replaybench.bench import adapters_overhead  # noqa: E402
 
@@ -138,12 +139,27 @@ def test_tianshou_batch_rows_is_len_of_the_batch_without_its_per_key_checks(monk
 
 def test_priority_index_marks_new_slots_in_one_tree_call(monkeypatch):
     index = PriorityIndex("kary-aligned", 8, seed=0)
-    checks, writes = spy(monkeypatch, index, "checked_slots"), spy(monkeypatch, index.tree, "update")
+    checks, writes = spy(monkeypatch, index, "checked_slots"), spy(monkeypatch, _core.ops, "update")
     index.mark_new([0, 1, 2])
-    assert checks == [] and len(writes) == 1
+    assert checks == [] and len(writes) == 1                 # one compiled call
     with pytest.raises(IndexError, match=r"indices\[1\] = 8 is out of range"):
         index.mark_new([3, 8])
     assert index.tree.total() == 3.0
+
+
+def test_priority_index_update_of_loop_arrays_is_one_compiled_call_without_conversions(monkeypatch):
+    index = PriorityIndex("kary-aligned", 8, alpha=0.5, eps=0.0, seed=0)
+    calls, converted = spy(monkeypatch, _core.ops, "update"), spy(monkeypatch, _core, "as_priorities")
+    index.update(np.array([1, 6]), np.array([4.0, 9.0]), n_valid=8)           # int64 and float64: as given
+    assert len(calls) == 1 and converted == [] and index.max_priority == 3.0
+    index.update([2], np.array([16.0], np.float32), n_valid=8)                # anything else: converted
+    assert len(calls) == 2 and len(converted) == 1
+    assert np.allclose(index.tree.get(np.array([1, 6, 2])), [2.0, 3.0, 4.0])
+    with pytest.raises(IndexError, match=r"indices\[0\] = 3 is out of range"):
+        index.update(np.array([3]), np.array([1.0]), n_valid=3)
+    with pytest.raises(ValueError, match=r"priorities\[1\] = nan"):
+        index.update(np.array([0, 1]), np.array([1.0, np.nan]), n_valid=8)
+    assert np.allclose(index.tree.get(np.array([0, 1, 3])), [0.0, 2.0, 0.0])   # nothing written by either
 
 
 class CountingStorage:

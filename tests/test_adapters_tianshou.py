@@ -58,6 +58,9 @@ def test_same_priorities_probabilities_and_weights_after_updates_and_a_wrap_arou
     assert stats.chisquare(counts, counts.sum() * p / p.sum()).pvalue > 1e-3
     idx = np.array([3, 0, 9, 9, 15])
     assert np.allclose(ours[idx].weight, theirs[idx].weight, rtol=1e-6)     # batch-max normalised
+    from tianshou.data import ReplayBuffer
+
+    same_batches(ours.gather(idx), ReplayBuffer.__getitem__(theirs, idx))  # our gather: Tianshou's batch
     # unnormalised, ours divide by the smallest stored priority (see the adapter's docstring)
     assert np.allclose(ours.get_weight(idx), (p[idx] / p.min()) ** -0.4, rtol=1e-6)
 
@@ -327,3 +330,163 @@ def test_vector_weight_covers_every_sub_buffer(no_prev_next_warm_up):
     assert len(ours.weight) == len(theirs.weight) == ENVS * SUB
     assert ours.weight.reduce() == pytest.approx(theirs.weight.reduce(), rel=1e-6)
     assert np.allclose(ours.weight[np.arange(ENVS * SUB)], theirs.weight[np.arange(ENVS * SUB)], rtol=1e-6)
+
+
+# The vector buffer writes a Collector's rows and gathers the sampled batch itself: the same
+# storage, bookkeeping and batches as Tianshou's manager on the same rows.
+
+def collector_rows(t, ids, rng):
+    """A Collector's batch for environments ``ids`` at step ``t``: episodes of uneven length,
+    ``info`` with the env ids, an empty ``policy``; a key Tianshou does not store (``dist``)."""
+    n = len(ids)
+    ended = rng.random(n) < 0.3
+    return Batch(obs=rng.normal(size=(n, 4)).astype(np.float32), act=rng.integers(0, 2, n), policy=Batch(),
+                 obs_next=rng.normal(size=(n, 4)).astype(np.float32), rew=rng.random(n),
+                 terminated=ended & (rng.random(n) < 0.5), truncated=ended & (rng.random(n) >= 0.5),
+                 done=np.zeros(n, bool), info=Batch(env_id=np.asarray(ids)), dist=np.zeros(n))
+
+
+def same_batches(a, b, ordered=True):
+    keys = (list if ordered else sorted)(a.get_keys())
+    assert keys == (list if ordered else sorted)(b.get_keys())
+    for key in keys:
+        if isinstance(a[key], Batch):
+            same_batches(a[key], b[key], ordered)
+        else:
+            assert a[key].dtype == b[key].dtype and np.array_equal(a[key], b[key]), key
+
+
+def test_vector_add_and_gather_own_the_storage_with_tianshous_result(no_prev_next_warm_up, monkeypatch):
+    from tianshou.data import ReplayBuffer, ReplayBufferManager
+
+    ours, theirs = both_vector()
+    managed = []
+    real_add = ReplayBufferManager.add
+    monkeypatch.setattr(ReplayBufferManager, "add",
+                        lambda self, *a, **k: managed.append(self) or real_add(self, *a, **k))
+    rng = np.random.default_rng(0)
+    for t in range(30):                                     # every sub-buffer wraps several times
+        ids = rng.permutation(ENVS)[: rng.integers(1, ENVS + 1)]
+        batch = collector_rows(t, ids, rng)
+        got, want = ours.add(batch, buffer_ids=ids), theirs.add(batch, buffer_ids=ids)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and np.array_equal(g, w)
+        assert list(ours._lengths) == list(theirs._lengths) and np.array_equal(ours.last_index, theirs.last_index)
+        assert np.array_equal(ours.unfinished_index(), theirs.unfinished_index())
+    assert managed.count(ours) == 1                         # only the first add (it allocates the storage)
+    same_batches(ours._meta, theirs._meta)
+    for mine, its in zip(ours.buffers, theirs.buffers):
+        for field in ("_insertion_idx", "_size", "_ep_len", "_ep_start_idx", "_ep_return", "last_index"):
+            assert np.array_equal(getattr(mine, field), getattr(its, field)), field
+        assert np.array_equal(mine.unfinished_index(), its.unfinished_index())
+    idx = np.arange(ENVS * SUB)
+    assert np.array_equal(ours.next(idx), theirs.next(idx)) and np.array_equal(ours.prev(idx), theirs.prev(idx))
+    batch, drawn = ours.sample(32)
+    same_batches(Batch({k: v for k, v in batch.items() if k != "weight"}), ReplayBuffer.__getitem__(theirs, drawn))
+    same_batches(ours[drawn], theirs[drawn])                # with the weights (Tianshou's float64 values)
+
+
+def test_vector_add_takes_tianshous_path_for_a_new_key_repeated_ids_and_ignore_obs_next(no_prev_next_warm_up):
+    rng = np.random.default_rng(1)
+    ours, theirs = both_vector()
+    for t, ids in enumerate(([0, 1, 2], [1, 1, 0], [2], [0, 2, 2, 2, 2, 1])):   # repeated ids: rows in order
+        batch = collector_rows(t, ids, rng)
+        if t == 2:
+            batch.info.lives = np.array([3])                # a key appears: Tianshou allocates it
+        for g, w in zip(ours.add(batch, buffer_ids=ids), theirs.add(batch, buffer_ids=ids)):
+            assert np.array_equal(g, w)
+    same_batches(ours._meta, theirs._meta)
+    skipping = PrioritizedVectorReplayBuffer(6, 2, 0.6, 0.4, ignore_obs_next=True)
+    for t in range(4):
+        skipping.add(collector_rows(t, [0, 1], rng), buffer_ids=[0, 1])
+    assert "obs_next" not in skipping._meta.get_keys() and len(skipping) == 6
+    assert np.array_equal(skipping[np.array([1])].obs_next, skipping._meta.obs[skipping.next(np.array([1]))])
+    ours, theirs = both_vector()
+    for t in range(2):
+        objects = collector_rows(t, [0, 1], rng)
+        objects.__dict__["rew"] = objects.rew.astype(object)    # numbers in an object array: Tianshou's path
+        for g, w in zip(ours.add(objects, buffer_ids=[0, 1]), theirs.add(objects, buffer_ids=[0, 1])):
+            assert np.array_equal(g, w)
+    same_batches(ours._meta, theirs._meta)
+    with pytest.raises(ValueError, match=r"batch.rew has shape \(2, 2\)"):
+        PrioritizedVectorReplayBuffer(6, 2, 0.6, 0.4).add(Batch(collector_rows(0, [0, 1], rng), rew=np.ones((2, 2))))
+
+
+@pytest.mark.parametrize("how", ["pickle", "hdf5"])
+def test_vector_pickle_and_hdf5_keep_the_sub_buffers_on_the_managers_bookkeeping(no_prev_next_warm_up, how, tmp_path):
+    import pickle
+
+    ours, theirs = both_vector()
+    rng = np.random.default_rng(2)
+    for t in range(5):
+        batch = collector_rows(t, [0, 1, 2], rng)
+        ours.add(batch)
+        theirs.add(batch)
+    if how == "pickle":
+        copy = pickle.loads(pickle.dumps(ours))
+    else:  # Tianshou's HDF5 pickles each sub-buffer on its own
+        ours.save_hdf5(str(tmp_path / "buffer.h5"))
+        copy = PrioritizedVectorReplayBuffer.load_hdf5(str(tmp_path / "buffer.h5"))
+    assert all(buf._sub_state is copy._sub_state for buf in copy.buffers)
+    assert all(np.shares_memory(buf._meta.obs, copy._meta.obs) for buf in copy.buffers)
+    for t in range(5, 9):                                   # the copy goes on as the original would
+        batch = collector_rows(t, [2, 0], rng)
+        for g, w in zip(copy.add(batch, buffer_ids=[2, 0]), theirs.add(batch, buffer_ids=[2, 0])):
+            assert np.array_equal(g, w)
+    same_batches(copy._meta, theirs._meta, ordered=False)     # HDF5 stores the keys sorted
+    assert [b._insertion_idx for b in copy.buffers] == [b._insertion_idx for b in theirs.buffers]
+
+
+@pytest.mark.slow  # numba compiles Tianshou's n-step kernels per process
+def test_vector_collector_and_dqn_n_step_targets_see_what_tianshous_buffer_holds():
+    import gymnasium as gym
+    from tianshou.algorithm import DQN
+    from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.data import Collector
+    from tianshou.env import DummyVectorEnv
+    from tianshou.utils.net.common import Net
+    from tianshou.utils.torch_utils import policy_within_training_step
+
+    torch.manual_seed(0)
+    probe = gym.make("CartPole-v1")
+    policy = DiscreteQLearningPolicy(model=Net(state_shape=(4,), action_shape=2, hidden_sizes=[16]),
+                                     action_space=probe.action_space, eps_training=0.3)
+    algorithm = DQN(policy=policy, optim=AdamOptimizerFactory(lr=1e-3), n_step_return_horizon=3, target_update_freq=5)
+    buffers, stats = [], []
+    for buf in (PrioritizedVectorReplayBuffer(60, ENVS, 0.6, 0.4),
+                TianshouPrioritizedVector(60, ENVS, alpha=0.6, beta=0.4)):
+        envs = DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(ENVS)])
+        envs.seed(0)
+        np.random.seed(0)                                   # the exploration's draws
+        collector = Collector(algorithm, envs, buf, exploration_noise=True)
+        collector.reset()
+        with policy_within_training_step(policy):
+            stats.append(collector.collect(n_step=150))     # 20 slots per env: each wraps
+        buffers.append(buf)
+    ours, theirs = buffers
+    assert list(stats[0].returns) == list(stats[1].returns) and len(stats[0].returns) > 3
+    same_batches(ours._meta, theirs._meta)
+    assert np.array_equal(ours.unfinished_index(), theirs.unfinished_index())
+    idx = np.arange(60)
+    targets = [algorithm.compute_nstep_return(b[idx], b, idx, algorithm._target_q, gamma=0.9, n_step=3).returns
+               for b in buffers]
+    assert torch.equal(targets[0], targets[1])
+    with policy_within_training_step(policy):
+        for _ in range(3):
+            algorithm.update(buffer=ours, sample_size=16)
+    assert len(np.unique(ours.priorities.tree.leaves()[:60])) > 10  # |TD error| written back
+
+
+def test_vector_length_after_full_reset_and_refill_is_tianshous(no_prev_next_warm_up):
+    rng = np.random.default_rng(3)
+    ours, theirs = both_vector()
+    for t in range(SUB + 1):                                # every sub-buffer full, then wrapped
+        batch = collector_rows(t, [0, 1, 2], rng)
+        ours.add(batch)
+        theirs.add(batch)
+        assert len(ours) == len(theirs)
+    for b in (ours, theirs):
+        b.reset()
+        b.add(collector_rows(9, [1], rng), buffer_ids=[1])
+    assert len(ours) == len(theirs) == 1 and list(ours._lengths) == list(theirs._lengths)
