@@ -670,3 +670,43 @@ def test_kary_branching_factor(K):
     tree = KarySumTree(1000, K=K)
     assert tree.K == K
     assert tree._lay.shape[0] == tree.depth + 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_vector_group_count_matches_the_scalar_compares(dtype):
+    """impl.trees.ops.count_le15 (the K = 16 prefix descent's vector compare) counts exactly
+    what 15 scalar ``<=`` of the group's first slots count, at any offset into the array: on
+    groups that are not sorted (running sums updated by separate float32 adds need not be),
+    with ties, signed zeros, infinities and NaN in the slots or as ``u``, and ``u`` one unit
+    either side of a slot (a float64 ``u`` between two float32 values)."""
+    from numba import njit
+
+    from replaybench.impl.trees import ops
+
+    @njit
+    def both(sums, firsts, us, out):
+        for r in range(firsts.shape[0]):
+            first = np.uint64(firsts[r])
+            k = 0
+            for c in range(15):
+                k += sums[first + np.uint64(c)] <= us[r]
+            out[r, 0] = k
+            out[r, 1] = ops.count_le15(sums, first, us[r])
+
+    rng = np.random.default_rng(7)
+    specials = np.array([0.0, -0.0, 1.0, 2.0, np.inf, -np.inf, np.nan, 1e-45, 3.4e38])
+    sums = rng.random(4096).astype(dtype)
+    special = rng.random(4096) < 0.2
+    sums[special] = rng.choice(specials, int(special.sum()))
+    firsts = rng.integers(0, 4096 - 16, 20000)
+    picked = sums[firsts + rng.integers(0, 16, firsts.size)].astype(np.float64)
+    us = np.concatenate([
+        rng.random(5000) * 2.0,
+        picked[:5000],  # ties with a slot
+        np.nextafter(picked[5000:10000], np.inf),  # just above a float32 slot: still <=
+        np.nextafter(picked[10000:15000], -np.inf),  # just below: not
+        rng.choice(specials, 5000),
+    ])
+    out = np.empty((firsts.size, 2), dtype=np.int64)
+    both(sums, firsts, us, out)
+    np.testing.assert_array_equal(out[:, 1], out[:, 0])
