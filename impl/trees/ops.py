@@ -204,6 +204,11 @@ def descend(kind, sums, lay, K, touch_from, u, j):
     for d in range(1, D + 1):
         if d >= touch_from:
             acc += _touch(sums, lay, K, d, j, n)
+            if d == D and kind != PLAIN:
+                # The raw leaves of each draw's last group (the prefix trees' leaf row, as
+                # large as the last level): their misses go in flight with the last level's,
+                # instead of in a pass of their own after the descent (read_leaves).
+                acc += _touch(sums, lay, K, D + 1, j, n)
         if kind == PLAIN:
             base, shift, bshift, mask, stride = level_row(lay, d)
             if stride == np.uint64(1) and shift == np.uint64(0) and bshift == np.uint64(0) and mask == np.uint64(0):
@@ -253,15 +258,12 @@ def descend(kind, sums, lay, K, touch_from, u, j):
 @njit(nogil=True, cache=True)
 def read_leaves(kind, sums, lay, touch_from, j, out_priority):
     """Leaf values of the reached leaves ``j`` into ``out_priority``; a zero leaf turns its
-    entry of ``j`` into ``-1``. Returns ``(how many did, the touch pass's sum)``: the prefix
-    trees keep their leaves in a row of their own, touched first like a level when it leaves
-    cache (the caller must use the sum, or the compiler may drop the loads)."""
+    entry of ``j`` into ``-1``. Returns ``(how many did, 0.0)``. The prefix trees keep their
+    leaves in a row of their own; where it leaves cache, :func:`descend` has touched each
+    draw's leaf group with its last level, so this reads lines already requested (the second
+    value, once the sum of a touch pass here, stays for the callers that add it in)."""
     row = lay.shape[0] - 1  # the leaves' row in every layout (the prefix trees' extra row)
-    acc = 0.0
-    if kind != PLAIN and touch_from <= row - 1:
-        for b in range(j.shape[0]):
-            acc += sums[addr(lay, row, j[b])]
-    return kernels.read_reached_leaves(sums, lay, row, j, out_priority), acc
+    return kernels.read_reached_leaves(sums, lay, row, j, out_priority), 0.0
 
 
 @njit(nogil=True, cache=True)
