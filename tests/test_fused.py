@@ -334,6 +334,22 @@ def test_sample_indices_workload_uses_reused_outputs():
                             rng=np.random.default_rng(0))
 
 
+
+def test_workload_sample_draws_what_the_buffer_draws():
+    """The micro workload's sample (a positional call into reused outputs) returns what
+    ``buffer.sample(n, rng=..., out=...)`` returns from the same seed, fields and indices-only."""
+    from replaybench.bench import workloads
+
+    target = workloads.variant_target("kary-prefix", 64, FIELDS, np.random.default_rng(5), batch=8)
+    workloads.fill(target, 64, FIELDS, np.random.default_rng(1))
+    buf, rng = target.buffer, np.random.default_rng(5)
+    for draw, fields in ((target.sample, True), (target.sample_indices, False), (target.sample, True)):
+        got = {k: v.copy() for k, v in draw(8).items()}
+        want = buf.sample(8, rng=rng, out=buf.sample_out(8, fields=fields))
+        assert got.keys() == want.keys()
+        for key in got:
+            np.testing.assert_array_equal(got[key], want[key])
+
 @pytest.mark.slow
 def test_gil_share_method_measures_a_share():
     """bench.workloads.gil_share: both timings positive, the kernel alone not slower than the
