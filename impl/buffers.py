@@ -188,6 +188,10 @@ class ReplayBuffer:
         leaves the buffer unchanged. A batch longer than ``capacity`` keeps only its last
         ``capacity`` rows, as if added one by one.
         """
+        plain = self.storage.plain_rows(batch)  # the common form, recognised in one pass
+        if plain is not None and plain[1] <= self.capacity:
+            rows, n = plain
+            return self._slots(self._append(rows, n, n, self._new_priorities(priorities, n, n)), n)
         arrays, n = self.storage.check_batch(batch)
         keep = min(n, self.capacity)
         values = self._new_priorities(priorities, n, keep)
