@@ -355,6 +355,13 @@ class UniformReplayBuffer(ReplayBuffer):
         batch_size, _ = self._check_sample_args(batch_size, beta)
         return self._call_sample(self._TREE_ARGS, batch_size, 0.0, rng, out)
 
+    def _sample_into(self, tree_args, rng, beta, out):
+        # The uniform kernel: the same draws as fused.sample's UNIFORM branch, without the
+        # stand-in tree's arguments (each costs numba's dispatch an unboxing under the GIL).
+        fused.sample_uniform(self._size, (rng or self._rng).bit_generator.random_raw() >> 1, self.storage.arena,
+                             *out.tail)
+        return out
+
     def update_priorities(self, indices, priorities) -> None:
         """Validates like the prioritized buffer, then ignores the priorities."""
         check_priorities(as_indices(indices), priorities, self._size)
