@@ -209,7 +209,19 @@ def descend(kind, sums, lay, K, touch_from, u, j):
                 # large as the last level): their misses go in flight with the last level's,
                 # instead of in a pass of their own after the descent (read_leaves).
                 acc += _touch(sums, lay, K, D + 1, j, n)
-        if kind == PLAIN:
+        if kind == PLAIN and K == 2:
+            # Binary: the scan's one running sum is the left child's slot (0.0 + it, exactly
+            # as _scan_plain forms it), and u drops by it or by 0.0 (run[k]): a select, with no
+            # scan loop of runtime length and no store and reload of run per draw.
+            base, shift, bshift, mask, stride = level_row(lay, d)
+            for b in range(n):
+                ub = u[b]
+                jb = j[b]
+                s = 0.0 + np.float64(sums[_first_child(base, shift, bshift, mask, jb, 2)])
+                k = s <= ub
+                u[b] = ub - (s if k else 0.0)
+                j[b] = jb * 2 + k
+        elif kind == PLAIN:
             base, shift, bshift, mask, stride = level_row(lay, d)
             if stride == np.uint64(1) and shift == np.uint64(0) and bshift == np.uint64(0) and mask == np.uint64(0):
                 # A level-order row (addr = base + j): the groups are contiguous at base + jK,
