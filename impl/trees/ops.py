@@ -179,8 +179,9 @@ def descend(kind, sums, lay, K, touch_from, u, j):
     ``K - 1`` children (the last child needs no comparison), and ``u`` drops by the running sum
     of the children left of it: PAL's left-to-right scan, written without a branch on the data.
     :data:`PLAIN` trees form the running sums as they scan (:func:`_scan_plain`): K - 1
-    dependent float64 adds per level and draw, the compares off that chain; the prefix trees
-    store them, so a level is K - 1 independent compares. The whole batch descends one level
+    dependent float64 adds per level and draw, the compares off that chain (K = 2: one slot,
+    one compare and a select, the same arithmetic); the prefix trees store them, so a level
+    is K - 1 independent compares (K = 16: one vector compare, :func:`count_le15`). The whole batch descends one level
     at a time, so the levels of different draws are independent: with no mispredicted branch
     in a draw's level, the core overlaps several draws' add chains and cache misses. From
     ``touch_from`` on each level starts with a pass that only loads every draw's next group
