@@ -712,27 +712,29 @@ def test_vector_group_count_matches_the_scalar_compares(dtype):
     np.testing.assert_array_equal(out[:, 1], out[:, 0])
 
 
-@pytest.mark.parametrize("factory", [BinarySumTree, BlockedBinarySumTree], ids=["binary", "binary-blocked"])
-def test_binary_descent_is_the_plain_scan_bit_for_bit(factory):
-    """impl.trees.ops.descend's K = 2 branch (a select instead of the plain scan's running-sum
-    array) reaches the same leaves and leaves the same remainders u, bit for bit, as the plain
-    scan (ops._scan_plain) on every level, on float32 sums that have drifted from their
-    leaves (many delta updates, no rebuild), with and without touch passes."""
+@pytest.mark.parametrize("factory", [BinarySumTree, BlockedBinarySumTree, KarySumTree, AlignedKarySumTree],
+                         ids=["binary", "binary-blocked", "kary", "kary-aligned"])
+def test_plain_descent_branches_are_the_plain_scan_bit_for_bit(factory):
+    """impl.trees.ops.descend's branches for plain trees (K = 2: a select instead of the scan's
+    running-sum array; K = 16 on level-order rows: the scan with a literal length) reach the
+    same leaves and leave the same remainders u, bit for bit, as the plain scan
+    (ops._scan_plain) with a runtime K, on float32 sums that have drifted from their leaves
+    (many delta updates, no rebuild), with and without touch passes."""
     from numba import njit
 
     from replaybench.impl.trees import ops
     from replaybench.impl.trees.kernels import level_row
 
     @njit
-    def scan_descent(sums, lay, u, j):
-        run = np.zeros(2)
+    def scan_descent(sums, lay, K, u, j):
+        run = np.zeros(K)
         j[:] = 0
         for d in range(1, lay.shape[0]):
             base, shift, bshift, mask, stride = level_row(lay, d)
             for b in range(u.shape[0]):
-                k = ops._scan_plain(sums, ops._first_child(base, shift, bshift, mask, j[b], 2), stride, 2, u[b], run)
+                k = ops._scan_plain(sums, ops._first_child(base, shift, bshift, mask, j[b], K), stride, K, u[b], run)
                 u[b] = u[b] - run[np.uint64(k)]
-                j[b] = j[b] * 2 + k
+                j[b] = j[b] * K + k
 
     rng = np.random.default_rng(17)
     for capacity in (5, 1000, 4099):
@@ -743,7 +745,7 @@ def test_binary_descent_is_the_plain_scan_bit_for_bit(factory):
         kind, sums, _, lay, K, _, _, _ = tree.kernel_args
         us = np.concatenate([rng.random(3000) * tree.total(), [0.0, tree.total()]])
         want_u, want_j = us.copy(), np.empty(us.size, np.int64)
-        scan_descent(sums, lay, want_u, want_j)
+        scan_descent(sums, lay, K, want_u, want_j)
         for touch_from in (0, 1, lay.shape[0]):
             got_u, got_j = us.copy(), np.empty(us.size, np.int64)
             ops.descend(kind, sums, lay, K, touch_from, got_u, got_j)

@@ -226,12 +226,20 @@ def descend(kind, sums, lay, K, touch_from, u, j):
             base, shift, bshift, mask, stride = level_row(lay, d)
             if stride == np.uint64(1) and shift == np.uint64(0) and bshift == np.uint64(0) and mask == np.uint64(0):
                 # A level-order row (addr = base + j): the groups are contiguous at base + jK,
-                # and a literal stride lets the compiler unroll the scan with fixed offsets.
-                for b in range(n):
-                    ub = u[b]
-                    k = _scan_plain(sums, base + np.uint64(j[b]) * np.uint64(K), np.uint64(1), K, ub, run)
-                    u[b] = ub - run[np.uint64(k)]
-                    j[b] = j[b] * K + k
+                # and a literal stride lets the compiler unroll the scan with fixed offsets
+                # (fully where K = 16 is a literal too: the same adds in the same order).
+                if K == 16:
+                    for b in range(n):
+                        ub = u[b]
+                        k = _scan_plain(sums, base + np.uint64(j[b]) * np.uint64(16), np.uint64(1), 16, ub, run)
+                        u[b] = ub - run[np.uint64(k)]
+                        j[b] = j[b] * 16 + k
+                else:
+                    for b in range(n):
+                        ub = u[b]
+                        k = _scan_plain(sums, base + np.uint64(j[b]) * np.uint64(K), np.uint64(1), K, ub, run)
+                        u[b] = ub - run[np.uint64(k)]
+                        j[b] = j[b] * K + k
             else:
                 for b in range(n):
                     ub = u[b]
