@@ -91,7 +91,7 @@ class SampleOut(dict):
     ``indices`` and ``weights``, and sampling into it gathers no field.
     """
 
-    __slots__ = ("owner", "batch_size", "block", "block_table", "src_table", "index", "weight", "scratch")
+    __slots__ = ("owner", "batch_size", "block", "block_table", "src_table", "index", "weight", "scratch", "tail")
 
 
 def make_sample_out(out: SampleOut, owner, storage: Storage, n: int, fields: bool = True) -> SampleOut:
@@ -108,6 +108,8 @@ def make_sample_out(out: SampleOut, owner, storage: Storage, n: int, fields: boo
     out.index = out["indices"] = np.empty(n, dtype=np.int64)
     out.weight = out["weights"] = np.empty(n, dtype=np.float32)
     out.scratch = np.empty(n, dtype=np.float64)
+    # the sample kernel's last arguments, made once (:meth:`ReplayBuffer._sample_into`)
+    out.tail = (out.src_table, out.block, out.block_table, out.index, out.weight, out.scratch)
     return out
 
 
@@ -186,6 +188,10 @@ class ReplayBuffer:
         leaves the buffer unchanged. A batch longer than ``capacity`` keeps only its last
         ``capacity`` rows, as if added one by one.
         """
+        plain = self.storage.plain_rows(batch)  # the common form, recognised in one pass
+        if plain is not None and plain[1] <= self.capacity:
+            rows, n = plain
+            return self._slots(self._append(rows, n, n, self._new_priorities(priorities, n, n)), n)
         arrays, n = self.storage.check_batch(batch)
         keep = min(n, self.capacity)
         values = self._new_priorities(priorities, n, keep)
@@ -286,11 +292,24 @@ class ReplayBuffer:
 
     def _call_sample(self, tree_args, batch_size, beta, rng, out) -> SampleOut:
         """The checks common to every sampler, then the one compiled call."""
-        out = self._check_out(out, batch_size)
-        st = self.storage
-        key = self._generator(rng).bit_generator.random_raw() >> 1
-        status = fused.sample(*tree_args, self._size, key, self.stratified, beta, st.arena, out.src_table, out.block,
-                              out.block_table, out.index, out.weight, out.scratch)
+        return self._sample_into(tree_args, self._generator(rng), beta, self._check_out(out, batch_size))
+
+    def _fast_sample_ok(self, batch_size, beta, rng, out) -> bool:
+        """Whether a ``sample`` call's arguments are the steady state of a training loop, which
+        :meth:`_sample_into` may take without the full checks: a plain int ``batch_size``, the
+        batch size of ``out`` (this buffer's, from :meth:`sample_out`), a plain float ``beta`` in
+        ``[0, 1]`` (NaN fails the compare), ``rng`` None or exactly a Generator, and something
+        stored. Anything else goes through the checks, which raise the errors naming the
+        argument; the two paths make the same compiled call, so they give the same results."""
+        return (type(out) is SampleOut and out.owner is self and type(batch_size) is int
+                and out.batch_size == batch_size and type(beta) is float and 0.0 <= beta <= 1.0
+                and (rng is None or type(rng) is np.random.Generator) and self._size > 0)
+
+    def _sample_into(self, tree_args, rng: np.random.Generator, beta: float, out: SampleOut) -> SampleOut:
+        """The one compiled call of a checked sample: one key from ``rng``, then
+        :func:`impl.fused_ops.sample` into ``out``."""
+        status = fused.sample(*tree_args, self._size, (rng or self._rng).bit_generator.random_raw() >> 1,
+                              self.stratified, beta, self.storage.arena, *out.tail)
         if status != fused.STATUS_OK:
             raise_sample_status(status, tree_args)
         return out
@@ -331,8 +350,17 @@ class UniformReplayBuffer(ReplayBuffer):
     def sample(self, batch_size: int, beta: float = 0.4, rng=None, out=None) -> dict[str, np.ndarray]:
         """Draw ``batch_size`` stored transitions uniformly with replacement; ``weights`` are 1.
         ``out``: reused output arrays from :meth:`sample_out` (returned, refilled)."""
+        if self._fast_sample_ok(batch_size, beta, rng, out):
+            return self._sample_into(self._TREE_ARGS, rng, 0.0, out)
         batch_size, _ = self._check_sample_args(batch_size, beta)
         return self._call_sample(self._TREE_ARGS, batch_size, 0.0, rng, out)
+
+    def _sample_into(self, tree_args, rng, beta, out):
+        # The uniform kernel: the same draws as fused.sample's UNIFORM branch, without the
+        # stand-in tree's arguments (each costs numba's dispatch an unboxing under the GIL).
+        fused.sample_uniform(self._size, (rng or self._rng).bit_generator.random_raw() >> 1, self.storage.arena,
+                             *out.tail)
+        return out
 
     def update_priorities(self, indices, priorities) -> None:
         """Validates like the prioritized buffer, then ignores the priorities."""
@@ -417,7 +445,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         arrays from :meth:`sample_out`, refilled and returned (no allocation); by default
         fresh ones. Raises ValueError when every priority is 0.
         """
-        batch_size, beta = self._check_sample_args(batch_size, self.beta if beta is None else beta)
+        if beta is None:
+            beta = self.beta
+        if self._fused and self._fast_sample_ok(batch_size, beta, rng, out):
+            return self._sample_into(self.tree.kernel_args, rng, beta, out)
+        batch_size, beta = self._check_sample_args(batch_size, beta)
         if self._fused:
             return self._call_sample(self.tree.kernel_args, batch_size, beta, rng, out)
         out = self._check_out(out, batch_size)

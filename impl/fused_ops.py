@@ -28,7 +28,7 @@ from .storage import gather_rows, write_rows
 from .trees import kernels, ops
 
 __all__ = ["UNIFORM", "STATUS_OK", "STATUS_NO_MASS", "STATUS_REDRAWS", "MAX_REDRAWS", "REBUILD_AFTER", "mass", "redraw",
-           "uniform01", "sample", "add", "uniform_tree_args"]
+           "uniform01", "sample", "sample_uniform", "add", "uniform_tree_args"]
 
 #: The ``kind`` of a buffer without a tree (uniform sampling over ``size`` slots).
 UNIFORM = -1
@@ -102,6 +102,26 @@ def redraw(kind, sums, mins, lay, K, touch_from, state, key, stratified, out_ind
 
 
 @njit(nogil=True, cache=True)
+def sample_uniform(size, key, arena, table, out, out_table, out_index, out_weight, scratch):
+    """:func:`sample` of a :data:`UNIFORM` buffer (slots ``0 .. size - 1``, weights 1), without
+    the tree's arguments, which it does not read: numba's dispatch unboxes every argument of
+    every call while holding the GIL, so the uniform buffer calls this directly. ``scratch``
+    is unused (it keeps the tail of :func:`sample`'s arguments). Always ``STATUS_OK``.
+    Cost: O(n * row bytes)."""
+    n = out_index.shape[0]
+    for b in range(n):
+        i = np.int64(uniform01(key, b) * size)
+        out_index[b] = i if i < size else size - 1
+    for b in range(n):
+        out_weight[b] = 1.0
+    touched = gather_rows(arena, table, out_index, out, out_table, False)
+    # Adds 0, but the compiler cannot know that, so it keeps the loads (as sample does).
+    if n > 0:
+        out_weight[0] += 0.0 * touched
+    return STATUS_OK
+
+
+@njit(nogil=True, cache=True)
 def sample(kind, sums, mins, lay, K, kshift, touch_from, state, size, key, stratified, beta,
            arena, table, out, out_table, out_index, out_weight, scratch):
     """One whole ``sample`` call; returns a status code (``STATUS_*``).
@@ -118,31 +138,26 @@ def sample(kind, sums, mins, lay, K, kshift, touch_from, state, size, key, strat
     Cost: O(n K D) for the descent plus O(n * row bytes) for the gather; no allocation unless
     a draw has to be redrawn.
     """
+    if kind == UNIFORM:
+        return sample_uniform(size, key, arena, table, out, out_table, out_index, out_weight, scratch)
     n = out_index.shape[0]
     touched = 0.0  # sum of what the touch passes loaded: used below so that no pass is dropped
-    if kind == UNIFORM:
-        for b in range(n):
-            i = np.int64(uniform01(key, b) * size)
-            out_index[b] = i if i < size else size - 1
-        for b in range(n):
-            out_weight[b] = 1.0
-    else:
-        root = lay[0, 0]
-        total = np.float64(sums[root])
-        if not total > 0.0:
-            return STATUS_NO_MASS
-        for b in range(n):
-            scratch[b] = mass(key, b, b, n, total, stratified)
-        touched += ops.descend(kind, sums, lay, K, touch_from, scratch, out_index)
-        misses, leaf_touch = ops.read_leaves(kind, sums, lay, touch_from, out_index, scratch)
-        touched += leaf_touch
-        if misses > 0:
-            status = redraw(kind, sums, mins, lay, K, touch_from, state, key, stratified, out_index, scratch)
-            if status != STATUS_OK:
-                return status
-        pmin = np.float64(mins[root])
-        for b in range(n):
-            out_weight[b] = (scratch[b] / pmin) ** -beta
+    root = lay[0, 0]
+    total = np.float64(sums[root])
+    if not total > 0.0:
+        return STATUS_NO_MASS
+    for b in range(n):
+        scratch[b] = mass(key, b, b, n, total, stratified)
+    touched += ops.descend(kind, sums, lay, K, touch_from, scratch, out_index)
+    misses, leaf_touch = ops.read_leaves(kind, sums, lay, touch_from, out_index, scratch)
+    touched += leaf_touch
+    if misses > 0:
+        status = redraw(kind, sums, mins, lay, K, touch_from, state, key, stratified, out_index, scratch)
+        if status != STATUS_OK:
+            return status
+    pmin = np.float64(mins[root])
+    for b in range(n):
+        out_weight[b] = (scratch[b] / pmin) ** -beta
     touched += gather_rows(arena, table, out_index, out, out_table, False)
     # Adds 0 (the sums are finite), but the compiler cannot know that, so it keeps the loads.
     if n > 0:

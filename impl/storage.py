@@ -116,6 +116,7 @@ class Storage:
         self._names = frozenset(self.specs)
         self._shapes = {name: s.shape for name, s in self.specs.items()}
         self._flat = [(name, s.dtype, s.size) for name, s in self.specs.items()]  # for as_bytes, per call
+        self._plain = [(name, s.dtype, len(s.shape) + 1, s.shape) for name, s in self.specs.items()]  # plain_rows
         self._out_plans: dict[int, tuple] = {}  # batch size -> out_block's table and field cuts
         self.table, nbytes = self._table()
         self.bind(aligned_empty(nbytes, np.uint8, 0, hugepages=self.hugepages))
@@ -181,6 +182,30 @@ class Storage:
                 arr = np.array(arr, dtype=dtype, order="C")
             out.append(np.frombuffer(arr, np.uint8) if arr.size else _NO_BYTES)
         return tuple(out)
+
+    def plain_rows(self, batch) -> tuple[tuple, int] | None:
+        """``(rows, n)`` for a batch in the form a training loop adds again and again, else None.
+
+        That form: a dict with exactly the schema's fields, each a C-contiguous, writable
+        ndarray of the field's dtype and shape with the same ``n >= 1`` rows. For it
+        ``rows`` is what :meth:`check_batch` then :meth:`as_bytes` ``(arrays, 0, n)`` return
+        (each field's bytes, a view), found in one pass with no cast or copy to consider. None
+        sends the caller to those two, which check everything else and raise the errors.
+        Cost: O(1) Python work per field."""
+        if type(batch) is not dict or len(batch) != len(self._plain):
+            return None
+        rows = []
+        n = -1
+        for name, dtype, ndim, shape in self._plain:
+            arr = batch.get(name)
+            if type(arr) is not np.ndarray or arr.dtype is not dtype or arr.ndim != ndim or arr.shape[1:] != shape:
+                return None
+            flags = arr.flags
+            if not (flags.c_contiguous and flags.writeable) or (n >= 0 and arr.shape[0] != n):
+                return None
+            n = arr.shape[0]
+            rows.append(np.frombuffer(arr, np.uint8) if arr.size else _NO_BYTES)
+        return (tuple(rows), n) if n >= 1 else None
 
     def write(self, start: int, arrays: dict[str, np.ndarray], n: int) -> None:
         """Write ``n`` checked rows at ring slots ``start, start+1, ...`` (wrapping around).

@@ -336,3 +336,40 @@ def test_add_staged_stores_what_add_stores(variant):
         a.add_staged(staging)
     with pytest.raises(ValueError, match="n must be a positive integer, got 0"):
         a.add_staging(0)
+
+
+def test_plain_rows_is_what_the_checks_and_as_bytes_give():
+    """Storage.plain_rows (add's one-pass path) returns for a plain batch exactly the bytes of
+    check_batch + as_bytes, and None for every other form, so add's checks still see those
+    (and raise their errors)."""
+    from replaybench.impl.storage import make_storage, random_batch
+
+    fields = {"obs": ((4,), "float32"), "action": ((), "int64"), "done": ((), "bool"), "none": ((0,), "float32")}
+    rng = np.random.default_rng(0)
+    for layout in ("columns", "rows"):
+        st = make_storage(layout, 16, fields)
+        batch = random_batch(fields, 3, rng)
+        rows, n = st.plain_rows(batch)
+        arrays, want_n = st.check_batch(batch)
+        want = st.as_bytes(arrays, 0, want_n)
+        assert n == want_n == 3 and len(rows) == len(want)
+        for got_field, want_field in zip(rows, want):
+            assert got_field.dtype == np.uint8
+            np.testing.assert_array_equal(got_field, want_field)
+        read_only = {k: v.copy() for k, v in batch.items()}
+        read_only["obs"].flags.writeable = False
+        others = [
+            [batch],  # not a dict
+            {**batch, "extra": batch["done"]},
+            {k: v for k, v in batch.items() if k != "done"},
+            {**batch, "obs": batch["obs"].astype(np.float64)},  # castable, not the dtype
+            {**batch, "action": batch["action"].tolist()},  # not an array
+            {**batch, "obs": np.asfortranarray(np.ones((3, 4), np.float32))[:, ::1][::-1]},  # not contiguous
+            read_only,
+            {**batch, "done": batch["done"][:2]},  # rows differ
+            {**batch, "action": np.int64(1)},  # 0-d
+            {**batch, "obs": batch["obs"].reshape(3, 2, 2)},
+            random_batch(fields, 0, rng),  # no rows: the general path's no-op
+        ]
+        for other in others:
+            assert st.plain_rows(other) is None, other

@@ -93,6 +93,24 @@ def test_fused_sample_equals_the_python_composition(name, storage):
         assert_same({k: out[k] for k in FIELDS}, stored_rows(buf, idx))
 
 
+
+@pytest.mark.parametrize("storage", ["columns", "rows"])
+def test_uniform_kernel_equals_the_uniform_branch_of_sample(storage):
+    """fused.sample_uniform (what the uniform buffer calls: no stand-in tree arguments) draws
+    and gathers exactly what fused.sample's UNIFORM branch does, and the buffer's sample is it."""
+    buf = filled("uniform", storage=storage)
+    n = 100
+    key = np.random.default_rng(3).bit_generator.random_raw() >> 1
+    got = buf.sample(n, rng=np.random.default_rng(3))
+    want = buf.sample_out(n)
+    assert fused.sample(*fused.uniform_tree_args(), len(buf), key, False, 0.0, buf.storage.arena, *want.tail) == 0
+    again = buf.sample_out(n)
+    assert fused.sample_uniform(len(buf), key, buf.storage.arena, *again.tail) == 0
+    for k in want:
+        np.testing.assert_array_equal(again[k], want[k], err_msg=k)
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+    assert (want["weights"] == 1.0).all()
+
 @pytest.mark.parametrize("name", ALL_VARIANTS)
 def test_reused_out_equals_fresh_arrays(name):
     buf, twin = filled(name), filled(name)
@@ -333,6 +351,22 @@ def test_sample_indices_workload_uses_reused_outputs():
         workloads.make_call("sample_indices", no_indices_only, capacity=64, fields=FIELDS, batch=8, mixed_adds=1,
                             rng=np.random.default_rng(0))
 
+
+
+def test_workload_sample_draws_what_the_buffer_draws():
+    """The micro workload's sample (a positional call into reused outputs) returns what
+    ``buffer.sample(n, rng=..., out=...)`` returns from the same seed, fields and indices-only."""
+    from replaybench.bench import workloads
+
+    target = workloads.variant_target("kary-prefix", 64, FIELDS, np.random.default_rng(5), batch=8)
+    workloads.fill(target, 64, FIELDS, np.random.default_rng(1))
+    buf, rng = target.buffer, np.random.default_rng(5)
+    for draw, fields in ((target.sample, True), (target.sample_indices, False), (target.sample, True)):
+        got = {k: v.copy() for k, v in draw(8).items()}
+        want = buf.sample(8, rng=rng, out=buf.sample_out(8, fields=fields))
+        assert got.keys() == want.keys()
+        for key in got:
+            np.testing.assert_array_equal(got[key], want[key])
 
 @pytest.mark.slow
 def test_gil_share_method_measures_a_share():

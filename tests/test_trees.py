@@ -670,3 +670,84 @@ def test_kary_branching_factor(K):
     tree = KarySumTree(1000, K=K)
     assert tree.K == K
     assert tree._lay.shape[0] == tree.depth + 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_vector_group_count_matches_the_scalar_compares(dtype):
+    """impl.trees.ops.count_le15 (the K = 16 prefix descent's vector compare) counts exactly
+    what 15 scalar ``<=`` of the group's first slots count, at any offset into the array: on
+    groups that are not sorted (running sums updated by separate float32 adds need not be),
+    with ties, signed zeros, infinities and NaN in the slots or as ``u``, and ``u`` one unit
+    either side of a slot (a float64 ``u`` between two float32 values)."""
+    from numba import njit
+
+    from replaybench.impl.trees import ops
+
+    @njit
+    def both(sums, firsts, us, out):
+        for r in range(firsts.shape[0]):
+            first = np.uint64(firsts[r])
+            k = 0
+            for c in range(15):
+                k += sums[first + np.uint64(c)] <= us[r]
+            out[r, 0] = k
+            out[r, 1] = ops.count_le15(sums, first, us[r])
+
+    rng = np.random.default_rng(7)
+    specials = np.array([0.0, -0.0, 1.0, 2.0, np.inf, -np.inf, np.nan, 1e-45, 3.4e38])
+    sums = rng.random(4096).astype(dtype)
+    special = rng.random(4096) < 0.2
+    sums[special] = rng.choice(specials, int(special.sum()))
+    firsts = rng.integers(0, 4096 - 16, 20000)
+    picked = sums[firsts + rng.integers(0, 16, firsts.size)].astype(np.float64)
+    us = np.concatenate([
+        rng.random(5000) * 2.0,
+        picked[:5000],  # ties with a slot
+        np.nextafter(picked[5000:10000], np.inf),  # just above a float32 slot: still <=
+        np.nextafter(picked[10000:15000], -np.inf),  # just below: not
+        rng.choice(specials, 5000),
+    ])
+    out = np.empty((firsts.size, 2), dtype=np.int64)
+    both(sums, firsts, us, out)
+    np.testing.assert_array_equal(out[:, 1], out[:, 0])
+
+
+@pytest.mark.parametrize("factory", [BinarySumTree, BlockedBinarySumTree, KarySumTree, AlignedKarySumTree],
+                         ids=["binary", "binary-blocked", "kary", "kary-aligned"])
+def test_plain_descent_branches_are_the_plain_scan_bit_for_bit(factory):
+    """impl.trees.ops.descend's branches for plain trees (K = 2: a select instead of the scan's
+    running-sum array; K = 16 on level-order rows: the scan with a literal length) reach the
+    same leaves and leave the same remainders u, bit for bit, as the plain scan
+    (ops._scan_plain) with a runtime K, on float32 sums that have drifted from their leaves
+    (many delta updates, no rebuild), with and without touch passes."""
+    from numba import njit
+
+    from replaybench.impl.trees import ops
+    from replaybench.impl.trees.kernels import level_row
+
+    @njit
+    def scan_descent(sums, lay, K, u, j):
+        run = np.zeros(K)
+        j[:] = 0
+        for d in range(1, lay.shape[0]):
+            base, shift, bshift, mask, stride = level_row(lay, d)
+            for b in range(u.shape[0]):
+                k = ops._scan_plain(sums, ops._first_child(base, shift, bshift, mask, j[b], K), stride, K, u[b], run)
+                u[b] = u[b] - run[np.uint64(k)]
+                j[b] = j[b] * K + k
+
+    rng = np.random.default_rng(17)
+    for capacity in (5, 1000, 4099):
+        tree = factory(capacity, resum_every=10**9)
+        for _ in range(30):
+            idx = rng.integers(0, capacity, 64)
+            tree.update(idx, rng.random(64) * rng.choice([1e-6, 1.0, 1e4], 64))
+        kind, sums, _, lay, K, _, _, _ = tree.kernel_args
+        us = np.concatenate([rng.random(3000) * tree.total(), [0.0, tree.total()]])
+        want_u, want_j = us.copy(), np.empty(us.size, np.int64)
+        scan_descent(sums, lay, K, want_u, want_j)
+        for touch_from in (0, 1, lay.shape[0]):
+            got_u, got_j = us.copy(), np.empty(us.size, np.int64)
+            ops.descend(kind, sums, lay, K, touch_from, got_u, got_j)
+            np.testing.assert_array_equal(got_j, want_j)
+            np.testing.assert_array_equal(got_u.view(np.int64), want_u.view(np.int64))

@@ -33,6 +33,9 @@ What is traced, in the kernels' order (the whole batch goes one level at a time)
 * ``data`` (``storage.gather``): per field, per sampled index, the row's first byte and, when
   the row crosses a line, its last byte (``numpy.take`` copies rows field by field).
 
+The K = 16 prefix descent loads its group's 16 slots with one vector load
+(:func:`impl.trees.ops.count_le15`); the 16th shares a line with the 15 traced ones.
+
 Not traced: the touch passes of ``prefetch`` (loads of lines the descent reads next anyway), the
 kernels' per-call scratch arrays (``u``, ``j``, ``delta``: about 8 KiB per
 256-item batch, freshly allocated), the output arrays, the input checks and the ``(p + eps)

@@ -341,8 +341,8 @@ class PrefixKarySumTree(ArraySumTree):
     """Cache-aligned K-ary tree whose sibling groups hold running sums (see
     :mod:`impl.trees.prefix_kernels`): the descent compares, it never adds. K a power of 2.
 
-    ``kernel="specialised"`` (K = 16 only) descends with a fixed 15-compare loop that the
-    compiler unrolls into independent compares, beside the ``"generic"`` loop over any K (each
+    ``kernel="specialised"`` (K = 16 only) descends with one vector compare per level of the
+    16-slot group (:func:`impl.trees.ops.count_le15`), beside the ``"generic"`` loop over any K (each
     child slot's compares run over all the draws); ``"auto"`` (the default) takes the specialised one where K = 16.
     The results are identical, the speed is what the micro scenario compares (``sweep-kernel``);
     :attr:`kernel` says which one runs.

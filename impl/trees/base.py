@@ -22,12 +22,21 @@ MAX_REDRAWS = 64
 REBUILD_AFTER = 8
 
 
+# Built-in dtypes are singletons: ``arr.dtype is _INT64`` is a cheap exact test (a False only
+# sends an array to the general path).
+_INT64 = np.dtype(np.int64)
+_FLOAT64 = np.dtype(np.float64)
+
+
 def as_indices(indices, name: str = "indices") -> np.ndarray:
     """``indices`` as a 1-D contiguous int64 array, or a TypeError/ValueError naming it.
 
     An unsigned index above ``2**63 - 1`` (no int64 holds it) raises IndexError here, naming
     the value as given, before the values of a batch are checked.
     """
+    if (type(indices) is np.ndarray and indices.dtype is _INT64 and indices.ndim == 1
+            and indices.flags.c_contiguous):
+        return indices  # the common case, checked first: what the general path returns for it
     arr = np.asarray(indices)
     if arr.ndim == 0:
         arr = arr.reshape(1)
@@ -70,6 +79,9 @@ def check_real(arr: np.ndarray, name: str) -> np.ndarray:
 
 def as_priorities(priorities, n: int, name: str = "priorities") -> np.ndarray:
     """``priorities`` as a contiguous float64 array of length ``n`` (a scalar is broadcast)."""
+    if (type(priorities) is np.ndarray and priorities.dtype is _FLOAT64 and priorities.shape == (n,)
+            and priorities.flags.c_contiguous):
+        return priorities  # the common case, checked first: what the general path returns for it
     arr = check_real(np.asarray(priorities), name)
     if arr.ndim == 0:
         return np.full(n, arr, dtype=np.float64)

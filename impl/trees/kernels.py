@@ -98,11 +98,20 @@ def _set_leaves(sums, mins, lay, K, kshift, indices, values, touch_from):
 
     The leaves are written in batch order, so a repeated index keeps its last value and each
     delta is taken against the value before it (their sum is the leaf's whole change).
+    Where the leaves' level leaves cache (``touch_from <= D``), a first pass only loads each
+    item's leaf slot in ``sums`` and ``mins``, so the whole batch's misses are in flight
+    together before the loop that reads, writes and branches on them (loads only).
     """
     D = lay.shape[0] - 1
     n = indices.shape[0]
     delta = np.empty(n, dtype=np.float64)
     old_min = np.empty(n, dtype=mins.dtype)
+    if touch_from <= D:
+        seen = np.empty(n, dtype=sums.dtype)  # the touch pass's loads, stored so they are kept
+        base, shift, bshift, mask, _ = level_row(lay, D)
+        for b in range(n):
+            leaf = row_addr(base, shift, bshift, mask, np.uint64(indices[b]))
+            seen[b] = sums[leaf] + mins[leaf]
     for b in range(n):
         leaf = addr(lay, D, indices[b])
         old = sums[leaf]

@@ -7,7 +7,7 @@ Arguments shared by every function here (a tree's :attr:`~impl.trees.ArraySumTre
 
 ``kind``
     :data:`PLAIN`, :data:`PREFIX`, or :data:`PREFIX16` (the prefix descent specialised for
-    K = 16: a fixed-length compare loop that LLVM unrolls into 15 independent compares).
+    K = 16: each level one vector compare of the 16-slot group, :func:`count_le15`).
 ``sums, mins, lay, K, kshift``
     The tree's arrays, address table, branching factor and ``log2 K`` (``-1`` if K is not a
     power of 2), as the kernel modules take them.
@@ -27,13 +27,15 @@ Arguments shared by every function here (a tree's :attr:`~impl.trees.ArraySumTre
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 from . import kernels, prefix_kernels
 from .kernels import addr, level_row, row_addr
 
-__all__ = ["PLAIN", "PREFIX", "PREFIX16", "update", "fill", "rebuild", "count_updates", "descend", "read_leaves",
-           "find"]
+__all__ = ["PLAIN", "PREFIX", "PREFIX16", "update", "fill", "rebuild", "count_updates", "count_le15", "descend",
+           "read_leaves", "find"]
 
 PLAIN = 0
 PREFIX = 1
@@ -90,6 +92,42 @@ def fill(kind, sums, mins, lay, K, kshift, touch_from, state, start, count, capa
     count_updates(kind, sums, mins, lay, K, state, count)
 
 
+@intrinsic
+def count_le15(typingctx, sums, first, ub):
+    """``sum(sums[first + c] <= ub for c in range(15))`` for a float32 or float64 array ``sums``,
+    unsigned ``first`` and float64 ``ub``: the child a :data:`PREFIX16` descent takes, from one
+    16-slot sibling group of running sums. Compiled as one 16-wide vector load of slots
+    ``first .. first + 15`` (all 16 must lie in ``sums``: a K = 16 tree's groups have 16 slots;
+    unchecked), a widening to float64 (exact), one vector ``<=`` against ``ub`` (LLVM's
+    ``fcmp ole``, which is what numba compiles ``<=`` of two floats to: false for NaN), the
+    16th lane masked off and a population count. So the count is the scalar loop's bit for
+    bit, in a few instructions instead of 15 scalar converts, compares and adds (the
+    compiler does not vectorise that loop's reduction itself)."""
+    if not (isinstance(sums, types.Array) and sums.ndim == 1 and sums.dtype in (types.float32, types.float64)
+            and isinstance(first, types.Integer) and isinstance(ub, types.Float)):
+        return None
+    sig = types.int64(sums, types.uint64, types.float64)
+
+    def codegen(context, builder, signature, args):
+        arr_type = signature.args[0]
+        array, first_v, ub_v = args
+        data = context.make_array(arr_type)(context, builder, array).data
+        elt = context.get_value_type(arr_type.dtype)
+        ptr = builder.bitcast(builder.gep(data, [first_v]), ir.VectorType(elt, 16).as_pointer())
+        group = builder.load(ptr, align=arr_type.dtype.bitwidth // 8)  # no alignment assumed
+        wide = ir.VectorType(ir.DoubleType(), 16)
+        if arr_type.dtype == types.float32:
+            group = builder.fpext(group, wide)
+        lane0 = builder.insert_element(ir.Constant(wide, ir.Undefined), ub_v, ir.Constant(ir.IntType(32), 0))
+        splat = builder.shuffle_vector(lane0, ir.Constant(wide, ir.Undefined),
+                                       ir.Constant(ir.VectorType(ir.IntType(32), 16), [0] * 16))
+        bits = builder.bitcast(builder.fcmp_ordered("<=", group, splat), ir.IntType(16))
+        bits = builder.and_(bits, ir.Constant(ir.IntType(16), 0x7FFF))  # the last slot needs no compare
+        return builder.zext(builder.ctpop(bits), ir.IntType(64))
+
+    return sig, codegen
+
+
 @njit(nogil=True, cache=True, inline="always")
 def _touch(sums, lay, K, d, j, n):
     """Load the first and last slot of every draw's sibling group at depth ``d`` (both lines
@@ -141,8 +179,9 @@ def descend(kind, sums, lay, K, touch_from, u, j):
     ``K - 1`` children (the last child needs no comparison), and ``u`` drops by the running sum
     of the children left of it: PAL's left-to-right scan, written without a branch on the data.
     :data:`PLAIN` trees form the running sums as they scan (:func:`_scan_plain`): K - 1
-    dependent float64 adds per level and draw, the compares off that chain; the prefix trees
-    store them, so a level is K - 1 independent compares. The whole batch descends one level
+    dependent float64 adds per level and draw, the compares off that chain (K = 2: one slot,
+    one compare and a select, the same arithmetic); the prefix trees store them, so a level
+    is K - 1 independent compares (K = 16: one vector compare, :func:`count_le15`). The whole batch descends one level
     at a time, so the levels of different draws are independent: with no mispredicted branch
     in a draw's level, the core overlaps several draws' add chains and cache misses. From
     ``touch_from`` on each level starts with a pass that only loads every draw's next group
@@ -166,16 +205,41 @@ def descend(kind, sums, lay, K, touch_from, u, j):
     for d in range(1, D + 1):
         if d >= touch_from:
             acc += _touch(sums, lay, K, d, j, n)
-        if kind == PLAIN:
+            if d == D and kind != PLAIN:
+                # The raw leaves of each draw's last group (the prefix trees' leaf row, as
+                # large as the last level): their misses go in flight with the last level's,
+                # instead of in a pass of their own after the descent (read_leaves).
+                acc += _touch(sums, lay, K, D + 1, j, n)
+        if kind == PLAIN and K == 2:
+            # Binary: the scan's one running sum is the left child's slot (0.0 + it, exactly
+            # as _scan_plain forms it), and u drops by it or by 0.0 (run[k]): a select, with no
+            # scan loop of runtime length and no store and reload of run per draw.
+            base, shift, bshift, mask, stride = level_row(lay, d)
+            for b in range(n):
+                ub = u[b]
+                jb = j[b]
+                s = 0.0 + np.float64(sums[_first_child(base, shift, bshift, mask, jb, 2)])
+                k = s <= ub
+                u[b] = ub - (s if k else 0.0)
+                j[b] = jb * 2 + k
+        elif kind == PLAIN:
             base, shift, bshift, mask, stride = level_row(lay, d)
             if stride == np.uint64(1) and shift == np.uint64(0) and bshift == np.uint64(0) and mask == np.uint64(0):
                 # A level-order row (addr = base + j): the groups are contiguous at base + jK,
-                # and a literal stride lets the compiler unroll the scan with fixed offsets.
-                for b in range(n):
-                    ub = u[b]
-                    k = _scan_plain(sums, base + np.uint64(j[b]) * np.uint64(K), np.uint64(1), K, ub, run)
-                    u[b] = ub - run[np.uint64(k)]
-                    j[b] = j[b] * K + k
+                # and a literal stride lets the compiler unroll the scan with fixed offsets
+                # (fully where K = 16 is a literal too: the same adds in the same order).
+                if K == 16:
+                    for b in range(n):
+                        ub = u[b]
+                        k = _scan_plain(sums, base + np.uint64(j[b]) * np.uint64(16), np.uint64(1), 16, ub, run)
+                        u[b] = ub - run[np.uint64(k)]
+                        j[b] = j[b] * 16 + k
+                else:
+                    for b in range(n):
+                        ub = u[b]
+                        k = _scan_plain(sums, base + np.uint64(j[b]) * np.uint64(K), np.uint64(1), K, ub, run)
+                        u[b] = ub - run[np.uint64(k)]
+                        j[b] = j[b] * K + k
             else:
                 for b in range(n):
                     ub = u[b]
@@ -188,9 +252,7 @@ def descend(kind, sums, lay, K, touch_from, u, j):
             for b in range(n):
                 first = _first_child(base, shift, bshift, mask, j[b], 16)
                 ub = u[b]
-                k = 0
-                for c in range(15):  # fixed trip count: unrolled into independent compares
-                    k += sums[first + np.uint64(c)] <= ub
+                k = count_le15(sums, first, ub)  # the 15 compares as one vector compare
                 if k > 0:
                     ub -= sums[first + np.uint64(k - 1)]
                 u[b] = ub
@@ -198,7 +260,7 @@ def descend(kind, sums, lay, K, touch_from, u, j):
         else:
             # Any K: the compares run over the draws, child slot by child slot: each pass over
             # the draws is a loop of independent loads and compares, whatever K is (PREFIX16's
-            # fixed 15-compare scan per draw is the K = 16 alternative).
+            # one vector compare per draw and level is the K = 16 alternative).
             base, shift, bshift, mask, stride = level_row(lay, d)
             for b in range(n):
                 firsts[b] = _first_child(base, shift, bshift, mask, j[b], K)
@@ -217,15 +279,12 @@ def descend(kind, sums, lay, K, touch_from, u, j):
 @njit(nogil=True, cache=True)
 def read_leaves(kind, sums, lay, touch_from, j, out_priority):
     """Leaf values of the reached leaves ``j`` into ``out_priority``; a zero leaf turns its
-    entry of ``j`` into ``-1``. Returns ``(how many did, the touch pass's sum)``: the prefix
-    trees keep their leaves in a row of their own, touched first like a level when it leaves
-    cache (the caller must use the sum, or the compiler may drop the loads)."""
+    entry of ``j`` into ``-1``. Returns ``(how many did, 0.0)``. The prefix trees keep their
+    leaves in a row of their own; where it leaves cache, :func:`descend` has touched each
+    draw's leaf group with its last level, so this reads lines already requested (the second
+    value, once the sum of a touch pass here, stays for the callers that add it in)."""
     row = lay.shape[0] - 1  # the leaves' row in every layout (the prefix trees' extra row)
-    acc = 0.0
-    if kind != PLAIN and touch_from <= row - 1:
-        for b in range(j.shape[0]):
-            acc += sums[addr(lay, row, j[b])]
-    return kernels.read_reached_leaves(sums, lay, row, j, out_priority), acc
+    return kernels.read_reached_leaves(sums, lay, row, j, out_priority), 0.0
 
 
 @njit(nogil=True, cache=True)

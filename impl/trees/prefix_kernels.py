@@ -56,13 +56,27 @@ def _set_leaves(pre, mins, lay, K, kshift, indices, values, touch_from):
     last value) and propagate, level by level over the batch as
     :func:`impl.trees.kernels.propagate_batch` does: one group add per item on the wide levels
     (the leaves' groups included), one per changed node on the narrow upper levels (the deltas
-    summed per node in float64 first), then the minima."""
+    summed per node in float64 first), then the minima.
+
+    Where the leaves' level leaves cache (``touch_from <= D``), a first pass only loads each
+    item's raw leaf, the first and last slot of its leaves'-level group and its min slot (the
+    three lines the first two loops then read and write), so the misses of the whole batch are
+    in flight together, as the descent's touch passes do; the loops that follow find those
+    lines in cache. Loads only: the tree ends the same."""
     D = lay.shape[0] - 2
     leaf_base = lay[D + 1, 0]
     n = indices.shape[0]
     delta = np.empty(n, dtype=np.float64)
     rounded = np.empty(n, dtype=pre.dtype)  # what a group adds: the delta in the tree's dtype
     old_min = np.empty(n, dtype=mins.dtype)
+    if touch_from <= D:
+        seen = np.empty(n, dtype=pre.dtype)  # the touch pass's loads, stored so they are kept
+        base, shift, bshift, mask, _ = level_row(lay, D)
+        last, leaves = np.uint64(K - 1), np.uint64(leaf_base)
+        for b in range(n):
+            i = np.uint64(indices[b])
+            group = row_addr(base, shift, bshift, mask, i & ~last)
+            seen[b] = pre[leaves + i] + pre[group] + pre[group + last] + mins[row_addr(base, shift, bshift, mask, i)]
     for b in range(n):
         a = leaf_base + indices[b]
         old = pre[a]
