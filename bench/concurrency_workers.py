@@ -44,6 +44,7 @@ __all__ = ["TRANSITIONS", "ID_STRIDE", "RateLimiter", "schema", "make_batch", "i
 TRANSITIONS = {"cartpole": 40, "mujoco": 200, "atari": 84 * 84 * 4}
 ID_STRIDE = 10**12  # writer w's k-th transition has id w * ID_STRIDE + k
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+NO_RESUM = 2**62  # resum_every that never comes due: for measurements the periodic re-sum would skew
 
 
 def schema(payload_bytes: int) -> dict:
@@ -319,7 +320,8 @@ def shared_gil_share(policy: str, capacity: int, *, variant: str = "kary-aligned
     priorities; the median seconds of a whole call from Python (``call_s``: the checks, the
     gate, numba's dispatch and the kernel) against the same kernel with the same arguments
     run ``calls`` times from a compiled loop (``kernel_s``: no Python, no dispatch; the sample
-    gets a new key per call, as from Python). Both are this thread's CPU seconds
+    gets a new key per call, as from Python). The buffer's periodic re-sum is off (it is nogil
+    work, amortised over ``capacity`` leaf updates). Both are this thread's CPU seconds
     (``time.thread_time``), not wall time, so other processes on a busy machine inflate
     neither. ``gil_share = 1 - kernel_s / call_s`` is what a second thread on the buffer cannot
     overlap; ``2 / (1 + gil_share)`` bounds two threads' speed-up. Returns ``{"policy",
@@ -350,8 +352,10 @@ def shared_gil_share(policy: str, capacity: int, *, variant: str = "kary-aligned
             fused.add(*args)
 
     rng = np.random.default_rng(seed)
+    # no periodic re-sum (about one per `capacity` leaf updates, a nogil O(capacity) pass): it
+    # would land in the calls' phase or the kernel loop's by the phases' lengths, not by the GIL
     buf = SharedPrioritizedBuffer.create(capacity, schema(TRANSITIONS[transition]), variant=variant, policy=policy,
-                                         seed=seed)
+                                         seed=seed, resum_every=NO_RESUM)
     try:
         fill_with_priorities(buf, capacity, TRANSITIONS[transition], rng)
         out = buf.sample_out(batch)
@@ -396,12 +400,13 @@ def local_step_seconds(capacity: int, *, variant: str = "kary-aligned", batch: i
     ones, for the ratio shared over local: the same variant, capacity, rows and priorities in an
     in-process buffer (``replaybench.create``), ``sample(batch, out=...)`` and
     ``update_priorities`` of ``batch`` random rows each timed ``calls`` times in this thread's CPU
-    seconds, median over ``repeats``. Returns ``{"sample_s", "update_s", "step_s"}`` (step = the
+    seconds, median over ``repeats``, with the periodic re-sum off as there. Returns ``{"sample_s", "update_s", "step_s"}`` (step = the
     sum). Costs ``2 * repeats * calls`` calls."""
     from replaybench.impl import registry
 
     rng = np.random.default_rng(seed)
     buf = registry.create(variant, capacity, schema(TRANSITIONS[transition]), alpha=0.6)
+    buf.tree.resum_every = NO_RESUM  # as in shared_gil_share, whose calls these are compared with
     fill_with_priorities(buf, capacity, TRANSITIONS[transition], rng)
     out = buf.sample_out(batch)
     idx, pr = rng.integers(0, capacity, batch), rng.random(batch) + 0.01

@@ -118,6 +118,36 @@ def test_shared_kernel_scaling_runs_learner_steps_in_two_threads():
         shared_kernel_scaling("deferred", 1024, batch=8, steps=2, repeats=1)
 
 
+def test_learner_step_measurements_run_without_the_periodic_re_sum(monkeypatch):
+    """A re-sum (one O(capacity) pass per ``capacity`` leaf updates) lands in whichever timed
+    phase reaches it, so the GIL share and the shared-over-local ratio are measured without it."""
+    from replaybench.bench import concurrency_workers as W
+    from replaybench.impl import registry
+    from replaybench.impl.concurrent import SharedPrioritizedBuffer
+
+    seen = []
+    create = SharedPrioritizedBuffer.create.__func__
+
+    def spy_shared(cls, *args, **kwargs):
+        seen.append(("shared", kwargs.get("resum_every")))
+        return create(cls, *args, **kwargs)
+
+    local_create = registry.create
+
+    def spy_local(*args, **kwargs):
+        buf = local_create(*args, **kwargs)
+        seen.append(("local", buf))
+        return buf
+
+    monkeypatch.setattr(SharedPrioritizedBuffer, "create", classmethod(spy_shared))
+    monkeypatch.setattr(registry, "create", spy_local)
+    W.shared_gil_share("optimistic", 1024, batch=16, calls=2, repeats=1)
+    assert ("shared", W.NO_RESUM) in seen
+    seen.clear()
+    W.local_step_seconds(1024, batch=16, calls=2, repeats=1)
+    assert [b.tree.resum_every for kind, b in seen] == [W.NO_RESUM]
+
+
 def test_auto_workers_cover_one_to_twice_the_cores():
     from replaybench.bench.scenarios.concurrency import auto_workers
 
