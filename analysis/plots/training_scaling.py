@@ -33,7 +33,7 @@ TITLE = "Training: time to threshold and speedup"
 _METRICS = [("time_to_threshold_s", "time to threshold (s)"), ("speedup", "speedup over sequential (x)"),
             ("env_steps_per_s", "environment steps/s"), ("updates_per_s", "updates/s")]
 
-#: Line styles of the engines, in the order of their names (solid for the first).
+#: Line styles of the engines: solid for the process engine, then the others in the order of their names.
 _ENGINE_STYLES = ["-", "--", "-.", (0, (3, 1, 1, 1, 1, 1))]
 
 
@@ -57,7 +57,8 @@ def build(table, metas) -> Plot:
     if not tasks:
         raise NoRows("no parallel training summaries with an actor count")
     several = several_buffers(data)
-    engines = sorted(set(parallel["engine"].dropna().astype(str)))
+    # the process engine (the harness's own, in most rows) solid, the others after it by name
+    engines = sorted(set(parallel["engine"].dropna().astype(str)), key=lambda e: (e != "process", e))
     dashes = {e: _ENGINE_STYLES[i % len(_ENGINE_STYLES)] for i, e in enumerate(engines)}
     fig, axes = new_figure(len(tasks), len(metrics), panel=(4.0, 3.2))
     handles = {}
