@@ -171,6 +171,7 @@ OPS = {op.name: op for op in (
     OpSpec("insert_batch", True, "transitions", 1e6, "M/s"),
     OpSpec("sample", True, "transitions", 1e6, "M/s"),
     OpSpec("sample_indices", True, "transitions", 1e6, "M/s"),
+    OpSpec("find", True, "indices", 1e6, "M/s"),
     OpSpec("update", True, "transitions", 1e6, "M/s"),
     OpSpec("mixed", False, "iterations", 1e3, "K it/s"),
 )}

@@ -362,7 +362,7 @@ FLOOR_NOISE = 0.25
 #: Op -> the :func:`bench.floors.op_floors` number that is its floor, for tree variants and
 #: for ``uniform`` (no tree: its sample is the row gather, its update and index draws touch no
 #: memory the probe models, so they have no floor).
-FLOOR_OF = {"tree": {"sample": "sample_ns", "sample_indices": "descent_ns", "update": "update_ns"},
+FLOOR_OF = {"tree": {"sample": "sample_ns", "sample_indices": "descent_ns", "find": "descent_ns", "update": "update_ns"},
             "uniform": {"sample": "rows_ns"}}
 
 

@@ -14,6 +14,9 @@ sample          ``sample(batch)``: indices, field data and IS weights   ``batch`
                 (registered variants: into reused ``out=`` arrays)
 sample_indices  ``sample`` of indices and IS weights only (no fields;   ``batch``
                 registered variants only)
+find            the tree's ``find`` of ``batch`` uniform draws in       ``batch``
+                ``[0, total)``: the descent and the leaf read, draws
+                included (prioritized variants only: no weights)
 update          ``update_priorities`` of ``batch`` random stored slots  ``batch``
 mixed           a DQN-like step: add ``mixed_adds``, sample ``batch``,  1 iteration
                 update the sampled indices with new priorities
@@ -62,7 +65,8 @@ class Target:
     ``add(batch)`` takes a dict of arrays with a leading batch axis; ``sample(n)`` returns a
     dict holding the sampled slots under ``index_key``; ``update(indices, priorities)`` sets
     raw priorities; ``fill_add(batch, priorities)`` adds with given priorities (set-up only);
-    ``sample_indices(n)``, where the buffer has it, samples indices and weights without fields.
+    ``sample_indices(n)``, where the buffer has it, samples indices and weights without fields;
+    ``find(us)``, where it has a sum tree, finds the leaves of the prefix sums ``us``.
     Adapters may wrap a timed call in at most one thin Python function.
     """
 
@@ -73,6 +77,7 @@ class Target:
     index_key: str
     fill_add: Callable
     sample_indices: Callable | None = None
+    find: Callable | None = None
 
 
 def variant_target(name: str, capacity: int, fields: dict, rng: np.random.Generator, batch: int | None = None,
@@ -89,7 +94,9 @@ def variant_target(name: str, capacity: int, fields: dict, rng: np.random.Genera
     if batch is not None:
         sample, sample_indices = _sample_into(buf, rng, buf.sample_out(batch)), _sample_into(
             buf, rng, buf.sample_out(batch, fields=False))
-    return Target(buf, buf.add, sample, buf.update_priorities, "indices", buf.add, sample_indices)
+    tree = getattr(buf, "tree", None)
+    return Target(buf, buf.add, sample, buf.update_priorities, "indices", buf.add, sample_indices,
+                  None if tree is None else tree.find)
 
 
 def _sample_into(buf, rng: np.random.Generator, out) -> Callable:
@@ -155,6 +162,15 @@ def make_call(op: str, target: Target | None, *, capacity: int, fields: dict, ba
 
         def call(i):
             sample_indices(batch)
+
+    elif op == "find":
+        if target.find is None:
+            raise ValueError("op 'find' needs a buffer with a sum tree (a prioritized registered variant)")
+        # the total of the filled buffer, read once: no micro op changes a priority between finds
+        find, draw, total = target.find, rng.random, target.buffer.tree.total()
+
+        def call(i):
+            find(draw(batch) * total)
 
     elif op == "update":
         rows = _pool_size(min(4096, max(64, 4 * capacity // batch)))

@@ -300,6 +300,37 @@ def interrupt_run(cmd: list, out: Path, ready, env=None) -> tuple[int, str]:
     return proc.returncode, output
 
 
+def test_find_workload_is_the_trees_find_of_uniform_draws_and_skips_treeless_buffers():
+    """op find: one call is the tree's find of ``batch`` uniform draws in [0, total) from the
+    workload's generator (draws timed, no weights); the uniform buffer and the peers have no
+    tree to find in, so the scenario skips them with the reason instead of failing."""
+    import dataclasses
+
+    import numpy as np
+
+    from replaybench.bench.scenarios import micro
+
+    fields = derive.SCHEMAS["cartpole"]
+    rng = np.random.default_rng(3)
+    real = workloads.variant_target("kary-prefix", 1024, fields, np.random.default_rng(1), batch=16)
+    workloads.fill(real, 1024, fields, rng)
+    assert real.find == real.buffer.tree.find
+    seen = []
+    target = dataclasses.replace(real, find=lambda us: seen.append(us) or real.find(us))
+    call = workloads.make_call("find", target, capacity=1024, fields=fields, batch=16, mixed_adds=1,
+                               rng=np.random.default_rng(7))
+    call(0)
+    total = target.buffer.tree.total()
+    assert np.array_equal(seen[0], np.random.default_rng(7).random(16) * total)
+    with pytest.raises(ValueError, match="op 'find' needs a buffer with a sum tree"):
+        workloads.make_call("find", workloads.variant_target("uniform", 64, fields, rng, batch=8), capacity=64,
+                            fields=fields, batch=8, mixed_adds=1, rng=rng)
+    infos = {v.name: v for v in micro.resolve_variants({"variants": "all", "peers": []}, None)}
+    assert micro.op_skip_reason(infos["uniform"], "find") == "uniform has no sum tree to find in"
+    assert micro.op_skip_reason(infos["kary-prefix"], "find") == ""
+    assert micro.op_skip_reason(infos["uniform"], "sample") == ""
+
+
 def test_interrupts_deferred_raises_after_the_block():
     """A SIGINT sent inside the block lands after it: the block's writes all happen."""
     done = []

@@ -49,7 +49,7 @@ from replaybench.bench import contract, derive, peers, workloads
 from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError, check_memory
 
 __all__ = ["HARNESS", "WORKLOAD_PARAMS", "VariantInfo", "Item", "resolve_variants", "param_grid", "typed_grid",
-           "skip_reason", "Micro", "SCENARIO"]
+           "skip_reason", "op_skip_reason", "Micro", "SCENARIO"]
 
 HARNESS = "harness"
 
@@ -254,6 +254,14 @@ def skip_reason(variant: VariantInfo, capacity: int | None, params: dict) -> str
     return _checked[key]
 
 
+def op_skip_reason(variant: VariantInfo, op: str) -> str:
+    """Why ``variant`` cannot run ``op``, or "" when it can: ``find`` needs our sum tree (the
+    uniform buffer has none, and the peers' APIs do not offer their trees' search)."""
+    if op == "find" and (peers.is_peer(variant.name) or variant.structure == "uniform"):
+        return f"{variant.name} has no sum tree to find in"
+    return ""
+
+
 def _check_suite(suite: dict) -> None:
     for key, kind in _SUITE_KEYS.items():
         value = suite.get(key)
@@ -319,7 +327,7 @@ class Micro(Scenario):
             for c in capacities:
                 for combo in param_grid(grid):
                     reason = skip_reason(v, c, combo)
-                    items += [(v, c, op, combo, reason) for op in v_ops]
+                    items += [(v, c, op, combo, reason or op_skip_reason(v, op)) for op in v_ops]
         cells = []
         if selection.variants is None:  # a plug-in that failed to load is a variant we could not measure
             from replaybench.impl import registry
