@@ -16,8 +16,10 @@ memory accesses the op cannot avoid, with everything else stripped away, and tim
   address depend on the level above, and compares within the group; leaving that out makes the
   pattern cheaper, never dearer, so it is a floor.
 * **rows** (``rows_ns``, per draw): the copy of ``batch`` random rows of ``row_bytes`` (rows
-  stored contiguously, as ``storage="rows"`` does) into an output batch: what the gather of a
-  sample costs at best (column storage touches one line per field and is dearer).
+  stored contiguously ``row_stride`` bytes apart, as ``storage="rows"`` does: a row that fits
+  in a line padded to lie in one, :func:`impl.storage.row_stride`) into an output batch: what
+  the gather of a sample costs at best (column storage touches one line per field and is
+  dearer; packed rows straddle lines and are dearer too).
 * **sample** (``sample_ns``, per draw): the descent then the rows, per batch, in one kernel (they
   share the cache, as in the op): ``sample_fused_ns``; ``sample_ns`` is the smaller of that and
   ``descent_ns + rows_ns`` (both are ways to run the pattern, and on a shared machine a burst of
@@ -48,6 +50,9 @@ from __future__ import annotations
 import time
 
 import numpy as np
+
+from replaybench.impl.storage import row_stride
+from replaybench.impl.trees.layouts import aligned_empty
 
 __all__ = ["FLOOR_CAPACITIES", "FLOOR_KEYS", "tree_groups", "op_floors", "format_floors"]
 
@@ -80,7 +85,7 @@ def _kernels():
         s = 0.0
         calls = ridx.size // batch
         levels = offsets.size
-        width = rows.shape[1]
+        width = out.shape[1]  # the row's bytes; rows.shape[1] is its stride
         for c in range(calls):
             lo = c * batch
             if descent:
@@ -148,13 +153,13 @@ def op_floors(capacities=FLOOR_CAPACITIES, *, batch: int = 256, k: int = 16, row
               leaf_bytes: int = 4, draws: int = 2**15, repeats: int = 5, seed: int = 0) -> dict:
     """Run each op's access pattern (module docstring) at each capacity and time it.
 
-    Returns a JSON-ready dict: ``{"batch", "K", "row_bytes", "leaf_bytes", "draws", "repeats",
+    Returns a JSON-ready dict: ``{"batch", "K", "row_bytes", "row_stride", "leaf_bytes", "draws", "repeats",
     "seconds", "sizes": [{"capacity", "bytes", "levels", "descent_ns", "rows_ns", "sample_fused_ns",
     "sample_ns", "update_ns"}, ...]}``, ``bytes`` being the rows plus two trees as allocated (the working set),
     each ``*_ns`` ns per draw (per item for update), the minimum over ``repeats`` passes of
     ``draws`` draws (rounded up to whole batches). Cost: per capacity, ``4 * (repeats + 1)``
     passes of about ``draws * (levels + 1)`` loads (milliseconds each), plus allocating and
-    filling ``capacity * (row_bytes + 2 * leaf_bytes * 16/15)`` bytes (~0.2 s at 2**22 CartPole
+    filling ``capacity * (row_stride + 2 * leaf_bytes * 16/15)`` bytes (~0.2 s at 2**22 CartPole
     rows), and numba's compilation (cached on disk) the first time on a machine.
 
     Raises ValueError naming the argument, before allocating anything, for a capacity below 2,
@@ -168,10 +173,11 @@ def op_floors(capacities=FLOOR_CAPACITIES, *, batch: int = 256, k: int = 16, row
     if _positive_int("k", k) < 2:
         raise ValueError(f"k must be at least 2, got {k!r}")
     row_bytes = _positive_int("row_bytes", row_bytes)
+    stride = row_stride(row_bytes)
     if leaf_bytes != 4:
         raise ValueError(f"leaf_bytes must be 4 (float32 trees), got {leaf_bytes!r}")
     draws, repeats = _positive_int("draws", draws), _positive_int("repeats", repeats)
-    too_big = [c for c in caps if c * (row_bytes + 2 * leaf_bytes * 2) > _MAX_BYTES]
+    too_big = [c for c in caps if c * (stride + 2 * leaf_bytes * 2) > _MAX_BYTES]
     if too_big:
         raise ValueError(f"capacities {too_big} with row_bytes {row_bytes} need more than 1 GiB of arrays")
     sample_pattern, update_pattern = _kernels()
@@ -185,7 +191,7 @@ def op_floors(capacities=FLOOR_CAPACITIES, *, batch: int = 256, k: int = 16, row
         offsets = np.cumsum([0] + [g * k for g in groups[:-1]]).astype(np.int64)
         nodes = sum(groups) * k
         trees = np.ones((2, nodes), np.float32)  # ones, not zeros: every page written now
-        rows = np.ones((capacity, row_bytes), np.uint8)
+        rows = aligned_empty(capacity * stride, np.uint8, 1).reshape(capacity, stride)  # from a line on
         gidx = np.stack([rng.integers(0, g, n, dtype=np.int64) for g in groups])
         ridx = rng.integers(0, capacity, n, dtype=np.int64)
         dest = np.empty((batch, row_bytes), np.uint8)
@@ -202,7 +208,8 @@ def op_floors(capacities=FLOOR_CAPACITIES, *, batch: int = 256, k: int = 16, row
         entry["sample_ns"] = min(entry["sample_fused_ns"], entry["descent_ns"] + entry["rows_ns"])
         out.append(entry)
         trees = rows = gidx = None  # freed before the next (larger) capacity is allocated
-    return {"batch": batch, "K": k, "row_bytes": row_bytes, "leaf_bytes": leaf_bytes, "draws": n, "repeats": repeats,
+    return {"batch": batch, "K": k, "row_bytes": row_bytes, "row_stride": stride, "leaf_bytes": leaf_bytes,
+            "draws": n, "repeats": repeats,
             "seconds": time.perf_counter() - start, "sizes": out}
 
 
@@ -212,7 +219,8 @@ def format_floors(floors: dict) -> str:
 
     body = [[f"2^{s['capacity'].bit_length() - 1}", str(s["levels"]), *(f"{s[key]:.1f}" for key in FLOOR_KEYS)]
             for s in floors["sizes"]]
-    head = (f"Op floors of this machine (batch {floors['batch']}, K={floors['K']}, {floors['row_bytes']}-byte rows; "
+    head = (f"Op floors of this machine (batch {floors['batch']}, K={floors['K']}, {floors['row_bytes']}-byte rows"
+            f"{'' if floors.get('row_stride') is None else ' ' + str(floors['row_stride']) + ' bytes apart'}; "
             f"{floors['draws']} draws, min of {floors['repeats']}; {floors['seconds']:.1f} s), ns per draw")
     return "\n".join([head, *format_table(["capacity", "levels", "descent", "rows", "sample", "update"], body,
                                           set(range(6)))])

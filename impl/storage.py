@@ -13,8 +13,9 @@ the same for both and a benchmark difference is a difference of addresses:
   a cache line (``stride = width``). A gather touches one line per field per transition.
 * :class:`RowStorage` (``"rows"``): one transition's fields packed together (``stride`` = the
   row's size, fields ordered by decreasing item size so each is aligned, the row padded to
-  its largest item). A gather touches the one or two lines of the row, and for large rows
-  (Atari frames) copies one contiguous block.
+  its largest item, and a row that fits in a line to a power of two: :func:`row_stride`). A
+  gather touches the one line of a small row, and for large rows (Atari frames) copies one
+  contiguous block.
 
 ``columns`` gives the usual typed view of each field (strided for rows). ``hugepages=True``
 places the arena on transparent huge pages (:func:`impl.trees.layouts.aligned_empty`).
@@ -34,7 +35,7 @@ from numba import njit
 from .trees.layouts import CACHE_LINE, aligned_empty
 
 __all__ = ["FieldSpec", "Storage", "ColumnarStorage", "RowStorage", "STORAGE_LAYOUTS", "make_storage",
-           "parse_schema", "random_batch", "gather_rows", "touch_rows", "write_rows"]
+           "parse_schema", "random_batch", "row_stride", "gather_rows", "touch_rows", "write_rows"]
 
 
 @dataclass(frozen=True)
@@ -248,10 +249,23 @@ class ColumnarStorage(Storage):
         return _columnar_table(self.specs, self.capacity)
 
 
+def row_stride(nbytes: int, itemsize: int = 1) -> int:
+    """Bytes from one row of :class:`RowStorage` to the next, for rows of ``nbytes`` packed
+    bytes whose largest item is ``itemsize`` bytes (a power of two): a row that fits in a cache
+    line is padded to the next power of two, so that no row straddles two lines and a gather
+    misses one line per row (packed 45-byte CartPole rows straddle every other line: 1.5
+    lines a row; the padding costs up to 2x the memory of such rows, 48 -> 64 bytes for
+    CartPole); a longer row is padded to a multiple of ``itemsize`` only (it spans several
+    lines anyway, and a rounding to whole lines could nearly double it)."""
+    row = max(_round_up(nbytes, itemsize), 1)
+    return 1 << (row - 1).bit_length() if row <= CACHE_LINE else row
+
+
 class RowStorage(Storage):
     """One transition's fields packed into one row (``"rows"``): fields in decreasing item
     size, each at an offset that is a multiple of its item size, the row padded to a multiple
-    of the largest item size, so every field of every row is aligned."""
+    of the largest item size and, where it fits in a cache line, to a power of two
+    (:func:`row_stride`), so every field of every row is aligned and a row lies in one line."""
 
     layout = "rows"
 
@@ -264,8 +278,7 @@ class RowStorage(Storage):
             table[f, 0] = offset
             table[f, 2] = specs[f].nbytes
             offset += specs[f].nbytes
-        row = max(_round_up(offset, max(s.dtype.itemsize for s in specs)), 1)
-        table[:, 1] = row
+        table[:, 1] = row = row_stride(offset, max(s.dtype.itemsize for s in specs))
         return table, _round_up(row * self.capacity, CACHE_LINE)
 
 

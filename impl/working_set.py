@@ -9,7 +9,7 @@ can follow the working set:
   field's own lines (at least one per field), from rows the lines of the packed transition;
   once the arena leaves the private cache each line is a miss. Rows are chosen when they touch
   at most :data:`ROW_LINE_SHARE` of the columns' lines (small transitions of several fields,
-  e.g. CartPole's 5 fields in 1-2 lines against 5). Wide transitions (Atari frames: 885 lines
+  e.g. CartPole's 5 fields in one line against 5). Wide transitions (Atari frames: 885 lines
   either way) save nothing, and the micro-sweep-storage suite measured columns faster for them
   (their inserts copy each field into one contiguous column). When the storage fits, the lines
   hit either way, and columns keep each field contiguous.
@@ -119,7 +119,10 @@ def choose_storage(storage, capacity: int, field_nbytes: list[int]) -> str:
     if capacity * sum(field_nbytes) <= private_cache_bytes():
         return "columns"
     column_lines = sum(max(1, -(-n // LINE_BYTES)) for n in field_nbytes)
-    row_lines = -(-sum(field_nbytes) // LINE_BYTES) + 1  # + 1: a row may straddle a line boundary
+    row = sum(field_nbytes)
+    # a row that fits in a line is padded to lie in one (impl.storage.row_stride); a longer one
+    # may straddle one more line boundary than its length needs
+    row_lines = 1 if row <= LINE_BYTES else -(-row // LINE_BYTES) + 1
     return "rows" if row_lines <= ROW_LINE_SHARE * column_lines else "columns"
 
 

@@ -373,3 +373,46 @@ def test_plain_rows_is_what_the_checks_and_as_bytes_give():
         ]
         for other in others:
             assert st.plain_rows(other) is None, other
+
+
+def test_small_rows_lie_in_one_cache_line_each():
+    """Rows storage pads a row that fits in a line to a power of two (row_stride), so every
+    row of a line-aligned arena lies in one line and a gather misses one line per row; longer
+    rows are padded to their largest item only. The stored values are unchanged."""
+    from replaybench.impl.storage import make_storage, random_batch, row_stride
+
+    assert [row_stride(n, 1) for n in (1, 3, 33, 45, 64, 65, 100)] == [1, 4, 64, 64, 64, 65, 100]
+    assert row_stride(45, 8) == 64 and row_stride(12, 4) == 16 and row_stride(72, 8) == 72 and row_stride(70, 8) == 72
+    st = make_storage("rows", 64, CARTPOLE_FIELDS)
+    assert set(st.table[:, 1]) == {64} and st.arena.ctypes.data % 64 == 0
+    ends = st.table[:, 0] + st.table[:, 2]
+    assert ends.max() <= 64  # every field of row i within bytes 64 i .. 64 i + 63
+    batch = random_batch(CARTPOLE_FIELDS, 64, np.random.default_rng(1))
+    st.write(0, st.check_batch(batch)[0], 64)
+    got = st.gather(np.arange(63, -1, -1))
+    for name, column in batch.items():
+        np.testing.assert_array_equal(got[name], column[::-1])
+
+
+def test_hugepages_are_granted_where_the_kernel_offers_them():
+    """hugepages=True really puts the arena on transparent huge pages where THP is not
+    ``never``: the mapping must be private (an anonymous shared mapping is shmem, whose huge
+    pages follow shmem_enabled, ``never`` on most machines, so the advice did nothing)."""
+    import re
+    from pathlib import Path
+
+    from replaybench.impl.trees.layouts import aligned_empty
+
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if not thp.exists() or "[never]" in thp.read_text():
+        pytest.skip("no transparent huge pages on this machine")
+    arr = aligned_empty(8 << 20, np.uint8, 1, hugepages=True)  # 8 MiB, every page written
+    start = arr.ctypes.data
+    assert start % (2 << 20) == 0
+    huge_kb = 0
+    text = Path("/proc/self/smaps").read_text()
+    for head, body in re.findall(r"^([0-9a-f]+-[0-9a-f]+) .*?\n((?:[A-Z][^\n]*\n)+)", text, re.M):
+        lo, hi = (int(x, 16) for x in head.split("-"))
+        if lo <= start < hi:
+            huge_kb = int(re.search(r"AnonHugePages:\s+(\d+) kB", body).group(1))
+    assert huge_kb >= 2048, f"no huge page in the arena's mapping ({huge_kb} kB)"

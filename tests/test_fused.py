@@ -275,11 +275,14 @@ def test_auto_settings_follow_the_working_set(name, monkeypatch):
 
 
 def test_auto_storage_counts_the_lines_a_gathered_transition_touches(monkeypatch):
-    """Rows exactly when the packed row (plus a possible straddled line) touches at most
-    ROW_LINE_SHARE of the lines of its fields stored apart, and only beyond the private cache."""
+    """Rows exactly when the row (one line where it fits in one, being padded to lie in one;
+    else its lines plus a possible straddled one) touches at most ROW_LINE_SHARE of the lines
+    of its fields stored apart, and only beyond the private cache."""
     monkeypatch.setattr(working_set, "private_cache_bytes", lambda: 4096)
     choose = working_set.choose_storage
-    assert choose("auto", 1024, [16, 8, 4, 16, 1]) == "rows"  # CartPole: 2 lines against 5
+    assert choose("auto", 1024, [16, 8, 4, 16, 1]) == "rows"  # CartPole: 1 line against 5
+    assert choose("auto", 1024, [32, 32]) == "rows"  # one line against 2
+    assert choose("auto", 1024, [40, 32]) == "columns"  # 72 bytes: up to 3 lines against 2
     assert choose("auto", 8, [16, 8, 4, 16, 1]) == "columns"  # fits the private cache
     assert choose("auto", 1024, [8]) == "columns"  # one field: nothing to pack
     assert choose("auto", 1024, [64, 64]) == "columns"  # 3 lines packed against 2 apart

@@ -105,7 +105,9 @@ def aligned_empty(size: int, dtype, fill, hugepages: bool = False) -> np.ndarray
     nbytes = size * dtype.itemsize
     if hugepages:
         align = HUGE_PAGE
-        mem = mmap.mmap(-1, nbytes + align)
+        # private: an anonymous mmap is shared by default, i.e. shmem, whose huge pages follow
+        # shmem_enabled (``never`` on most machines), not the advice given here
+        mem = mmap.mmap(-1, nbytes + align, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         if hasattr(mmap, "MADV_HUGEPAGE"):
             mem.madvise(mmap.MADV_HUGEPAGE)
         raw = np.frombuffer(mem, dtype=np.uint8)  # keeps the mapping alive through .base

@@ -215,13 +215,24 @@ def descend(kind, sums, lay, K, touch_from, u, j):
             # as _scan_plain forms it), and u drops by it or by 0.0 (run[k]): a select, with no
             # scan loop of runtime length and no store and reload of run per draw.
             base, shift, bshift, mask, stride = level_row(lay, d)
-            for b in range(n):
-                ub = u[b]
-                jb = j[b]
-                s = 0.0 + np.float64(sums[_first_child(base, shift, bshift, mask, jb, 2)])
-                k = s <= ub
-                u[b] = ub - (s if k else 0.0)
-                j[b] = jb * 2 + k
+            if shift == np.uint64(0) and bshift == np.uint64(0) and mask == np.uint64(0):
+                # a level-order row (addr = base + j, the binary layout): the left child's slot
+                # without the general formula's shifts and mask, all unsigned (no index fix-up)
+                for b in range(n):
+                    ub = u[b]
+                    jb = np.uint64(j[b]) * np.uint64(2)
+                    s = 0.0 + np.float64(sums[base + jb])
+                    k = s <= ub
+                    u[b] = ub - (s if k else 0.0)
+                    j[b] = jb + np.uint64(k)
+            else:
+                for b in range(n):
+                    ub = u[b]
+                    jb = j[b]
+                    s = 0.0 + np.float64(sums[_first_child(base, shift, bshift, mask, jb, 2)])
+                    k = s <= ub
+                    u[b] = ub - (s if k else 0.0)
+                    j[b] = jb * 2 + k
         elif kind == PLAIN:
             base, shift, bshift, mask, stride = level_row(lay, d)
             if stride == np.uint64(1) and shift == np.uint64(0) and bshift == np.uint64(0) and mask == np.uint64(0):
