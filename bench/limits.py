@@ -14,8 +14,8 @@ the sizes a sum tree and its rows span from 2**10 to 2**24 leaves:
   be skipped; the core overlaps as many misses as it can. This is the floor per random line
   that any layout pays: touching a random row or leaf cannot be cheaper.
 * **the same gather in two threads** (``gather_ns_2threads``): two threads, each gathering
-  from its own copy of the working set, timed together; ns per line of the two threads'
-  combined throughput. About half of ``gather_ns`` when each core has its own capacity for
+  from its own copy of the working set for :data:`PAIR_SECONDS` at least (whole passes),
+  timed together; ns per line of the two threads' combined throughput. About half of ``gather_ns`` when each core has its own capacity for
   misses in flight; about ``gather_ns`` when the two share one bottleneck (two hyperthreads
   of one core, or the memory controller): what bounds threads that each own a buffer.
 
@@ -50,6 +50,9 @@ LINE = 64  # bytes per cache line
 DEFAULT_SIZES = tuple(4 * 4**k * 1024 for k in range(9))
 _WORDS = LINE // 8  # int64 words per line
 MAX_CYCLE = 2**20  # lines in a pointer-chase cycle at most (64 MiB of distinct lines)
+#: Seconds each of the two threads gathers for at least (whole passes over its lines), so that
+#: starting and joining the threads is a small part of the time.
+PAIR_SECONDS = 0.005
 
 
 def _kernels():
@@ -85,7 +88,14 @@ def _kernels():
             s += words[lines[i] * 8]
         return s
 
-    return sattolo, build_chase, chase, gather
+    @njit(nogil=True, cache=True)
+    def gather_rounds(words, lines, rounds):
+        s = 0
+        for _ in range(rounds):
+            s += gather(words, lines)
+        return s
+
+    return sattolo, build_chase, chase, gather, gather_rounds
 
 
 def _timed(fn, *args) -> tuple[float, int]:
@@ -99,7 +109,8 @@ def probe(sizes=DEFAULT_SIZES, *, loads: int = 100_000, repeats: int = 3, seed: 
 
     Returns a JSON-ready dict: ``{"line_bytes", "loads", "repeats", "seconds", "sizes": [{"bytes",
     "latency_ns", "gather_ns", "gather_ns_2threads"}, ...]}``. Cost: about ``4 * repeats * loads``
-    loads per size (~0.1-0.4 s per size beyond the LLC; about 3 s in all on an idle machine) plus
+    loads per size, plus ``repeats`` two-thread passes of :data:`PAIR_SECONDS` (~0.1-0.4 s per size
+    beyond the LLC; about 3 s in all on an idle machine) plus
     building the permutation, twice the largest size in memory, and numba's first compilation
     (cached on disk) the first time on a machine.
     """
@@ -112,7 +123,7 @@ def probe(sizes=DEFAULT_SIZES, *, loads: int = 100_000, repeats: int = 3, seed: 
         raise ValueError(f"loads must be a positive integer, got {loads!r}")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
-    sattolo, build_chase, chase, gather = _kernels()
+    sattolo, build_chase, chase, gather, gather_rounds = _kernels()
     start = time.perf_counter()
     rng = np.random.default_rng(seed)
     out = []
@@ -132,10 +143,13 @@ def probe(sizes=DEFAULT_SIZES, *, loads: int = 100_000, repeats: int = 3, seed: 
         gat = min(_timed(gather, words, lines)[0] for _ in range(repeats))
         other, other_lines = words.copy(), rng.integers(0, n, loads, dtype=np.int64)
         gather(other, other_lines)
-        pair = [lambda i: gather(words, lines), lambda i: gather(other, other_lines)]
+        # each thread gathers for PAIR_SECONDS at least: releasing and joining two threads costs
+        # tens of microseconds on a VM, as long as one pass over a cached set takes
+        rounds = max(1, int(np.ceil(PAIR_SECONDS / max(gat, 1e-9))))
+        pair = [lambda i: gather_rounds(words, lines, rounds), lambda i: gather_rounds(other, other_lines, rounds)]
         gat2 = min(time_threads(pair, 1) for _ in range(repeats))
         out.append({"bytes": size, "latency_ns": 1e9 * lat / loads, "gather_ns": 1e9 * gat / loads,
-                    "gather_ns_2threads": 1e9 * gat2 / (2 * loads)})
+                    "gather_ns_2threads": 1e9 * gat2 / (2 * loads * rounds)})
     return {"line_bytes": LINE, "loads": loads, "repeats": repeats, "seconds": time.perf_counter() - start,
             "sizes": out}
 

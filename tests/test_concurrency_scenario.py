@@ -290,3 +290,23 @@ def test_limits_probe_shape_and_bound_interpolation():
     assert "dependent load ns" in limits.format_limits(lim) and "2 threads x 1" in limits.format_limits(lim)
     old = {**lim, "sizes": [{k: v for k, v in s.items() if k != "gather_ns_2threads"} for s in lim["sizes"]]}
     assert "-" in limits.format_limits(old).splitlines()[-1].split()  # a run from before the 2-thread probe
+
+
+def test_limits_two_thread_gather_runs_long_enough_to_outweigh_starting_threads(monkeypatch):
+    """Each timed two-thread pass gathers for PAIR_SECONDS at least (whole passes over its
+    lines): one pass over a cached set takes tens of microseconds, as long as releasing and
+    joining two threads, which made the ratio read 0.5 where the machine scales."""
+    from replaybench.bench import workloads
+
+    timed = []
+    real = workloads.time_threads
+
+    def spy(calls, loops):
+        timed.append(real(calls, loops))
+        return timed[-1]
+
+    monkeypatch.setattr(workloads, "time_threads", spy)
+    lim = limits.probe([4096], loads=2000, repeats=2)
+    assert len(timed) == 2 and min(timed) >= 0.5 * limits.PAIR_SECONDS  # noise only lengthens a pass
+    # ns per line over every line of the rounds: one pass of 2,000 cached lines is microseconds
+    assert lim["sizes"][0]["gather_ns_2threads"] * 1e-9 * 2 * 2000 < min(timed) / 10
