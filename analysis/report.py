@@ -161,7 +161,8 @@ def _op_floors(run_id: str, records: list[dict], limits: dict) -> list[str]:
     f = limits["op_floors"]
     out = [f"## Op floors ({run_id})", "",
            f"Each op's median cost per item against the floor of its own access pattern, run by the probe at the "
-           f"start of the run (`bench/floors.py`: batch {f['batch']}, K={f['K']}, {f['row_bytes']}-byte rows): for "
+           f"start of the run (`bench/floors.py`: batch {f['batch']}, K={f['K']}, {f['row_bytes']}-byte rows"
+           f"{'' if f.get('row_stride') is None else ' ' + str(f['row_stride']) + ' bytes apart'}): for "
            "sample, the descent's levels one after another with the loads of all draws in flight, then the row "
            "gather; for sample_indices the descent alone; for update the levels upward over the sum and the min "
            "tree; for `uniform`'s sample the row gather alone. `of floor` = floor / ns per item (1 = at the "
