@@ -475,9 +475,14 @@ def _learner_steps():
 
 
 def shared_kernel_scaling(policy: str, capacity: int, *, variant: str = "kary-aligned", batch: int = 256,
-                          transition: str = "cartpole", steps: int = 1000, repeats: int = 7, seed: int = 0) -> dict:
+                          transition: str = "cartpole", steps: int = 1000, repeats: int = 7, seed: int = 0,
+                          shared: bool = True) -> dict:
     """Two threads' compiled learner steps on one shared buffer over one thread's: what the
     policy's own synchronisation lets two learners do once Python and the GIL are out of the way.
+    With ``shared=False`` the second thread runs on a second buffer of its own (same size,
+    policy and priorities): the same compiled steps with nothing shared, so the ratio is what
+    this machine's cores and memory give two such learners (the bound the shared figure can
+    reach), and shared over private is what sharing one buffer costs.
 
     Method: one buffer of ``capacity`` rows of ``transition`` size with random priorities; each
     thread maps it through its own :meth:`~impl.concurrent.SharedPrioritizedBuffer.attach`
@@ -486,7 +491,7 @@ def shared_kernel_scaling(policy: str, capacity: int, *, variant: str = "kary-al
     lock retried: :func:`_learner_steps`) in one nogil call. A repeat times one thread alone, then
     two threads started together at a barrier (wall seconds from the barrier to the later
     thread's end); ``ratio = 2 * one / two``. Returns ``{"policy", "variant", "capacity",
-    "batch", "steps", "ratio", "ratio_min", "ratio_max", "retries"}`` (median and range over
+    "batch", "steps", "shared", "ratio", "ratio_min", "ratio_max", "retries"}`` (median and range over
     ``repeats``; ``retries``: the busy-lock retries of the two-thread runs, summed). Raises
     ValueError for a policy without fused sample and update (deferred, pal-locks).
 
@@ -499,16 +504,18 @@ def shared_kernel_scaling(policy: str, capacity: int, *, variant: str = "kary-al
 
     loop = _learner_steps()
     rng = np.random.default_rng(seed)
-    buf = SharedPrioritizedBuffer.create(capacity, schema(TRANSITIONS[transition]), variant=variant, policy=policy,
-                                         seed=seed)
+    buffers = []
     try:
-        fill_with_priorities(buf, capacity, TRANSITIONS[transition], rng)
+        for _ in range(1 if shared else 2):
+            buffers.append(SharedPrioritizedBuffer.create(capacity, schema(TRANSITIONS[transition]), variant=variant,
+                                                          policy=policy, seed=seed))
+            fill_with_priorities(buffers[-1], capacity, TRANSITIONS[transition], np.random.default_rng(seed))
         start = threading.Barrier(2)
         failures: list[BaseException] = []
 
         def prepare(who: int):
             """This thread's own object and kernel arguments (made in the thread: the token is per thread)."""
-            mine = SharedPrioritizedBuffer.attach(buf.handle, seed=seed + who)
+            mine = SharedPrioritizedBuffer.attach(buffers[who % len(buffers)].handle, seed=seed + who)
             out = mine.sample_out(batch)
             sargs = mine.kernel_args("sample", out=out, key=0)
             drawn = sargs[-4]  # the sample's out_index: the update writes the rows just drawn
@@ -557,7 +564,8 @@ def shared_kernel_scaling(policy: str, capacity: int, *, variant: str = "kary-al
             for mine, _ in prepared:
                 mine.close()
     finally:
-        buf.close()
-    return {"policy": policy, "variant": variant, "capacity": capacity, "batch": batch, "steps": steps,
+        for buf in buffers:
+            buf.close()
+    return {"policy": policy, "variant": variant, "capacity": capacity, "batch": batch, "steps": steps, "shared": shared,
             "ratio": float(np.median(ratios)), "ratio_min": float(min(ratios)), "ratio_max": float(max(ratios)),
             "retries": int(retries)}

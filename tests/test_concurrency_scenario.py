@@ -88,13 +88,16 @@ def test_shared_path_states_what_binds_two_learner_threads(tmp_path):
     assert 1.0 <= lazy["gil_bound"] <= 2.0 and lazy["capacity"] == 4096 and lazy["batch"] == 64
     assert lazy["step_over_local"] == pytest.approx(lazy["step_s"] / lazy["local_step_s"]) and lazy["local_step_s"] > 0
     assert 0 < lazy["kernel"]["ratio_min"] <= lazy["kernel"]["ratio"] <= lazy["kernel"]["ratio_max"]
-    assert "error" in by["pal-locks"] and "kernel" not in by["pal-locks"]
+    own = lazy["kernel_private"]
+    assert 0 < own["ratio_min"] <= own["ratio"] <= own["ratio_max"] and own["retries"] == 0  # nothing to contend
+    assert "error" in by["pal-locks"] and "kernel" not in by["pal-locks"] and "kernel_private" not in by["pal-locks"]
     text = "\n".join(printed)
-    assert "kernel 2T x 1" in text
+    assert "kernel 2T x 1 own buffers" in text
+    own_cell = f"{own['ratio']:.2f} ({own['ratio_min']:.2f}-{own['ratio_max']:.2f})"
     line = next(ln for ln in text.splitlines() if "lazy-writing" in ln and f"{lazy['gil_bound']:.2f}" in ln)
     rates = {r["learners"]: r["value"] for r in results.read_rows(run)
              if r["policy"] == "lazy-writing" and r["op"] == "sample" and r["metric"] == "items_per_s"}
-    assert f"{rates[2] / rates[1]:.2f}" in line
+    assert f"{rates[2] / rates[1]:.2f}" in line and own_cell in line
     # the report's section reads the same entries from meta.json through the results contract
     from replaybench.analysis import load
     from replaybench.analysis.plots import concurrency
@@ -105,15 +108,26 @@ def test_shared_path_states_what_binds_two_learner_threads(tmp_path):
     assert f"What binds two learners on one buffer (run `{run.name}`)" in section
     shared_lines = section.split("What binds two learners", 1)[1].splitlines()
     row = next(ln for ln in shared_lines if "| lazy-writing |" in ln)
-    assert f"| {lazy['step_over_local']:.2f} | {lazy['gil_bound']:.2f} |" in row and f"| {rates[2] / rates[1]:.2f} |" in row
+    assert f"| {lazy['step_over_local']:.2f} | {lazy['gil_bound']:.2f} | {own_cell} |" in row
+    assert f"| {rates[2] / rates[1]:.2f} |" in row
 
 
-def test_shared_kernel_scaling_runs_learner_steps_in_two_threads():
+def test_shared_kernel_scaling_runs_learner_steps_in_two_threads(monkeypatch):
     from replaybench.bench.concurrency_workers import shared_kernel_scaling
+    from replaybench.impl.concurrent import SharedPrioritizedBuffer
 
+    attached = []
+    real_attach = SharedPrioritizedBuffer.attach.__func__
+    monkeypatch.setattr(SharedPrioritizedBuffer, "attach",
+                        classmethod(lambda cls, handle, **kw: attached.append(handle) or real_attach(cls, handle, **kw)))
     got = shared_kernel_scaling("optimistic", 4096, batch=32, steps=50, repeats=2)
-    assert got["steps"] == 50 and got["retries"] >= 0
+    assert got["steps"] == 50 and got["retries"] >= 0 and got["shared"]
     assert 0 < got["ratio_min"] <= got["ratio"] <= got["ratio_max"] < float("inf")
+    assert len(attached) == 2 and attached[0] == attached[1]  # both threads on the one buffer
+    attached.clear()
+    own = shared_kernel_scaling("optimistic", 4096, batch=32, steps=50, repeats=2, shared=False)
+    assert not own["shared"] and own["retries"] == 0 and 0 < own["ratio_min"] <= own["ratio"] <= own["ratio_max"]
+    assert len(attached) == 2 and attached[0] != attached[1]  # each thread on a buffer of its own
     with pytest.raises(ValueError, match="op must be"):
         shared_kernel_scaling("deferred", 1024, batch=8, steps=2, repeats=1)
 

@@ -198,23 +198,27 @@ def shared_path_section(rate: pd.DataFrame, metas: Mapping[str, Mapping]) -> lis
             one, two = (g.loc[g["learners"].astype(float) == n, "median"] for n in (1, 2))
             return f"{two.iloc[0] / one.iloc[0]:.2f}" if len(one) and len(two) and one.iloc[0] else "-"
 
+        def compiled(k):
+            return f"{k['ratio']:.2f} ({k['ratio_min']:.2f}-{k['ratio_max']:.2f})" if k else "-"
+
         body = []
         for e in shared:
-            k = e.get("kernel")
             body.append([e["transitions"], e["variant"], e["policy"],
                          f"{e['step_over_local']:.2f}" if e.get("step_over_local") is not None else "-",
                          f"{e['gil_bound']:.2f}" if e.get("gil_bound") is not None else "-",
-                         f"{k['ratio']:.2f} ({k['ratio_min']:.2f}-{k['ratio_max']:.2f})" if k else "-",
+                         compiled(e.get("kernel_private")), compiled(e.get("kernel")),
                          measured(e, "threads"), measured(e, "processes")])
         out += [f"What binds two learners on one buffer (run `{run_id}`): one learner step (sample + update) on the "
                 "shared buffer over the same calls on the in-process buffer (step x local); the GIL's bound "
                 "2 / (1 + the share of a "
-                "learner step that holds it); two threads' compiled learner steps over one thread's (no Python: "
-                "the policy's locks alone; median, min-max); and the run's two learners over one (sample/s), as "
-                "threads and as processes. A policy far below 2 compiled is bound by its locks; one near 2 compiled "
-                "but not in Python is bound by the GIL.", ""]
-        out += md.table(["transitions", "variant", "policy", "step x local", "GIL bound", "kernel 2T x 1",
-                         "threads 2 x 1", "processes 2 x 1"], body) + [""]
+                "learner step that holds it); two threads' compiled learner steps over one thread's (no Python; "
+                "median, min-max), each thread on a buffer of its own (nothing shared: what this machine's two "
+                "cores give such learners, the bound of the figures right of it; '-' where the run predates it) "
+                "and both on one buffer (the policy's locks and the lines both write); and the run's two learners "
+                "over one (sample/s), as threads and as processes. A policy well below its own-buffers figure "
+                "compiled is bound by sharing; one near it compiled but not in Python is bound by the GIL.", ""]
+        out += md.table(["transitions", "variant", "policy", "step x local", "GIL bound", "kernel 2T x 1 own buffers",
+                         "kernel 2T x 1", "threads 2 x 1", "processes 2 x 1"], body) + [""]
     return out
 
 

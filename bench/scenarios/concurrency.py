@@ -25,7 +25,9 @@ holds this machine's memory limits (:mod:`bench.limits`). With the suite key ``s
 threads on one buffer (``shared_path``, measured before the cells, a few seconds per policy):
 the GIL's bound ``2 / (1 + share)`` from the share of a learner step that holds it
 (:func:`bench.concurrency_workers.shared_gil_share`), two threads' compiled learner steps
-over one thread's (``kernel``: :func:`bench.concurrency_workers.shared_kernel_scaling`), and
+over one thread's (``kernel``: :func:`bench.concurrency_workers.shared_kernel_scaling`), the same
+with each thread on a buffer of its own (``kernel_private``: what this machine's two cores give
+two such learners with nothing shared, the bound of the shared figures), and
 one learner step (sample + update, CPU seconds per call) on the shared buffer over the same
 calls on the in-process buffer of the same variant (``step_over_local``:
 :func:`bench.concurrency_workers.local_step_seconds`); the summary sets them beside the
@@ -209,10 +211,12 @@ def shared_path(cells: list[Cell]) -> list[dict]:
         try:
             step = workers.shared_gil_share(c["policy"], c["capacity"], **where)["step"]
             kernel = workers.shared_kernel_scaling(c["policy"], c["capacity"], **where)
+            private = workers.shared_kernel_scaling(c["policy"], c["capacity"], shared=False, **where)
             local = workers.local_step_seconds(c["capacity"], **where)["step_s"]
+            keys = ("ratio", "ratio_min", "ratio_max", "retries", "steps")
             entry.update(gil_share=step["gil_share"], gil_bound=2.0 / (1.0 + step["gil_share"]),
                          step_s=step["call_s"], local_step_s=local, step_over_local=step["call_s"] / local,
-                         kernel={k: kernel[k] for k in ("ratio", "ratio_min", "ratio_max", "retries", "steps")})
+                         kernel={k: kernel[k] for k in keys}, kernel_private={k: private[k] for k in keys})
         except (ValueError, NotImplementedError) as err:  # no fused learner step for this policy or tree
             entry["error"] = f"{type(err).__name__}: {err}"
         out.append(entry)
@@ -314,15 +318,22 @@ def format_shared_path(shared: list[dict], med: dict[tuple, dict]) -> list[str]:
 
     body = []
     for e in shared:
-        k = e.get("kernel")
+        k, own = e.get("kernel"), e.get("kernel_private")
         body.append([e["variant"], e["policy"], e["transitions"],
                      f"{e['step_over_local']:.2f}" if "step_over_local" in e else "-",
                      f"{e['gil_bound']:.2f}" if "gil_bound" in e else "-",
-                     f"{k['ratio']:.2f} ({k['ratio_min']:.2f}-{k['ratio_max']:.2f})" if k else e.get("error", "-")[:60],
+                     ratio_range(own) if own else "-",
+                     ratio_range(k) if k else e.get("error", "-")[:60],
                      measured(e, "threads"), measured(e, "processes")])
-    header = ["variant", "policy", "transitions", "step x local", "GIL bound", "kernel 2T x 1", "threads 2 x 1",
-              "processes 2 x 1"]
-    return (["One learner step on the shared buffer over the in-process one (step x local); two learners on one "
-             "buffer over one (sample/s): the GIL's bound 2/(1+share of a step holding it), two threads' compiled "
-             "steps (no Python: the policy's locks alone), and the measured ratios"]
-            + table(header, body, {3, 4, 6, 7}))
+    header = ["variant", "policy", "transitions", "step x local", "GIL bound", "kernel 2T x 1 own buffers",
+              "kernel 2T x 1", "threads 2 x 1", "processes 2 x 1"]
+    return (["One learner step on the shared buffer over the in-process one (step x local); two learners over one "
+             "(sample/s): the GIL's bound 2/(1+share of a step holding it), two threads' compiled steps each on a "
+             "buffer of its own (nothing shared: the machine's bound) and on one buffer (no Python: the policy's "
+             "locks and the shared lines), and the measured ratios on one buffer"]
+            + table(header, body, {3, 4, 7, 8}))
+
+
+def ratio_range(k: dict) -> str:
+    """A compiled scaling's median and range, ``1.26 (1.03-1.38)``."""
+    return f"{k['ratio']:.2f} ({k['ratio_min']:.2f}-{k['ratio_max']:.2f})"
