@@ -118,6 +118,8 @@ META_TYPES: dict[str, tuple[type, ...]] = {
     "shared_path[].step_over_local": _NUMBER,
     "shared_path[].kernel": (dict,), "shared_path[].kernel.ratio": _NUMBER,
     "shared_path[].kernel.ratio_min": _NUMBER, "shared_path[].kernel.ratio_max": _NUMBER,
+    "shared_path[].gil_pair": (dict,), "shared_path[].gil_pair.ratio": _NUMBER,
+    "shared_path[].gil_pair.ratio_min": _NUMBER, "shared_path[].gil_pair.ratio_max": _NUMBER,
     "shared_path[].kernel_private": (dict,), "shared_path[].kernel_private.ratio": _NUMBER,
     "shared_path[].kernel_private.ratio_min": _NUMBER, "shared_path[].kernel_private.ratio_max": _NUMBER,
     "memory_limits": (dict,), "memory_limits.sizes": (list,), "memory_limits.sizes[]": (dict,),

@@ -304,3 +304,79 @@ def gil_share(name: str, capacity: int, *, batch: int = 256, transitions: str = 
     call, kernel = float(np.median(call_s)), float(np.median(kernel_s))
     return {"variant": name, "capacity": capacity, "batch": batch, "params": params, "call_s": call,
             "kernel_s": kernel, "gil_share": max(0.0, 1.0 - kernel / call)}
+
+
+@functools.cache
+def _nogil_spin():
+    """A compiled ``spin(seconds, clock)``: busy until ``seconds`` have passed on the monotonic
+    clock, the GIL released (:func:`gil_pair_ratio`'s stand-in for a kernel)."""
+    from numba import njit
+
+    from replaybench.impl.concurrent.atomics import monotonic
+
+    @njit(nogil=True)
+    def spin(seconds, clock):
+        end = monotonic(clock) + seconds
+        while monotonic(clock) < end:
+            pass
+
+    return spin
+
+
+def gil_pair_ratio(held_s: float, free_s: float, *, calls: int = 2, steps: int = 2000, repeats: int = 5) -> dict:
+    """What two threads get over one on this machine when each step holds the GIL for
+    ``held_s`` and runs compiled code without it for ``free_s``, in ``calls`` alternations
+    (a learner step: Python, then the sample kernel, Python, then the update kernel), with
+    nothing else shared: the GIL's bound as this machine and interpreter deliver it.
+
+    The bound ``2 / (1 + share)`` from a measured GIL share (:func:`gil_share`,
+    :func:`bench.concurrency_workers.shared_gil_share`) counts only the GIL-held time. Handing
+    the GIL over costs more: a thread that wants it back while the other holds it sleeps on a
+    condition variable until the holder releases it and the OS wakes it (on a VM, an idle
+    virtual CPU is woken through the hypervisor). This measures that, with busy
+    waits standing in for the Python and the kernel (a Python loop on ``time.perf_counter``
+    holding the GIL; :func:`_nogil_spin` without it). ``ratio = 2 * one / two`` (wall seconds
+    of ``steps`` steps in one thread, and in each of two threads started together); median
+    and range over ``repeats``. Returns ``{"held_s", "free_s", "calls", "steps", "ratio",
+    "ratio_min", "ratio_max"}``. Costs about ``3 * repeats * steps * (held_s + free_s)``
+    seconds. Raises ValueError for a negative time or a non-positive count.
+    """
+    for name, value in (("held_s", held_s), ("free_s", free_s)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+            raise ValueError(f"{name} must be seconds in [0, 1), got {value!r}")
+    for name, value in (("calls", calls), ("steps", steps), ("repeats", repeats)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    spin, clock = _nogil_spin(), np.zeros(2, np.int64)
+    spin(0.0, clock)  # compiles before anything is timed
+    held, free = held_s / calls, free_s / calls
+    start = threading.Barrier(2)
+
+    def run(times: list, together: bool) -> None:
+        mine = np.zeros(2, np.int64)
+        now = time.perf_counter
+        if together:
+            start.wait()
+        t0 = now()
+        for _ in range(steps):
+            for _ in range(calls):
+                end = now() + held
+                while now() < end:
+                    pass
+                spin(free, mine)
+        times.append((t0, now()))
+
+    ratios = []
+    for _ in range(repeats):
+        alone: list = []
+        run(alone, False)
+        pair: list = []
+        second = threading.Thread(target=run, args=(pair, True))
+        second.start()
+        run(pair, True)
+        second.join()
+        one = alone[0][1] - alone[0][0]
+        two = max(end for _, end in pair) - min(begin for begin, _ in pair)
+        ratios.append(2.0 * one / two)
+    return {"held_s": held_s, "free_s": free_s, "calls": calls, "steps": steps, "ratio": float(np.median(ratios)),
+            "ratio_min": float(min(ratios)), "ratio_max": float(max(ratios))}

@@ -94,10 +94,13 @@ def test_shared_path_states_what_binds_two_learner_threads(tmp_path):
     text = "\n".join(printed)
     assert "kernel 2T x 1 own buffers" in text
     own_cell = f"{own['ratio']:.2f} ({own['ratio_min']:.2f}-{own['ratio_max']:.2f})"
+    pair = lazy["gil_pair"]
+    assert 0 < pair["ratio_min"] <= pair["ratio"] <= pair["ratio_max"] and "gil_pair" not in by["pal-locks"]
+    pair_cell = f"{pair['ratio']:.2f} ({pair['ratio_min']:.2f}-{pair['ratio_max']:.2f})"
     line = next(ln for ln in text.splitlines() if "lazy-writing" in ln and f"{lazy['gil_bound']:.2f}" in ln)
     rates = {r["learners"]: r["value"] for r in results.read_rows(run)
              if r["policy"] == "lazy-writing" and r["op"] == "sample" and r["metric"] == "items_per_s"}
-    assert f"{rates[2] / rates[1]:.2f}" in line and own_cell in line
+    assert f"{rates[2] / rates[1]:.2f}" in line and f"{pair_cell}  {own_cell}" in line
     # the report's section reads the same entries from meta.json through the results contract
     from replaybench.analysis import load
     from replaybench.analysis.plots import concurrency
@@ -108,8 +111,21 @@ def test_shared_path_states_what_binds_two_learner_threads(tmp_path):
     assert f"What binds two learners on one buffer (run `{run.name}`)" in section
     shared_lines = section.split("What binds two learners", 1)[1].splitlines()
     row = next(ln for ln in shared_lines if "| lazy-writing |" in ln)
-    assert f"| {lazy['step_over_local']:.2f} | {lazy['gil_bound']:.2f} | {own_cell} |" in row
+    assert f"| {lazy['step_over_local']:.2f} | {lazy['gil_bound']:.2f} | {pair_cell} | {own_cell} |" in row
     assert f"| {rates[2] / rates[1]:.2f} |" in row
+
+
+def test_gil_pair_ratio_times_two_threads_against_one_and_refuses_bad_input():
+    from replaybench.bench.workloads import gil_pair_ratio
+
+    got = gil_pair_ratio(2e-6, 8e-6, calls=2, steps=50, repeats=3)
+    assert got["held_s"] == 2e-6 and got["free_s"] == 8e-6 and got["calls"] == 2 and got["steps"] == 50
+    assert 0 < got["ratio_min"] <= got["ratio"] <= got["ratio_max"] < float("inf")
+    for kwargs, name in (({"held_s": -1e-6}, "held_s"), ({"free_s": 2.0}, "free_s"), ({"calls": 0}, "calls"),
+                         ({"steps": True}, "steps"), ({"repeats": 1.5}, "repeats")):
+        args = {"held_s": 1e-6, "free_s": 1e-6, **kwargs}
+        with pytest.raises(ValueError, match=name):
+            gil_pair_ratio(args.pop("held_s"), args.pop("free_s"), **args)
 
 
 def test_shared_kernel_scaling_runs_learner_steps_in_two_threads(monkeypatch):

@@ -206,18 +206,22 @@ def shared_path_section(rate: pd.DataFrame, metas: Mapping[str, Mapping]) -> lis
             body.append([e["transitions"], e["variant"], e["policy"],
                          f"{e['step_over_local']:.2f}" if e.get("step_over_local") is not None else "-",
                          f"{e['gil_bound']:.2f}" if e.get("gil_bound") is not None else "-",
-                         compiled(e.get("kernel_private")), compiled(e.get("kernel")),
+                         compiled(e.get("gil_pair")), compiled(e.get("kernel_private")), compiled(e.get("kernel")),
                          measured(e, "threads"), measured(e, "processes")])
         out += [f"What binds two learners on one buffer (run `{run_id}`): one learner step (sample + update) on the "
                 "shared buffer over the same calls on the in-process buffer (step x local); the GIL's bound "
                 "2 / (1 + the share of a "
-                "learner step that holds it); two threads' compiled learner steps over one thread's (no Python; "
+                "learner step that holds it); what two threads holding the GIL for that share of a step of that "
+                "length get here with nothing else shared (GIL 2T x 1 here, handing the GIL over included: a "
+                "thread that wants it while the other holds it sleeps until it is woken); two threads' "
+                "compiled learner steps over one thread's (no Python; "
                 "median, min-max), each thread on a buffer of its own (nothing shared: what this machine's two "
                 "cores give such learners, the bound of the figures right of it; '-' where the run predates it) "
                 "and both on one buffer (the policy's locks and the lines both write); and the run's two learners "
                 "over one (sample/s), as threads and as processes. A policy well below its own-buffers figure "
                 "compiled is bound by sharing; one near it compiled but not in Python is bound by the GIL.", ""]
-        out += md.table(["transitions", "variant", "policy", "step x local", "GIL bound", "kernel 2T x 1 own buffers",
+        out += md.table(["transitions", "variant", "policy", "step x local", "GIL bound", "GIL 2T x 1 here",
+                         "kernel 2T x 1 own buffers",
                          "kernel 2T x 1", "threads 2 x 1", "processes 2 x 1"], body) + [""]
     return out
 

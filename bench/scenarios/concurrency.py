@@ -24,7 +24,9 @@ holds this machine's memory limits (:mod:`bench.limits`). With the suite key ``s
 (true), meta.json also gets, per variant, policy and transition size, what binds two learner
 threads on one buffer (``shared_path``, measured before the cells, a few seconds per policy):
 the GIL's bound ``2 / (1 + share)`` from the share of a learner step that holds it
-(:func:`bench.concurrency_workers.shared_gil_share`), two threads' compiled learner steps
+(:func:`bench.concurrency_workers.shared_gil_share`), what two threads holding the GIL for that
+share of a step of that length get on this machine with nothing else shared (``gil_pair``:
+:func:`bench.workloads.gil_pair_ratio`, handing the GIL over included), two threads' compiled learner steps
 over one thread's (``kernel``: :func:`bench.concurrency_workers.shared_kernel_scaling`), the same
 with each thread on a buffer of its own (``kernel_private``: what this machine's two cores give
 two such learners with nothing shared, the bound of the shared figures), and
@@ -197,6 +199,7 @@ def shared_path(cells: list[Cell]) -> list[dict]:
     bound on them and their compiled scaling (module docstring); a policy it cannot measure
     (no fused learner step: deferred, pal-locks) gets its error instead."""
     from replaybench.bench import concurrency_workers as workers
+    from replaybench.bench import workloads
 
     out, seen = [], set()
     for cell in cells:
@@ -213,8 +216,10 @@ def shared_path(cells: list[Cell]) -> list[dict]:
             kernel = workers.shared_kernel_scaling(c["policy"], c["capacity"], **where)
             private = workers.shared_kernel_scaling(c["policy"], c["capacity"], shared=False, **where)
             local = workers.local_step_seconds(c["capacity"], **where)["step_s"]
+            pair = workloads.gil_pair_ratio(step["gil_share"] * step["call_s"], (1 - step["gil_share"]) * step["call_s"])
             keys = ("ratio", "ratio_min", "ratio_max", "retries", "steps")
             entry.update(gil_share=step["gil_share"], gil_bound=2.0 / (1.0 + step["gil_share"]),
+                         gil_pair={k: pair[k] for k in ("ratio", "ratio_min", "ratio_max")},
                          step_s=step["call_s"], local_step_s=local, step_over_local=step["call_s"] / local,
                          kernel={k: kernel[k] for k in keys}, kernel_private={k: private[k] for k in keys})
         except (ValueError, NotImplementedError) as err:  # no fused learner step for this policy or tree
@@ -322,16 +327,19 @@ def format_shared_path(shared: list[dict], med: dict[tuple, dict]) -> list[str]:
         body.append([e["variant"], e["policy"], e["transitions"],
                      f"{e['step_over_local']:.2f}" if "step_over_local" in e else "-",
                      f"{e['gil_bound']:.2f}" if "gil_bound" in e else "-",
+                     ratio_range(e["gil_pair"]) if e.get("gil_pair") else "-",
                      ratio_range(own) if own else "-",
                      ratio_range(k) if k else e.get("error", "-")[:60],
                      measured(e, "threads"), measured(e, "processes")])
-    header = ["variant", "policy", "transitions", "step x local", "GIL bound", "kernel 2T x 1 own buffers",
-              "kernel 2T x 1", "threads 2 x 1", "processes 2 x 1"]
+    header = ["variant", "policy", "transitions", "step x local", "GIL bound", "GIL 2T x 1 here",
+              "kernel 2T x 1 own buffers", "kernel 2T x 1", "threads 2 x 1", "processes 2 x 1"]
     return (["One learner step on the shared buffer over the in-process one (step x local); two learners over one "
-             "(sample/s): the GIL's bound 2/(1+share of a step holding it), two threads' compiled steps each on a "
-             "buffer of its own (nothing shared: the machine's bound) and on one buffer (no Python: the policy's "
-             "locks and the shared lines), and the measured ratios on one buffer"]
-            + table(header, body, {3, 4, 7, 8}))
+             "(sample/s): the GIL's bound 2/(1+share of a step holding it), what two threads holding the GIL that "
+             "share of such a step get on this machine with nothing shared (GIL 2T x 1 here: handing the GIL over "
+             "included), two threads' compiled steps each on a buffer of its own (nothing shared: the machine's "
+             "bound) and on one buffer (no Python: the policy's locks and the shared lines), and the measured "
+             "ratios on one buffer"]
+            + table(header, body, {3, 4, 8, 9}))
 
 
 def ratio_range(k: dict) -> str:
