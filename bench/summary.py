@@ -148,11 +148,12 @@ def format_threads(cells: dict[tuple, dict], gil_shares: list[dict] | None = Non
     (:func:`bench.limits.probe`), 2-thread rows add what two threads gathering random lines,
     each from its own working set of the buffer's size, got over one (the memory system's own
     scaling at that size)."""
-    shares = {(g["variant"], g["capacity"]): g.get("gil_share") for g in gil_shares or ()}
+    shares = {(g["variant"], g["capacity"]): g for g in gil_shares or ()}
     body = []
     for t in derive.thread_ratios(cells):
         r = t["row"]
-        g = shares.get((r["variant"], r["capacity"])) if r["op"] == "sample" else None
+        entry = shares.get((r["variant"], r["capacity"]), {}) if r["op"] == "sample" else {}
+        g, pair = entry.get("gil_share"), entry.get("gil_pair")
         n = r["threads"]
         memory = None
         if memory_limits and n == 2 and r.get("transitions") in derive.SCHEMAS:
@@ -161,13 +162,15 @@ def format_threads(cells: dict[tuple, dict], gil_shares: list[dict] | None = Non
             memory = b["gather_ns"] / b["gather_ns_2threads"] if "gather_ns_2threads" in b else None
         body.append([r["op"], str(r["capacity"]), r["variant"], str(n), f"{t['x']:.2f}", f"{t['lo']:.2f}-{t['hi']:.2f}",
                      f"{g:.2f}" if g is not None else "-", f"{n / (1 + (n - 1) * g):.2f}" if g is not None else "-",
+                     f"{pair['ratio']:.2f}" if pair and n == 2 else "-",
                      f"{memory:.2f}" if memory is not None else "-"])
     if not body:
         return []
-    return ["Threads, each on its own buffer: throughput over one thread's, same run; GIL share of a sample call "
-            "and the bound it sets; random gathers of 2 threads over 1 at the buffer's size",
+    return ["Threads, each on its own buffer: throughput over one thread's, same run; GIL share of a sample call, "
+            "the bound it sets, and what 2 threads holding the GIL that share of such a call get here with nothing "
+            "shared (GIL 2 thr x 1, the handover included); random gathers of 2 threads over 1 at the buffer's size",
             *format_table(["op", "capacity", "variant", "threads", "x 1 thread", "min-max", "GIL share", "bound",
-                           "memory 2 thr x 1"], body, right={1, 3, 4, 5, 6, 7, 8})]
+                           "GIL 2 thr x 1", "memory 2 thr x 1"], body, right={1, 3, 4, 5, 6, 7, 8, 9})]
 
 
 def format_bound(stats: dict, rows: list[dict], memory_limits: dict) -> list[str]:

@@ -268,7 +268,7 @@ def test_threads_workload_runs_each_thread_on_its_own_buffer(tmp_path):
     assert "threads=2" in text and "x 1 thread" in text
     shares = results.read_meta(run_dir)["gil_share"]  # measured for the threaded sample cell's variant
     assert [(g["variant"], g["capacity"]) for g in shares] == [("kary-prefix", 1024)]
-    assert 0.0 <= shares[0]["gil_share"] <= 1.0
+    assert 0.0 <= shares[0]["gil_share"] <= 1.0 and shares[0]["gil_pair"]["ratio"] > 0
     line = next(ln for ln in text.splitlines() if ln.startswith("sample") and " kary-prefix " in ln)
     assert float(line.split()[4]) > 0
 
@@ -293,10 +293,13 @@ def test_thread_scaling_table_pairs_each_cell_with_its_one_thread_cell():
             {**base, "variant": "w", "threads": 2, "items_per_call": 512, "value": 1e-4}]  # no 1-thread cell
     lines = summary.format_threads(derive.summarize_cells(rows))
     body = [ln.split() for ln in lines[3:]]
-    assert body == [["sample", "1024", "v", "2", f"{5.12e6 / 1.92e6:.2f}", "2.00-4.00", "-", "-", "-"]]
+    assert body == [["sample", "1024", "v", "2", f"{5.12e6 / 1.92e6:.2f}", "2.00-4.00", "-", "-", "-", "-"]]
     assert derive.summarize(rows)[("sample", 1024, "v")]["n"] == 2  # one thread's rows only
     shares = [{"variant": "v", "capacity": 1024, "gil_share": 0.25}]
     memory = {"sizes": [{"bytes": 2**10, "latency_ns": 5.0, "gather_ns": 2.0, "gather_ns_2threads": 1.25},
                         {"bytes": 2**30, "latency_ns": 5.0, "gather_ns": 2.0, "gather_ns_2threads": 1.25}]}
     line = summary.format_threads(derive.summarize_cells(rows), shares, memory)[3].split()
-    assert line[-3:] == ["0.25", f"{2 / 1.25:.2f}", "1.60"]  # Amdahl with the GIL-held quarter serial; 2 / 1.25
+    assert line[-4:] == ["0.25", f"{2 / 1.25:.2f}", "-", "1.60"]  # Amdahl with the GIL-held quarter serial; 2 / 1.25
+    shares[0]["gil_pair"] = {"ratio": 1.07, "ratio_min": 0.9, "ratio_max": 1.2}  # measured here: the handover's cost
+    line = summary.format_threads(derive.summarize_cells(rows), shares, memory)[3].split()
+    assert line[-4:] == ["0.25", f"{2 / 1.25:.2f}", "1.07", "1.60"]

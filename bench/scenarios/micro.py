@@ -402,7 +402,9 @@ SCENARIO = Micro()
 def _gil_shares(items: list[Item]) -> list[dict]:
     """For a run with several threads: per registered variant and capacity of its threaded
     sample cells, the share of a ``sample`` call that holds the GIL
-    (:func:`bench.workloads.gil_share`; what a second thread cannot overlap). A few seconds per
+    (:func:`bench.workloads.gil_share`; what a second thread cannot overlap) and what two
+    threads holding it for that share of such a call get here with nothing shared
+    (``gil_pair``: :func:`bench.workloads.gil_pair_ratio`, the handover included). A few seconds per
     variant, measured while the run's meta is written, before any cell; a variant it cannot
     measure gets its error instead."""
     out = []
@@ -414,8 +416,11 @@ def _gil_shares(items: list[Item]) -> list[dict]:
             continue
         seen.add(key)
         try:
-            out.append(workloads.gil_share(i.variant.name, i.capacity, batch=i.suite["batch"],
-                                           transitions=i.suite["transitions"], calls=1000, **i.variant_params))
+            got = workloads.gil_share(i.variant.name, i.capacity, batch=i.suite["batch"],
+                                      transitions=i.suite["transitions"], calls=1000, **i.variant_params)
+            pair = workloads.gil_pair_ratio(got["gil_share"] * got["call_s"], (1 - got["gil_share"]) * got["call_s"],
+                                            calls=1)
+            out.append({**got, "gil_pair": {k: pair[k] for k in ("ratio", "ratio_min", "ratio_max")}})
         except Exception as err:  # recorded, not fatal: the timed cells are what the run is for
             out.append({"variant": i.variant.name, "capacity": i.capacity, "error": f"{type(err).__name__}: {err}"})
     return out
