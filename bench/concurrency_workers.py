@@ -566,6 +566,7 @@ def shared_kernel_scaling(policy: str, capacity: int, *, variant: str = "kary-al
     finally:
         for buf in buffers:
             buf.close()
-    return {"policy": policy, "variant": variant, "capacity": capacity, "batch": batch, "steps": steps, "shared": shared,
+    return {"policy": policy, "variant": variant, "capacity": capacity, "batch": batch, "steps": steps,
+            "shared": shared,
             "ratio": float(np.median(ratios)), "ratio_min": float(min(ratios)), "ratio_max": float(max(ratios)),
             "retries": int(retries)}

@@ -15,9 +15,10 @@ the sizes a sum tree and its rows span from 2**10 to 2**24 leaves:
   that any layout pays: touching a random row or leaf cannot be cheaper.
 * **the same gather in two threads** (``gather_ns_2threads``): two threads, each gathering
   from its own copy of the working set for :data:`PAIR_SECONDS` at least (whole passes),
-  timed together; ns per line of the two threads' combined throughput. About half of ``gather_ns`` when each core has its own capacity for
-  misses in flight; about ``gather_ns`` when the two share one bottleneck (two hyperthreads
-  of one core, or the memory controller): what bounds threads that each own a buffer.
+  timed together; ns per line of the two threads' combined throughput. About half of
+  ``gather_ns`` when each core has its own capacity for misses in flight; about ``gather_ns``
+  when the two share one bottleneck (two hyperthreads of one core, or the memory controller):
+  what bounds threads that each own a buffer.
 
 Both are compiled with numba (``nogil``, cached on disk), run after one untimed pass over the
 working set (so page faults are not timed), and report the minimum over ``repeats`` timed

@@ -134,8 +134,11 @@ def test_shared_kernel_scaling_runs_learner_steps_in_two_threads(monkeypatch):
 
     attached = []
     real_attach = SharedPrioritizedBuffer.attach.__func__
-    monkeypatch.setattr(SharedPrioritizedBuffer, "attach",
-                        classmethod(lambda cls, handle, **kw: attached.append(handle) or real_attach(cls, handle, **kw)))
+    def spy(cls, handle, **kw):
+        attached.append(handle)
+        return real_attach(cls, handle, **kw)
+
+    monkeypatch.setattr(SharedPrioritizedBuffer, "attach", classmethod(spy))
     got = shared_kernel_scaling("optimistic", 4096, batch=32, steps=50, repeats=2)
     assert got["steps"] == 50 and got["retries"] >= 0 and got["shared"]
     assert 0 < got["ratio_min"] <= got["ratio"] <= got["ratio_max"] < float("inf")

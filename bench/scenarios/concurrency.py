@@ -26,8 +26,8 @@ threads on one buffer (``shared_path``, measured before the cells, a few seconds
 the GIL's bound ``2 / (1 + share)`` from the share of a learner step that holds it
 (:func:`bench.concurrency_workers.shared_gil_share`), what two threads holding the GIL for that
 share of a step of that length get on this machine with nothing else shared (``gil_pair``:
-:func:`bench.workloads.gil_pair_ratio`, handing the GIL over included), two threads' compiled learner steps
-over one thread's (``kernel``: :func:`bench.concurrency_workers.shared_kernel_scaling`), the same
+:func:`bench.workloads.gil_pair_ratio`, handing the GIL over included), two threads' compiled
+learner steps over one thread's (``kernel``: :func:`bench.concurrency_workers.shared_kernel_scaling`), the same
 with each thread on a buffer of its own (``kernel_private``: what this machine's two cores give
 two such learners with nothing shared, the bound of the shared figures), and
 one learner step (sample + update, CPU seconds per call) on the shared buffer over the same
@@ -216,7 +216,8 @@ def shared_path(cells: list[Cell]) -> list[dict]:
             kernel = workers.shared_kernel_scaling(c["policy"], c["capacity"], **where)
             private = workers.shared_kernel_scaling(c["policy"], c["capacity"], shared=False, **where)
             local = workers.local_step_seconds(c["capacity"], **where)["step_s"]
-            pair = workloads.gil_pair_ratio(step["gil_share"] * step["call_s"], (1 - step["gil_share"]) * step["call_s"])
+            held = step["gil_share"] * step["call_s"]
+            pair = workloads.gil_pair_ratio(held, step["call_s"] - held)
             keys = ("ratio", "ratio_min", "ratio_max", "retries", "steps")
             entry.update(gil_share=step["gil_share"], gil_bound=2.0 / (1.0 + step["gil_share"]),
                          gil_pair={k: pair[k] for k in ("ratio", "ratio_min", "ratio_max")},
