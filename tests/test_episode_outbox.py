@@ -1,6 +1,7 @@
 """impl.rl.common.episode_outbox: a worker's finished episodes reach the parent a batch at a
 time, every one of them, in order, on every exit path; first the outbox alone (a hand-driven
-clock), then a real actor loop run in this process, then a real run of the process engine."""
+clock), then a real worker loop run in this process (the process engine's actor, the dataflow
+engine's server), then real runs of both engines."""
 
 from __future__ import annotations
 
@@ -102,22 +103,31 @@ def test_interval_zero_sends_each_episode_and_bad_intervals_are_refused():
 STEPS = 4000
 
 
-def _actor_cfg(**kw):
+#: The worker loop that sends episodes, per engine: (module, loop function, role in a fail= hook).
+WORKERS = {"process": ("process", "_actor_loop", "actor"), "dataflow": ("dataflow", "_server_loop", "server")}
+
+
+def _engine(backend):
+    import importlib
+
+    return importlib.import_module(f"replaybench.impl.rl.engines.{WORKERS[backend][0]}")
+
+
+def _actor_cfg(backend="process", **kw):
     from replaybench.impl.rl import TrainConfig
 
-    # learning_starts past the run: no update is ever due, so the actor never waits for a learner
+    # learning_starts past the run: no update is ever due, so the actor never waits for a learner;
+    # one env (the dataflow server's one worker steps one), so returns are the steps between ends
     overrides = dict(hidden=(16, 16), batch_size=16, learning_starts=10**7, buffer_capacity=1024)
     return TrainConfig(algo="dqn", env="CartPole-v1", buffer="kary-aligned", policy="lazy-writing", steps=STEPS,
-                       seed=3, actors=1, learners=1, overrides=overrides, **kw)
+                       seed=3, actors=1, learners=1, overrides=overrides, backend=backend, **kw)
 
 
-def _holding_outbox(monkeypatch, stop_after=None):
-    """Makes the actor loop's outbox hold every episode until its exit flush (so the test sees
+def _holding_outbox(monkeypatch, backend="process", stop_after=None):
+    """Makes the worker loop's outbox hold every episode until its exit flush (so the test sees
     what that flush sends), and with ``stop_after`` set the run's stop flag (as the parent does
     on Ctrl-C or a peer's failure) once that many episodes have ended. Returns a dict whose
     "state" the caller fills with the run's SharedState."""
-    from replaybench.impl.rl.engines import process
-
     run = {"state": None}
 
     class Holding(EpisodeOutbox):
@@ -131,14 +141,15 @@ def _holding_outbox(monkeypatch, stop_after=None):
             if self.added == stop_after:
                 run["state"].stop()
 
-    monkeypatch.setattr(process, "EpisodeOutbox", Holding)
+    monkeypatch.setattr(_engine(backend), "EpisodeOutbox", Holding)
     return run
 
 
 def _run_actor(cfg, out, run=None):
-    """impl.rl.engines.process's actor loop, in this process, as actor 0 of a run whose parent
-    has published the learner's initial weights and said "go" (``run["state"]``, when given,
-    gets the run's SharedState). Returns (stats or the exception raised, the steps it inserted)."""
+    """The worker loop of ``cfg.backend`` (the process engine's actor, the dataflow engine's
+    server), in this process, as worker 0 of a run whose parent has published the learner's
+    initial weights and said "go" (``run["state"]``, when given, gets the run's SharedState).
+    Returns (stats or the exception raised, the steps it inserted)."""
     import multiprocessing as mp
 
     from replaybench.impl.concurrent import SharedPrioritizedBuffer
@@ -147,8 +158,8 @@ def _run_actor(cfg, out, run=None):
     from replaybench.impl.rl.common.local_replay import buffer_kwargs
     from replaybench.impl.rl.common.seeding import RunSeeds
     from replaybench.impl.rl.common.shared_state import SharedState, SharedWeights
-    from replaybench.impl.rl.engines import process
 
+    loop = getattr(_engine(cfg.backend), WORKERS[cfg.backend][1])
     acfg = cfg.validate()
     algo = algorithms.get(cfg.algo)
     env = make_env(cfg.env, algo)
@@ -166,7 +177,7 @@ def _run_actor(cfg, out, run=None):
         if run is not None:
             run["state"] = state
         try:
-            got = process._actor_loop(cfg, 0, buf, state, weights, out)
+            got = loop(cfg, 0, buf, state, weights, out)
         except Exception as e:  # noqa: BLE001  (Stopped and InjectedFailure: the test looks at which)
             got = e
         return got, int(state.actor_steps[0])
@@ -175,11 +186,13 @@ def _run_actor(cfg, out, run=None):
         state.close()
 
 
-@pytest.fixture(scope="module")
-def full_run():
-    """The actor's episodes over a whole run: what the parent received, in order."""
+@pytest.fixture(scope="module", params=sorted(WORKERS))
+def full_run(request):
+    """A worker loop's episodes over a whole run, per engine: what the parent received, in order
+    (``.backend`` says which engine's loop)."""
     out = _Out()
-    stats, steps = _run_actor(_actor_cfg(), out)
+    out.backend = request.param
+    stats, steps = _run_actor(_actor_cfg(request.param), out)
     assert isinstance(stats, dict) and steps == STEPS
     return out
 
@@ -194,13 +207,11 @@ def _consecutive(rows):
 def test_an_actor_batches_its_episodes_and_sends_the_rows_one_message_each_would(full_run, monkeypatch):
     """The same run with an outbox that sends each episode at once (one message per episode,
     as before the outbox) gives the same rows; the batched run sent fewer messages."""
-    from replaybench.impl.rl.engines import process
-
     rows = full_run.episodes()
     assert len(rows) > 20 and _consecutive(rows)
-    monkeypatch.setattr(process, "EpisodeOutbox", lambda out: EpisodeOutbox(out, 0))
+    monkeypatch.setattr(_engine(full_run.backend), "EpisodeOutbox", lambda out: EpisodeOutbox(out, 0))
     one_each = _Out()
-    _run_actor(_actor_cfg(), one_each)
+    _run_actor(_actor_cfg(full_run.backend), one_each)
     assert len(one_each.batches()) == len(one_each.episodes())
     assert [(s, r) for s, _, r in rows] == [(s, r) for s, _, r in one_each.episodes()]
     assert all(0 <= a <= b for (_, a, _), (_, b, _) in zip(rows, rows[1:]))  # wall_s: when each ended
@@ -215,9 +226,10 @@ def test_an_actor_that_raises_sends_every_episode_it_finished(full_run, monkeypa
     step, in one message."""
     from replaybench.impl.rl import InjectedFailure
 
-    _holding_outbox(monkeypatch)
+    _holding_outbox(monkeypatch, full_run.backend)
     out = _Out()
-    got, _ = _run_actor(_actor_cfg(fail="actor:0:1500"), out)
+    role = WORKERS[full_run.backend][2]
+    got, _ = _run_actor(_actor_cfg(full_run.backend, fail=f"{role}:0:1500"), out)
     assert isinstance(got, InjectedFailure)
     expected = [(s, r) for s, _, r in full_run.episodes() if s <= 1500]
     assert expected and len(out.batches()) == 1
@@ -230,9 +242,9 @@ def test_an_actor_stopped_mid_run_sends_every_episode_it_finished(full_run, monk
     in the steps it did."""
     from replaybench.impl.rl.common.shared_state import Stopped
 
-    run = _holding_outbox(monkeypatch, stop_after=20)
+    run = _holding_outbox(monkeypatch, full_run.backend, stop_after=20)
     out = _Out()
-    got, steps = _run_actor(_actor_cfg(), out, run)
+    got, steps = _run_actor(_actor_cfg(full_run.backend), out, run)
     assert isinstance(got, Stopped) and 0 < steps < STEPS
     expected = [(s, r) for s, _, r in full_run.episodes() if s <= steps]
     assert len(expected) >= 20 and len(out.batches()) == 1
