@@ -404,8 +404,8 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
     - ``sample``: the sampler's one call, then one NumPy ``take`` per leaf, and the result
       built as a ``TensorDict`` from those tensors (fresh tensors each call: a sample held by
       the caller is never overwritten), with ``index`` and ``priority_weight`` as TorchRL's.
-    - ``update_tensordict_priority``: a 1-D priority of the batch's length goes to the
-      sampler's ``update_priority`` at once; other shapes through TorchRL's reduction.
+    - ``update_tensordict_priority``: one priority per row (``(n,)`` or ``(n, 1)``) goes to
+      the sampler's ``update_priority`` at once; other shapes through TorchRL's reduction.
 
     Costs per call: O(leaves) Python steps (never a loop over the batch) plus the tensor copies
     O(n row bytes), and the sampler's (see :class:`PrioritizedSampler`).
@@ -546,12 +546,16 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
     def update_tensordict_priority(self, data) -> None:
         """As TorchRL's: the priorities at ``data[priority_key]`` (reduced per row with the
         sampler's ``reduction`` where a row holds several) to the slots ``data["index"]``.
-        A 1-D priority of the batch's length, with a 1-D index of it, goes to the sampler at
-        once (nothing to reduce)."""
+        One priority per row (shape ``(n,)`` or ``(n, 1)``, as TorchRL's losses write it) with a
+        1-D index goes to the sampler at once (nothing to reduce)."""
         if type(data) is TensorDict and data.batch_dims == 1 and self._storage.ndim == 1:
             index, priority = data.get("index", None), data.get(self.priority_key, None)
             if (type(index) is torch.Tensor and type(priority) is torch.Tensor and index.dim() == 1
-                    and priority.shape == index.shape):
+                    and priority.dim() and priority.shape[0] == index.shape[0] == priority.numel()):
+                # One priority per row ((n,) or (n, 1), as DQNLoss writes it): TorchRL's
+                # reduction of one value is that value.
+                if priority.dim() > 1:
+                    priority = priority.reshape(index.shape)
                 with self._replay_lock, self._write_lock:
                     self._sampler.update_priority(index, priority, storage=self._storage)
                 return None
@@ -583,8 +587,11 @@ class _Node:
                     return None
                 children[name] = child
             elif (type(value) is torch.Tensor and value.device.type == "cpu" and value.dtype in _NUMPY_REAL
-                  and value.is_contiguous() and not value.requires_grad):
-                leaves[name] = (value.numpy(), value.dtype, value)
+                  and value.is_contiguous()):
+                # detach: TorchRL's first write of values that carry a graph (a policy run
+                # outside no_grad) leaves its storage tensors requiring grad; the view is of
+                # the same memory, and what the fast paths write and read are values only.
+                leaves[name] = (value.detach().numpy(), value.dtype, value)
             else:
                 return None
             order.append(name)
@@ -621,9 +628,11 @@ class _Node:
                 continue
             src = stored[name]
             if (type(src) is not torch.Tensor or src.dtype != dtype or src.shape[1:] != dst.shape[1:]
-                    or src.device.type != "cpu" or src.requires_grad):
+                    or src.device.type != "cpu"):
                 return False
-            pairs.append((src.numpy(), dst))
+            # A value computed with grad enabled (a policy's action values outside no_grad):
+            # its values are stored, as TorchRL's storage holds them, without the graph.
+            pairs.append(((src.detach() if src.requires_grad else src).numpy(), dst))
         for name, child in self.children.items():
             sub = stored[name]
             if type(sub) is not TensorDict or not child.sources(sub, pairs):

@@ -140,7 +140,7 @@ def test_bad_input_gets_our_errors_and_changes_nothing():
 
 
 @pytest.mark.slow  # a few seconds of training
-def test_a_dqn_loop_with_torchrl_dqnloss_runs_with_it():
+def test_a_dqn_loop_with_torchrl_dqnloss_runs_with_it(ours_kind, monkeypatch):
     from torch import nn
     from torchrl.envs import GymEnv
     from torchrl.modules import EGreedyModule, QValueActor
@@ -156,8 +156,18 @@ def test_a_dqn_loop_with_torchrl_dqnloss_runs_with_it():
     loss = DQNLoss(actor, action_space=env.action_spec, delay_value=True)
     target = SoftUpdate(loss, eps=0.95)
     optim = torch.optim.Adam(loss.parameters(), lr=1e-3)
-    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(512), priority_key="td_error", batch_size=32,
-                                sampler=PrioritizedSampler(512, alpha=0.6, beta=0.4))
+    if ours_kind == "buffer":
+        rb = adapter.TensorDictPrioritizedReplayBuffer(alpha=0.6, beta=0.4, storage=LazyTensorStorage(512),
+                                                       priority_key="td_error", batch_size=32)
+    else:
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(512), priority_key="td_error", batch_size=32,
+                                    sampler=PrioritizedSampler(512, alpha=0.6, beta=0.4))
+    torchrl_paths = []                  # our buffer's calls that went through TorchRL's own paths
+    for name in ("extend", "sample", "update_tensordict_priority"):
+        def spy(self, *a, _name=name, _call=getattr(TensorDictReplayBuffer, name), **k):
+            torchrl_paths.append(_name)
+            return _call(self, *a, **k)
+        monkeypatch.setattr(TensorDictReplayBuffer, name, spy)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -181,6 +191,11 @@ def test_a_dqn_loop_with_torchrl_dqnloss_runs_with_it():
         torch.set_num_threads(threads)
     assert len(rb) == 300
     assert len(np.unique(rb._sampler._index.tree.leaves()[:300])) > 20   # TD errors written back
+    if ours_kind == "buffer":           # the first extend makes the storage; then all are ours
+        assert torchrl_paths == ["extend"]
+        stored = rb.storage._storage
+        going = ~stored["next", "done"][:299, 0]    # within an episode: a step starts where the last ended
+        assert torch.equal(stored["observation"][1:300][going], stored["next", "observation"][:299][going])
 
 
 def test_string_and_complex_priorities_are_named_and_all_zero_priorities_are_not_an_empty_buffer():
