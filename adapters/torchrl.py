@@ -1,5 +1,7 @@
 """TorchRL: a sampler with the API of ``torchrl.data.PrioritizedSampler``, priorities in a
-registered variant.
+registered variant, and :class:`TensorDictPrioritizedReplayBuffer`, TorchRL's buffer around it
+with ``extend``, ``sample`` and ``update_tensordict_priority`` one pass over the storage's
+leaves each (see its docstring; what follows on the sampler holds for it too).
 
 It subclasses TorchRL's ``PrioritizedSampler`` (so TorchRL's checks for a prioritized sampler,
 such as ``update_tensordict_priority``, accept it) and replaces its C++ segment trees with a
@@ -80,7 +82,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
-from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer  # noqa: E402
+from torchrl.data import TensorDictReplayBuffer  # noqa: E402
 from torchrl.data.replay_buffers.samplers import PrioritizedSampler as _TorchRLPrioritizedSampler  # noqa: E402
 from torchrl.data.replay_buffers.storages import TensorStorage  # noqa: E402
 from torchrl.data.replay_buffers.writers import TensorDictRoundRobinWriter  # noqa: E402
