@@ -436,6 +436,13 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         self._fast_collate = collate_fn is None
         self._layout = None  # (the storage's TensorDict it was read from, its _Node or None)
 
+    def __getstate__(self) -> dict:
+        # The layout's NumPy views would be pickled (and deep-copied) as copies, no longer the
+        # storage's memory: the copy reads the storage anew at its first fast call.
+        state = super().__getstate__()
+        state["_layout"] = None
+        return state
+
     # ------------------------------------------------------------------ fast-path checks
     def _plan(self) -> _Node | None:
         """The storage's layout (a :class:`_Node` tree over NumPy views of its preallocated
@@ -583,7 +590,7 @@ class _Node:
         of a NumPy dtype (or a level not a plain TensorDict)."""
         leaves, children, order = {}, {}, []
         for name, value in td._tensordict.items():
-            if type(value) is TensorDict:
+            if type(value) is TensorDict and value.batch_dims == 1:
                 child = cls.of(value)
                 if child is None:
                     return None

@@ -514,3 +514,18 @@ def test_state_dict_and_loads_replace_the_tensors_the_fast_paths_read(tmp_path):
         assert torch.equal(sample["observation"][:, 0], sample["index"].float()), restore
         target.extend(steps(13, 2))                        # and writes land where samples read
         assert torch.equal(target.storage._storage["observation"][13:15, 0], torch.tensor([13.0, 14.0]))
+
+
+def test_a_pickled_or_copied_buffer_writes_and_reads_its_own_storage():
+    import copy
+    import pickle
+
+    rb, _ = fast_and_torchrl()
+    rb.extend(steps(0, 5))
+    rb.extend(steps(5, 3))                                 # the fast path has read the storage
+    for other in (pickle.loads(pickle.dumps(rb)), copy.deepcopy(rb)):
+        other.extend(steps(8, 2))
+        assert torch.equal(other.storage._storage["observation"][:10, 0], torch.arange(10.0))
+        sample = other.sample(16)
+        assert torch.equal(sample["observation"][:, 0], sample["index"].float())
+    assert len(rb) == 8                                    # the original is left as it was
