@@ -436,6 +436,11 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         self._fast_collate = collate_fn is None
         self._layout = None  # (the storage's TensorDict it was read from, its _Node or None)
 
+    @property
+    def prioritized_sampler(self) -> PrioritizedSampler:
+        """The sampler that owns the priorities, as TorchRL's buffer names it."""
+        return self._sampler
+
     def __getstate__(self) -> dict:
         # The layout's NumPy views would be pickled (and deep-copied) as copies, no longer the
         # storage's memory: the copy reads the storage anew at its first fast call.

@@ -529,3 +529,4 @@ def test_a_pickled_or_copied_buffer_writes_and_reads_its_own_storage():
         sample = other.sample(16)
         assert torch.equal(sample["observation"][:, 0], sample["index"].float())
     assert len(rb) == 8                                    # the original is left as it was
+    assert rb.prioritized_sampler is rb.sampler and isinstance(rb.sampler, PrioritizedSampler)
