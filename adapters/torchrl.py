@@ -81,7 +81,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from tensordict import TensorDict  # noqa: E402
+from tensordict import MemoryMappedTensor, TensorDict  # noqa: E402
 from torchrl.data import TensorDictReplayBuffer  # noqa: E402
 from torchrl.data.replay_buffers.samplers import PrioritizedSampler as _TorchRLPrioritizedSampler  # noqa: E402
 from torchrl.data.replay_buffers.storages import TensorStorage  # noqa: E402
@@ -393,7 +393,8 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
     (``storage[index] = data``, ``storage[index]``: per leaf, several dispatch layers and shape
     checks, about 250 µs to write one CartPole step), then the writer, then the sampler. Here,
     on the common case (a plain ``TensorDict`` with a batch dimension and exactly the stored
-    keys, dtypes and shapes, a 1-D ``TensorStorage`` on the CPU, TorchRL's round-robin writer,
+    keys, dtypes and shapes, a 1-D ``TensorStorage`` on the CPU (``LazyTensorStorage``,
+    ``LazyMemmapStorage``), TorchRL's round-robin writer,
     no transform, prefetch, pinned memory or custom collate function):
 
     - ``extend``: one NumPy slice assignment per stored leaf into the storage's preallocated
@@ -458,9 +459,10 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         if (type(self._writer) is not TensorDictRoundRobinWriter or not isinstance(storage, TensorStorage)
                 or not storage.initialized or storage.ndim != 1 or self.dim_extend != 0
                 or (self._transform is not None and len(self._transform)) or self._prefetch or self._pin_memory
-                or not self._fast_collate or type(self._sampler) is not PrioritizedSampler
-                or getattr(storage, "_storage_keys", None) is not None):
+                or not self._fast_collate or type(self._sampler) is not PrioritizedSampler):
             return None
+        # (A locked storage, as LazyMemmapStorage's, lists its keys in _storage_keys and TorchRL
+        # drops other keys of the data; the fast path takes only data of exactly those keys.)
         td = storage._storage
         layout = self._layout
         # The same TensorDict may have had its tensors replaced (TorchRL's load_state_dict
@@ -577,6 +579,11 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
 
 
 
+#: The tensor types of a storage's leaves the fast paths read and write through NumPy views:
+#: ``LazyTensorStorage``'s plain tensors and ``LazyMemmapStorage``'s memory-mapped ones.
+_STORED_TENSORS = (torch.Tensor, MemoryMappedTensor)
+
+
 class _Node:
     """One level of a storage's TensorDict: its leaves ``{name: (NumPy view of the stored
     tensor, dtype, the tensor)}`` and nested levels ``{name: _Node}``, in the storage's key order. The
@@ -600,7 +607,7 @@ class _Node:
                 if child is None:
                     return None
                 children[name] = child
-            elif (type(value) is torch.Tensor and value.device.type == "cpu" and value.dtype in _NUMPY_REAL
+            elif (type(value) in _STORED_TENSORS and value.device.type == "cpu" and value.dtype in _NUMPY_REAL
                   and value.is_contiguous()):
                 # detach: TorchRL's first write of values that carry a graph (a policy run
                 # outside no_grad) leaves its storage tensors requiring grad; the view is of

@@ -410,14 +410,17 @@ def steps(start, n):
                                            "reward": torch.ones(n, 1), "done": (k % 3 == 0)[:, None]}, [n])}, [n])
 
 
-def fast_and_torchrl(cap=SIZE, **kw):
-    fast = adapter.TensorDictPrioritizedReplayBuffer(alpha=0.6, beta=0.4, storage=LazyTensorStorage(cap), **kw)
-    own = TensorDictReplayBuffer(storage=LazyTensorStorage(cap), sampler=PrioritizedSampler(cap, 0.6, 0.4), **kw)
+def fast_and_torchrl(cap=SIZE, storage=LazyTensorStorage, **kw):
+    fast = adapter.TensorDictPrioritizedReplayBuffer(alpha=0.6, beta=0.4, storage=storage(cap), **kw)
+    own = TensorDictReplayBuffer(storage=storage(cap), sampler=PrioritizedSampler(cap, 0.6, 0.4), **kw)
     return fast, own
 
 
-def test_fast_paths_write_and_read_what_torchrls_paths_do_through_a_wrap_around(monkeypatch):
-    fast, own = fast_and_torchrl()
+@pytest.mark.parametrize("storage", ["LazyTensorStorage", "LazyMemmapStorage"])
+def test_fast_paths_write_and_read_what_torchrls_paths_do_through_a_wrap_around(storage, monkeypatch):
+    import torchrl.data
+
+    fast, own = fast_and_torchrl(storage=getattr(torchrl.data, storage))
     for rb in (fast, own):
         rb.extend(steps(0, 5))              # the first extend creates the storage: TorchRL's path
     # From here on ours must not fall back to TorchRL's paths (they would also give the right
