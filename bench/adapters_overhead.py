@@ -11,8 +11,8 @@ kind      sb3 / tianshou / torchrl                     what it is
 adapter   ``PrioritizedReplayBuffer.sample`` +         the framework's calls through
           ``update_priorities`` / vector buffer        :mod:`replaybench.adapters`, with TD errors
           ``sample`` + ``update_weight`` /             as the framework's DQN hands them (a NumPy
-          ``TensorDictReplayBuffer.sample`` +          array in SB3, a tensor in the others)
-          ``update_tensordict_priority``
+          ``TensorDictPrioritizedReplayBuffer.sample``  array in SB3, a tensor in the others)
+          + ``update_tensordict_priority``
 bare      our variant buffer's ``sample(out=...)`` +   the floor: the same variant, fields, batch
           ``update_priorities``                        and capacity, no framework container
 own       SB3's ``ReplayBuffer.sample`` (uniform: SB3  the framework's own buffer doing the same
@@ -158,8 +158,8 @@ def _torchrl(t: dict, capacity: int, batch: int, variant: str, seed: int, adapte
     from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
     from torchrl.data.replay_buffers.samplers import PrioritizedSampler as Own
 
-    if adapter is None:
-        from replaybench.adapters.torchrl import PrioritizedSampler as adapter
+    from replaybench.adapters.torchrl import TensorDictPrioritizedReplayBuffer
+
     torch.manual_seed(seed)
     data = TensorDict({"observation": torch.from_numpy(t["obs"]), "action": torch.from_numpy(t["action"]),
                        "next": TensorDict({"observation": torch.from_numpy(t["next_obs"]),
@@ -168,10 +168,17 @@ def _torchrl(t: dict, capacity: int, batch: int, variant: str, seed: int, adapte
                       [capacity])
     td = torch.from_numpy(np.random.default_rng(seed).random(batch).astype(np.float32))
     out = {}
-    for name, sampler in (("adapter", adapter(capacity, ALPHA, BETA, variant=variant)),
-                          ("own", Own(capacity, ALPHA, BETA))):
-        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity), sampler=sampler, priority_key="td_error",
-                                    batch_size=batch)
+    for name in ("adapter", "own"):
+        if name == "own":
+            rb = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity), sampler=Own(capacity, ALPHA, BETA),
+                                        priority_key="td_error", batch_size=batch)
+        elif adapter is None:  # ours as a TorchRL user builds it (its fast extend, sample and update)
+            rb = TensorDictPrioritizedReplayBuffer(alpha=ALPHA, beta=BETA, storage=LazyTensorStorage(capacity),
+                                                   priority_key="td_error", batch_size=batch, variant=variant)
+        else:  # another version of our sampler, in TorchRL's own buffer
+            rb = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity), priority_key="td_error",
+                                        sampler=adapter(capacity, ALPHA, BETA, variant=variant), batch_size=batch)
+        sampler = rb._sampler
         rb.extend(data)
         rb.update_priority(torch.arange(capacity), torch.from_numpy(t["priority"].astype(np.float32)))
 
@@ -195,7 +202,9 @@ def calls(framework: str, *, capacity: int = CAPACITY, batch: int = BATCH, varia
           seed: int = 0, adapter=None) -> dict[str, Callable[[], None]]:
     """The callables of ``framework`` (see the module docstring), by kind, each set up (a full
     buffer) and ready to time; ``adapter``: the adapter class to time instead of the current
-    one (to compare two versions in one process). Set-up costs seconds (one add per step)."""
+    one (to compare two versions in one process; for TorchRL a sampler class, timed in TorchRL's
+    ``TensorDictReplayBuffer`` instead of our ``TensorDictPrioritizedReplayBuffer``). Set-up
+    costs seconds (one add per step)."""
     if framework not in SETUPS:
         raise ValueError(f"framework must be one of {list(SETUPS)}, got {framework!r}")
     for name, value in (("capacity", capacity), ("batch", batch)):

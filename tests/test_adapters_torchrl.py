@@ -17,14 +17,31 @@ import torch  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
 from torchrl.data import LazyTensorStorage, TensorDictPrioritizedReplayBuffer, TensorDictReplayBuffer  # noqa: E402
 
+from replaybench.adapters import torchrl as adapter  # noqa: E402
 from replaybench.adapters.torchrl import PrioritizedSampler  # noqa: E402
 
 SIZE = 16
+#: How the tests built on ``both`` make our buffer (set per test by ``ours_kind``).
+OURS = {"kind": "sampler"}
+
+
+@pytest.fixture(autouse=True, params=["sampler", "buffer"])
+def ours_kind(request):
+    """Every test built on ``both`` runs twice: with our sampler in TorchRL's
+    ``TensorDictReplayBuffer``, and with our ``TensorDictPrioritizedReplayBuffer`` (its fast
+    extend, sample and update paths), so each TorchRL contract is checked on both."""
+    OURS["kind"] = request.param
+    yield request.param
+    OURS["kind"] = "sampler"
 
 
 def both(alpha=0.6, beta=0.4):
-    ours = TensorDictReplayBuffer(storage=LazyTensorStorage(SIZE), priority_key="td_error",
-                                  sampler=PrioritizedSampler(SIZE, alpha, beta, variant="kary-aligned"))
+    if OURS["kind"] == "buffer":
+        ours = adapter.TensorDictPrioritizedReplayBuffer(alpha=alpha, beta=beta, storage=LazyTensorStorage(SIZE),
+                                                         priority_key="td_error", variant="kary-aligned")
+    else:
+        ours = TensorDictReplayBuffer(storage=LazyTensorStorage(SIZE), priority_key="td_error",
+                                      sampler=PrioritizedSampler(SIZE, alpha, beta, variant="kary-aligned"))
     theirs = TensorDictPrioritizedReplayBuffer(alpha=alpha, beta=beta, storage=LazyTensorStorage(SIZE))
     return ours, theirs
 
@@ -123,7 +140,7 @@ def test_bad_input_gets_our_errors_and_changes_nothing():
 
 
 @pytest.mark.slow  # a few seconds of training
-def test_a_dqn_loop_with_torchrl_dqnloss_runs_with_it():
+def test_a_dqn_loop_with_torchrl_dqnloss_runs_with_it(ours_kind, monkeypatch):
     from torch import nn
     from torchrl.envs import GymEnv
     from torchrl.modules import EGreedyModule, QValueActor
@@ -139,8 +156,18 @@ def test_a_dqn_loop_with_torchrl_dqnloss_runs_with_it():
     loss = DQNLoss(actor, action_space=env.action_spec, delay_value=True)
     target = SoftUpdate(loss, eps=0.95)
     optim = torch.optim.Adam(loss.parameters(), lr=1e-3)
-    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(512), priority_key="td_error", batch_size=32,
-                                sampler=PrioritizedSampler(512, alpha=0.6, beta=0.4))
+    if ours_kind == "buffer":
+        rb = adapter.TensorDictPrioritizedReplayBuffer(alpha=0.6, beta=0.4, storage=LazyTensorStorage(512),
+                                                       priority_key="td_error", batch_size=32)
+    else:
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(512), priority_key="td_error", batch_size=32,
+                                    sampler=PrioritizedSampler(512, alpha=0.6, beta=0.4))
+    torchrl_paths = []                  # our buffer's calls that went through TorchRL's own paths
+    for name in ("extend", "sample", "update_tensordict_priority"):
+        def spy(self, *a, _name=name, _call=getattr(TensorDictReplayBuffer, name), **k):
+            torchrl_paths.append(_name)
+            return _call(self, *a, **k)
+        monkeypatch.setattr(TensorDictReplayBuffer, name, spy)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -164,6 +191,11 @@ def test_a_dqn_loop_with_torchrl_dqnloss_runs_with_it():
         torch.set_num_threads(threads)
     assert len(rb) == 300
     assert len(np.unique(rb._sampler._index.tree.leaves()[:300])) > 20   # TD errors written back
+    if ours_kind == "buffer":           # the first extend makes the storage; then all are ours
+        assert torchrl_paths == ["extend"]
+        stored = rb.storage._storage
+        going = ~stored["next", "done"][:299, 0]    # within an episode: a step starts where the last ended
+        assert torch.equal(stored["observation"][1:300][going], stored["next", "observation"][:299][going])
 
 
 def test_string_and_complex_priorities_are_named_and_all_zero_priorities_are_not_an_empty_buffer():
@@ -234,11 +266,15 @@ def test_loads_is_all_or_nothing_a_corrupt_folder_leaves_the_sampler_as_it_was(t
 
 # Compatibility with code written against TorchRL's own PrioritizedSampler (issue 29)
 
-def test_alpha_and_beta_as_0d_tensors_and_a_schedule_past_1_as_torchrl_takes_them():
+def test_alpha_and_beta_as_0d_tensors_and_a_schedule_past_1_as_torchrl_takes_them(ours_kind):
     from torchrl.data.replay_buffers.scheduler import LinearScheduler
 
-    ours = TensorDictReplayBuffer(storage=LazyTensorStorage(SIZE), priority_key="td_error",
-                                  sampler=PrioritizedSampler(SIZE, torch.tensor(0.6), torch.tensor(0.4)))
+    if ours_kind == "buffer":
+        ours = adapter.TensorDictPrioritizedReplayBuffer(alpha=torch.tensor(0.6), beta=torch.tensor(0.4),
+                                                         storage=LazyTensorStorage(SIZE))
+    else:
+        ours = TensorDictReplayBuffer(storage=LazyTensorStorage(SIZE), priority_key="td_error",
+                                      sampler=PrioritizedSampler(SIZE, torch.tensor(0.6), torch.tensor(0.4)))
     theirs = TensorDictPrioritizedReplayBuffer(alpha=torch.tensor(0.6), beta=torch.tensor(0.4),
                                                storage=LazyTensorStorage(SIZE))
     drive([ours, theirs])
@@ -260,10 +296,12 @@ def test_alpha_and_beta_as_0d_tensors_and_a_schedule_past_1_as_torchrl_takes_the
     assert float(ours.sampler.beta) == 1.5
 
 
-def test_resetting_the_buffers_generator_repeats_the_samples_as_in_torchrl():
+def test_resetting_the_buffers_generator_repeats_the_samples_as_in_torchrl(ours_kind):
     for sampler in (PrioritizedSampler(SIZE, 0.6, 0.4), None):
         kw = {"sampler": sampler} if sampler is not None else {"alpha": 0.6, "beta": 0.4}
         cls = TensorDictReplayBuffer if sampler is not None else TensorDictPrioritizedReplayBuffer
+        if ours_kind == "buffer" and sampler is not None:
+            cls, kw = adapter.TensorDictPrioritizedReplayBuffer, {"alpha": 0.6, "beta": 0.4}
         rb = cls(storage=LazyTensorStorage(SIZE), generator=torch.Generator().manual_seed(7), **kw)
         drive([rb])
         start = rb._rng.get_state()
@@ -358,3 +396,140 @@ def test_max_priority_within_buffer_gives_new_data_the_largest_priority_stored_n
     other = PrioritizedSampler(cap, 0.7, 0.4, max_priority_within_buffer=True, variant_params={"dtype": dtype})
     other.loads(tmp_path / "s")                                   # the maximum is found again in the leaves
     assert other._index.max_priority == sampler._index.tree.leaves().max()
+
+
+# Our TensorDictPrioritizedReplayBuffer: its fast extend, sample and update paths
+
+def steps(start, n):
+    """``n`` CartPole-shaped steps as TorchRL's ``GymEnv.step`` gives them (a nested "next",
+    booleans, int64 one-hot actions), with values that name their step."""
+    k = torch.arange(start, start + n)
+    return TensorDict({"observation": k[:, None].float().expand(n, 4).clone(),
+                       "action": torch.stack([k % 2, 1 - k % 2], 1), "done": (k % 3 == 0)[:, None],
+                       "next": TensorDict({"observation": k[:, None].float().expand(n, 4) + 0.5,
+                                           "reward": torch.ones(n, 1), "done": (k % 3 == 0)[:, None]}, [n])}, [n])
+
+
+def fast_and_torchrl(cap=SIZE, storage=LazyTensorStorage, **kw):
+    fast = adapter.TensorDictPrioritizedReplayBuffer(alpha=0.6, beta=0.4, storage=storage(cap), **kw)
+    own = TensorDictReplayBuffer(storage=storage(cap), sampler=PrioritizedSampler(cap, 0.6, 0.4), **kw)
+    return fast, own
+
+
+@pytest.mark.parametrize("storage", ["LazyTensorStorage", "LazyMemmapStorage"])
+def test_fast_paths_write_and_read_what_torchrls_paths_do_through_a_wrap_around(storage, monkeypatch):
+    import torchrl.data
+
+    fast, own = fast_and_torchrl(storage=getattr(torchrl.data, storage))
+    for rb in (fast, own):
+        rb.extend(steps(0, 5))              # the first extend creates the storage: TorchRL's path
+    # From here on ours must not fall back to TorchRL's paths (they would also give the right
+    # contents; this checks that the fast ones are taken).
+    refuse = {name: getattr(TensorDictReplayBuffer, name) for name in ("extend", "sample",
+                                                                     "update_tensordict_priority")}
+
+    def refusing(name):
+        def call(self, *a, **k):
+            if self is fast:
+                raise AssertionError(f"{name} fell back to TorchRL's path")
+            return refuse[name](self, *a, **k)
+        return call
+    for name in refuse:
+        monkeypatch.setattr(TensorDictReplayBuffer, name, refusing(name))
+    for start, n in ((5, 1), (6, 7), (13, 1), (14, 9), (23, SIZE)):   # wraps at 16 and 32
+        got, want = fast.extend(steps(start, n)), own.extend(steps(start, n))
+        assert torch.equal(got, want) and got.dtype == torch.int64
+        assert (len(fast), fast._writer._cursor, fast.write_count) == (len(own), own._writer._cursor, own.write_count)
+        written = len(own)                  # unwritten slots hold whatever torch.empty left there
+        assert (fast.storage._storage[:written] == own.storage._storage[:written]).all()
+    sample, info = fast.sample(12, return_info=True)
+    assert sample.batch_size == torch.Size([12]) and sample["next"].batch_size == torch.Size([12])
+    assert set(sample.keys(True, True)) == set(own.sample(12).keys(True, True))
+    stored = fast.storage._storage[sample["index"]]
+    for key in stored.keys(True, True):
+        if key != "index":
+            assert torch.equal(sample[key], stored[key]) and sample[key].dtype == stored[key].dtype
+    assert torch.equal(info["index"], sample["index"]) and torch.equal(info["priority_weight"], sample["priority_weight"])
+    oracle = fast.sampler._index.weights(sample["index"].numpy())
+    assert sample["priority_weight"].dtype == torch.float32
+    assert np.allclose(sample["priority_weight"].numpy(), oracle, rtol=1e-6)
+    # A sample held by the caller is its own: later samples and writes leave it as it was.
+    held = sample.clone()
+    fast.sample(12)
+    fast.extend(steps(100, SIZE))
+    assert (sample == held).all()
+    sample.set("td_error", torch.linspace(0.5, 3.0, 12))
+    fast.update_tensordict_priority(sample)
+    want = (torch.linspace(0.5, 3.0, 12).double().numpy() + 1e-8) ** 0.6
+    last = {}
+    for i, p in zip(sample["index"].tolist(), want):   # a slot drawn twice keeps its last priority
+        last[i] = p
+    assert np.allclose(leaves(fast)[list(last)], list(last.values()), rtol=1e-5)
+
+
+def test_what_the_fast_paths_do_not_cover_goes_through_torchrls_paths():
+    from torchrl.envs.transforms import Compose, RenameTransform
+
+    fast, own = fast_and_torchrl(priority_key="td_error")
+    for rb in (fast, own):
+        rb.extend(data(0, 4, td=[1.0, 2.0, 3.0, 4.0]))    # the priority key given at extend
+        rb.extend(data(4, 2, td=[9.0, 0.5]))
+        assert np.allclose(leaves(rb)[4:6], (np.array([9.0, 0.5]) + 1e-8) ** 0.6, rtol=1e-5)
+    # Another dtype, a key the storage lacks: TorchRL's own path decides, for ours too.
+    for bad in (TensorDict({"x": torch.arange(6, 8), "td_error": torch.ones(2)}, [2]),
+                TensorDict({"y": torch.ones(2)}, [2])):
+        outcomes = []
+        for rb in (fast, own):
+            try:
+                outcomes.append(rb.extend(bad.clone()).tolist())
+            except Exception as err:  # noqa: BLE001  (whatever TorchRL raises, both must raise it)
+                outcomes.append(type(err))
+        assert outcomes[0] == outcomes[1]
+        assert (len(fast), fast._writer._cursor) == (len(own), own._writer._cursor)
+        assert set(fast.storage._storage.keys(True, True)) == set(own.storage._storage.keys(True, True))
+    with pytest.warns(UserWarning, match="conflicting batch_sizes"):   # TorchRL's warning
+        warn_rb = adapter.TensorDictPrioritizedReplayBuffer(alpha=0.6, beta=0.4, storage=LazyTensorStorage(8),
+                                                            batch_size=4)
+        warn_rb.extend(data(0, 3))
+        assert warn_rb.sample(2).batch_size == torch.Size([2])
+    renamed = adapter.TensorDictPrioritizedReplayBuffer(alpha=0.6, beta=0.4, storage=LazyTensorStorage(8),
+                                                        transform=Compose(RenameTransform(["x"], ["z"])))
+    renamed.extend(data(0, 3))
+    renamed.extend(data(3, 3))
+    assert "z" in renamed.sample(4).keys()
+
+
+def test_state_dict_and_loads_replace_the_tensors_the_fast_paths_read(tmp_path):
+    source, _ = fast_and_torchrl()
+    source.extend(steps(0, 10))
+    source.extend(steps(10, 3))
+    source.dumps(tmp_path / "rb")
+    for restore in ("load_state_dict", "loads"):
+        target, _ = fast_and_torchrl()
+        target.extend(steps(50, 4))
+        target.extend(steps(60, 2))                        # the fast path has read the storage
+        if restore == "loads":
+            target.loads(tmp_path / "rb")
+        else:
+            target.load_state_dict(source.state_dict())
+        assert len(target) == 13 and np.array_equal(leaves(target), leaves(source))
+        sample = target.sample(32)
+        assert torch.equal(sample["observation"][:, 0], sample["index"].float()), restore
+        target.extend(steps(13, 2))                        # and writes land where samples read
+        assert torch.equal(target.storage._storage["observation"][13:15, 0], torch.tensor([13.0, 14.0]))
+
+
+def test_a_pickled_or_copied_buffer_writes_and_reads_its_own_storage():
+    import copy
+    import pickle
+
+    rb, _ = fast_and_torchrl()
+    rb.extend(steps(0, 5))
+    rb.extend(steps(5, 3))                                 # the fast path has read the storage
+    for other in (pickle.loads(pickle.dumps(rb)), copy.deepcopy(rb)):
+        other.extend(steps(8, 2))
+        assert torch.equal(other.storage._storage["observation"][:10, 0], torch.arange(10.0))
+        sample = other.sample(16)
+        assert torch.equal(sample["observation"][:, 0], sample["index"].float())
+    assert len(rb) == 8                                    # the original is left as it was
+    assert rb.prioritized_sampler is rb.sampler and isinstance(rb.sampler, PrioritizedSampler)

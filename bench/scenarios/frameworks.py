@@ -20,7 +20,9 @@ honour (:data:`FIXED`) is refused by name before any run.
   without its epochs, tests and logging.
 - **torchrl**: a ``GymEnv``, ``QValueActor`` + ``EGreedyModule``, ``DQNLoss`` and
   ``HardUpdate`` around a ``TensorDictReplayBuffer`` with TorchRL's ``PrioritizedSampler`` (own)
-  vs :class:`replaybench.adapters.torchrl.PrioritizedSampler`, over the same storage.
+  vs :class:`replaybench.adapters.torchrl.TensorDictPrioritizedReplayBuffer` (ours: the same
+  TorchRL storage and writer, extend, sample and update each one pass over the storage's
+  leaves, our sampler's priorities).
 
 Each run is preceded by an untimed run of two batches with the same framework and buffer, so
 numba kernels (ours load from the disk cache; Tianshou's segment tree compiles once per
@@ -321,7 +323,7 @@ def run_torchrl(env_id: str, buffer: str, seed: int, steps: int, h: dict) -> Run
     from torchrl.modules import MLP, EGreedyModule, QValueActor
     from torchrl.objectives import DQNLoss, HardUpdate
 
-    from replaybench.adapters.torchrl import PrioritizedSampler
+    from replaybench.adapters.torchrl import TensorDictPrioritizedReplayBuffer
 
     torch.manual_seed(seed)
     env = GymEnv(env_id)
@@ -339,10 +341,12 @@ def run_torchrl(env_id: str, buffer: str, seed: int, steps: int, h: dict) -> Run
         1, round(h["target_update"] / h["train_freq"] * h["gradient_steps"])))
     optim = torch.optim.Adam(loss.parameters(), lr=h["lr"])
     cap = h["buffer_size"]
-    sampler = (TorchRLPrioritized(cap, h["alpha"], h["beta"]) if buffer == OWN
-               else PrioritizedSampler(cap, h["alpha"], h["beta"], variant=buffer))
-    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(cap), sampler=sampler, priority_key="td_error",
-                                batch_size=h["batch_size"])
+    if buffer == OWN:
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(cap), sampler=TorchRLPrioritized(cap, h["alpha"], h["beta"]),
+                                    priority_key="td_error", batch_size=h["batch_size"])
+    else:  # ours as a TorchRL user builds it: the buffer whose extend, sample and update are one pass each
+        rb = TensorDictPrioritizedReplayBuffer(alpha=h["alpha"], beta=h["beta"], storage=LazyTensorStorage(cap),
+                                               priority_key="td_error", batch_size=h["batch_size"], variant=buffer)
     timers = Timers()
     episodes, ret = [], 0.0
     td = env.reset()
