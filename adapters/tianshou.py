@@ -54,9 +54,10 @@ from tianshou.data import Batch, ReplayBuffer, ReplayBufferManager  # noqa: E402
 from tianshou.data.buffer.buffer_base import MalformedBufferError  # noqa: E402
 
 from replaybench.adapters.views import SumTreeView  # noqa: E402
-from replaybench.impl.trees.base import as_indices  # noqa: E402
+from replaybench.impl.trees.base import as_indices, check_real  # noqa: E402
 
-__all__ = ["PrioritizedReplayBuffer", "PrioritizedVectorReplayBuffer", "SubBuffer", "SubBufferState", "gather_rows"]
+__all__ = ["PrioritizedReplayBuffer", "PrioritizedVectorReplayBuffer", "SubBuffer", "SubBufferState", "gather_rows",
+           "td_array"]
 
 FLOAT32_EPS = float(np.finfo(np.float32).eps)
 
@@ -191,8 +192,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def update_weight(self, index: np.ndarray, new_weight) -> None:
         """Set priorities from ``new_weight`` (TD errors; their absolute value is used). A TD
         error that is not a real number (a string, a complex number) raises TypeError naming it."""
-        self.priorities.update(index, np.abs(real_array(new_weight, "new_weight").reshape(-1), dtype=np.float64),
-                               n_valid=len(self))
+        self.priorities.update_abs(index, td_array(new_weight), n_valid=len(self))
 
     def __getitem__(self, index):
         if len(self) == 0:  # Tianshou's storage has no keys yet: it would fail with KeyError('obs')
@@ -402,20 +402,21 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
     def update_weight(self, index: np.ndarray, new_weight) -> None:
         """Set priorities from ``new_weight`` (TD errors; their absolute value is used) at
         ``index``, slots some sub-buffer has written."""
-        # |w| straight into float64, the tree's type: no second array for the cast.
-        weight = np.abs(real_array(new_weight, "new_weight").reshape(-1), dtype=np.float64)
+        # |w| is taken in the tree's compiled update (PriorityIndex.update_abs): no float64
+        # array made here, one compiled call for what Tianshou's DQN passes.
+        weight = td_array(new_weight)
         if self._full:
             # Every sub-buffer is full (a training run's steady state): every slot is written,
             # so the tree's own range check is the whole check. It changes nothing when it
             # fails; the check below then names the bad index as for a partly written buffer.
             try:
-                self.priorities.update(index, weight, n_valid=self.maxsize)
+                self.priorities.update_abs(index, weight, n_valid=self.maxsize)
                 return
             except IndexError:
                 pass
         idx = as_indices(index, "indices")
         self._check_written(idx)
-        self.priorities.update(idx, weight, n_valid=self.maxsize)
+        self.priorities.update_abs(idx, weight, n_valid=self.maxsize)
 
     def _check_written(self, idx: np.ndarray) -> None:
         """IndexError naming the first of ``idx`` that is no slot, or a slot its sub-buffer has
@@ -578,6 +579,29 @@ def _matching_writes(stored: dict, values: dict, rows: int, top: bool = True) ->
         else:
             return None
     return writes
+
+
+def td_array(new_weight) -> np.ndarray:
+    """``new_weight`` (TD errors: a tensor on any device, an array, a sequence, a number) as a
+    1-D NumPy array of real numbers, a view where it can be (no copy of a CPU tensor or an
+    array); TypeError naming ``new_weight`` and the first entry that is not a real number.
+
+    What :func:`real_array` gives, reached in one ``detach().numpy()`` for what Tianshou's DQN
+    passes (a CPU float tensor that requires grad): ``real_array`` also asks the tensor for
+    ``cpu()`` and its dtype's name, each a cache-cold call in a training loop. Anything
+    ``numpy()`` refuses (a GPU or bfloat16 tensor) goes through ``real_array``. O(1) but for
+    the copy of a tensor off a GPU."""
+    w = new_weight
+    if type(w) is not np.ndarray:
+        try:
+            w = w.detach().numpy()
+        except (AttributeError, TypeError, RuntimeError):  # not a CPU tensor NumPy can view
+            w = real_array(new_weight, "new_weight")
+        if type(w) is not np.ndarray:  # a detach() that is not torch's
+            w = real_array(new_weight, "new_weight")
+    if w.dtype.kind not in "fiub":
+        check_real(w, "new_weight")  # raises, naming the first entry that is not a real number
+    return w if w.ndim == 1 else w.reshape(-1)
 
 
 def batch_rows(batch) -> int:

@@ -490,3 +490,46 @@ def test_vector_length_after_full_reset_and_refill_is_tianshous(no_prev_next_war
         b.reset()
         b.add(collector_rows(9, [1], rng), buffer_ids=[1])
     assert len(ours) == len(theirs) == 1 and list(ours._lengths) == list(theirs._lengths)
+
+
+@pytest.mark.parametrize("make", [lambda td: torch.tensor(td, dtype=torch.float32, requires_grad=True) * 1,  # DQN's
+                                  lambda td: torch.tensor(td).reshape(-1, 1),          # a column, float64
+                                  lambda td: torch.tensor(td, dtype=torch.bfloat16),   # numpy() refuses it
+                                  lambda td: td.astype(np.float32), lambda td: list(td)])
+def test_vector_update_weight_with_tensors_and_arrays_is_the_general_path(no_prev_next_warm_up, make):
+    """update_weight's one-call path (the magnitudes in the compiled update) stores what the
+    general path (``real_array``, ``np.abs`` to float64, ``PriorityIndex.update``) stores, bit
+    for bit, while sub-buffers fill and once all are full; and what Tianshou's buffer stores."""
+    ours, general = (PrioritizedVectorReplayBuffer(ENVS * SUB, ENVS, 0.6, 0.4, variant="kary-aligned")
+                     for _ in range(2))
+    theirs = TianshouPrioritizedVector(ENVS * SUB, ENVS, alpha=0.6, beta=0.4)
+    rng = np.random.default_rng(5)
+    written = set()
+    for t in range(2 * SUB):
+        for b in (ours, general, theirs):
+            slots = b.add(rows(t, list(range(ENVS))), buffer_ids=list(range(ENVS)))[0]
+        written |= set(slots.tolist())
+        idx = rng.choice(sorted(written), 3, replace=False)
+        td = rng.normal(0, 3, 3)
+        given = make(td)
+        ours.update_weight(idx, given)
+        seen = given.detach().double().numpy() if isinstance(given, torch.Tensor) else given  # widened: exact
+        magnitudes = np.abs(np.asarray(seen, dtype=np.float64).reshape(-1))
+        general.priorities.update(idx, magnitudes, n_valid=general.maxsize)
+        theirs.update_weight(idx, magnitudes)      # Tianshou's takes neither a column nor bfloat16
+        assert np.array_equal(ours.priorities.tree.leaves(), general.priorities.tree.leaves())
+        assert ours.priorities.max_priority == general.priorities.max_priority
+    assert ours._full
+    assert np.allclose(ours.priorities.tree.leaves()[: ENVS * SUB], their_priorities(theirs, ENVS * SUB), rtol=1e-6)
+
+
+def test_td_array_views_cpu_tensors_and_names_bad_entries():
+    from replaybench.adapters.tianshou import td_array
+
+    td = torch.tensor([1.0, -2.0], requires_grad=True) * 1
+    out = td_array(td)
+    assert out.dtype == np.float32 and np.shares_memory(out, td.detach().numpy())   # no copy
+    assert td_array(np.ones((3, 1))).shape == (3,) and td_array(2.5).tolist() == [2.5]
+    for bad, shown in ((torch.tensor([1 + 2j]), r"new_weight\[0\] = \(1\+2j\)"), (["x"], r"new_weight\[0\] = 'x'")):
+        with pytest.raises(TypeError, match=shown):
+            td_array(bad)
