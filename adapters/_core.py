@@ -179,6 +179,16 @@ class PriorityIndex:
         if idx.size:
             self.max_slot = int(idx[-1])  # the newest holds it: the last of them to be overwritten
 
+    def mark_args(self) -> tuple | None:
+        """What a compiled caller passes to :func:`impl.trees.ops.update` to do :meth:`mark_new`
+        itself, in the same compiled call that finds the new slots: ``(*tree kernel args,
+        priority, capacity, vmax)``, the update then taken with ``eps=0``, ``alpha=1`` (stores
+        ``priority`` as it is). None where ``mark_new`` must run as it is (a tree that is not
+        an array tree, ``max_within_buffer``). O(1); valid until the next update or mark."""
+        if self._no_gather is None or self.max_within:
+            return None
+        return (*self.tree.kernel_args, float(self.max_priority), self.capacity, self.tree.max_leaf)
+
     def update(self, slots, priorities, n_valid: int) -> None:
         """Store ``(priorities + eps) ** alpha`` at ``slots`` (each below ``n_valid``)."""
         pmax = self._tree_update(slots, priorities, n_valid, self.eps, self.alpha)

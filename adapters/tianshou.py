@@ -54,6 +54,7 @@ from tianshou.data import Batch, ReplayBuffer, ReplayBufferManager  # noqa: E402
 from tianshou.data.buffer.buffer_base import MalformedBufferError  # noqa: E402
 
 from replaybench.adapters.views import SumTreeView  # noqa: E402
+from replaybench.impl.trees import ops  # noqa: E402
 from replaybench.impl.trees.base import as_indices, check_real  # noqa: E402
 
 __all__ = ["PrioritizedReplayBuffer", "PrioritizedVectorReplayBuffer", "SubBuffer", "SubBufferState", "gather_rows",
@@ -352,9 +353,20 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
         slots, starts, ep_len = np.empty(rows, np.int64), np.empty(rows, np.int64), np.empty(rows, np.int64)
         ep_return = np.empty(rows)
         state = self._sub_state
-        status = _advance_sub_buffers(ids, values["rew"], done, self._offset, self._sub_size, state.ints,
-                                      state.ep_return, state.last, self.last_index, self._lengths, slots, ep_return,
-                                      ep_len, starts)
+        # A subclass's own init_weight is called as it is; ours is done in the compiled call.
+        mark = self.priorities.mark_args() if type(self).init_weight is PrioritizedReplayBuffer.init_weight else None
+        if mark is None:
+            status = _advance_sub_buffers(ids, values["rew"], done, self._offset, self._sub_size, state.ints,
+                                          state.ep_return, state.last, self.last_index, self._lengths, slots,
+                                          ep_return, ep_len, starts)
+        else:
+            # The new slots' priorities set in the same compiled call (one call instead of two,
+            # each cache-cold in a training loop); as init_weight would set them.
+            status, marked = _advance_and_mark(ids, values["rew"], done, self._offset, self._sub_size, state.ints,
+                                               state.ep_return, state.last, self.last_index, self._lengths, slots,
+                                               ep_return, ep_len, starts, *mark)
+            if status == 0 and marked != 0:  # cannot happen: the slots are in range, the priority was stored
+                raise RuntimeError(f"marking the new slots {slots} failed with status {marked}")
         if status < 0:
             return None  # an id out of range: Tianshou's path names it, nothing has changed
         if status > 0:
@@ -364,7 +376,8 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
         for array, value in writes:
             array[slots] = value
         stored["done"][slots] = done
-        self.init_weight(slots)
+        if mark is None:
+            self.init_weight(slots)
         if not self._full:
             self._full = len(self) == self.maxsize
         return slots, ep_return, ep_len, starts
@@ -554,6 +567,23 @@ def _advance_sub_buffers(ids, rew, done, offset, sub_size, ints, ep_return, last
             returns[j] = 0.0
             ep_lens[j] = 0
     return 0
+
+
+@njit(cache=True, nogil=True)
+def _advance_and_mark(ids, rew, done, offset, sub_size, ints, ep_return, last, last_index, lengths, slots, returns,
+                      ep_lens, starts, kind, sums, mins, lay, K, kshift, touch_from, tree_state, priority, capacity,
+                      vmax):
+    """:func:`_advance_sub_buffers`, then (when it returns 0) the written slots set to
+    ``priority`` in the tree (``ops.update`` with eps 0 and alpha 1: what ``init_weight``
+    stores). Returns ``(advance status, tree status)``; the tree is untouched unless the
+    advance succeeded. O(rows D)."""
+    status = _advance_sub_buffers(ids, rew, done, offset, sub_size, ints, ep_return, last, last_index, lengths,
+                                  slots, returns, ep_lens, starts)
+    if status != 0:
+        return status, 0
+    marked, _, _ = ops.update(kind, sums, mins, lay, K, kshift, touch_from, tree_state, slots,
+                              np.full(slots.shape[0], priority), capacity, 0.0, 1.0, vmax)
+    return 0, marked
 
 
 def _matching_writes(stored: dict, values: dict, rows: int, top: bool = True) -> list | None:

@@ -533,3 +533,30 @@ def test_td_array_views_cpu_tensors_and_names_bad_entries():
     for bad, shown in ((torch.tensor([1 + 2j]), r"new_weight\[0\] = \(1\+2j\)"), (["x"], r"new_weight\[0\] = 'x'")):
         with pytest.raises(TypeError, match=shown):
             td_array(bad)
+
+
+def test_vector_add_marks_new_slots_in_its_compiled_call_as_init_weight_does(no_prev_next_warm_up, monkeypatch):
+    """The fast add sets the new slots' priorities in the same compiled call that moves the
+    sub-buffers on: the same tree as init_weight's (a subclass that overrides init_weight,
+    which is then called as it is) and as Tianshou's, with no mark_new call of its own."""
+    from replaybench.adapters._core import PriorityIndex
+
+    class Overriding(PrioritizedVectorReplayBuffer):
+        calls = 0
+
+        def init_weight(self, index):
+            Overriding.calls += 1
+            super().init_weight(index)
+
+    fused, overriding = (cls(ENVS * SUB, ENVS, 0.6, 0.4, variant="kary-aligned")
+                         for cls in (PrioritizedVectorReplayBuffer, Overriding))
+    theirs = TianshouPrioritizedVector(ENVS * SUB, ENVS, alpha=0.6, beta=0.4)
+    marks = []
+    original = PriorityIndex.mark_new
+    monkeypatch.setattr(PriorityIndex, "mark_new", lambda self, slots: (marks.append(self), original(self, slots)))
+    drive_vector([fused, overriding, theirs], np.random.default_rng(1))
+    assert marks.count(fused.priorities) == 1                 # the first add only: Tianshou's path
+    assert Overriding.calls == 10 and marks.count(overriding.priorities) == 10
+    assert np.array_equal(fused.priorities.tree.leaves(), overriding.priorities.tree.leaves())
+    assert fused.priorities.max_priority == overriding.priorities.max_priority
+    assert np.allclose(fused.priorities.tree.leaves()[: ENVS * SUB], their_priorities(theirs, ENVS * SUB), rtol=1e-6)
