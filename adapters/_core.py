@@ -285,10 +285,12 @@ class PriorityIndex:
         draws, fresh arrays the caller owns. With an array tree one compiled call (the
         buffers' sample, gathering no field; its key from this index's generator), else the
         tree's Python ``sample``. Errors as :meth:`sample`."""
-        if not (type(n) is int and n >= 1 and n_valid != 0 and self.tree.total() > 0):
+        if not (type(n) is int and n >= 1 and n_valid != 0):
             self._check_sample(n, n_valid)  # the common case above skips the checks that name the error
             n = int(n)
         if self._no_gather is None:
+            if not self.tree.total() > 0:
+                self._check_sample(n, n_valid)
             idx, prio = self.tree.sample(n, self.rng, self.stratified)
             return idx, np.power(prio / self.tree.min(), -beta).astype(np.float32), prio
         idx, weights, prio = np.empty(n, np.int64), np.empty(n, np.float32), np.empty(n, np.float64)
@@ -296,6 +298,10 @@ class PriorityIndex:
         status = fused_ops.sample(*args, self.capacity, self.rng.bit_generator.random_raw() >> 1, self.stratified,
                                   float(beta), *self._no_gather, idx, weights, prio)
         if status != fused_ops.STATUS_OK:
+            # A total of 0 is the compiled call's to find (it reads the root before drawing):
+            # no Python call to the tree's total per sample. The error names the case.
+            if status == fused_ops.STATUS_NO_MASS:
+                self._check_sample(n, n_valid)
             raise_sample_status(status, args)
         return idx, weights, prio
 
