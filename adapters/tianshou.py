@@ -433,7 +433,10 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
             except IndexError:
                 pass
         idx = as_indices(index, "indices")
-        self._check_written(idx)
+        # One compiled pass while sub-buffers fill (the first buffer_size env steps of a run);
+        # the NumPy check that names the bad index only when there is one.
+        if _first_unwritten(idx, self._sub_size, self._lengths) >= 0:
+            self._check_written(idx)
         self.priorities.update_abs(idx, weight, n_valid=self.maxsize)
 
     def _check_written(self, idx: np.ndarray) -> None:
@@ -589,6 +592,18 @@ def _advance_and_mark(ids, rew, done, offset, sub_size, ints, ep_return, last, l
     marked, _, _ = ops.update(kind, sums, mins, lay, K, kshift, touch_from, tree_state, slots,
                               np.full(slots.shape[0], priority), capacity, 0.0, 1.0, vmax)
     return 0, marked
+
+
+@njit(cache=True, nogil=True)
+def _first_unwritten(idx, sub_size, lengths):
+    """The first position ``j`` of ``idx`` that is no slot of the storage (``lengths.shape[0]``
+    sub-buffers of ``sub_size`` slots, sub-buffer ``b`` at ``b * sub_size``), or a slot its
+    sub-buffer has not written (``lengths[b]`` written); -1 when there is none. O(batch)."""
+    for j in range(idx.shape[0]):
+        i = idx[j]
+        if i < 0 or i >= sub_size * lengths.shape[0] or i % sub_size >= lengths[i // sub_size]:
+            return j
+    return -1
 
 
 def _matching_writes(stored: dict, values: dict, rows: int, top: bool = True) -> list | None:

@@ -560,3 +560,33 @@ def test_vector_add_marks_new_slots_in_its_compiled_call_as_init_weight_does(no_
     assert np.array_equal(fused.priorities.tree.leaves(), overriding.priorities.tree.leaves())
     assert fused.priorities.max_priority == overriding.priorities.max_priority
     assert np.allclose(fused.priorities.tree.leaves()[: ENVS * SUB], their_priorities(theirs, ENVS * SUB), rtol=1e-6)
+
+
+def test_vector_compiled_written_check_finds_what_the_numpy_check_names(no_prev_next_warm_up):
+    """While sub-buffers fill, update_weight checks the slots in one compiled pass
+    (_first_unwritten) and names a bad one with the NumPy check: both find a bad slot in the
+    same batches (slots outside the storage, slots not yet written), and the compiled pass
+    finds the first one."""
+    from replaybench.adapters.tianshou import _first_unwritten
+
+    ours = PrioritizedVectorReplayBuffer(ENVS * SUB, ENVS, 0.6, 0.4, variant="kary-aligned")
+    for t in range(3):                                   # lengths 3, 2, 1: each sub-buffer partly written
+        ids = [0, 1, 2][: 3 - t]
+        ours.add(rows(t, ids), buffer_ids=ids)
+    assert list(ours._lengths) == [3, 2, 1]
+    rng = np.random.default_rng(2)
+    found = set()
+    for _ in range(300):
+        idx = rng.integers(-2, ENVS * SUB + 2, 4)
+        first = _first_unwritten(idx, ours._sub_size, ours._lengths)
+        try:
+            ours._check_written(idx)
+            named = -1
+        except IndexError as err:
+            named = int(str(err).split("]")[0].split("[")[1])
+        assert (first >= 0) == (named >= 0)
+        if first >= 0:
+            with pytest.raises(IndexError):
+                ours._check_written(idx[first: first + 1])   # the one it found is bad on its own
+        found.add(first)
+    assert -1 in found and len(found) > 2
