@@ -54,9 +54,11 @@ from tianshou.data import Batch, ReplayBuffer, ReplayBufferManager  # noqa: E402
 from tianshou.data.buffer.buffer_base import MalformedBufferError  # noqa: E402
 
 from replaybench.adapters.views import SumTreeView  # noqa: E402
-from replaybench.impl.trees.base import as_indices  # noqa: E402
+from replaybench.impl.trees import ops  # noqa: E402
+from replaybench.impl.trees.base import as_indices, check_real  # noqa: E402
 
-__all__ = ["PrioritizedReplayBuffer", "PrioritizedVectorReplayBuffer", "SubBuffer", "SubBufferState", "gather_rows"]
+__all__ = ["PrioritizedReplayBuffer", "PrioritizedVectorReplayBuffer", "SubBuffer", "SubBufferState", "gather_rows",
+           "td_array"]
 
 FLOAT32_EPS = float(np.finfo(np.float32).eps)
 
@@ -166,8 +168,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         # The storage's gather, not our __getitem__, which would read the priorities back
         # from the tree.
         batch = self.gather(indices)
-        weight = np.power(priorities / index.tree.min(), -index.beta)
-        batch.__dict__["weight"] = weight / weight.max() if self._weight_norm else weight
+        # In place in the draw's own fresh array: the same ufuncs as (p / p_min) ** -beta and
+        # its division by the maximum, so the same numbers, without three temporaries.
+        weight = np.divide(priorities, index.tree.min(), out=priorities)
+        np.power(weight, -index.beta, out=weight)
+        if self._weight_norm:
+            np.divide(weight, weight.max(), out=weight)
+        batch.__dict__["weight"] = weight
         return batch, indices
 
     def gather(self, indices) -> Batch:
@@ -191,8 +198,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def update_weight(self, index: np.ndarray, new_weight) -> None:
         """Set priorities from ``new_weight`` (TD errors; their absolute value is used). A TD
         error that is not a real number (a string, a complex number) raises TypeError naming it."""
-        self.priorities.update(index, np.abs(real_array(new_weight, "new_weight").reshape(-1), dtype=np.float64),
-                               n_valid=len(self))
+        self.priorities.update_abs(index, td_array(new_weight), n_valid=len(self))
 
     def __getitem__(self, index):
         if len(self) == 0:  # Tianshou's storage has no keys yet: it would fail with KeyError('obs')
@@ -352,9 +358,20 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
         slots, starts, ep_len = np.empty(rows, np.int64), np.empty(rows, np.int64), np.empty(rows, np.int64)
         ep_return = np.empty(rows)
         state = self._sub_state
-        status = _advance_sub_buffers(ids, values["rew"], done, self._offset, self._sub_size, state.ints,
-                                      state.ep_return, state.last, self.last_index, self._lengths, slots, ep_return,
-                                      ep_len, starts)
+        # A subclass's own init_weight is called as it is; ours is done in the compiled call.
+        mark = self.priorities.mark_args() if type(self).init_weight is PrioritizedReplayBuffer.init_weight else None
+        if mark is None:
+            status = _advance_sub_buffers(ids, values["rew"], done, self._offset, self._sub_size, state.ints,
+                                          state.ep_return, state.last, self.last_index, self._lengths, slots,
+                                          ep_return, ep_len, starts)
+        else:
+            # The new slots' priorities set in the same compiled call (one call instead of two,
+            # each cache-cold in a training loop); as init_weight would set them.
+            status, marked = _advance_and_mark(ids, values["rew"], done, self._offset, self._sub_size, state.ints,
+                                               state.ep_return, state.last, self.last_index, self._lengths, slots,
+                                               ep_return, ep_len, starts, *mark)
+            if status == 0 and marked != 0:  # cannot happen: the slots are in range, the priority was stored
+                raise RuntimeError(f"marking the new slots {slots} failed with status {marked}")
         if status < 0:
             return None  # an id out of range: Tianshou's path names it, nothing has changed
         if status > 0:
@@ -364,7 +381,8 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
         for array, value in writes:
             array[slots] = value
         stored["done"][slots] = done
-        self.init_weight(slots)
+        if mark is None:
+            self.init_weight(slots)
         if not self._full:
             self._full = len(self) == self.maxsize
         return slots, ep_return, ep_len, starts
@@ -402,20 +420,24 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
     def update_weight(self, index: np.ndarray, new_weight) -> None:
         """Set priorities from ``new_weight`` (TD errors; their absolute value is used) at
         ``index``, slots some sub-buffer has written."""
-        # |w| straight into float64, the tree's type: no second array for the cast.
-        weight = np.abs(real_array(new_weight, "new_weight").reshape(-1), dtype=np.float64)
+        # |w| is taken in the tree's compiled update (PriorityIndex.update_abs): no float64
+        # array made here, one compiled call for what Tianshou's DQN passes.
+        weight = td_array(new_weight)
         if self._full:
             # Every sub-buffer is full (a training run's steady state): every slot is written,
             # so the tree's own range check is the whole check. It changes nothing when it
             # fails; the check below then names the bad index as for a partly written buffer.
             try:
-                self.priorities.update(index, weight, n_valid=self.maxsize)
+                self.priorities.update_abs(index, weight, n_valid=self.maxsize)
                 return
             except IndexError:
                 pass
         idx = as_indices(index, "indices")
-        self._check_written(idx)
-        self.priorities.update(idx, weight, n_valid=self.maxsize)
+        # One compiled pass while sub-buffers fill (the first buffer_size env steps of a run);
+        # the NumPy check that names the bad index only when there is one.
+        if _first_unwritten(idx, self._sub_size, self._lengths) >= 0:
+            self._check_written(idx)
+        self.priorities.update_abs(idx, weight, n_valid=self.maxsize)
 
     def _check_written(self, idx: np.ndarray) -> None:
         """IndexError naming the first of ``idx`` that is no slot, or a slot its sub-buffer has
@@ -555,6 +577,35 @@ def _advance_sub_buffers(ids, rew, done, offset, sub_size, ints, ep_return, last
     return 0
 
 
+@njit(cache=True, nogil=True)
+def _advance_and_mark(ids, rew, done, offset, sub_size, ints, ep_return, last, last_index, lengths, slots, returns,
+                      ep_lens, starts, kind, sums, mins, lay, K, kshift, touch_from, tree_state, priority, capacity,
+                      vmax):
+    """:func:`_advance_sub_buffers`, then (when it returns 0) the written slots set to
+    ``priority`` in the tree (``ops.update`` with eps 0 and alpha 1: what ``init_weight``
+    stores). Returns ``(advance status, tree status)``; the tree is untouched unless the
+    advance succeeded. O(rows D)."""
+    status = _advance_sub_buffers(ids, rew, done, offset, sub_size, ints, ep_return, last, last_index, lengths,
+                                  slots, returns, ep_lens, starts)
+    if status != 0:
+        return status, 0
+    marked, _, _ = ops.update(kind, sums, mins, lay, K, kshift, touch_from, tree_state, slots,
+                              np.full(slots.shape[0], priority), capacity, 0.0, 1.0, vmax)
+    return 0, marked
+
+
+@njit(cache=True, nogil=True)
+def _first_unwritten(idx, sub_size, lengths):
+    """The first position ``j`` of ``idx`` that is no slot of the storage (``lengths.shape[0]``
+    sub-buffers of ``sub_size`` slots, sub-buffer ``b`` at ``b * sub_size``), or a slot its
+    sub-buffer has not written (``lengths[b]`` written); -1 when there is none. O(batch)."""
+    for j in range(idx.shape[0]):
+        i = idx[j]
+        if i < 0 or i >= sub_size * lengths.shape[0] or i % sub_size >= lengths[i // sub_size]:
+            return j
+    return -1
+
+
 def _matching_writes(stored: dict, values: dict, rows: int, top: bool = True) -> list | None:
     """``[(stored array, the rows to write into it), ...]`` for every stored key (but the top
     level's ``done``, which the caller computes) when ``values`` (a batch's keys) has, for
@@ -578,6 +629,29 @@ def _matching_writes(stored: dict, values: dict, rows: int, top: bool = True) ->
         else:
             return None
     return writes
+
+
+def td_array(new_weight) -> np.ndarray:
+    """``new_weight`` (TD errors: a tensor on any device, an array, a sequence, a number) as a
+    1-D NumPy array of real numbers, a view where it can be (no copy of a CPU tensor or an
+    array); TypeError naming ``new_weight`` and the first entry that is not a real number.
+
+    What :func:`real_array` gives, reached in one ``detach().numpy()`` for what Tianshou's DQN
+    passes (a CPU float tensor that requires grad): ``real_array`` also asks the tensor for
+    ``cpu()`` and its dtype's name, each a cache-cold call in a training loop. Anything
+    ``numpy()`` refuses (a GPU or bfloat16 tensor) goes through ``real_array``. O(1) but for
+    the copy of a tensor off a GPU."""
+    w = new_weight
+    if type(w) is not np.ndarray:
+        try:
+            w = w.detach().numpy()
+        except (AttributeError, TypeError, RuntimeError):  # not a CPU tensor NumPy can view
+            w = real_array(new_weight, "new_weight")
+        if type(w) is not np.ndarray:  # a detach() that is not torch's
+            w = real_array(new_weight, "new_weight")
+    if w.dtype.kind not in "fiub":
+        check_real(w, "new_weight")  # raises, naming the first entry that is not a real number
+    return w if w.ndim == 1 else w.reshape(-1)
 
 
 def batch_rows(batch) -> int:
@@ -609,14 +683,14 @@ def gather_rows(meta: Batch, indices: np.ndarray) -> Batch | None:
     stored array, no Python loop over the rows.
     """
     stored = meta.__dict__
-    out = Batch()
+    out = _new_batch()
     rows = out.__dict__
     for key in BATCH_KEYS:
         value = stored.get(key, _MISSING)
         if value is _MISSING:
             if key in REQUIRED_KEYS:
                 return None
-            rows[key] = Batch()
+            rows[key] = _new_batch()
             continue
         rows[key] = value = _gathered(value, indices)
         if value is None:
@@ -633,6 +707,12 @@ def gather_rows(meta: Batch, indices: np.ndarray) -> Batch | None:
 _MISSING = object()
 
 
+def _new_batch() -> Batch:
+    """An empty ``Batch``, what ``Batch()`` gives: ``Batch.__init__`` with no arguments sets
+    nothing, so it is skipped (its argument checks are a cache-cold call per key gathered)."""
+    return Batch.__new__(Batch)
+
+
 def _gathered(value, indices: np.ndarray):
     """``value[indices]`` for a numeric or boolean array, key by key for a ``Batch`` (an empty
     one gives ``Batch()``, as Tianshou's slicing does); None for anything else."""
@@ -643,7 +723,7 @@ def _gathered(value, indices: np.ndarray):
         # rows of more than one number (NumPy's fancy indexing sets up a general iterator).
         return value.take(indices, axis=0) if value.ndim > 1 else value[indices]
     if type(value) is Batch:
-        out = Batch()
+        out = _new_batch()
         rows = out.__dict__
         for key, sub in value.__dict__.items():
             rows[key] = sub = _gathered(sub, indices)

@@ -60,6 +60,33 @@ def test_priority_index_marks_samples_and_weights():
         index.sample(1)
 
 
+@pytest.mark.parametrize("variant", ["kary-aligned", "binary"])
+@pytest.mark.parametrize("make", [lambda v: v.astype(np.float32), lambda v: v,                 # the compiled path
+                                  lambda v: v.reshape(-1, 1), lambda v: v[::-1].copy()[::-1],   # 2-D, strided
+                                  lambda v: np.round(v).astype(np.int64)])                      # ints: NumPy's path
+def test_priority_index_update_abs_is_update_of_the_magnitudes(variant, make):
+    rng = np.random.default_rng(3)
+    fast, slow = (PriorityIndex(variant, 64, alpha=0.6, beta=0.4, eps=1e-6, seed=0) for _ in range(2))
+    for index in (fast, slow):
+        index.mark_new(np.arange(40))
+    for _ in range(5):
+        slots = rng.choice(40, 16, replace=False).astype(np.int64)
+        td = make(rng.normal(0, 4, 16))
+        fast.update_abs(slots, td, n_valid=40)
+        slow.update(slots, np.abs(np.asarray(td).reshape(-1), dtype=np.float64), n_valid=40)
+        assert np.array_equal(fast.tree.leaves(), slow.tree.leaves())
+        assert fast.tree.total() == slow.tree.total() and fast.tree.min() == slow.tree.min()
+        assert fast.max_priority == slow.max_priority
+    before = fast.tree.leaves().copy()
+    with pytest.raises(ValueError, match=r"priorities\[1\] = nan is not finite"):
+        fast.update_abs(np.array([0, 1], np.int64), np.array([1.0, np.nan], np.float32), n_valid=40)
+    with pytest.raises(IndexError, match=r"40"):
+        fast.update_abs(np.array([0, 40], np.int64), np.array([1.0, 2.0]), n_valid=40)
+    with pytest.raises(ValueError, match=r"shape \(2,\)"):
+        fast.update_abs(np.array([0, 1], np.int64), np.ones(3), n_valid=40)
+    assert np.array_equal(fast.tree.leaves(), before)
+
+
 def test_priority_index_says_whether_it_is_empty_or_its_priorities_are_all_zero():
     index = PriorityIndex("binary", 8, eps=0.0, seed=0)
     with pytest.raises(ValueError, match=r"cannot sample batch_size=4 from an empty buffer"):

@@ -99,16 +99,20 @@ def test_tianshou_sample_weights_come_from_the_draw_not_a_second_pass_over_the_t
 
 def test_tianshou_vector_update_weight_on_full_sub_buffers_is_one_tree_call(monkeypatch):
     buf = tianshou.PrioritizedVectorReplayBuffer(6, 2, 0.6, 0.4)
-    checks = spy(monkeypatch, buf, "_check_written")
+    checks = spy(monkeypatch, tianshou, "_first_unwritten")    # the compiled written-slot check
+    naming = spy(monkeypatch, buf, "_check_written")           # the NumPy one that names a bad slot
     rows = Batch.stack([transition(0), transition(1)])
     buf.add(rows, buffer_ids=[0, 1])
     buf.update_weight(np.array([0, 3]), np.array([1.0, 2.0]))
-    assert len(checks) == 1                                # partly written: slots checked per sub-buffer
+    assert checks == [-1] and naming == []                 # partly written: slots checked per sub-buffer
+    with pytest.raises(IndexError, match=r"indices\[1\] = 4 is not written yet: sub-buffer 1 has written slots 3 .. 3"):
+        buf.update_weight(np.array([0, 4]), np.array([1.0, 2.0]))
+    assert checks == [-1, 1]                               # found, then named by the NumPy check
     for _ in range(2):
         buf.add(rows, buffer_ids=[0, 1])
     assert len(buf) == buf.maxsize
     buf.update_weight(np.array([2, 5]), np.array([1.0, 4.0]))
-    assert len(checks) == 1                                # full: the tree's own range check suffices
+    assert len(checks) == 2                                # full: the tree's own range check suffices
     assert np.allclose(buf.priorities.tree.get(np.array([2, 5])), (np.array([1.0, 4.0]) + tianshou.FLOAT32_EPS) ** 0.6)
     before = buf.priorities.tree.leaves().copy()
     with pytest.raises(IndexError, match=r"indices\[1\] = 6 is out of range: slots are 0 .. 5"):

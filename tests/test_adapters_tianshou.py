@@ -490,3 +490,103 @@ def test_vector_length_after_full_reset_and_refill_is_tianshous(no_prev_next_war
         b.reset()
         b.add(collector_rows(9, [1], rng), buffer_ids=[1])
     assert len(ours) == len(theirs) == 1 and list(ours._lengths) == list(theirs._lengths)
+
+
+@pytest.mark.parametrize("make", [lambda td: torch.tensor(td, dtype=torch.float32, requires_grad=True) * 1,  # DQN's
+                                  lambda td: torch.tensor(td).reshape(-1, 1),          # a column, float64
+                                  lambda td: torch.tensor(td, dtype=torch.bfloat16),   # numpy() refuses it
+                                  lambda td: td.astype(np.float32), lambda td: list(td)])
+def test_vector_update_weight_with_tensors_and_arrays_is_the_general_path(no_prev_next_warm_up, make):
+    """update_weight's one-call path (the magnitudes in the compiled update) stores what the
+    general path (``real_array``, ``np.abs`` to float64, ``PriorityIndex.update``) stores, bit
+    for bit, while sub-buffers fill and once all are full; and what Tianshou's buffer stores."""
+    ours, general = (PrioritizedVectorReplayBuffer(ENVS * SUB, ENVS, 0.6, 0.4, variant="kary-aligned")
+                     for _ in range(2))
+    theirs = TianshouPrioritizedVector(ENVS * SUB, ENVS, alpha=0.6, beta=0.4)
+    rng = np.random.default_rng(5)
+    written = set()
+    for t in range(2 * SUB):
+        for b in (ours, general, theirs):
+            slots = b.add(rows(t, list(range(ENVS))), buffer_ids=list(range(ENVS)))[0]
+        written |= set(slots.tolist())
+        idx = rng.choice(sorted(written), 3, replace=False)
+        td = rng.normal(0, 3, 3)
+        given = make(td)
+        ours.update_weight(idx, given)
+        seen = given.detach().double().numpy() if isinstance(given, torch.Tensor) else given  # widened: exact
+        magnitudes = np.abs(np.asarray(seen, dtype=np.float64).reshape(-1))
+        general.priorities.update(idx, magnitudes, n_valid=general.maxsize)
+        theirs.update_weight(idx, magnitudes)      # Tianshou's takes neither a column nor bfloat16
+        assert np.array_equal(ours.priorities.tree.leaves(), general.priorities.tree.leaves())
+        assert ours.priorities.max_priority == general.priorities.max_priority
+    assert ours._full
+    assert np.allclose(ours.priorities.tree.leaves()[: ENVS * SUB], their_priorities(theirs, ENVS * SUB), rtol=1e-6)
+
+
+def test_td_array_views_cpu_tensors_and_names_bad_entries():
+    from replaybench.adapters.tianshou import td_array
+
+    td = torch.tensor([1.0, -2.0], requires_grad=True) * 1
+    out = td_array(td)
+    assert out.dtype == np.float32 and np.shares_memory(out, td.detach().numpy())   # no copy
+    assert td_array(np.ones((3, 1))).shape == (3,) and td_array(2.5).tolist() == [2.5]
+    for bad, shown in ((torch.tensor([1 + 2j]), r"new_weight\[0\] = \(1\+2j\)"), (["x"], r"new_weight\[0\] = 'x'")):
+        with pytest.raises(TypeError, match=shown):
+            td_array(bad)
+
+
+def test_vector_add_marks_new_slots_in_its_compiled_call_as_init_weight_does(no_prev_next_warm_up, monkeypatch):
+    """The fast add sets the new slots' priorities in the same compiled call that moves the
+    sub-buffers on: the same tree as init_weight's (a subclass that overrides init_weight,
+    which is then called as it is) and as Tianshou's, with no mark_new call of its own."""
+    from replaybench.adapters._core import PriorityIndex
+
+    class Overriding(PrioritizedVectorReplayBuffer):
+        calls = 0
+
+        def init_weight(self, index):
+            Overriding.calls += 1
+            super().init_weight(index)
+
+    fused, overriding = (cls(ENVS * SUB, ENVS, 0.6, 0.4, variant="kary-aligned")
+                         for cls in (PrioritizedVectorReplayBuffer, Overriding))
+    theirs = TianshouPrioritizedVector(ENVS * SUB, ENVS, alpha=0.6, beta=0.4)
+    marks = []
+    original = PriorityIndex.mark_new
+    monkeypatch.setattr(PriorityIndex, "mark_new", lambda self, slots: (marks.append(self), original(self, slots)))
+    drive_vector([fused, overriding, theirs], np.random.default_rng(1))
+    assert marks.count(fused.priorities) == 1                 # the first add only: Tianshou's path
+    assert Overriding.calls == 10 and marks.count(overriding.priorities) == 10
+    assert np.array_equal(fused.priorities.tree.leaves(), overriding.priorities.tree.leaves())
+    assert fused.priorities.max_priority == overriding.priorities.max_priority
+    assert np.allclose(fused.priorities.tree.leaves()[: ENVS * SUB], their_priorities(theirs, ENVS * SUB), rtol=1e-6)
+
+
+def test_vector_compiled_written_check_finds_what_the_numpy_check_names(no_prev_next_warm_up):
+    """While sub-buffers fill, update_weight checks the slots in one compiled pass
+    (_first_unwritten) and names a bad one with the NumPy check: both find a bad slot in the
+    same batches (slots outside the storage, slots not yet written), and the compiled pass
+    finds the first one."""
+    from replaybench.adapters.tianshou import _first_unwritten
+
+    ours = PrioritizedVectorReplayBuffer(ENVS * SUB, ENVS, 0.6, 0.4, variant="kary-aligned")
+    for t in range(3):                                   # lengths 3, 2, 1: each sub-buffer partly written
+        ids = [0, 1, 2][: 3 - t]
+        ours.add(rows(t, ids), buffer_ids=ids)
+    assert list(ours._lengths) == [3, 2, 1]
+    rng = np.random.default_rng(2)
+    found = set()
+    for _ in range(300):
+        idx = rng.integers(-2, ENVS * SUB + 2, 4)
+        first = _first_unwritten(idx, ours._sub_size, ours._lengths)
+        try:
+            ours._check_written(idx)
+            named = -1
+        except IndexError as err:
+            named = int(str(err).split("]")[0].split("[")[1])
+        assert (first >= 0) == (named >= 0)
+        if first >= 0:
+            with pytest.raises(IndexError):
+                ours._check_written(idx[first: first + 1])   # the one it found is bad on its own
+        found.add(first)
+    assert -1 in found and len(found) > 2

@@ -83,6 +83,21 @@ def update(kind, sums, mins, lay, K, kshift, touch_from, state, indices, values,
 
 
 @njit(nogil=True, cache=True)
+def update_abs(kind, sums, mins, lay, K, kshift, touch_from, state, indices, values, n_valid, eps, alpha, vmax):
+    """:func:`update` of ``|values|``: ``values`` a 1-D float32 or float64 array as long as
+    ``indices`` (TD errors as a framework hands them), its magnitudes widened to float64 here
+    (exact, the same numbers as ``np.abs(values, dtype=np.float64)``). Why: an adapter's
+    priority update in a training loop otherwise makes that float64 array in NumPy and
+    reaches :func:`update` through several Python layers, each a cache-cold call between the
+    network's work. Returns and checks as :func:`update` (the caller names a bad value from
+    ``np.abs(values)``)."""
+    mags = np.empty(values.shape[0])
+    for i in range(values.shape[0]):
+        mags[i] = abs(values[i])
+    return update(kind, sums, mins, lay, K, kshift, touch_from, state, indices, mags, n_valid, eps, alpha, vmax)
+
+
+@njit(nogil=True, cache=True)
 def fill(kind, sums, mins, lay, K, kshift, touch_from, state, start, count, capacity, p):
     """``count`` leaves from ``start`` (wrapping) set to ``p`` (unchecked), counted."""
     if kind == PLAIN:
