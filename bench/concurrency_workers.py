@@ -122,22 +122,36 @@ class RateLimiter:
 
 
 class _Accounts:
-    """Per-kind totals of one worker: calls, busy seconds, lock wait and hold seconds."""
+    """The totals of one worker's calls of one kind (a writer's inserts, a learner's
+    iterations) over a window: ``<kind>_calls``, ``<kind>_busy`` (seconds inside the calls), and
+    ``<kind>_wait`` and ``<kind>_hold`` (the buffer object's lock wait and hold seconds over the
+    window, all of which its calls of this kind spent: a worker makes calls of one kind).
 
-    def __init__(self, buf):
-        self.buf = buf
-        self.totals: dict[str, float] = {}
+    Per call it counts and reads the clock twice, no more: the bookkeeping runs between the
+    calls holding the GIL, so reading the lock statistics (two guarded properties each) and
+    building keys per call, as this once did, added several microseconds of GIL-held work to
+    every learner step of the threads cells."""
 
-    def timed(self, kind: str, fn, *args):
-        buf, t = self.buf, self.totals
-        wait0, hold0 = buf.lock_wait_seconds, buf.lock_hold_seconds
+    def __init__(self, buf, kind: str):
+        self.buf, self.kind = buf, kind
+        self.calls, self.busy = 0, 0.0
+        self._wait0, self._hold0 = buf.lock_wait_seconds, buf.lock_hold_seconds
+
+    def timed(self, fn, *args):
         t0 = time.perf_counter()
         out = fn(*args)
-        t1 = time.perf_counter()
-        for name, value in (("calls", 1), ("busy", t1 - t0), ("wait", buf.lock_wait_seconds - wait0),
-                            ("hold", buf.lock_hold_seconds - hold0)):
-            t[f"{kind}_{name}"] = t.get(f"{kind}_{name}", 0) + value
+        self.busy += time.perf_counter() - t0
+        self.calls += 1
         return out
+
+    @property
+    def totals(self) -> dict[str, float]:
+        """The window's totals so far (empty before the first call)."""
+        if not self.calls:
+            return {}
+        k, buf = self.kind, self.buf
+        return {f"{k}_calls": self.calls, f"{k}_busy": self.busy, f"{k}_wait": buf.lock_wait_seconds - self._wait0,
+                f"{k}_hold": buf.lock_hold_seconds - self._hold0}
 
 
 # --------------------------------------------------------------------------- workers
@@ -147,7 +161,7 @@ def _writer(buf, wid: int, cfg: dict, window: float, limiter: RateLimiter | None
     verify = cfg.get("verify", False)
     template = make_batch(np.zeros(batch, np.int64), nbytes, checked=False)
     limit = cfg.get("max_items")
-    acct = _Accounts(buf)
+    acct = _Accounts(buf, "insert")
     items = 0
     rate_wait = 0.0
     start = time.perf_counter()
@@ -158,7 +172,7 @@ def _writer(buf, wid: int, cfg: dict, window: float, limiter: RateLimiter | None
             if time.perf_counter() >= end:
                 break
         ids = wid * ID_STRIDE + np.arange(seq, seq + batch, dtype=np.int64)
-        acct.timed("insert", buf.add, make_batch(ids, nbytes) if verify else {**template, "id": ids})
+        acct.timed(buf.add, make_batch(ids, nbytes) if verify else {**template, "id": ids})
         if limiter is not None:
             limiter.inserted(batch)
         seq += batch
@@ -171,7 +185,8 @@ def _learner(buf, lid: int, cfg: dict, window: float, limiter: RateLimiter | Non
     batch = cfg["sample_batch"]
     verify = cfg.get("verify", False)
     rng = np.random.default_rng(1000 + lid)
-    acct = _Accounts(buf)
+    into = buf.sample_out(batch)  # made once: a training loop's steady state, no allocation per step
+    acct = _Accounts(buf, "iteration")
     sampled = updated = torn = 0
     rate_wait = 0.0
     problems: list[str] = []
@@ -182,7 +197,7 @@ def _learner(buf, lid: int, cfg: dict, window: float, limiter: RateLimiter | Non
             rate_wait += limiter.before_sample(batch, end)
             if time.perf_counter() >= end:
                 break
-        out = acct.timed("iteration", _iteration, buf, batch, rng, verify, problems)
+        out = acct.timed(_iteration, buf, batch, rng, verify, problems, into)
         if limiter is not None:
             limiter.sampled(batch)
         sampled += batch
@@ -193,9 +208,10 @@ def _learner(buf, lid: int, cfg: dict, window: float, limiter: RateLimiter | Non
             **acct.totals}
 
 
-def _iteration(buf, batch: int, rng, verify: bool, problems: list) -> dict:
-    """One learner step: sample ``batch`` rows (verified if asked), write priorities back."""
-    out = buf.sample(batch, rng=rng)
+def _iteration(buf, batch: int, rng, verify: bool, problems: list, into=None) -> dict:
+    """One learner step: sample ``batch`` rows (into ``into``, from ``buf.sample_out(batch)``,
+    when given; verified if asked), write priorities back."""
+    out = buf.sample(batch, rng=rng, out=into)
     torn = 0
     if verify:
         bad = ~intact_rows(out)
