@@ -253,9 +253,9 @@ def row_stride(nbytes: int, itemsize: int = 1) -> int:
     """Bytes from one row of :class:`RowStorage` to the next, for rows of ``nbytes`` packed
     bytes whose largest item is ``itemsize`` bytes (a power of two): a row that fits in a cache
     line is padded to the next power of two, so that no row straddles two lines and a gather
-    misses one line per row (packed 45-byte CartPole rows straddle every other line: 1.5
-    lines a row; the padding costs up to 2x the memory of such rows, 48 -> 64 bytes for
-    CartPole); a longer row is padded to a multiple of ``itemsize`` only (it spans several
+    misses one line per row (48-byte CartPole rows, 45 bytes padded to their 8-byte item,
+    straddle every other line: 1.5 lines a row; the padding costs up to 2x the memory of such
+    rows, 48 -> 64 bytes for CartPole); a longer row is padded to a multiple of ``itemsize`` only (it spans several
     lines anyway, and a rounding to whole lines could nearly double it)."""
     row = max(_round_up(nbytes, itemsize), 1)
     return 1 << (row - 1).bit_length() if row <= CACHE_LINE else row
