@@ -321,3 +321,21 @@ def test_close_racing_with_calls_in_other_threads():
 @pytest.mark.slow
 def test_close_racing_with_calls_in_other_threads_long():
     _close_race(rounds=2000, seed=1, timeout=600)
+
+
+@pytest.mark.parametrize("policy", ["pal-locks", "deferred"])
+def test_an_overflowing_priority_is_refused_before_stale_entries_are_dropped(policy):
+    """The policies without a fused update (their Python path) refuse a priority whose
+    (p + eps) ** alpha overflows the tree whether or not its entry's stamp is stale, and change
+    nothing (no stale-update count either): the fuzz found both an overflow accepted because its
+    entry was stale and a refusal that had already counted the stale entries."""
+    with SharedPrioritizedBuffer.create(CAPACITY, C.schema(NB), policy=policy, seed=0, alpha=1.0,
+                                        eps=0.01) as buf:
+        buf.add(C.make_batch(np.arange(4), NB))
+        out = buf.sample(4)
+        buf.add(C.make_batch(np.arange(4, 4 + CAPACITY), NB))  # every sampled slot overwritten: stale
+        for vals in ([1e300] * 4, [1.0, 1.0, 1.0, 1e300]):
+            before = _state(buf)
+            with pytest.raises(ValueError, match="too large"):
+                buf.update_priorities(out["indices"], vals, out["stamps"])
+            assert _same(before, _state(buf))

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import registry
-from ..buffers import PrioritizedReplayBuffer, SampleOut, check_priorities, make_sample_out
+from ..buffers import PrioritizedReplayBuffer, SampleOut, make_sample_out
 from ..trees import kernels
 from ..trees.base import as_indices, as_priorities, raise_for_status
 from . import fused
@@ -469,7 +469,12 @@ class SharedPrioritizedBuffer:
                 raise_for_status(status, pos, idx, vals, n_valid, "priorities", eps=self.eps, alpha=self.alpha,
                                  vmax=tree.max_leaf)
             self._lockstats[fused.FALLBACKS] += 1
-        check_priorities(idx, vals, n_valid)
+        # every entry checked before any state changes, the overflow of (p + eps) ** alpha too:
+        # the policy drops stale entries (and counts them) before its tree write would refuse one
+        status, pos, _, _ = kernels.checked_values(idx, vals, n_valid, self.eps, self.alpha, self._tree.max_leaf)
+        if status != kernels.STATUS_OK:
+            raise_for_status(status, pos, idx, vals, n_valid, "priorities", eps=self.eps, alpha=self.alpha,
+                             vmax=self._tree.max_leaf)
         return self._policy.update(idx, vals, stamps)
 
     @guarded
