@@ -13,7 +13,8 @@ What lock code inside kernels needs besides (:mod:`impl.concurrent.fused`): :fun
 (an acquire load that does not write the line, to poll a lock word), :func:`cpu_relax`, the
 spin-wait hint (x86 ``pause``: lets the sibling hyperthread run and avoids the memory-order
 flush when the lock word changes), :func:`acquire_fence` (a seqlock reader's barrier: the loads
-before it complete before the loads after it), :func:`yield_core` (``sched_yield``: lets a lock holder
+before it complete before the loads after it), :func:`full_fence` (a store, then a load of another
+word: the reader-writer lock's handshake), :func:`yield_core` (``sched_yield``: lets a lock holder
 that shares this core run; 0.3-1 us when nothing else is runnable), and :func:`monotonic`,
 ``clock_gettime(CLOCK_MONOTONIC)`` (the clock of Python's ``time.perf_counter`` on Linux,
 so times measured in a kernel and in Python add up; 30-150 ns a read, vDSO).
@@ -29,7 +30,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 __all__ = ["atomic_add", "atomic_cas", "atomic_load", "cas", "fetch_add", "load", "atomic_read", "acquire_fence",
-           "cpu_relax", "monotonic", "yield_core"]
+           "full_fence", "first_nonzero", "cpu_relax", "monotonic", "yield_core"]
 
 _X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
 _CLOCK_MONOTONIC = 1  # Linux's clock id
@@ -156,6 +157,33 @@ def acquire_fence(typingctx):
         return context.get_dummy_value()
 
     return types.none(), codegen
+
+
+@intrinsic
+def full_fence(typingctx):
+    """A sequentially consistent fence: every store and load before it is globally visible
+    before any load after it. The reader-writer handshake needs it (a reader announces itself
+    in its slot, then reads the writer's word; a writer takes its word, then reads the
+    slots): without it a load may pass the store ahead of it, and the two would miss each
+    other. On x86-64 ``mfence`` (tens of cycles)."""
+
+    def codegen(context, builder, signature, args):
+        builder.fence("seq_cst")
+        return context.get_dummy_value()
+
+    return types.none(), codegen
+
+
+@njit(nogil=True, cache=True)
+def first_nonzero(arr, start, stop):
+    """After a full fence, the first ``i`` in ``start .. stop - 1`` whose ``arr[i]`` (integers,
+    each read with an acquire load) is not 0, else -1: a writer's scan of the reader words
+    after taking a lock word (see :func:`full_fence`). One call, O(stop - start)."""
+    full_fence()
+    for i in range(start, stop):
+        if atomic_read(arr, i) != 0:
+            return i
+    return -1
 
 
 @njit(nogil=True, cache=True, inline="always")

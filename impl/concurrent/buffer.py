@@ -61,7 +61,7 @@ from . import fused
 from .guard import BufferClosed, CallGate, GuardedView, guarded
 from .locks import SharedLock, my_token
 from .policy import Parts, get as get_policy
-from .ring import LEAF_LOCK, TREE_LOCK, Reservation, SharedRing, ring_arrays
+from .ring import LEAF_LOCK, MAX_READERS, READERS_AT, TREE_LOCK, Reservation, SharedRing, ring_arrays
 from .shm import ArenaSpec, SharedArena
 
 __all__ = ["BufferHandle", "SharedPrioritizedBuffer", "SharedSampleOut", "BufferClosed", "MAX_REDRAWS"]
@@ -138,7 +138,7 @@ class SharedPrioritizedBuffer:
         self._ring = SharedRing({k: a[k] for k in ring_arrays(handle.capacity)}, self._tree, handle.capacity,
                                 handle.resum_every)
         self._tree_lock = SharedLock(self._ring.control, TREE_LOCK, "tree", on_recover=self._ring.recover,
-                                     timeout=timeout)
+                                     timeout=timeout, readers=range(READERS_AT, READERS_AT + MAX_READERS))
         self._leaf_lock = SharedLock(self._ring.control, LEAF_LOCK, "leaves", timeout=timeout)
         self._rng = np.random.default_rng(seed)
         # The fused kernels' view of the same state (impl.concurrent.fused), and this object's
@@ -327,8 +327,10 @@ class SharedPrioritizedBuffer:
     @property
     @guarded
     def lock_hold_seconds(self) -> float:
-        """Seconds this object's callers held the tree lock (the lock every policy serialises
-        its tree work on; the leaf lock is only taken inside it), in kernels and in Python."""
+        """Seconds this object's callers held the tree lock exclusively (the lock every policy
+        serialises its tree work on; the leaf lock is only taken inside it), in kernels and in
+        Python. A draw's shared hold is not counted: it excludes writers only, so it is no
+        serial part of two samplers' work."""
         return self._tree_lock.hold_seconds + float(self._lockstats[fused.HOLD_S])
 
     @property
@@ -516,6 +518,8 @@ class SharedPrioritizedBuffer:
             small.add(rows, np.ones(8))
             out = small.sample(8)
             small.update_priorities(out["indices"], np.ones(8), out["stamps"])
+            with small.tree_lock:  # the Python lock's calls (its scan of the reader words)
+                pass
         finally:
             small.close()
 

@@ -13,11 +13,12 @@ policy's Python methods). The codes:
 
 ==================  ============================================================================
 ``GATHER_LOCKED``   sample: draw and copy the rows under the tree lock (global-lock)
-``DRAW_LOCKED``     sample: draw under the tree lock, copy outside it, redraw rows whose stamp
-                    changed during the copy (lazy-writing, pal-locks)
+``DRAW_LOCKED``     sample: draw under the tree lock held *shared* (draws run together; tree
+                    writers wait), copy outside it, redraw rows whose stamp changed during the
+                    copy (lazy-writing, pal-locks)
 ``OPTIMISTIC``      sample: draw with no lock, validate (no zero leaf, no slot being written,
-                    stamps unchanged after the copy); after ``rounds`` failed rounds, the locked
-                    draw (optimistic)
+                    stamps unchanged after the copy); after ``rounds`` failed rounds, the
+                    shared-locked draw (optimistic)
 ``LOCKED``          add: reserve, copy, set priorities, publish, all under the lock (global-lock)
 ``LAZY``            add: reserve at priority 0 under the lock, copy with no lock, publish under
                     the lock (lazy-writing, optimistic)
@@ -37,7 +38,23 @@ insert past its reservation, :data:`STATUS_PUBLISH_BUSY` with what Python needs 
 it). Python then runs the policy's own methods, whose :class:`SharedLock` sleeps instead of
 spinning, times out naming the holder, and takes over a dead holder's lock with recovery.
 Those are rare, slow paths that need the OS (``os.kill``, ``/proc``, sleeping); keeping them
-in one place keeps one recovery rule. Every other non-OK status (nothing sampleable, an
+in one place keeps one recovery rule.
+
+The lock held shared
+--------------------
+A draw writes nothing in the tree or the ring, so DRAW_LOCKED (and optimistic's fallback)
+hold the tree lock *shared*: the drawing thread puts its token in one of the reader words
+(:data:`~impl.concurrent.ring.MAX_READERS` of them, ``ctrl[READERS_AT:]``) and checks that the
+lock word is free; every exclusive holder, here and in :class:`~impl.concurrent.locks.SharedLock`,
+takes the word and then waits for the reader words to clear (a full fence on both sides, so
+neither misses the other). So two learners' draws overlap and only their updates, inserts and
+rebuilds serialise: the lock excludes what it must (a draw never sees a tree mid-write) and no
+more. A draw that reaches a zero leaf (float drift) may rebuild the inner sums, a write: it
+releases its shared hold and draws again, with the same key, under the exclusive lock. A
+process that dies in a draw leaves its token in a reader word; the kernels' writers then give
+up after their spins and the Python lock clears the word of a dead process (a draw has
+nothing to recover). Shared holds are waited for but not counted as hold time (they are no
+serial part of two samplers' work). Every other non-OK status (nothing sampleable, an
 insert that would lap a writer still copying, a full writer table, a sample whose rows keep
 changing) also hands the whole call to the Python path, which owns the waits and the errors.
 
@@ -76,8 +93,8 @@ from numba import njit
 from .. import fused_ops as fused
 from ..storage import gather_rows, write_rows
 from ..trees import kernels, ops
-from .atomics import acquire_fence, atomic_cas, atomic_read, cpu_relax, monotonic, yield_core
-from .ring import (TREE_LOCK, count_changes, count_redrawn, fresh_mask, max_priority, note_max, note_rebuild,
+from .atomics import acquire_fence, atomic_cas, atomic_read, cpu_relax, full_fence, monotonic, yield_core
+from .ring import (MAX_READERS, READERS_AT, TREE_LOCK, count_changes, count_redrawn, fresh_mask, max_priority, note_max, note_rebuild,
                    publish_slots, reserve_slots, tickets)
 
 __all__ = ["GATHER_LOCKED", "DRAW_LOCKED", "OPTIMISTIC", "LOCKED", "LAZY", "LOCK_SPINS", "LOCK_PAUSES", "STATUS_OK",
@@ -103,6 +120,7 @@ STATUS_HELD = 21  # the calling thread holds the lock already (a reentrant call)
 STATUS_RESERVE = 22  # add: the ring could not be reserved (lapped writer, full table); nothing was changed
 STATUS_PUBLISH_BUSY = 23  # add: reserved and copied, but the publishing lock stayed held: Python publishes
 STATUS_CHANGING = 24  # sample: rows kept changing during the copy for MAX_CHANGED_ROUNDS rounds
+_STATUS_WRITES = 25  # internal: a draw held shared reached a zero leaf; it is redone exclusively
 
 LOCKSTATS = 5  # statistics in a lockstats array
 LOCKSTATS_SIZE = LOCKSTATS + 2  # ... followed by the clock's scratch (int64 seconds, nanoseconds)
@@ -122,30 +140,67 @@ def _subkey(key, tag):
 
 
 @njit(nogil=True, cache=True, inline="always")
+def _wait_round(i):
+    """Round ``i`` of a wait for a lock: a ``pause``, or past :data:`LOCK_PAUSES` a yield."""
+    if i < LOCK_PAUSES:
+        cpu_relax()
+    else:
+        yield_core()
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _readers_gone(ctrl):
+    """Whether no kernel holds the tree lock shared (every reader slot is 0)."""
+    for r in range(READERS_AT, READERS_AT + MAX_READERS):
+        if atomic_read(ctrl, r) != 0:
+            return False
+    return True
+
+
+@njit(nogil=True, cache=True, inline="always")
 def _acquire(ctrl, word, token, lockstats):
-    """Take lock ``ctrl[word]`` for ``token``: ``(STATUS_OK, time taken)``, or
-    ``(STATUS_BUSY | STATUS_HELD, 0)`` with the lock not taken."""
+    """Take the tree lock ``ctrl[word]`` exclusively for ``token``: ``(STATUS_OK, time taken)``,
+    or ``(STATUS_BUSY | STATUS_HELD, 0)`` with the lock not taken.
+
+    Taking the word stops new shared holders; the call then waits for the ones inside to
+    leave (a draw: microseconds). A holder or reader that stays past :data:`LOCK_SPINS` rounds
+    (a dead process's slot, a descheduled thread) makes it release the word and hand the call
+    to Python, whose :class:`~impl.concurrent.locks.SharedLock` sleeps, times out and voids a
+    dead reader's slot."""
     clk = lockstats[LOCKSTATS:].view(np.int64)
     seen = atomic_cas(ctrl, word, 0, token)
-    if seen == 0:
-        lockstats[ACQUISITIONS] += 1
-        return STATUS_OK, monotonic(clk)
     if seen == token:
         return STATUS_HELD, 0.0
-    start = monotonic(clk)
-    lockstats[CONTENDED] += 1
-    for i in range(LOCK_SPINS):
-        if i < LOCK_PAUSES:
-            cpu_relax()
-        else:
-            yield_core()
-        if atomic_read(ctrl, word) == 0 and atomic_cas(ctrl, word, 0, token) == 0:
-            now = monotonic(clk)
-            lockstats[WAIT_S] += now - start
-            lockstats[ACQUISITIONS] += 1
-            return STATUS_OK, now
-    lockstats[WAIT_S] += monotonic(clk) - start  # Python's wait goes on from here, counted by SharedLock
-    return STATUS_BUSY, 0.0
+    start = -1.0
+    i = 0
+    if seen != 0:
+        start = monotonic(clk)
+        lockstats[CONTENDED] += 1
+        while i < LOCK_SPINS:
+            _wait_round(i)
+            i += 1
+            if atomic_read(ctrl, word) == 0 and atomic_cas(ctrl, word, 0, token) == 0:
+                seen = 0
+                break
+        if seen != 0:
+            lockstats[WAIT_S] += monotonic(clk) - start  # Python's wait goes on from here, counted by SharedLock
+            return STATUS_BUSY, 0.0
+    full_fence()  # the word is visible before the reader slots are read (see full_fence)
+    while not _readers_gone(ctrl):
+        if start < 0.0:
+            start = monotonic(clk)
+            lockstats[CONTENDED] += 1
+        if i >= LOCK_SPINS:
+            atomic_cas(ctrl, word, token, 0)
+            lockstats[WAIT_S] += monotonic(clk) - start
+            return STATUS_BUSY, 0.0
+        _wait_round(i)
+        i += 1
+    lockstats[ACQUISITIONS] += 1
+    now = monotonic(clk)
+    if start >= 0.0:
+        lockstats[WAIT_S] += now - start
+    return STATUS_OK, now
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -155,11 +210,58 @@ def _release(ctrl, word, token, lockstats, taken):
     atomic_cas(ctrl, word, token, 0)  # seq_cst: every write of the section is visible before the word
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _acquire_shared(ctrl, token, lockstats):
+    """Take the tree lock shared (a draw, which writes nothing in the tree or the ring):
+    ``(STATUS_OK, reader slot)``, or ``(STATUS_BUSY | STATUS_HELD, -1)`` with nothing taken.
+
+    The reader writes its token into a free reader slot (compare-and-swap, so no two share
+    one), then reads the lock word: free means no writer can enter until the slot is cleared
+    (a writer reads the slots after taking the word, and the fences order both handshakes);
+    held means a writer is in or draining, so the reader clears its slot and waits for the
+    word to be free. Within :data:`LOCK_SPINS` rounds, else STATUS_BUSY (Python's exclusive
+    path then runs the draw). Shared holds are not added to the hold time: they exclude only
+    writers, so they are no serial part of two samplers' work (waits are counted)."""
+    clk = lockstats[LOCKSTATS:].view(np.int64)
+    home = READERS_AT + ((token ^ (token >> 22)) & (MAX_READERS - 1))  # threads and processes spread out
+    start = -1.0
+    for i in range(LOCK_SPINS):
+        holder = atomic_read(ctrl, TREE_LOCK)
+        if holder == token:
+            return STATUS_HELD, -1
+        if holder == 0:
+            for k in range(MAX_READERS):
+                slot = READERS_AT + (home - READERS_AT + k) % MAX_READERS
+                if atomic_read(ctrl, slot) == 0 and atomic_cas(ctrl, slot, 0, token) == 0:
+                    full_fence()  # the slot is visible before the word is read again
+                    if atomic_read(ctrl, TREE_LOCK) == 0:
+                        lockstats[ACQUISITIONS] += 1
+                        if start >= 0.0:
+                            lockstats[WAIT_S] += monotonic(clk) - start
+                        return STATUS_OK, slot
+                    atomic_cas(ctrl, slot, token, 0)  # a writer came in between: let it drain
+                    break
+        if start < 0.0:
+            start = monotonic(clk)
+            lockstats[CONTENDED] += 1
+        _wait_round(i)
+    lockstats[WAIT_S] += monotonic(clk) - start
+    return STATUS_BUSY, -1
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _release_shared(ctrl, slot, token):
+    atomic_cas(ctrl, slot, token, 0)  # seq_cst: the section's loads are done before the slot is free
+
+
 # ----------------------------------------------------------------------------- draws
 @njit(nogil=True, cache=True)
-def _draw_locked(kind, sums, mins, lay, K, touch_from, state, ctrl, fctrl, key, stratified, out_index, prio):
+def _draw_locked(kind, sums, mins, lay, K, touch_from, state, ctrl, fctrl, key, stratified, exclusive, out_index,
+                 prio):
     """Under the tree lock: one descent for every position (as :func:`impl.fused.sample`), zero
-    leaves redrawn by :func:`impl.fused.redraw`; a rebuild it makes is recorded in the ring."""
+    leaves redrawn by :func:`impl.fused.redraw`; a rebuild it makes is recorded in the ring.
+    Held shared (``exclusive`` False), a zero leaf returns :data:`_STATUS_WRITES` instead: the
+    redraw may rebuild the inner sums, which only the exclusive holder may write."""
     n = out_index.shape[0]
     total = np.float64(sums[lay[0, 0]])
     if not total > 0.0:
@@ -170,6 +272,8 @@ def _draw_locked(kind, sums, mins, lay, K, touch_from, state, ctrl, fctrl, key, 
     misses, leaf_touch = ops.read_leaves(kind, sums, lay, touch_from, out_index, prio)
     touched += leaf_touch
     if misses > 0:
+        if not exclusive:
+            return _STATUS_WRITES, touched
         rebuilds = state[3]
         status = fused.redraw(kind, sums, mins, lay, K, touch_from, state, key, stratified, out_index, prio)
         if state[3] != rebuilds:
@@ -234,7 +338,12 @@ def _draw_unlocked(kind, sums, mins, lay, K, touch_from, stamps, key, stratified
 def _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token, lockstats,
           protocol, rounds, key, stratified, arena, table, out, out_table, touch_rows, out_index, prio, out_stamp):
     """Positions ``0 .. n-1`` drawn by ``protocol``, with stamps and ``p_min`` (and, for
-    GATHER_LOCKED, their rows copied under the lock): ``(status, p_min, touched)``."""
+    GATHER_LOCKED, their rows copied under the lock): ``(status, p_min, touched)``.
+
+    GATHER_LOCKED holds the tree lock exclusively (global-lock: one lock around everything);
+    DRAW_LOCKED and optimistic's fallback hold it shared, so draws run together and only tree
+    writers exclude them, and take it exclusively only for a draw that reached a zero leaf
+    (the same key: the same draw, now allowed to rebuild)."""
     pmin = -1.0
     if protocol == OPTIMISTIC:
         pmin = _draw_unlocked(kind, sums, mins, lay, K, touch_from, stamps, key, stratified, rounds, out_index,
@@ -242,11 +351,24 @@ def _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stam
         if pmin > 0.0:
             return STATUS_OK, pmin, 0.0
         key = _subkey(key, 0)  # the locked draw gets a stream of its own
+    if protocol != GATHER_LOCKED:
+        status, slot = _acquire_shared(ctrl, token, lockstats)
+        if status != STATUS_OK:
+            return status, pmin, 0.0
+        status, touched = _draw_locked(kind, sums, mins, lay, K, touch_from, state, ctrl, fctrl, key, stratified,
+                                       False, out_index, prio)
+        if status == STATUS_OK:
+            for b in range(out_index.shape[0]):
+                out_stamp[b] = stamps[out_index[b]]
+            pmin = np.float64(mins[lay[0, 0]])
+        _release_shared(ctrl, slot, token)
+        if status != _STATUS_WRITES:
+            return status, pmin, touched
     status, taken = _acquire(ctrl, TREE_LOCK, token, lockstats)
     if status != STATUS_OK:
         return status, pmin, 0.0
     status, touched = _draw_locked(kind, sums, mins, lay, K, touch_from, state, ctrl, fctrl, key, stratified,
-                                   out_index, prio)
+                                   True, out_index, prio)
     if status == STATUS_OK:
         for b in range(out_index.shape[0]):
             out_stamp[b] = stamps[out_index[b]]
@@ -395,49 +517,40 @@ def add(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps
 def update(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, resum_every, token,
            lockstats, indices, values, sampled, use_sampled, n_valid, eps, alpha, vmax):
     """One whole shared ``update_priorities``: every entry checked first (as the trees check:
-    index in ``[0, n_valid)``, value finite and >= 0), then under the lock the stale ones
-    dropped (:func:`impl.concurrent.ring.fresh_mask`), the rest written and counted; a value
-    whose ``(v + eps) ** alpha`` exceeds ``vmax`` (kept or stale) is found before anything is
-    written, by the tree's own update (the transform is computed once). Returns ``(status,
-    position, applied)``: a check's status names the first bad entry and nothing was written
-    (with an overflow in a batch that also has an invalid entry, either may be named). O(n D).
+    index in ``[0, n_valid)``, value finite and >= 0, ``(v + eps) ** alpha`` not above ``vmax``,
+    kept or stale), then under the lock the stale ones dropped
+    (:func:`impl.concurrent.ring.fresh_mask`), the rest written and counted. Returns
+    ``(status, position, applied)``: a check's status names the first bad entry and nothing
+    was written. O(n D).
+
+    The transform runs before the lock is taken (it reads only the caller's arrays): the
+    locked section writes stored priorities as they are (the tree's update with ``eps = 0``
+    and ``alpha = 1``, which stores each value unchanged), so its length is the tree's writes
+    and the stamps' reads, not ``n`` powers.
     """
     status, pos = kernels.check_batch(indices, values, n_valid)
     if status != STATUS_OK:
         return status, pos, 0
+    stored, _, pos = kernels.transform(values, eps, alpha, vmax)
+    if pos >= 0:
+        return kernels.STATUS_OVERFLOW, pos, 0
     status, taken = _acquire(ctrl, TREE_LOCK, token, lockstats)
     if status != STATUS_OK:
         return status, -1, 0
     n = indices.shape[0]
     keep = np.empty(n, dtype=np.bool_)
     kept = fresh_mask(ctrl, stamps, indices, sampled, use_sampled, keep)
-    idx, vals = indices, values
+    idx, vals = indices, stored
     if kept < n:
-        # the stale entries are skipped, but a value no tree could hold is still an error
-        status, pos = _first_overflow(values, keep, eps, alpha, vmax)
-        if status != STATUS_OK:
-            _release(ctrl, TREE_LOCK, token, lockstats, taken)
-            return status, pos, 0
-        idx, vals = indices[keep], values[keep]
+        idx, vals = indices[keep], stored[keep]
     if kept:
         limit = min(tickets(ctrl), stamps.shape[0])  # as Policy.update: tickets handed out, capped at capacity
-        status, p, pmax = ops.update(kind, sums, mins, lay, K, kshift, touch_from, state, idx, vals, limit, eps,
-                                     alpha, vmax)
-        if status != STATUS_OK:  # an overflow among the kept entries: nothing was written
+        status, p, pmax = ops.update(kind, sums, mins, lay, K, kshift, touch_from, state, idx, vals, limit, 0.0,
+                                     1.0, vmax)
+        if status != STATUS_OK:  # an index past the tickets handed out: nothing was written
             _release(ctrl, TREE_LOCK, token, lockstats, taken)
             return status, np.flatnonzero(keep)[p] if kept < n else p, 0
         note_max(fctrl, pmax)
         count_changes(kind, sums, mins, lay, K, state, ctrl, fctrl, resum_every, kept)
     _release(ctrl, TREE_LOCK, token, lockstats, taken)
     return STATUS_OK, -1, kept
-
-
-@njit(nogil=True, cache=True)
-def _first_overflow(values, keep, eps, alpha, vmax):
-    """``(STATUS_OVERFLOW, b)`` for the first skipped entry ``b`` whose ``(v + eps) ** alpha``
-    exceeds ``vmax``, else ``(STATUS_OK, -1)``."""
-    for b in range(values.shape[0]):
-        v = values[b] + eps
-        if not keep[b] and not (v if alpha == 1.0 else v**alpha) <= vmax:  # as kernels.transform
-            return kernels.STATUS_OVERFLOW, b
-    return STATUS_OK, -1

@@ -23,6 +23,14 @@ its leaves and voids the slots the dead writer had reserved). A pid reused by a 
 within that window would be mistaken for the holder; Linux allocates pids cyclically, so this
 needs ~4 million process creations in between.
 
+Shared holders (optional, ``readers``): compiled kernels may hold the lock *shared*, each with
+its token in one of a range of reader words beside the lock word
+(:func:`impl.concurrent.fused._acquire_shared`: a sample's draw, which writes nothing).
+:meth:`SharedLock.acquire` takes the word (which stops new shared holders), then waits for the
+reader words to clear, with the same spin, yield and sleep; a reader whose process is dead
+has its word cleared (a draw changes nothing, so there is nothing to recover), and a reader
+alive past ``timeout`` makes it release the word and raise TimeoutError naming the reader.
+
 Not reentrant: acquiring a lock the calling thread holds raises RuntimeError instead of
 deadlocking. ``timeout`` (default 120 s) turns a deadlock into TimeoutError naming the holder.
 """
@@ -35,7 +43,7 @@ import time
 
 import numpy as np
 
-from .atomics import cas, load
+from .atomics import cas, first_nonzero, load
 
 __all__ = ["SharedLock", "my_token", "token_pid", "pid_alive"]
 
@@ -98,10 +106,14 @@ class SharedLock:
     """
 
     def __init__(self, words: np.ndarray, index: int, name: str, *, on_recover=None,
-                 timeout: float = 120.0, check_every: float = 0.02):
+                 timeout: float = 120.0, check_every: float = 0.02, readers: range | None = None):
         if words.dtype != np.int64 or words.ndim != 1:
             raise TypeError(f"lock words must be a 1-d int64 array, got {words.dtype} {words.shape}")
+        if readers is not None and (index in readers or not 0 <= readers.start <= readers.stop <= words.shape[0]):
+            raise ValueError(f"readers must be a range of words of the array other than the lock word {index}, "
+                             f"got {readers!r} for {words.shape[0]} words")
         self.words, self.index, self.name = words, int(index), name
+        self.readers = readers if readers is not None else range(0)
         self.on_recover = on_recover
         self.timeout, self.check_every = float(timeout), float(check_every)
         self.wait_seconds = 0.0  # total time spent waiting (uncontended acquisitions add 0)
@@ -117,6 +129,10 @@ class SharedLock:
         self.acquisitions += 1
         if seen == 0:
             self._acquired_at = time.perf_counter()
+            if self.readers and self._drain_readers(self._acquired_at):
+                now = time.perf_counter()
+                self.wait_seconds += now - self._acquired_at
+                self._acquired_at = now
             return
         if seen == token:
             raise RuntimeError(f"lock {self.name!r} is already held by this thread (not reentrant)")
@@ -143,6 +159,7 @@ class SharedLock:
             if now - last_check >= self.check_every:
                 last_check = now
                 if not pid_alive(token_pid(seen)) and cas(self.words, self.index, seen, token) == seen:
+                    self._drain_readers(start, restore=seen)
                     self._acquired_at = time.perf_counter()
                     self.wait_seconds += self._acquired_at - start
                     self._recover(seen)
@@ -151,8 +168,43 @@ class SharedLock:
                     self.wait_seconds += now - start
                     raise TimeoutError(f"lock {self.name!r} not acquired in {self.timeout:g} s; held by "
                                        f"pid {token_pid(seen)} (token {seen})")
+        self._drain_readers(start)
         self._acquired_at = time.perf_counter()
         self.wait_seconds += self._acquired_at - start
+
+    def _drain_readers(self, start: float, restore: int = 0) -> bool:
+        """Holding the word: wait until no reader word holds a token (spin, yield, then sleep,
+        as :meth:`acquire`), clearing a dead reader's word; whether it had to wait. The caller
+        counts the time. Past ``timeout`` from ``start``, the word is set back to ``restore``
+        (0, or a dead holder's token this call took over: the next waiter then recovers it)
+        and TimeoutError names the reader."""
+        words, first, stop = self.words, self.readers.start, self.readers.stop
+        waited = False
+        while (r := first_nonzero(words, first, stop)) >= 0:
+            if not waited:
+                waited = True
+                self.contended += 1
+            first = r
+            tries, delay, last_check = 0, 5e-5, time.perf_counter()
+            while (reader := load(words, r)) != 0:
+                tries += 1
+                if tries > SPINS + YIELDS:
+                    time.sleep(delay)
+                    delay = min(delay * 2.0, 5e-4)
+                elif tries > SPINS:
+                    time.sleep(0)
+                now = time.perf_counter()
+                if now - last_check >= self.check_every:
+                    last_check = now
+                    if not pid_alive(token_pid(reader)):
+                        cas(words, r, reader, 0)  # a draw changes nothing: its word is simply cleared
+                        continue
+                    if now - start > self.timeout:
+                        cas(words, self.index, my_token(), restore)
+                        self.wait_seconds += now - start
+                        raise TimeoutError(f"lock {self.name!r} not acquired in {self.timeout:g} s: a shared "
+                                           f"holder, pid {token_pid(reader)} (token {reader}), did not leave")
+        return waited
 
     def _recover(self, dead_token: int) -> None:
         self.recoveries += 1

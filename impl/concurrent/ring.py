@@ -33,11 +33,17 @@ from numba import njit
 from ..trees import ops
 from .locks import pid_alive, token_pid
 
-__all__ = ["SharedRing", "Reservation", "ring_arrays", "MAX_WRITERS", "QUEUE_SIZE", "TREE_LOCK", "LEAF_LOCK",
-           "reserve_slots", "publish_slots", "count_changes", "note_rebuild", "note_max", "fresh_mask", "count_redrawn",
-           "tickets", "max_priority"]
+__all__ = ["SharedRing", "Reservation", "ring_arrays", "MAX_WRITERS", "MAX_READERS", "READERS_AT", "QUEUE_SIZE",
+           "TREE_LOCK", "LEAF_LOCK", "reserve_slots", "publish_slots", "count_changes", "note_rebuild", "note_max",
+           "fresh_mask", "count_redrawn", "tickets", "max_priority"]
 
 MAX_WRITERS = 64  # inserts in flight at once (one per writer thread or process)
+#: Kernels that may hold the tree lock shared at once (a sample's draw; one more waits for a slot
+#: or falls back to the exclusive lock). Their tokens are ctrl words READERS_AT .. READERS_AT +
+#: MAX_READERS - 1, two cache lines past the lock word: a writer reads them all after taking the
+#: word (impl.concurrent.fused, impl.concurrent.locks.SharedLock's ``readers``).
+MAX_READERS = 32
+READERS_AT = 16
 QUEUE_SIZE = 8192  # deferred policy: leaf changes held before the inner nodes catch up
 
 # control block (int64) words; the two locks live here too (see impl.concurrent.locks)
@@ -50,9 +56,9 @@ _MAX_PRIORITY, _T_MAX = range(2)
 
 def ring_arrays(capacity: int) -> dict:
     """The shared arrays of a ring of ``capacity`` slots: ``{name: (shape, dtype)}``."""
-    return {"ctrl": ((16,), np.int64), "fctrl": ((4,), np.float64), "writers": ((MAX_WRITERS, 3), np.int64),
-            "stamps": ((capacity,), np.int64), "queue_idx": ((QUEUE_SIZE,), np.int64),
-            "queue_delta": ((QUEUE_SIZE,), np.float64)}
+    return {"ctrl": ((READERS_AT + MAX_READERS,), np.int64), "fctrl": ((4,), np.float64),
+            "writers": ((MAX_WRITERS, 3), np.int64), "stamps": ((capacity,), np.int64),
+            "queue_idx": ((QUEUE_SIZE,), np.int64), "queue_delta": ((QUEUE_SIZE,), np.float64)}
 
 
 class Reservation(NamedTuple):

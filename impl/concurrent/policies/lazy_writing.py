@@ -39,7 +39,9 @@ class LazyWriting(Policy):
     to -1; (2) copy the rows with no lock; (3) under the tree lock set the true priority and
     the stamps. A sampler cannot land on a slot between (1) and (3), since its priority is 0
     and the descent never returns a zero leaf; a sampler that drew a slot before (1) detects
-    the stamp change after its copy and redraws. Updates skip slots being written. A writer
+    the stamp change after its copy and redraws. Draws hold the tree lock shared (in the
+fused kernel: :mod:`impl.concurrent.fused`), so samplers draw together and wait only for
+tree writers. Updates skip slots being written. A writer
     never overtakes a slot another writer is still copying: it waits, with sleeps that double
     up to :data:`LONGEST_WAIT`, and after the tree lock's ``timeout`` raises TimeoutError
     naming the slow writer's pid (a dead one is voided instead). Readers observe the tree

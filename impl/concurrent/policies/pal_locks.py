@@ -18,8 +18,9 @@ class PalLocks(Policy):
     released before the deltas climb the inner levels. Priority reads (:meth:`read_priorities`)
     take only the leaf lock, so they proceed while inner levels are being updated and observe
     leaves that may be newer than the inner sums (each leaf value is one aligned word: never
-    torn). Samples descend under the tree lock, so they see a consistent tree, and copy their
-    rows outside it (stamp-checked). Inserts copy data under the tree lock, as PAL does
+    torn). Samples descend under the tree lock (held shared in the fused kernel: draws overlap
+    one another, never a tree change), so they see a consistent tree, and copy their rows
+    outside it (stamp-checked). Inserts copy data under the tree lock, as PAL does
     without lazy writing.
     """
 
