@@ -351,30 +351,39 @@ def gil_pair_ratio(held_s: float, free_s: float, *, calls: int = 2, steps: int =
     spin(0.0, clock)  # compiles before anything is timed
     held, free = held_s / calls, free_s / calls
     start = threading.Barrier(2)
+    failures: list[BaseException] = []
 
     def run(times: list, together: bool) -> None:
-        mine = np.zeros(2, np.int64)
-        now = time.perf_counter
-        if together:
-            start.wait()
-        t0 = now()
-        for _ in range(steps):
-            for _ in range(calls):
-                end = now() + held
-                while now() < end:
-                    pass
-                spin(free, mine)
-        times.append((t0, now()))
+        try:
+            mine = np.zeros(2, np.int64)
+            now = time.perf_counter
+            if together:
+                start.wait()
+            t0 = now()
+            for _ in range(steps):
+                for _ in range(calls):
+                    end = now() + held
+                    while now() < end:
+                        pass
+                    spin(free, mine)
+            times.append((t0, now()))
+        except BaseException as err:  # raised by the caller, never lost in the second thread
+            failures.append(err)
+            start.abort()
 
     ratios = []
     for _ in range(repeats):
         alone: list = []
         run(alone, False)
+        if failures:
+            raise failures[0]
         pair: list = []
         second = threading.Thread(target=run, args=(pair, True))
         second.start()
         run(pair, True)
         second.join()
+        if failures:
+            raise failures[0]
         one = alone[0][1] - alone[0][0]
         two = max(end for _, end in pair) - min(begin for begin, _ in pair)
         ratios.append(2.0 * one / two)

@@ -128,6 +128,22 @@ def test_gil_pair_ratio_times_two_threads_against_one_and_refuses_bad_input():
             gil_pair_ratio(args.pop("held_s"), args.pop("free_s"), **args)
 
 
+def test_gil_pair_ratio_raises_what_the_second_thread_raised(monkeypatch):
+    """A failure in the second thread reaches the caller (it once left one time in the pair and
+    failed later, or waited at the barrier forever)."""
+    import threading
+
+    from replaybench.bench import workloads
+
+    def spin(seconds, clock):
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("second thread failed")
+
+    monkeypatch.setattr(workloads, "_nogil_spin", lambda: spin)
+    with pytest.raises(RuntimeError, match="second thread failed"):
+        workloads.gil_pair_ratio(1e-6, 1e-6, steps=5, repeats=2)
+
+
 def test_shared_kernel_scaling_runs_learner_steps_in_two_threads(monkeypatch):
     from replaybench.bench.concurrency_workers import shared_kernel_scaling
     from replaybench.impl.concurrent import SharedPrioritizedBuffer
