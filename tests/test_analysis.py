@@ -864,6 +864,21 @@ def test_training_scaling_draws_one_line_per_engine_and_no_panel_for_baseline_on
     assert "ALE/Pong-v5" in " ".join(plot.data["task"])
 
 
+def test_training_scaling_marks_each_buffer_when_there_are_several(tmp_path):
+    """Two buffers with one learner on the process engine: one colour and one dash (the learner
+    count and the engine), so each buffer gets a marker of its own (they once looked alike)."""
+    rows = [{**r, "mode": None, "engine": "process" if r["actors"] else "sequential"}
+            for r in training_rows(np.random.default_rng(1), updates_per_step=0.5)]
+    other = [{**r, "policy": "lazy-writing"} for r in rows if r["engine"] == "process"]
+    run = write_run(tmp_path, "20300101T000000Z-training", "training", "training", rows + other)
+    res = load.load_runs([run])
+    plot = training_scaling.build(res.table, res.metas)
+    rates = next(ax for ax in plot.figure.axes if ax.get_ylabel() == "environment steps/s")
+    one_learner = [ln for ln in rates.get_lines() if len(ln.get_xdata()) > 2 and ln.get_linestyle() == "-"]
+    assert len(one_learner) == 2 and one_learner[0].get_color() == one_learner[1].get_color()
+    assert one_learner[0].get_marker() != one_learner[1].get_marker()
+
+
 def test_report_command_writes_the_report(synthetic, tmp_path):
     status = main(["report", "--runs", str(synthetic / "20300101T000000Z-micro"), "--figures",
                    str(tmp_path / "figs"), "--out", str(tmp_path / "R.md"), "--only", "capacity", "peers"])

@@ -35,6 +35,7 @@ _METRICS = [("time_to_threshold_s", "time to threshold (s)"), ("speedup", "speed
 
 #: Line styles of the engines: solid for the process engine, then the others in the order of their names.
 _ENGINE_STYLES = ["-", "--", "-.", (0, (3, 1, 1, 1, 1, 1))]
+_BUFFER_MARKERS = ["o", "s", "^", "D", "v", "P"]
 
 
 def build(table, metas) -> Plot:
@@ -60,6 +61,10 @@ def build(table, metas) -> Plot:
     # the process engine (the harness's own, in most rows) solid, the others after it by name
     engines = sorted(set(parallel["engine"].dropna().astype(str)), key=lambda e: (e != "process", e))
     dashes = {e: _ENGINE_STYLES[i % len(_ENGINE_STYLES)] for i, e in enumerate(engines)}
+    # several buffers: a marker each, so that lines of one learner count and engine (one colour,
+    # one dash) still differ where the legend is not beside them
+    buffers = sorted({buffer_label(r) for _, r in parallel.iterrows()}) if several else []
+    markers = {b: _BUFFER_MARKERS[i % len(_BUFFER_MARKERS)] for i, b in enumerate(buffers)}
     fig, axes = new_figure(len(tasks), len(metrics), panel=(4.0, 3.2))
     handles = {}
     for r, task in enumerate(tasks):
@@ -82,6 +87,7 @@ def build(table, metas) -> Plot:
                 line = line.sort_values("actors")
                 first = line.iloc[0]
                 colour = worker_colour(first["learners"], False)
+                marker = markers.get(buffer_label(first), "o") if several else "o"
                 engine = None if pd.isna(first["engine"]) else str(first["engine"])
                 n = 0 if pd.isna(first["learners"]) else int(first["learners"])
                 label = (f"{n} learner{'s' * (n != 1)}" + (f" ({buffer_label(first)})" if several else "")
@@ -91,7 +97,7 @@ def build(table, metas) -> Plot:
                 med = line["median"].to_numpy(float)
                 ax.errorbar(x[reached], med[reached], yerr=[med[reached] - line["min"].to_numpy(float)[reached],
                                                             line["max"].to_numpy(float)[reached] - med[reached]],
-                            color=colour, marker="o", markersize=4, capsize=2, linewidth=1.4,
+                            color=colour, marker=marker, markersize=4, capsize=2, linewidth=1.4,
                             linestyle=dashes.get(engine, "-"))
                 for xi, (_, p) in zip(x, line.iterrows()):
                     if p["n_reached"] == 0:  # drawn near the top edge, whatever the scale
@@ -101,7 +107,7 @@ def build(table, metas) -> Plot:
                     elif p["n_reached"] < p["n_seeds"]:
                         ax.annotate(f"{p['n_reached']}/{p['n_seeds']}", (xi, p["median"]), fontsize=6, color=colour,
                                     xytext=(3, 3), textcoords="offset points")
-                handles.setdefault(label, handle(label, colour, linestyle=dashes.get(engine, "-")))
+                handles.setdefault(label, handle(label, colour, marker, linestyle=dashes.get(engine, "-")))
             xs = sorted(set(cell.loc[~cell["baseline"], "actors"].dropna().astype(int)))
             if xs:
                 ax.set_xticks(xs, [str(v) for v in xs])
