@@ -180,7 +180,7 @@ def test_atari_sized_rows(storage):
     assert_same({k: out[k] for k in ATARI}, stored_rows(buf, out["indices"]))
 
 
-@pytest.mark.parametrize("storage", ["columns", "rows"])
+@pytest.mark.parametrize("storage", ["columns", "rows", "rows-packed"])
 def test_storage_layouts_write_and_gather_exact_rows(storage):
     st = make_storage(storage, 10, FIELDS)
     rng = np.random.default_rng(3)
@@ -189,9 +189,10 @@ def test_storage_layouts_write_and_gather_exact_rows(storage):
     st.write(6, arrays, n)  # wraps: slots 6..9, 0..2
     got = st.gather(np.array([6, 9, 0, 2]))
     assert_same(got, {k: v[[0, 3, 4, 6]] for k, v in batch.items()})
-    if storage == "rows":
+    if storage != "columns":
         assert len(set(st.table[:, 1].tolist())) == 1  # one row stride: a transition is contiguous
-        assert st.table[0, 1] == 32  # 16 + 8 + 4 + 1 + 2 bytes, padded to a multiple of 8
+        # 16 + 8 + 4 + 1 + 2 bytes, padded to a multiple of 8, and "rows" to a power of two
+        assert st.table[0, 1] == 32
         for f, spec in enumerate(st.specs.values()):
             assert st.table[f, 0] % spec.dtype.itemsize == 0  # every field aligned
 
@@ -202,7 +203,7 @@ WIDTHS = {"one": ((), "int64"), "two": ((4,), "float32"), "four": ((4,), "float6
           "five": ((5,), "float64"), "odd": ((3,), "uint8"), "flag": ((), "bool"), "half": ((2,), "int16")}
 
 
-@pytest.mark.parametrize("storage", ["columns", "rows"])
+@pytest.mark.parametrize("storage", ["columns", "rows", "rows-packed"])
 def test_gather_copies_every_field_width_exactly(storage):
     st = make_storage(storage, 64, WIDTHS)
     rng = np.random.default_rng(4)
@@ -213,7 +214,7 @@ def test_gather_copies_every_field_width_exactly(storage):
     assert_same(st.gather(idx), {k: v[idx] for k, v in batch.items()})
 
 
-@pytest.mark.parametrize("storage", ["columns", "rows"])
+@pytest.mark.parametrize("storage", ["columns", "rows", "rows-packed"])
 def test_touch_rows_loads_first_and_last_byte_of_each_field_of_the_stored_rows(storage):
     """The touch pass's sum is what it loaded: each field's first and last byte of every row
     in ``0 .. size - 1``; indices outside (negative, or past the stored rows) are skipped."""
