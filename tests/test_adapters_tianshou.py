@@ -631,12 +631,13 @@ def test_vector_indexing_by_an_array_is_the_general_paths_result(no_prev_next_wa
     ours, theirs = filled_unevenly(np.random.default_rng(6))
     for b in (ours, theirs):
         b.update_weight(np.array([0, 5, 6]), np.array([3.0, -0.5, 1e-3]))
-    idx = np.array([6, 0, 5, 1, 1, 2], np.int64)
+    idx = np.array([5, 0, 4, 1, 1, 2], np.int64)      # not slot 6, the least priority: the maximum weight is below 1
     got = ours[idx]
     want = ours.gather(idx)
     weight = ours.get_weight(idx)
     want.weight = weight / np.max(weight)
     same_batches(got, want)                                   # bit for bit, weights included
+    assert got.weight.max() == 1.0 and weight.max() < 1.0
     its = theirs[idx]
     same_batches(Batch({k: v for k, v in got.items() if k != "weight"}),
                  Batch({k: v for k, v in its.items() if k != "weight"}))
