@@ -788,6 +788,10 @@ def gather_rows(meta: Batch, indices: np.ndarray) -> Batch | None:
     rows = out.__dict__
     for key in BATCH_KEYS:
         value = stored.get(key, _MISSING)
+        if type(value) is np.ndarray and value.dtype.kind in "biufc":
+            # _gathered's array case inline: no call per key (one per key is a third of the cost)
+            rows[key] = value.take(indices, axis=0) if value.ndim > 1 else value[indices]
+            continue
         if value is _MISSING:
             if key in REQUIRED_KEYS:
                 return None
