@@ -32,11 +32,13 @@ within the batch when ``weight_norm`` (the default). Differences, on purpose:
 ``PrioritizedVectorReplayBuffer``: one sub-buffer per environment, for a ``Collector`` over a
 ``DummyVectorEnv`` / ``SubprocVectorEnv`` (``buffer_num`` = the number of environments). It
 keeps Tianshou's storage layout (one ``Batch`` of arrays, the manager's offsets, the
-sub-buffers' episode bookkeeping, so Tianshou's collector, n-step returns, ``prev``/``next``
-and HDF5 saving read it unchanged) but writes a collector's rows and gathers sampled batches
-itself: Tianshou's manager ``add`` loops over the rows in Python and its gather builds the
-batch through ``Batch``'s per-value parsing, which together cost several times the
-priorities' own work.
+sub-buffers' episode bookkeeping, so Tianshou's collector, n-step returns and HDF5 saving
+read it unchanged) but writes a collector's rows and gathers sampled batches itself:
+Tianshou's manager ``add`` loops over the rows in Python and its gather builds the batch
+through ``Batch``'s per-value parsing, which together cost several times the priorities' own
+work. The calls Tianshou's n-step returns make at every update (``next``,
+``unfinished_index``, ``buffer[indices]``) are compiled passes over that same layout, with
+Tianshou's results.
 """
 
 from __future__ import annotations
@@ -286,13 +288,14 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
     :class:`SubBufferState` arrays, so that one compiled call moves it on for all the rows of
     an add; Tianshou's own code that reads or moves it per sub-buffer sees the same values.
 
-    Costs: construction O(total_size) (Tianshou's numba ``prev``/``next`` kernels compile at
-    their first call, not here); add of a batch with the stored keys and shapes O(keys) Python
+    Costs: construction O(total_size) (Tianshou's numba ``prev``/``next`` kernels, used only
+    for arguments ours do not take, compile at their first call, not here); add of a batch with the stored keys and shapes O(keys) Python
     work, one compiled O(rows) call and one array write per key, plus O(rows D) for the new
     priorities (other batches: Tianshou's manager add, a Python loop over the rows); sample
     O(batch K D) for the draw plus one array read per stored key; update_weight as
     :class:`PrioritizedReplayBuffer`, plus O(batch) for its written-slot check while some
-    sub-buffer is not yet full; ``unfinished_index`` O(buffer_num) in NumPy.
+    sub-buffer is not yet full; ``next``/``prev`` of an int64 array O(batch) in one compiled
+    call (Tianshou's: O(batch buffer_num)); ``unfinished_index`` O(buffer_num) in one compiled call.
     """
 
     def __init__(self, total_size: int, buffer_num: int, alpha: float, beta: float, weight_norm: bool = True, *,
@@ -317,7 +320,7 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
 
     def _compile(self) -> None:
         """Nothing: numba compiles Tianshou's ``prev``/``next`` kernels at their first call
-        (n-step returns), not here; Tianshou's manager warms them up in its constructor, which
+        (only for indices that are not an int64 array: :meth:`next`), not here; Tianshou's manager warms them up in its constructor, which
         costs seconds per process whether or not they are used."""
 
     def add(self, batch, buffer_ids=None):
