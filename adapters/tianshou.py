@@ -289,13 +289,15 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
     an add; Tianshou's own code that reads or moves it per sub-buffer sees the same values.
 
     Costs: construction O(total_size) (Tianshou's numba ``prev``/``next`` kernels, used only
-    for arguments ours do not take, compile at their first call, not here); add of a batch with the stored keys and shapes O(keys) Python
-    work, one compiled O(rows) call and one array write per key, plus O(rows D) for the new
+    for arguments ours do not take, compile at their first call, not here); add of a batch
+    with the stored keys and shapes O(keys) Python work, one compiled O(rows) call and one
+    array write per key, plus O(rows D) for the new
     priorities (other batches: Tianshou's manager add, a Python loop over the rows); sample
     O(batch K D) for the draw plus one array read per stored key; update_weight as
     :class:`PrioritizedReplayBuffer`, plus O(batch) for its written-slot check while some
     sub-buffer is not yet full; ``next``/``prev`` of an int64 array O(batch) in one compiled
-    call (Tianshou's: O(batch buffer_num)); ``unfinished_index`` O(buffer_num) in one compiled call.
+    call (Tianshou's: O(batch buffer_num)); ``unfinished_index`` O(buffer_num) in one
+    compiled call.
     """
 
     def __init__(self, total_size: int, buffer_num: int, alpha: float, beta: float, weight_norm: bool = True, *,
@@ -320,8 +322,9 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
 
     def _compile(self) -> None:
         """Nothing: numba compiles Tianshou's ``prev``/``next`` kernels at their first call
-        (only for indices that are not an int64 array: :meth:`next`), not here; Tianshou's manager warms them up in its constructor, which
-        costs seconds per process whether or not they are used."""
+        (only for indices that are not an int64 array: :meth:`next`), not here; Tianshou's
+        manager warms them up in its constructor, which costs seconds per process whether or
+        not they are used."""
 
     def add(self, batch, buffer_ids=None):
         """Write row ``j`` of ``batch`` into sub-buffer ``buffer_ids[j]``; Tianshou's return

@@ -617,7 +617,8 @@ def test_vector_compiled_next_prev_and_unfinished_index_are_tianshous(no_prev_ne
             got = getattr(ours, method)(idx)
             assert got.dtype == np.int64
             assert np.array_equal(got, getattr(theirs, method)(idx)), method
-            assert np.array_equal(got, getattr(ReplayBufferManager, method)(ours, idx)), method  # Tianshou's kernel on our storage
+            # Tianshou's own kernel on our storage
+            assert np.array_equal(got, getattr(ReplayBufferManager, method)(ours, idx)), method
         assert np.array_equal(ours.unfinished_index(), theirs.unfinished_index())
         assert np.array_equal(ours.unfinished_index(), ReplayBufferManager.unfinished_index(ours))
         ours._meta.done[:] = theirs._meta.done[:] = rng.random(ENVS * SUB) < 0.5   # other episode ends
