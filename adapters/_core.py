@@ -13,6 +13,7 @@ import math
 import numbers
 
 import numpy as np
+from numba import njit
 
 from replaybench.impl import fused_ops, registry
 from replaybench.impl.buffers import check_buffer_params, check_number, raise_sample_status
@@ -133,6 +134,10 @@ class PriorityIndex:
             raise ValueError(f"variant {variant!r} keeps no priorities (its buffer has no sum tree); the adapters "
                              f"need a prioritized variant, such as {DEFAULT_VARIANT!r}")
         self.variant, self.capacity, self.tree = variant, int(capacity), tree
+        # Whether the tree's leaves are read by its compiled ``get`` kernel after the tree's own
+        # range check (an array tree that keeps ArraySumTree.get): :meth:`stored` then checks
+        # the slots once and calls the kernel itself.
+        self._kernel_get = type(tree).get is ArraySumTree.get
         # An array tree is sampled by the buffers' own compiled sample call (the descent, the
         # leaf reads, any redraw and the weights in one call), gathering no field: the kept
         # tables of an output with no fields, over the throw-away buffer's one-byte arena.
@@ -318,10 +323,26 @@ class PriorityIndex:
                                        f"eps > 0")
 
     def weights(self, slots, beta=None) -> np.ndarray:
-        """``(p_i / p_min) ** -beta`` for ``slots`` (float64); 0-priority slots get ``inf``."""
+        """``(p_i / p_min) ** -beta`` for ``slots`` (float64, a fresh array); 0-priority slots get
+        ``inf``. IndexError as :meth:`checked_slots`. O(n)."""
         beta = self.beta if beta is None else beta
         with np.errstate(divide="ignore"):
-            return np.power(self.tree.get(self.checked_slots(slots)) / self.tree.min(), -beta)
+            return np.power(self.stored(slots) / self.tree.min(), -beta)
+
+    def stored(self, slots) -> np.ndarray:
+        """The stored priorities ``p_i`` at ``slots`` (float64, a fresh array); IndexError as
+        :meth:`checked_slots`. O(n): with an array tree one compiled range check and the tree's
+        compiled leaf read (the tree's ``get`` would check the range a second time, in NumPy:
+        several times the read itself for a batch)."""
+        idx = as_indices(slots, "indices")
+        if _first_outside(idx, self.capacity) >= 0:
+            self.checked_slots(idx)  # raises, naming the first slot outside
+        if not self._kernel_get:
+            return self.tree.get(idx)
+        tree = self.tree
+        out = np.empty(idx.shape[0], dtype=np.float64)
+        tree.kernels.get(tree._sums, tree._lay, idx, out)
+        return out
 
     def clear(self) -> None:
         """Every slot back to priority 0 and the running maximum to 1 (an emptied storage)."""
@@ -337,3 +358,12 @@ class PriorityIndex:
             b = int(bad[0])
             raise IndexError(f"indices[{b}] = {int(idx[b])} is out of range: valid slots are 0 .. {self.capacity - 1}")
         return idx
+
+
+@njit(cache=True, nogil=True)
+def _first_outside(idx, capacity):
+    """The first position ``j`` with ``idx[j]`` outside ``0 .. capacity - 1``, or -1. O(n)."""
+    for j in range(idx.shape[0]):
+        if idx[j] < 0 or idx[j] >= capacity:
+            return j
+    return -1

@@ -32,11 +32,13 @@ within the batch when ``weight_norm`` (the default). Differences, on purpose:
 ``PrioritizedVectorReplayBuffer``: one sub-buffer per environment, for a ``Collector`` over a
 ``DummyVectorEnv`` / ``SubprocVectorEnv`` (``buffer_num`` = the number of environments). It
 keeps Tianshou's storage layout (one ``Batch`` of arrays, the manager's offsets, the
-sub-buffers' episode bookkeeping, so Tianshou's collector, n-step returns, ``prev``/``next``
-and HDF5 saving read it unchanged) but writes a collector's rows and gathers sampled batches
-itself: Tianshou's manager ``add`` loops over the rows in Python and its gather builds the
-batch through ``Batch``'s per-value parsing, which together cost several times the
-priorities' own work.
+sub-buffers' episode bookkeeping, so Tianshou's collector, n-step returns and HDF5 saving
+read it unchanged) but writes a collector's rows and gathers sampled batches itself:
+Tianshou's manager ``add`` loops over the rows in Python and its gather builds the batch
+through ``Batch``'s per-value parsing, which together cost several times the priorities' own
+work. The calls Tianshou's n-step returns make at every update (``next``,
+``unfinished_index``, ``buffer[indices]``) are compiled passes over that same layout, with
+Tianshou's results.
 """
 
 from __future__ import annotations
@@ -201,8 +203,16 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.priorities.update_abs(index, td_array(new_weight), n_valid=len(self))
 
     def __getitem__(self, index):
+        """The transitions at ``index`` with ``weight`` (``get_weight``'s, divided by their
+        maximum when ``weight_norm``), as Tianshou's ``__getitem__``. A non-empty 1-D integer
+        array (what Tianshou's DQN passes for its n-step targets, and its collector for a
+        finished episode) takes :meth:`_rows_with_weights`; O(batch) plus one array read per
+        stored key."""
         if len(self) == 0:  # Tianshou's storage has no keys yet: it would fail with KeyError('obs')
             raise IndexError(f"cannot index an empty buffer with {index!r}: add transitions first")
+        if (type(index) is np.ndarray and index.ndim == 1 and index.shape[0] and index.dtype.kind in "iu"
+                and type(self).get_weight is PrioritizedReplayBuffer.get_weight):  # a subclass's is called as it is
+            return self._rows_with_weights(index)
         if isinstance(index, slice):  # Tianshou's meaning: buffer[:] is every stored transition
             indices = self.sample_indices(0) if index == slice(None) else self._indices[: len(self)][index]
         else:
@@ -211,6 +221,19 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         weight = self.get_weight(indices)
         # An empty index gives an empty batch: there is no maximum to normalise by.
         batch.weight = weight / np.max(weight) if self._weight_norm and np.size(weight) else weight
+        return batch
+
+    def _rows_with_weights(self, indices: np.ndarray) -> Batch:
+        """``self[indices]`` for a non-empty 1-D integer array: :meth:`gather`, then the weights
+        normalised in their own fresh array (the same ufuncs as ``w / np.max(w)``, so the same
+        numbers) and set as ``Batch.__setattr__`` would keep them (a float64 array is kept as
+        it is). Errors as the general path: the gather's IndexError first, then
+        ``get_weight``'s for a negative slot."""
+        batch = self.gather(indices)
+        weight = self.priorities.weights(indices)
+        if self._weight_norm:
+            np.divide(weight, weight.max(), out=weight)
+        batch.__dict__["weight"] = weight
         return batch
 
     def set_beta(self, beta: float) -> None:
@@ -265,13 +288,16 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
     :class:`SubBufferState` arrays, so that one compiled call moves it on for all the rows of
     an add; Tianshou's own code that reads or moves it per sub-buffer sees the same values.
 
-    Costs: construction O(total_size) (Tianshou's numba ``prev``/``next`` kernels compile at
-    their first call, not here); add of a batch with the stored keys and shapes O(keys) Python
-    work, one compiled O(rows) call and one array write per key, plus O(rows D) for the new
+    Costs: construction O(total_size) (Tianshou's numba ``prev``/``next`` kernels, used only
+    for arguments ours do not take, compile at their first call, not here); add of a batch
+    with the stored keys and shapes O(keys) Python work, one compiled O(rows) call and one
+    array write per key, plus O(rows D) for the new
     priorities (other batches: Tianshou's manager add, a Python loop over the rows); sample
     O(batch K D) for the draw plus one array read per stored key; update_weight as
     :class:`PrioritizedReplayBuffer`, plus O(batch) for its written-slot check while some
-    sub-buffer is not yet full; ``unfinished_index`` O(buffer_num) in NumPy.
+    sub-buffer is not yet full; ``next``/``prev`` of an int64 array O(batch) in one compiled
+    call (Tianshou's: O(batch buffer_num)); ``unfinished_index`` O(buffer_num) in one
+    compiled call.
     """
 
     def __init__(self, total_size: int, buffer_num: int, alpha: float, beta: float, weight_norm: bool = True, *,
@@ -296,8 +322,9 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
 
     def _compile(self) -> None:
         """Nothing: numba compiles Tianshou's ``prev``/``next`` kernels at their first call
-        (n-step returns), not here; Tianshou's manager warms them up in its constructor, which
-        costs seconds per process whether or not they are used."""
+        (only for indices that are not an int64 array: :meth:`next`), not here; Tianshou's
+        manager warms them up in its constructor, which costs seconds per process whether or
+        not they are used."""
 
     def add(self, batch, buffer_ids=None):
         """Write row ``j`` of ``batch`` into sub-buffer ``buffer_ids[j]``; Tianshou's return
@@ -397,14 +424,41 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBuffer, ReplayBufferManager
 
     def unfinished_index(self) -> np.ndarray:
         """The last slot of each sub-buffer whose episode is not finished, sub-buffer by
-        sub-buffer (Tianshou's manager result), from the bookkeeping arrays: O(buffer_num) in
-        NumPy, not a Python call per sub-buffer (Tianshou's n-step returns call it at every
-        update)."""
-        if not self._meta.__dict__:
-            return super().unfinished_index()
-        insertion, size = self._sub_state.ints[0], self._sub_state.ints[1]
-        slots = self._offset + (insertion - 1) % np.maximum(size, 1)
-        return slots[(size > 0) & ~self.done[slots]]
+        sub-buffer (Tianshou's manager result), from the bookkeeping arrays: one compiled
+        O(buffer_num) call, not a Python call per sub-buffer (Tianshou's n-step returns call
+        it at every update)."""
+        done = self._meta.__dict__.get("done")
+        if type(done) is not np.ndarray or done.dtype.kind != "b":
+            return super().unfinished_index()  # nothing stored yet, or flags the kernel does not take
+        return _unfinished_slots(self._sub_size, self._sub_state.ints, done)
+
+    def next(self, index):
+        """The slot after each of ``index`` within its sub-buffer's episode (the slot itself at
+        an episode's end or a sub-buffer's last written slot), as Tianshou's manager ``next``.
+        A 1-D int64 array takes one compiled O(batch) pass (:func:`_next_slots`; Tianshou's
+        kernel makes masks over the whole batch once per sub-buffer); anything else Tianshou's."""
+        done = self._fast_flags(index)
+        if done is None:
+            return super().next(index)
+        return _next_slots(index, self._sub_size, done, self.last_index, self._lengths)
+
+    def prev(self, index):
+        """The slot before each of ``index`` within its sub-buffer's episode, as Tianshou's
+        manager ``prev``; a 1-D int64 array in one compiled O(batch) pass (:func:`_prev_slots`)."""
+        done = self._fast_flags(index)
+        if done is None:
+            return super().prev(index)
+        return _prev_slots(index, self._sub_size, done, self.last_index, self._lengths)
+
+    def _fast_flags(self, index) -> np.ndarray | None:
+        """The stored ``done`` flags when ``index`` is a 1-D int64 array and the storage holds
+        boolean flags (what the compiled ``next``/``prev`` take); None otherwise."""
+        if type(index) is not np.ndarray or index.ndim != 1 or index.dtype != np.int64:
+            return None
+        done = self._meta.__dict__.get("done")
+        if type(done) is not np.ndarray or done.dtype.kind != "b" or done.shape[0] != self.maxsize:
+            return None
+        return done
 
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
@@ -595,6 +649,59 @@ def _advance_and_mark(ids, rew, done, offset, sub_size, ints, ep_return, last, l
 
 
 @njit(cache=True, nogil=True)
+def _next_slots(index, sub_size, done, last_index, lengths):
+    """Tianshou's ``_next_index`` for ``lengths.shape[0]`` sub-buffers of ``sub_size`` slots
+    each (sub-buffer ``b`` at ``b * sub_size``): an index is taken modulo the storage, and the
+    result is ``(i - start + 1 - end) % max(1, length) + start`` with ``end`` whether slot ``i``
+    ends an episode or is its sub-buffer's last written slot. The same numbers, in one pass
+    over the batch. O(batch)."""
+    total = sub_size * lengths.shape[0]
+    out = np.empty_like(index)
+    for j in range(index.shape[0]):
+        i = index[j] % total
+        b = i // sub_size
+        start = b * sub_size
+        end = 1 if done[i] or i == last_index[b] else 0
+        out[j] = (i - start + 1 - end) % max(1, lengths[b]) + start
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _prev_slots(index, sub_size, done, last_index, lengths):
+    """Tianshou's ``_prev_index`` over the layout of :func:`_next_slots`: the slot ``p`` before
+    ``i`` in its sub-buffer's ring, unless ``p`` ends an episode or is the last written slot,
+    where ``i`` itself is returned. O(batch)."""
+    total = sub_size * lengths.shape[0]
+    out = np.empty_like(index)
+    for j in range(index.shape[0]):
+        i = index[j] % total
+        b = i // sub_size
+        start = b * sub_size
+        n = max(1, lengths[b])
+        sub = (i - start - 1) % n
+        end = 1 if done[sub + start] or sub + start == last_index[b] else 0
+        out[j] = (sub + end) % n + start
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _unfinished_slots(sub_size, ints, done):
+    """The last written slot of each sub-buffer (``ints`` as :class:`SubBufferState`'s) that
+    holds transitions and whose flag there is not ``done``, in sub-buffer order. O(buffer_num)."""
+    n = ints.shape[1]
+    out = np.empty(n, np.int64)
+    k = 0
+    for b in range(n):
+        size = ints[1, b]
+        if size > 0:
+            slot = b * sub_size + (ints[0, b] - 1) % size
+            if not done[slot]:
+                out[k] = slot
+                k += 1
+    return out[:k].copy()
+
+
+@njit(cache=True, nogil=True)
 def _first_unwritten(idx, sub_size, lengths):
     """The first position ``j`` of ``idx`` that is no slot of the storage (``lengths.shape[0]``
     sub-buffers of ``sub_size`` slots, sub-buffer ``b`` at ``b * sub_size``), or a slot its
@@ -687,6 +794,10 @@ def gather_rows(meta: Batch, indices: np.ndarray) -> Batch | None:
     rows = out.__dict__
     for key in BATCH_KEYS:
         value = stored.get(key, _MISSING)
+        if type(value) is np.ndarray and value.dtype.kind in "biufc":
+            # _gathered's array case inline: no call per key (one per key is a third of the cost)
+            rows[key] = value.take(indices, axis=0) if value.ndim > 1 else value[indices]
+            continue
         if value is _MISSING:
             if key in REQUIRED_KEYS:
                 return None

@@ -60,6 +60,23 @@ def test_priority_index_marks_samples_and_weights():
         index.sample(1)
 
 
+@pytest.mark.parametrize("variant", ["kary-aligned", "binary", "kary-prefix"])
+def test_priority_index_stored_and_weights_read_the_trees_leaves_once_checked(variant):
+    index = PriorityIndex(variant, 8, alpha=1.0, beta=0.5, eps=0.0, seed=0)
+    index.mark_new(np.arange(6))
+    index.update([1, 4], [4.0, 0.25], n_valid=6)
+    slots = np.array([4, 1, 0, 1, 5, 7])                 # repeats, and slot 7 never written (priority 0)
+    assert np.array_equal(index.stored(slots), index.tree.get(slots))
+    assert np.array_equal(index.stored([3]), [1.0]) and index.stored(np.array([], np.int64)).shape == (0,)
+    with np.errstate(divide="raise"):                     # weights hides the division by a 0 priority
+        got = index.weights(slots)
+    with np.errstate(divide="ignore"):
+        assert np.array_equal(got, np.power(index.tree.get(slots) / 0.25, -0.5)) and got[-1] == np.inf
+    for bad, at in (([0, 8], 1), ([-1], 0), (np.array([3, 2, 9, -4]), 2)):
+        with pytest.raises(IndexError, match=rf"indices\[{at}\] = {bad[at]} is out of range: valid slots are 0 .. 7"):
+            index.stored(bad)
+
+
 @pytest.mark.parametrize("variant", ["kary-aligned", "binary"])
 @pytest.mark.parametrize("make", [lambda v: v.astype(np.float32), lambda v: v,                 # the compiled path
                                   lambda v: v.reshape(-1, 1), lambda v: v[::-1].copy()[::-1],   # 2-D, strided

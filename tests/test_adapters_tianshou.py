@@ -590,3 +590,74 @@ def test_vector_compiled_written_check_finds_what_the_numpy_check_names(no_prev_
                 ours._check_written(idx[first: first + 1])   # the one it found is bad on its own
         found.add(first)
     assert -1 in found and len(found) > 2
+
+
+def filled_unevenly(rng):
+    """Ours and Tianshou's vector buffer after the same uneven adds: sub-buffer 0 wraps, 1 is
+    partly written, 2 holds nothing (its length 0 is a case of Tianshou's kernels)."""
+    ours, theirs = both_vector()
+    for t in range(7):
+        ids = [0] + ([1] if t % 3 == 0 else [])
+        batch = collector_rows(t, ids, rng)
+        ours.add(batch, buffer_ids=ids)
+        theirs.add(batch, buffer_ids=ids)
+    assert list(ours._lengths) == [4, 3, 0]
+    return ours, theirs
+
+
+def test_vector_compiled_next_prev_and_unfinished_index_are_tianshous(no_prev_next_warm_up):
+    from tianshou.data import ReplayBufferManager
+
+    rng = np.random.default_rng(5)
+    ours, theirs = filled_unevenly(rng)
+    # every slot, slots beyond the storage and negative ones (both kernels take them modulo it)
+    idx = np.concatenate([np.arange(ENVS * SUB), [12, 13, 17, 25, -1, -5, -12, -13]]).astype(np.int64)
+    for _ in range(3):
+        for method in ("next", "prev"):
+            got = getattr(ours, method)(idx)
+            assert got.dtype == np.int64
+            assert np.array_equal(got, getattr(theirs, method)(idx)), method
+            # Tianshou's own kernel on our storage
+            assert np.array_equal(got, getattr(ReplayBufferManager, method)(ours, idx)), method
+        assert np.array_equal(ours.unfinished_index(), theirs.unfinished_index())
+        assert np.array_equal(ours.unfinished_index(), ReplayBufferManager.unfinished_index(ours))
+        ours._meta.done[:] = theirs._meta.done[:] = rng.random(ENVS * SUB) < 0.5   # other episode ends
+    for other in ([1, 2, 5], np.array([1, 2, 5], np.int32), 6):   # Tianshou's path, its results
+        for method in ("next", "prev"):
+            assert np.array_equal(getattr(ours, method)(other), getattr(theirs, method)(other)), (method, other)
+    assert ours.next(np.empty(0, np.int64)).shape == (0,)
+
+
+def test_vector_indexing_by_an_array_is_the_general_paths_result(no_prev_next_warm_up, monkeypatch):
+    ours, theirs = filled_unevenly(np.random.default_rng(6))
+    for b in (ours, theirs):
+        b.update_weight(np.array([0, 5, 6]), np.array([3.0, -0.5, 1e-3]))
+    idx = np.array([5, 0, 4, 1, 1, 2], np.int64)      # not slot 6, the least priority: the maximum weight is below 1
+    got = ours[idx]
+    want = ours.gather(idx)
+    weight = ours.get_weight(idx)
+    want.weight = weight / np.max(weight)
+    same_batches(got, want)                                   # bit for bit, weights included
+    assert got.weight.max() == 1.0 and weight.max() < 1.0
+    its = theirs[idx]
+    same_batches(Batch({k: v for k, v in got.items() if k != "weight"}),
+                 Batch({k: v for k, v in its.items() if k != "weight"}))
+    assert np.allclose(got.weight, its.weight, rtol=1e-6)     # Tianshou's (normalised) weights
+    assert np.array_equal(ours[idx.astype(np.uint32)].weight, got.weight)
+    unnormalised = PrioritizedVectorReplayBuffer(ENVS * SUB, ENVS, 0.6, 0.4, weight_norm=False)
+    unnormalised.add(collector_rows(0, [0, 1, 2], np.random.default_rng(0)))
+    unnormalised.update_weight(np.array([0, 4]), np.array([2.0, 0.1]))
+    slots = np.array([4, 0, 8])
+    assert np.array_equal(unnormalised[slots].weight, unnormalised.get_weight(slots))
+    with pytest.raises(IndexError, match=r"indices\[1\] = -2 is out of range"):
+        ours[np.array([0, -2])]
+    with pytest.raises(IndexError):
+        ours[np.array([0, ENVS * SUB])]
+
+    class OwnWeights(PrioritizedVectorReplayBuffer):     # a subclass's get_weight is still called
+        def get_weight(self, index):
+            return np.full(np.shape(index), 7.0)
+
+    sub = OwnWeights(ENVS * SUB, ENVS, 0.6, 0.4)
+    sub.add(collector_rows(0, [0, 1, 2], np.random.default_rng(0)))
+    assert np.array_equal(sub[np.array([0, 4])].weight, [1.0, 1.0])
