@@ -129,11 +129,13 @@ REPLAY_BOUNDS = ("met", "share", "replay", "loop")
 def replay_bound(share_own: float, replay_ratio: float, speedup: float | None, target: float = 1.05) -> dict:
     """What bounds the speedup of a framework's loop when its own buffer is replaced by ours.
 
-    Model: one env step of the loop costs ``W = R + O``, ``R`` the replay calls (add, sample,
-    priority update), ``O`` everything else (environment, network, the framework). Swapping
-    the buffer changes ``R`` only, so with ``s = R_own / W_own`` (``share_own``, the own
-    buffer's replay share) and ``r = R_ours / R_own`` (``replay_ratio``, replay time per env
-    step, ours over own) the speedup ``W_own / W_ours`` is predicted as
+    Model: one env step of the loop costs ``W = R + O``, ``R`` every call the loop makes into
+    the buffer (add, sample, priority update, and the framework's own reads of it, such as
+    Tianshou's n-step returns' ``buffer[indices]``, ``next`` and ``unfinished_index``), ``O``
+    everything else (environment, network, the framework). Swapping the buffer changes ``R``
+    only, so with ``s = R_own / W_own`` (``share_own``, the own buffer's share of the loop) and
+    ``r = R_ours / R_own`` (``replay_ratio``, that time per env step, ours over own) the
+    speedup ``W_own / W_ours`` is predicted as
 
         predicted = 1 / (1 - s + s * r)          (= (1 - s_ours) / (1 - s_own) when O is equal)
 
@@ -184,11 +186,16 @@ FRAMEWORK_TARGETS = {"speedup_at_least": 1.05, "replay_per_step_at_most": {"tian
 
 def replay_versus_own(framework: str, own: dict, ours: dict, targets: dict | None = None) -> dict | None:
     """One buffer against the framework's own, from medians over seeds (``{metric: value}``
-    with ``replay_per_step_s``, ``replay_share`` and, for ``ours``, ``speedup_vs_own``, which
-    may be missing): ``replay_ratio`` (ours over own), its target (None: reported only),
-    ``speedup`` and its target, ``share_own``, and :func:`replay_bound`'s fields. None when
-    either replay time is missing or the own one is 0. ``targets``: the run's recorded
-    ``targets.frameworks`` (:data:`FRAMEWORK_TARGETS` when None). O(1)."""
+    with ``replay_per_step_s``, ``replay_share``, where recorded ``buffer_per_step_s`` and
+    ``buffer_share``, and for ``ours`` ``speedup_vs_own``, which may be missing):
+    ``replay_ratio`` (add, sample and update per env step, ours over own: issue 29's target)
+    and its target (None: reported only), ``speedup`` and its target, and :func:`replay_bound`'s
+    fields from every buffer call (``share_own`` and ``buffer_ratio``; ``calls`` says which:
+    ``"every call"``, or for runs from before the reads were timed ``"add, sample, update"``).
+    Counting only the three calls left Tianshou's n-step reads in ``O``, and a measured
+    speedup beat the bound. None when either replay time is missing or the own one is 0.
+    ``targets``: the run's recorded ``targets.frameworks`` (:data:`FRAMEWORK_TARGETS` when
+    None). O(1)."""
     targets = targets or FRAMEWORK_TARGETS
     mine, theirs, share = ours.get("replay_per_step_s"), own.get("replay_per_step_s"), own.get("replay_share")
     if mine is None or theirs is None or share is None or not theirs > 0:
@@ -196,9 +203,15 @@ def replay_versus_own(framework: str, own: dict, ours: dict, targets: dict | Non
     goal = float(targets.get("speedup_at_least", FRAMEWORK_TARGETS["speedup_at_least"]))
     speedup = ours.get("speedup_vs_own")
     ratio = mine / theirs
+    calls_mine, calls_theirs = ours.get("buffer_per_step_s"), own.get("buffer_per_step_s")
+    calls_share = own.get("buffer_share")
+    if calls_mine is not None and calls_theirs and calls_share is not None:
+        share, calls_ratio, calls = calls_share, calls_mine / calls_theirs, "every call"
+    else:
+        calls_ratio, calls = ratio, "add, sample, update"
     return {"replay_ratio": ratio, "replay_target": (targets.get("replay_per_step_at_most") or {}).get(framework),
-            "speedup": speedup, "speedup_target": goal, "share_own": share,
-            **replay_bound(min(share, 1.0 - 1e-9), ratio, speedup, goal)}
+            "speedup": speedup, "speedup_target": goal, "share_own": share, "buffer_ratio": calls_ratio,
+            "calls": calls, **replay_bound(min(share, 1.0 - 1e-9), calls_ratio, speedup, goal)}
 
 
 # ---------------------------------------------------------------------------------------------

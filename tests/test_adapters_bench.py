@@ -52,7 +52,14 @@ def test_rows_follow_the_contract_and_compare_with_the_own_buffer():
     assert summary["time_to_threshold_s"]["value"] == 2.0 and summary["steps_to_threshold"]["value"] == 40
     assert summary["final_return"]["value"] == pytest.approx((470 + 500 + 20) / 3)
     profile = {r["metric"]: r["value"] for r in rows if r["op"] == "profile"}
-    assert profile == pytest.approx({"replay_add": 0.2, "replay_sample": 0.3, "replay_update": 0.0, "other": 1.5})
+    assert profile == pytest.approx({"replay_add": 0.2, "replay_sample": 0.3, "replay_update": 0.0,
+                                     "replay_read": 0.0, "other": 1.5})
+    assert summary["buffer_share"]["value"] == pytest.approx(0.25)  # no reads: every call is a replay call
+    reads = result_rows(RunResult(2.0, 1000, {"replay_sample": 0.3, "replay_read": 0.1}, episodes), cell.columns,
+                        475, 3, None)
+    got = {r["metric"]: r["value"] for r in reads if r["op"] in ("summary", "profile")}
+    assert got["replay_share"] == pytest.approx(0.15) and got["buffer_share"] == pytest.approx(0.2)
+    assert got["buffer_per_step_s"] == pytest.approx(0.4 / 1000) and got["other"] == pytest.approx(1.6)
     assert len([r for r in rows if r["op"] == "episode"]) == 7
     never = result_rows(RunResult(2.0, 1000, {}, episodes[:1]), cell.columns, 475, 3, None)
     assert {r["metric"]: r["status"] for r in never if r["op"] == "summary"}["time_to_threshold_s"] == "skipped"
@@ -109,9 +116,9 @@ def test_a_run_through_the_driver_makes_the_figure_and_the_report_section(tmp_pa
     assert "| sb3 | CartPole-v1 | `kary-aligned` | 1 | 2 | 50% | 1000.0 | 2.00 | 0.14 (1/1 seeds) | 70 (1/1 seeds) | 500 |" \
         in text
     # replay per env step 1 ms against 2 ms, own share 50%: at most 2x, 1.33x from replay alone, 2x measured
-    assert "| sb3 | CartPole-v1 | `kary-aligned` | 0.50 (reported (own is uniform)) | 50% | 2.00 | 1.33 | 2.00 | met |" \
-        in text
-    assert "| torchrl | CartPole-v1 | `kary-aligned` | 0.50 (<= 0.5 met) | 50% | 2.00 | 1.33 | 2.00 | met |" in text
+    assert ("| sb3 | CartPole-v1 | `kary-aligned` | 0.50 (reported (own is uniform)) | 50.0% | 0.50 | 2.00 | 1.33 | "
+            "2.00 | met |") in text
+    assert "| torchrl | CartPole-v1 | `kary-aligned` | 0.50 (<= 0.5 met) | 50.0% | 0.50 | 2.00 | 1.33 | 2.00 | met |" in text
 
 
 def test_each_framework_runs_with_its_own_published_settings():
@@ -265,7 +272,7 @@ def test_the_summary_sets_replay_per_step_and_the_bound_beside_the_targets():
     lines = {tuple(line.split()[:2]): line for line in text.splitlines()}
     # r = 0.8, s = 0.25: at most 1.33x, 1.05x from replay alone; measured 4 / 3.8 = 1.05x
     assert "0.80 (<= 0.5)" in lines[("tianshou", "kary-aligned")] and "0.80 (reported)" in lines[("sb3", "kary-aligned")]
-    assert "met (max 1.33x, replay alone 1.05x)" in lines[("tianshou", "kary-aligned")]
+    assert "met (max 1.33x, buffer alone 1.05x)" in lines[("tianshou", "kary-aligned")]
     assert "not reached (0/1)" in lines[("tianshou", "kary-aligned")] and "50 (1/1)" in lines[("tianshou", "own")]
 
 
@@ -287,5 +294,53 @@ def test_the_targets_table_reads_older_runs_replay_time_from_share_and_wall_time
 
     text = "\n".join(figure.report_section(pd.DataFrame(rows), Res(), {}))
     # ours 0.19 ms x 10% against 0.4 ms: 0.475; own share 20%: at most 1.25x, 1.12x predicted, 1.05 measured
-    assert "| tianshou | CartPole-v1 | `kary-aligned` | 0.47 (<= 0.5 met) | 20% | 1.25 | 1.12 | 1.05 | met |" in text
+    assert ("| tianshou | CartPole-v1 | `kary-aligned` | 0.47 (<= 0.5 met) | 20.0% (replay only) | 0.47 | 1.25 | 1.12 "
+            "| 1.05 | met |") in text
     assert "(the runs recorded none: issue 29's)" in text
+
+
+def test_the_bound_counts_every_call_into_the_buffer():
+    """Tianshou's n-step returns read the buffer outside add, sample and update: the bound takes
+    the own buffer's share from every call (buffer_share) and the ratio of those calls, so a
+    speedup from faster reads does not beat it (a run measured 1.11x against a 1.10x bound
+    from the three calls alone); runs without the new metrics keep the replay figures."""
+    from replaybench.bench.derive import replay_versus_own
+
+    own = {"replay_per_step_s": 4e-5, "replay_share": 0.09, "buffer_per_step_s": 6e-5, "buffer_share": 0.13}
+    ours = {"replay_per_step_s": 2e-5, "buffer_per_step_s": 2.5e-5, "speedup_vs_own": 1.11}
+    v = replay_versus_own("tianshou", own, ours)
+    assert v["replay_ratio"] == pytest.approx(0.5) and v["calls"] == "every call"
+    assert v["share_own"] == 0.13 and v["buffer_ratio"] == pytest.approx(2.5 / 6)
+    assert v["ceiling"] == pytest.approx(1 / 0.87) and v["ceiling"] > v["speedup"]
+    old = replay_versus_own("tianshou", {k: own[k] for k in ("replay_per_step_s", "replay_share")},
+                            {k: ours[k] for k in ("replay_per_step_s", "speedup_vs_own")})
+    assert old["calls"] == "add, sample, update" and old["share_own"] == 0.09 and old["buffer_ratio"] == 0.5
+
+
+def test_timers_count_the_outermost_call_and_reach_special_methods(monkeypatch):
+    """Timers.wrap_class times ``obj[i]`` (looked up on the type) and methods, once per outermost
+    call: a timed method that calls another timed one is counted in its own section only."""
+    import types
+
+    from replaybench.bench.scenarios import frameworks
+
+    now = [0.0]
+    monkeypatch.setattr(frameworks, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+
+    class Buffer:
+        def __init__(self):
+            self.items = [1, 2, 3]
+
+        def __getitem__(self, i):
+            now[0] += 1.0
+            return self.items[i]
+
+        def sample(self):
+            now[0] += 10.0
+            return self[0] + self[1]
+
+    buf, timers = Buffer(), frameworks.Timers()
+    timers.wrap_class(buf, {"__getitem__": "replay_read", "sample": "replay_sample"})
+    assert buf.sample() == 3 and buf[2] == 3 and isinstance(buf, Buffer) and buf.items == [1, 2, 3]
+    assert timers.seconds == {"replay_sample": 12.0, "replay_read": 1.0}  # the reads inside sample: there only
+    assert timers.call("replay_add", lambda: 5) == 5 and timers.seconds["replay_add"] == 0.0

@@ -49,7 +49,10 @@ hyper-parameters), per run:
 - op "summary": ``wall_per_step_s`` (s: wall time of the training loop over env steps),
   ``replay_share`` (fraction of that wall time spent in the buffer's add, sample and priority
   update calls), ``replay_per_step_s`` (s: the time of those calls over env steps, what issue
-  29's "replay time per env step, ours over own" compares), ``time_to_threshold_s`` and
+  29's "replay time per env step, ours over own" compares), ``buffer_share`` and
+  ``buffer_per_step_s`` (the same for every call into the buffer: those three and the reads
+  the framework's own code makes, Tianshou's ``buffer[indices]``, ``next``,
+  ``unfinished_index``: :data:`TIANSHOU_READS`), ``time_to_threshold_s`` and
   ``steps_to_threshold`` (the first time the mean return of the last ``window`` episodes
   reached ``threshold``; status "skipped" when it did not), ``final_return`` (that mean at the
   end), and ``speedup_vs_own`` (x: the own buffer's ``wall_per_step_s`` over this run's, same
@@ -57,9 +60,12 @@ hyper-parameters), per run:
   the summary (:func:`format_table`) and the report set each buffer's median replay time per
   env step beside the own buffer's, the speedup beside issue 29's targets (suite ``targets``
   topic ``frameworks``) and say which bound holds (:func:`bench.derive.replay_bound`: the
-  own buffer's replay share caps the speedup at ``1 / (1 - share_own)``);
-- op "profile" (DQN): seconds in ``replay_add``, ``replay_sample``, ``replay_update`` and
-  ``other`` (everything else: environment, network, the framework's own overhead);
+  own buffer's share of the loop, every call into it, caps the speedup at
+  ``1 / (1 - share_own)``);
+- op "profile" (DQN): seconds in ``replay_add``, ``replay_sample``, ``replay_update``,
+  ``replay_read`` (the framework's other calls into the buffer; 0 where it makes none) and
+  ``other`` (everything else: environment, network, the framework's own overhead); a timed
+  call made inside another (Tianshou's ``sample`` reading ``self[indices]``) counts once;
 - op "episode", metric "return": one row per finished episode, with ``env_steps`` and ``wall_s``.
 
 Selection: ``--variants`` keeps the suite's buffers of those names (``own`` included).
@@ -117,39 +123,70 @@ A2C_OPTIMIZERS = ("rmsprop", "rmsprop-tf")
 #: What each framework's own buffer is (the rows' ``structure`` for ``variant == "own"``).
 OWN_STRUCTURE = {"sb3": "sb3-uniform", "tianshou": "tianshou-segment-tree", "torchrl": "torchrl-segment-tree"}
 
+#: The buffer's methods Tianshou's loop calls besides add, sample and update_weight (its n-step
+#: returns at every update: ``buffer[indices]``, ``next``, ``unfinished_index``; the collector's
+#: ``buffer[episode]``), timed as ``replay_read``: part of the buffer's cost in that loop, which
+#: the bound on the speedup counts (:func:`bench.derive.replay_versus_own`).
+TIANSHOU_READS = ("__getitem__", "next", "prev", "unfinished_index", "sample_indices")
+
+#: The replay sections: the calls issue 29's replay time counts, then every call into the buffer.
+REPLAY_SECTIONS = ("replay_add", "replay_sample", "replay_update")
+BUFFER_SECTIONS = (*REPLAY_SECTIONS, "replay_read")
+
 SUMMARY_UNITS = {"wall_per_step_s": "s", "replay_share": "fraction", "replay_per_step_s": "s",
-                 "time_to_threshold_s": "s", "steps_to_threshold": "steps", "final_return": "return", "speedup_vs_own": "x"}
+                 "buffer_share": "fraction", "buffer_per_step_s": "s", "time_to_threshold_s": "s", "steps_to_threshold": "steps", "final_return": "return", "speedup_vs_own": "x"}
 
 
 # ------------------------------------------------------------------------------------------ timing
 class Timers:
-    """Seconds spent in chosen methods of chosen objects, accumulated by section name."""
+    """Seconds spent in chosen methods of chosen objects, accumulated by section name.
+
+    Only the outermost timed call counts: a timed method that calls another (Tianshou's own
+    ``sample`` reads its rows through ``self[indices]``) is counted once, in its own section."""
 
     def __init__(self):
         self.seconds: dict[str, float] = defaultdict(float)
+        self._inside = False  # a timed call is running (the loops are single-threaded)
 
-    def wrap(self, obj, method: str, section: str) -> None:
-        """Replace ``obj.method`` (on the instance) by a timed call of the original."""
-        original = getattr(obj, method)
+    def _timed(self, original, section: str):
+        """``original`` timed into ``section`` unless a timed call is already running."""
         seconds = self.seconds
         clock = time.perf_counter
 
         def timed(*args, **kwargs):
+            if self._inside:
+                return original(*args, **kwargs)
+            self._inside = True
             t = clock()
             try:
                 return original(*args, **kwargs)
             finally:
                 seconds[section] += clock() - t
+                self._inside = False
 
-        setattr(obj, method, timed)
+        return timed
+
+    def wrap(self, obj, method: str, section: str) -> None:
+        """Replace ``obj.method`` (on the instance) by a timed call of the original."""
+        setattr(obj, method, self._timed(getattr(obj, method), section))
+
+    def wrap_class(self, obj, sections: dict[str, str]) -> None:
+        """Time methods ``sections`` (``{method: section}``) of ``obj`` where Python looks them
+        up for every call, the special ones included (``obj[i]`` finds ``__getitem__`` on the
+        type, never on the instance): ``obj`` gets a subclass of its class with the timed
+        methods, and keeps its state and everything else of its class."""
+        cls = type(obj)
+
+        def method(name, section):
+            original = getattr(cls, name)
+            return self._timed(lambda *args, **kwargs: original(*args, **kwargs), section)
+
+        obj.__class__ = type(f"Timed{cls.__name__}", (cls,), {"__module__": cls.__module__,
+                                                              **{m: method(m, s) for m, s in sections.items()}})
 
     def call(self, section: str, fn, *args, **kwargs):
         """``fn(*args, **kwargs)``, timed into ``section``."""
-        t = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            self.seconds[section] += time.perf_counter() - t
+        return self._timed(fn, section)(*args, **kwargs)
 
 
 @dataclass
@@ -295,8 +332,8 @@ def run_tianshou(env_id: str, buffer: str, seed: int, steps: int, h: dict) -> Ru
         buf = PrioritizedVectorReplayBuffer(h["buffer_size"], envs.env_num, h["alpha"], h["beta"], variant=buffer,
                                             random_seed=seed)
     timers = Timers()
-    for method, section in (("add", "replay_add"), ("sample", "replay_sample"), ("update_weight", "replay_update")):
-        timers.wrap(buf, method, section)
+    timers.wrap_class(buf, {"add": "replay_add", "sample": "replay_sample", "update_weight": "replay_update",
+                            **{m: "replay_read" for m in TIANSHOU_READS}})
     collector = Collector(algorithm, envs, buf, exploration_noise=True)
     collector.reset()
     episodes, done = [], 0
@@ -398,16 +435,19 @@ def result_rows(result: RunResult, base: dict, threshold: float, window: int, ow
     A run whose episodes never reached ``threshold`` gets ``time_to_threshold_s`` and
     ``steps_to_threshold`` rows with status "skipped" saying so."""
     per_step = result.wall_s / result.steps
-    replay = sum(result.replay.values())
+    replay = sum(result.replay.get(k, 0.0) for k in REPLAY_SECTIONS)
+    calls = sum(result.replay.get(k, 0.0) for k in BUFFER_SECTIONS)
     crossing = threshold_crossing(result.episodes, threshold, window)
     last = [r for _, _, r in result.episodes[-window:]]
     values = {"wall_per_step_s": per_step, "replay_share": replay / result.wall_s,
-              "replay_per_step_s": replay / result.steps, "time_to_threshold_s": crossing and crossing[1],
+              "replay_per_step_s": replay / result.steps, "buffer_share": calls / result.wall_s,
+              "buffer_per_step_s": calls / result.steps, "time_to_threshold_s": crossing and crossing[1],
               "steps_to_threshold": crossing and crossing[0],
               "final_return": sum(last) / len(last) if last else None,
               "speedup_vs_own": own_wall / per_step if own_wall else None}
     if not replay_buffer:
-        del values["replay_share"], values["replay_per_step_s"], values["speedup_vs_own"]
+        for metric in ("replay_share", "replay_per_step_s", "buffer_share", "buffer_per_step_s", "speedup_vs_own"):
+            del values[metric]
     rows = []
     for metric, value in values.items():
         if metric == "speedup_vs_own" and value is None:
@@ -420,8 +460,8 @@ def result_rows(result: RunResult, base: dict, threshold: float, window: int, ow
         else:
             rows.append({**row, "value": float(value), "status": "ok"})
     if replay_buffer:
-        sections = {s: result.replay.get(s, 0.0) for s in ("replay_add", "replay_sample", "replay_update")}
-        sections["other"] = max(0.0, result.wall_s - replay)
+        sections = {s: result.replay.get(s, 0.0) for s in BUFFER_SECTIONS}
+        sections["other"] = max(0.0, result.wall_s - calls)
         rows += [{**base, "op": "profile", "metric": s, "value": v, "unit": "s", "repeat": 0, "status": "ok"}
                  for s, v in sections.items()]
     rows += [{**base, "op": "episode", "metric": "return", "value": r, "unit": "return", "repeat": i,
@@ -642,7 +682,8 @@ def target_rows(groups: dict, targets: dict | None = None) -> dict[tuple, dict]:
     from replaybench.bench import derive
 
     def medians(g):
-        return {m: statistics.median(g[m]) for m in ("replay_per_step_s", "replay_share", "speedup_vs_own") if g[m]}
+        return {m: statistics.median(g[m]) for m in ("replay_per_step_s", "replay_share", "buffer_per_step_s",
+                                                      "buffer_share", "speedup_vs_own") if g[m]}
 
     out = {}
     for (fw, b), g in groups.items():
@@ -690,7 +731,7 @@ def format_table(rows: list[dict], targets: dict | None = None) -> str:
             return ["-", "-"]
         goal = "reported" if v["replay_target"] is None else f"<= {v['replay_target']:g}"
         return [f"{v['replay_ratio']:.2f} ({goal})",
-                f"{v['bound'] or '-'} (max {v['ceiling']:.2f}x, replay alone {v['predicted']:.2f}x)"]
+                f"{v['bound'] or '-'} (max {v['ceiling']:.2f}x, buffer alone {v['predicted']:.2f}x)"]
 
     body = [[fw or "-", b, str(len(g["seeds"])), med([v * 1e3 for v in g["wall_per_step_s"]], "{:.3f}"),
              med(g["replay_share"], "{:.1%}"), med([v * 1e3 for v in g["replay_per_step_s"]], "{:.4f}"),
