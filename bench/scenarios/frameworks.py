@@ -134,7 +134,8 @@ REPLAY_SECTIONS = ("replay_add", "replay_sample", "replay_update")
 BUFFER_SECTIONS = (*REPLAY_SECTIONS, "replay_read")
 
 SUMMARY_UNITS = {"wall_per_step_s": "s", "replay_share": "fraction", "replay_per_step_s": "s",
-                 "buffer_share": "fraction", "buffer_per_step_s": "s", "time_to_threshold_s": "s", "steps_to_threshold": "steps", "final_return": "return", "speedup_vs_own": "x"}
+                 "buffer_share": "fraction", "buffer_per_step_s": "s", "time_to_threshold_s": "s",
+                 "steps_to_threshold": "steps", "final_return": "return", "speedup_vs_own": "x"}
 
 
 # ------------------------------------------------------------------------------------------ timing

@@ -94,8 +94,8 @@ from .. import fused_ops as fused
 from ..storage import gather_rows, write_rows
 from ..trees import kernels, ops
 from .atomics import acquire_fence, atomic_cas, atomic_read, cpu_relax, full_fence, monotonic, yield_core
-from .ring import (MAX_READERS, READERS_AT, TREE_LOCK, count_changes, count_redrawn, fresh_mask, max_priority, note_max, note_rebuild,
-                   publish_slots, reserve_slots, tickets)
+from .ring import (MAX_READERS, READERS_AT, TREE_LOCK, count_changes, count_redrawn, fresh_mask, max_priority,
+                   note_max, note_rebuild, publish_slots, reserve_slots, tickets)
 
 __all__ = ["GATHER_LOCKED", "DRAW_LOCKED", "OPTIMISTIC", "LOCKED", "LAZY", "LOCK_SPINS", "LOCK_PAUSES", "STATUS_OK",
            "STATUS_BUSY", "STATUS_HELD", "STATUS_RESERVE", "STATUS_PUBLISH_BUSY", "STATUS_CHANGING",
