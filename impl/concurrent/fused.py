@@ -334,6 +334,15 @@ def _draw_unlocked(kind, sums, mins, lay, K, touch_from, stamps, key, stratified
     return -1.0
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _stamps_and_pmin(stamps, mins, lay, out_index, out_stamp):
+    """Under the tree lock (either way), after a whole draw: the drawn slots' stamps into
+    ``out_stamp``, and ``p_min`` for the weights."""
+    for b in range(out_index.shape[0]):
+        out_stamp[b] = stamps[out_index[b]]
+    return np.float64(mins[lay[0, 0]])
+
+
 @njit(nogil=True, cache=True)
 def _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token, lockstats,
           protocol, rounds, key, stratified, arena, table, out, out_table, touch_rows, out_index, prio, out_stamp):
@@ -358,9 +367,7 @@ def _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stam
         status, touched = _draw_locked(kind, sums, mins, lay, K, touch_from, state, ctrl, fctrl, key, stratified,
                                        False, out_index, prio)
         if status == STATUS_OK:
-            for b in range(out_index.shape[0]):
-                out_stamp[b] = stamps[out_index[b]]
-            pmin = np.float64(mins[lay[0, 0]])
+            pmin = _stamps_and_pmin(stamps, mins, lay, out_index, out_stamp)
         _release_shared(ctrl, slot, token)
         if status != _STATUS_WRITES:
             return status, pmin, touched
@@ -370,9 +377,7 @@ def _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stam
     status, touched = _draw_locked(kind, sums, mins, lay, K, touch_from, state, ctrl, fctrl, key, stratified,
                                    True, out_index, prio)
     if status == STATUS_OK:
-        for b in range(out_index.shape[0]):
-            out_stamp[b] = stamps[out_index[b]]
-        pmin = np.float64(mins[lay[0, 0]])
+        pmin = _stamps_and_pmin(stamps, mins, lay, out_index, out_stamp)
         if protocol == GATHER_LOCKED:
             touched += gather_rows(arena, table, out_index, out, out_table, touch_rows)
     _release(ctrl, TREE_LOCK, token, lockstats, taken)
