@@ -12,14 +12,53 @@ from replaybench.bench.scenarios.frameworks import RunResult, result_rows, thres
 
 @pytest.mark.parametrize("name", ["frameworks-quick", "frameworks-sb3-tianshou", "frameworks-torchrl",
                                   "frameworks-atari"])
-def test_suites_expand_own_buffer_first_per_framework_and_seed(name):
+def test_suites_expand_per_framework_and_seed_in_their_order(name):
+    """"own-first": the own buffer, then the others; "abba": the others, the own buffer twice,
+    the others mirrored (each buffer's two runs symmetric about the seed's middle)."""
     suite = suites.load(name)
     cells = driver.plan(suite).cells
-    assert len(cells) == len(suite["frameworks"]) * len(suite["seeds"]) * len(suite["buffers"])
-    for i in range(0, len(cells), len(suite["buffers"])):
-        group = cells[i: i + len(suite["buffers"])]
-        assert group[0].columns["variant"] == "own"
+    passes = {"own-first": 1, "abba": 2}[suite.get("order", "own-first")]
+    size = len(suite["buffers"]) * passes
+    assert len(cells) == len(suite["frameworks"]) * len(suite["seeds"]) * size
+    for i in range(0, len(cells), size):
+        group = cells[i: i + size]
+        order = [(c.spec[3], c.columns["variant"]) for c in group]
+        if passes == 1:
+            assert order == [(0, b) for b in sorted(suite["buffers"], key=lambda b: b != "own")]
+        else:
+            assert [b for _, b in order] == [b for _, b in order][::-1] and order[len(order) // 2 - 1][1] == "own"
+            assert [p for p, _ in order] == [0] * (size // 2) + [1] * (size // 2)
         assert len({(c.spec[0], c.spec[2]) for c in group}) == 1      # one framework and seed per group
+
+
+def test_abba_order_gives_each_seed_one_speedup_from_both_runs_of_each_buffer(monkeypatch):
+    """With order "abba" the speedup is the own buffer's mean wall time per step over ours,
+    on our second run's rows only (ours, own, own, ours: a linear drift of the host cancels);
+    each run keeps its own summary, tagged with its pass. A bad order is refused."""
+    from replaybench.bench.scenarios import RunState, frameworks
+
+    suite = {**suites.load("frameworks-quick"), "frameworks": ["sb3"], "buffers": ["own", "kary-aligned"],
+             "order": "abba"}
+    cells = driver.plan(suite).cells
+    assert [(c.columns["variant"], c.spec[3]) for c in cells] == [("kary-aligned", 0), ("own", 0), ("own", 1),
+                                                                   ("kary-aligned", 1)]
+    # the host slows by 1 ms per env step each run; ours costs 2 ms less than own per step
+    walls = iter([10.0, 13.0, 14.0, 13.0])       # per env step, ms: ours 10, own 13, own 14, ours 13
+
+    def runner(env, buffer, seed, steps, h, **_):
+        if steps != suite["steps"]:                # the untimed warm-up
+            return RunResult(0.1, steps, {}, [])
+        return RunResult(next(walls) * steps / 1e3, steps, {"replay_sample": 0.1}, [(10, 0.1, 20.0)])
+
+    monkeypatch.setitem(frameworks.RUNNERS["dqn"], "sb3", runner)
+    state = RunState(raw_dir=None, meta={}, progress=False, bar=None, cells=len(cells))
+    rows = [frameworks.SCENARIO.measure(c, state) for c in cells]
+    speedups = [[r for r in mine if r["metric"] == "speedup_vs_own"] for mine in rows]
+    assert [len(s) for s in speedups] == [0, 0, 0, 1]
+    assert speedups[3][0]["value"] == pytest.approx((13 + 14) / (10 + 13)) and speedups[3][0]["repeat"] == 1
+    assert [[r["repeat"] for r in mine if r["metric"] == "wall_per_step_s"] for mine in rows] == [[0], [0], [1], [1]]
+    with pytest.raises(SelectionError, match="'order' must be one of"):
+        driver.plan({**suite, "order": "random"})
 
 
 def test_variants_selection_and_bad_suites_are_refused_before_any_run():
@@ -113,7 +152,7 @@ def test_a_run_through_the_driver_makes_the_figure_and_the_report_section(tmp_pa
 
     text = "\n".join(figure.report_section(plot.data, Res(), {"frameworks": plot.data}))
     assert "## Inside other frameworks" in text and "PAL: 1.1-2.1x" in text
-    assert "| sb3 | CartPole-v1 | `kary-aligned` | 1 | 2 | 50% | 1000.0 | 2.00 | 0.14 (1/1 seeds) | 70 (1/1 seeds) | 500 |" \
+    assert "| sb3 | CartPole-v1 | `kary-aligned` | 1 | 2 | 50% | 1000.0 | 2.00 | 0.14 (1/1 runs) | 70 (1/1 runs) | 500 |" \
         in text
     # replay per env step 1 ms against 2 ms, own share 50%: at most 2x, 1.33x from replay alone, 2x measured
     assert ("| sb3 | CartPole-v1 | `kary-aligned` | 0.50 (reported (own is uniform)) | 50.0% | 0.50 | 2.00 | 1.33 | "
@@ -128,10 +167,10 @@ def test_each_framework_runs_with_its_own_published_settings():
     assert suites.load("frameworks")["suites"] == ["frameworks-sb3-tianshou", "frameworks-torchrl"]
     parts = [suites.load(name) for name in suites.load("frameworks")["suites"]]
     assert [p["frameworks"] for p in parts] == [["sb3", "tianshou"], ["torchrl"]]
-    assert parts[0]["expected_minutes"] <= 25 < parts[1]["expected_minutes"]
+    assert parts[0]["expected_minutes"] <= 35 < parts[1]["expected_minutes"]  # the first half runs within a session
     cells = [c for p in parts for c in driver.plan(p).cells]
     suite = {"per_framework": {fw: v for p in parts for fw, v in p["per_framework"].items()}}
-    assert len(cells) == 3 * 5 * 2
+    assert len(cells) == (2 * 2 + 1) * 5 * 2  # sb3 and tianshou: two runs per seed and buffer ("abba")
     params = {c.spec[0]: json.loads(json.dumps(c.columns["params"])) for c in cells}
     sb3, tianshou, torchrl = (params[fw] for fw in ("sb3", "tianshou", "torchrl"))
     assert sb3["steps"] == 50_000 and sb3["hyper"]["train_freq"] == 256 and sb3["hyper"]["gradient_steps"] == 128

@@ -929,6 +929,7 @@ def test_the_committed_reference_runs_plot(tmp_path):
         assert point["n"] == len(cell)
 
 
+@pytest.mark.slow  # 10-16 s: `make test-slow` (keeps `make test` within its 10 minutes)
 def test_one_file_figure_example_draws_the_reference_runs():
     """examples/figure_sample_cost.py (docs/extending.md), loaded as a module of analysis/plots/
     would be, on the committed reference runs: it builds a figure, and the medians in its data

@@ -212,6 +212,7 @@ registry.register("failing", failing_buffer, structure="failing", description="a
 '''
 
 
+@pytest.mark.slow  # 10-16 s: `make test-slow` (keeps `make test` within its 10 minutes)
 def test_failing_variant_is_recorded_and_the_rest_goes_on(tmp_path):
     # A plug-in variant discovered through the registry's entry-point group, from PYTHONPATH.
     plugin = tmp_path / "plugin"

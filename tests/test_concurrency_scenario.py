@@ -73,6 +73,7 @@ def test_concurrency_quick_rows_are_per_op_kind_with_costs_and_the_ratio_kept(tm
     assert "x global-lock" in proc.stdout and "aggregate" not in proc.stdout
 
 
+@pytest.mark.slow  # 10-16 s: `make test-slow` (keeps `make test` within its 10 minutes)
 def test_shared_path_states_what_binds_two_learner_threads(tmp_path):
     """With ``shared_path``, meta.json holds per policy the GIL's bound and the compiled two-thread
     ratio (an error for a policy without a fused learner step), contract-checked, and the summary

@@ -59,7 +59,8 @@ def framework_rows(table: pd.DataFrame) -> pd.DataFrame:
 
 def summary(rows: pd.DataFrame) -> pd.DataFrame:
     """Per framework, environment, buffer and metric: spread over the ``ok`` seeds, plus
-    ``n_seeds`` (runs) and ``n_reached`` (seeds with a value: for the threshold, those that reached it)."""
+    ``n_seeds`` (runs: seeds x the suite's passes) and ``n_reached`` (runs with a value: for the
+    threshold, those that reached it)."""
     ok = rows[(rows["status"] == contract.MEASURED) & rows["value"].notna() & rows["metric"].isin(METRICS)]
     ok = ok.assign(value=ok["value"].astype(float))
     data = stats.spread(ok, [*KEYS, "metric"], "value").rename(columns={"n": "n_reached"})
@@ -154,7 +155,7 @@ def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFr
 
         def threshold(metric, fmt):
             reached = int(m[metric]["n_reached"]) if metric in m else 0
-            return f"{cell(metric, fmt=fmt)} ({reached}/{seeds} seeds)" if reached else f"not reached (0/{seeds})"
+            return f"{cell(metric, fmt=fmt)} ({reached}/{seeds} runs)" if reached else f"not reached (0/{seeds})"
         med = medians[(fw, env, variant)] = {k: float(r["median"]) for k, r in m.items()}
         if "replay_per_step_s" not in med and {"replay_share", "wall_per_step_s"} <= med.keys():
             # runs from before the row existed: replay / steps = share * wall / steps (of the medians)
@@ -178,13 +179,16 @@ def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFr
              "with its own buffer (`own`; Stable-Baselines3 has no prioritized one, so its own is uniform) and with "
              "ours through `replaybench.adapters`, with the settings of the suite that ran it (since issue 29 the "
              "settings each framework's users run: the suite's `per_framework`, each with its source), the same seeds "
-             "and settings for both buffers. Medians over seeds (min-max); "
+             "and settings for both buffers. Medians over runs (min-max): a seed per run, or with the suite's "
+             "`order` \"abba\" two runs per seed and buffer, in the order ours, own, own, ours so that the host's "
+             "drift cancels from the speedup, which is then one per seed (both own runs' mean time over both of "
+             "ours); "
              "replay share = the buffer's add, sample and priority-update calls over the loop's wall time; time to "
-             "threshold over the seeds that reached it (a run that did not is counted in the seeds and says why in "
+             "threshold over the runs that reached it (a run that did not is counted in the runs and says why in "
              "its row). " + versus
              + "the own buffer's share of the loop, every call into it (a loop that spends 10% in its buffer gains at "
              "most 1.11x; below).", ""]
-            + md.table(["framework", "env", "buffer", "seeds", "ms per env step", "replay share",
+            + md.table(["framework", "env", "buffer", "runs", "ms per env step", "replay share",
                       "replay us per env step", f"speedup vs own (PAL: {pal[0]}-{pal[1]}x)" if pal else "speedup vs own",
                       "time to threshold (s)", "env steps to threshold", "final return"], body) + [""]
             + _targets_section(medians, res))

@@ -55,8 +55,10 @@ hyper-parameters), per run:
   ``unfinished_index``: :data:`TIANSHOU_READS`), ``time_to_threshold_s`` and
   ``steps_to_threshold`` (the first time the mean return of the last ``window`` episodes
   reached ``threshold``; status "skipped" when it did not), ``final_return`` (that mean at the
-  end), and ``speedup_vs_own`` (x: the own buffer's ``wall_per_step_s`` over this run's, same
-  framework and seed, when the own run came first);
+  end), and ``speedup_vs_own`` (x: the own buffer's ``wall_per_step_s`` over this buffer's,
+  same framework and seed: with the suite's ``order`` "own-first", the own run's over this
+  run's; with "abba", the mean of the own buffer's two runs over the mean of this buffer's two,
+  on the row of this buffer's second run);
   the summary (:func:`format_table`) and the report set each buffer's median replay time per
   env step beside the own buffer's, the speedup beside issue 29's targets (suite ``targets``
   topic ``frameworks``) and say which bound holds (:func:`bench.derive.replay_bound`: the
@@ -67,6 +69,14 @@ hyper-parameters), per run:
   ``other`` (everything else: environment, network, the framework's own overhead); a timed
   call made inside another (Tianshou's ``sample`` reading ``self[indices]``) counts once;
 - op "episode", metric "return": one row per finished episode, with ``env_steps`` and ``wall_s``.
+
+Order (suite ``order``): "own-first" (the default) runs, per framework and seed, the own
+buffer and then each other buffer once. "abba" runs each buffer twice, in the order B, A, A, B
+(A the own buffer, B the others, mirrored: B C A A C B with two), so that a drift of the host's
+speed that is linear over a seed's runs adds the same to both buffers' means and cancels from
+their ratio: single runs on a shared VM vary by more than the speedups measured (issue 29 saw
+0.93-1.30x across seeds of one pair). It doubles the suite's time. Every run gives its own rows
+(``repeat``: 0 or 1, the pass, on the summary and profile rows); only the speedup is per seed.
 
 Selection: ``--variants`` keeps the suite's buffers of those names (``own`` included).
 """
@@ -428,8 +438,12 @@ def threshold_crossing(episodes: list, threshold: float, window: int):
 
 
 def result_rows(result: RunResult, base: dict, threshold: float, window: int, own_wall: float | None,
-                replay_buffer: bool = True) -> list[dict]:
+                replay_buffer: bool = True, mine_wall: float | None = None, repeat: int = 0) -> list[dict]:
     """The summary, profile and episode rows of one run (``base``: the cell's columns).
+
+    ``speedup_vs_own`` is ``own_wall / mine_wall`` (wall time per env step; ``mine_wall``
+    defaults to this run's), and no row when ``own_wall`` is None. ``repeat``: the run's pass
+    (the suite's ``order``), on the summary and profile rows; episode rows count episodes.
 
     Without a replay buffer (``replay_buffer=False``: A2C) there is no replay share, speedup
     or profile: the summary holds the wall time per step, the threshold and the final return.
@@ -445,7 +459,7 @@ def result_rows(result: RunResult, base: dict, threshold: float, window: int, ow
               "buffer_per_step_s": calls / result.steps, "time_to_threshold_s": crossing and crossing[1],
               "steps_to_threshold": crossing and crossing[0],
               "final_return": sum(last) / len(last) if last else None,
-              "speedup_vs_own": own_wall / per_step if own_wall else None}
+              "speedup_vs_own": own_wall / (mine_wall or per_step) if own_wall else None}
     if not replay_buffer:
         for metric in ("replay_share", "replay_per_step_s", "buffer_share", "buffer_per_step_s", "speedup_vs_own"):
             del values[metric]
@@ -453,7 +467,7 @@ def result_rows(result: RunResult, base: dict, threshold: float, window: int, ow
     for metric, value in values.items():
         if metric == "speedup_vs_own" and value is None:
             continue
-        row = {**base, "op": "summary", "metric": metric, "unit": SUMMARY_UNITS[metric], "repeat": 0}
+        row = {**base, "op": "summary", "metric": metric, "unit": SUMMARY_UNITS[metric], "repeat": repeat}
         if value is None:
             why = (f"threshold {threshold:g} (mean return of {window} episodes) not reached in {result.steps} env "
                    f"steps ({len(result.episodes)} episodes)" if "threshold" in metric else "no episode finished")
@@ -463,7 +477,7 @@ def result_rows(result: RunResult, base: dict, threshold: float, window: int, ow
     if replay_buffer:
         sections = {s: result.replay.get(s, 0.0) for s in BUFFER_SECTIONS}
         sections["other"] = max(0.0, result.wall_s - calls)
-        rows += [{**base, "op": "profile", "metric": s, "value": v, "unit": "s", "repeat": 0, "status": "ok"}
+        rows += [{**base, "op": "profile", "metric": s, "value": v, "unit": "s", "repeat": repeat, "status": "ok"}
                  for s, v in sections.items()]
     rows += [{**base, "op": "episode", "metric": "return", "value": r, "unit": "return", "repeat": i,
               "env_steps": s, "wall_s": w, "status": "ok"} for i, (s, w, r) in enumerate(result.episodes)]
@@ -509,7 +523,7 @@ def _check_suite(suite: dict) -> dict:
     """The suite's settings, checked; SelectionError naming the first bad one.
 
     Returns ``frameworks``, ``algo``, ``seeds``, ``window``, ``threshold``, ``env``, ``atari``,
-    ``torch_threads`` and ``runs``: ``{framework: {"steps", "hyper"}}``, the suite's ``steps``
+    ``torch_threads``, ``order`` (:data:`ORDERS`) and ``runs``: ``{framework: {"steps", "hyper"}}``, the suite's ``steps``
     and ``hyper`` over the algorithm's defaults with the framework's ``per_framework`` entry
     (``{"steps", "hyper", "source"}``, each optional) over them."""
     where = f"suite {suite['name']!r}"
@@ -554,9 +568,27 @@ def _check_suite(suite: dict) -> dict:
     threads = suite.get("torch_threads", 1)
     if not _positive_int(threads):
         raise SelectionError(f"{where}: 'torch_threads' must be a positive integer, got {threads!r}")
+    order = suite.get("order", "own-first")
+    if order not in ORDERS:
+        raise SelectionError(f"{where}: 'order' must be one of {list(ORDERS)}, got {order!r}")
     return {"frameworks": fws, "algo": algo, "runs": runs, "seeds": seeds, "window": window,
             "threshold": float(threshold), "env": suite.get("env", "CartPole-v1"), "atari": atari,
-            "torch_threads": threads}
+            "torch_threads": threads, "order": order}
+
+
+#: The suite's ``order``: how many runs each buffer gets per framework and seed.
+ORDERS = {"own-first": 1, "abba": 2}
+
+
+def run_order(buffers: list[str], order: str) -> list[tuple[int, str]]:
+    """``(pass, buffer)`` in the order one framework and seed runs them (``buffers`` with
+    :data:`OWN` first when it is there): "own-first" as given; "abba" the others, the own
+    buffer, then the own buffer again and the others mirrored (B C A A C B), so each pair's
+    runs sit symmetrically about the middle. O(buffers)."""
+    if order == "own-first":
+        return [(0, b) for b in buffers]
+    own, others = [b for b in buffers if b == OWN], [b for b in buffers if b != OWN]
+    return [(0, b) for b in others + own] + [(1, b) for b in own + others[::-1]]
 
 
 def warm_up(algo: str, h: dict) -> tuple[int, dict]:
@@ -616,7 +648,7 @@ class Frameworks(Scenario):
             why = missing_framework(fw)
             run = s["runs"][fw]
             for seed in s["seeds"]:
-                for b in buffers:
+                for repeat, b in run_order(buffers, s["order"]):
                     info = None if b == OWN else registry.get(b)
                     params = {"framework": fw, "steps": run["steps"], "threshold": s["threshold"],
                               "window": s["window"], "hyper": run["hyper"], "torch_threads": s["torch_threads"]}
@@ -628,8 +660,8 @@ class Frameworks(Scenario):
                                "batch": run["hyper"].get("batch_size"), "algo": s["algo"], "env": s["env"], "seed": seed,
                                "actors": 0, "learners": 0, "op": "summary", "metric": "wall_per_step_s",
                                "unit": "s"}
-                    cells.append(Cell(f"{fw} {b} seed={seed}", columns, (fw, b, seed, s),
-                                      skip=why, skip_status="unavailable"))
+                    label = f"{fw} {b} seed={seed}" + (f" pass={repeat}" if s["order"] != "own-first" else "")
+                    cells.append(Cell(label, columns, (fw, b, seed, repeat, s), skip=why, skip_status="unavailable"))
         return cells
 
     def meta(self, suite: dict, selection: Selection, cells: list[Cell]) -> dict:
@@ -649,7 +681,7 @@ class Frameworks(Scenario):
     def measure(self, cell: Cell, run: RunState) -> list[dict]:
         import torch
 
-        fw, buffer, seed, s = cell.spec
+        fw, buffer, seed, repeat, s = cell.spec
         threads = torch.get_num_threads()
         torch.set_num_threads(s["torch_threads"])
         runner = RUNNERS[s["algo"]][fw]
@@ -661,11 +693,16 @@ class Frameworks(Scenario):
             result = runner(s["env"], buffer, seed, steps, dict(h), **extra)
         finally:
             torch.set_num_threads(threads)
-        own = run.state.setdefault("own_wall_per_step", {})
-        if buffer == OWN:
-            own[(fw, seed)] = result.wall_s / result.steps
-        return result_rows(result, cell.columns, s["threshold"], s["window"], own.get((fw, seed)),
-                           replay_buffer=s["algo"] == "dqn")
+        # Wall time per env step of every run so far, by (framework, buffer, seed): a buffer's
+        # speedup is known once its runs and the own buffer's are all done.
+        walls = run.state.setdefault("wall_per_step", {})
+        mine = walls.setdefault((fw, buffer, seed), [])
+        mine.append(result.wall_s / result.steps)
+        own, passes = walls.get((fw, OWN, seed), []), ORDERS[s["order"]]
+        complete = buffer != OWN and len(own) == len(mine) == passes
+        return result_rows(result, cell.columns, s["threshold"], s["window"],
+                           sum(own) / passes if complete else None, replay_buffer=s["algo"] == "dqn",
+                           mine_wall=sum(mine) / passes if complete else None, repeat=repeat)
 
     def summarize(self, rows: list[dict], meta: dict) -> str:
         from replaybench.bench import derive
@@ -696,8 +733,9 @@ def target_rows(groups: dict, targets: dict | None = None) -> dict[tuple, dict]:
 
 
 def format_table(rows: list[dict], targets: dict | None = None) -> str:
-    """Per framework and buffer: medians over seeds of the summary metrics, and the seed count;
-    time and steps to threshold over the seeds that reached them, with how many did; against
+    """Per framework and buffer: medians over runs of the summary metrics, and the run count
+    (seeds x the suite's passes); time and steps to threshold over the runs that reached them,
+    with how many did; against
     the own buffer, replay time per env step (ours / own, with its target), the speedup and
     which bound holds (:func:`target_rows`)."""
     import statistics
@@ -722,7 +760,7 @@ def format_table(rows: list[dict], targets: dict | None = None) -> str:
         return fmt.format(statistics.median(values)) if values else "-"
 
     def threshold(g, metric, fmt):
-        # every run of the row says whether it reached the threshold: "12 (3/5 seeds)" or "not reached (0/5)"
+        # every run of the row says whether it reached the threshold: "12 (3/5)" or "not reached (0/5)"
         reached, runs = len(g[metric]), len(g["seeds"])
         return f"{med(g[metric], fmt)} ({reached}/{runs})" if reached else f"not reached (0/{runs})"
 
@@ -740,7 +778,7 @@ def format_table(rows: list[dict], targets: dict | None = None) -> str:
              threshold(g, "time_to_threshold_s", "{:.0f}"), threshold(g, "steps_to_threshold", "{:.0f}"),
              med(g["final_return"], "{:.0f}"), "; ".join(g["status"])[:80]] for (fw, b), g in groups.items()]
     goal = (targets or {}).get("speedup_at_least", derive.FRAMEWORK_TARGETS["speedup_at_least"])
-    header = ["framework", "buffer", "seeds", "ms/step", "replay share", "replay ms/step", "replay vs own",
+    header = ["framework", "buffer", "runs", "ms/step", "replay share", "replay ms/step", "replay vs own",
               f"speedup vs own (>= {goal:g})", "bound", "t_thresh s", "steps_thresh", "final return",
               "not measured"]
     return "\n".join(table(header, body, {2, 3, 4, 5, 7, 9, 10, 11}))
