@@ -164,6 +164,25 @@ def test_kernel_counts_its_lock_hold_time_and_bad_updates_change_nothing():
         assert buf.fallbacks == 0
 
 
+@pytest.mark.parametrize("policy", concurrent.names())
+def test_the_kernels_read_the_fill_level_themselves(policy):
+    """The Python around the kernels reads no ring state: an empty buffer's sample is refused
+    (STATUS_EMPTY, or the Python path's own check) without a lock taken or a fallback counted,
+    and an update's index past the rows inserted so far is refused naming that count, with
+    nothing written."""
+    with SharedPrioritizedBuffer.create(64, FIELDS, policy=policy, seed=0) as buf:
+        stats = buf._lockstats.copy()
+        with pytest.raises(ValueError, match="cannot sample from an empty buffer"):
+            buf.sample(4)
+        np.testing.assert_array_equal(buf._lockstats, stats)
+        C.prefill(buf, 10, NB)
+        leaves = buf.tree.leaves().copy()
+        with pytest.raises(IndexError, match=r"= 10 .*0 \.\. 9\b"):
+            buf.update_priorities(np.array([0, 10]), np.array([1.0, 1.0]))
+        np.testing.assert_array_equal(buf.tree.leaves(), leaves)
+        assert buf.fallbacks == 0
+
+
 def test_kernel_constants_match_the_ring():
     """The kernels take the tree lock at the ring's TREE_LOCK word, as SharedLock does."""
     from replaybench.impl.concurrent.ring import TREE_LOCK

@@ -116,7 +116,9 @@ def build(table, metas) -> Plot:
             ax.grid(alpha=0.3)
             ax.set_xlabel("actors")
             ax.set_ylabel(ylabel)
-            ax.set_title(task, fontsize=10)
+            # the task on two lines ("dqn on CartPole-v1" over its ratio and envs): on one line the
+            # longest ("..., 0.015625 updates/step, 16 envs/actor") ran into the next panel's title
+            ax.set_title(task.replace(", ", "\n", 1), fontsize=9)
     fig.suptitle("Training at scale: median over seeds, bars = min-max; dotted: sequential baseline", fontsize=10)
     legend(fig, list(handles.values()), title="learners")
     data = data.sort_values(["task", "metric", "learners", "actors"]).reset_index(drop=True)

@@ -418,15 +418,16 @@ class SharedPrioritizedBuffer:
         elif type(out) is not SharedSampleOut or out.owner is not self or out.batch_size != n:
             raise ValueError(f"out must come from this buffer's sample_out({n}), got {type(out).__name__}"
                              + (f" for batch_size {out.batch_size}" if isinstance(out, SampleOut) else ""))
-        if self._ring.inserted == 0:
-            raise ValueError("cannot sample from an empty buffer: add transitions first")
         protocol = self._policy.fused_sample
-        if protocol is not None:
+        if protocol is not None:  # the kernel says whether the buffer is empty (one load, no Python read)
             status = fused.sample(*self._head, my_token(), self._lockstats, protocol, self._rounds,
                                   rng.bit_generator.random_raw() >> 1, self.stratified, beta, *out.kernel_tail)
             if status == fused.STATUS_OK:
                 return out
-            self._lockstats[fused.FALLBACKS] += 1
+            if status != fused.STATUS_EMPTY:
+                self._lockstats[fused.FALLBACKS] += 1
+        if self._ring.inserted == 0:
+            raise ValueError("cannot sample from an empty buffer: add transitions first")
         return self._sample_python(n, beta, rng, out)
 
     def _sample_python(self, n: int, beta: float, rng, out: SharedSampleOut) -> SharedSampleOut:
@@ -461,16 +462,15 @@ class SharedPrioritizedBuffer:
                 raise ValueError(f"stamps must be an integer array shaped like indices {idx.shape}, got "
                                  f"{stamps.dtype} {stamps.shape}")
             stamps = np.ascontiguousarray(stamps, dtype=np.int64)
-        n_valid = self._len()
         if self._policy.fused_update:
-            tree = self._tree
-            status, pos, applied = fused.update(*self._update_args(idx, vals, stamps, n_valid))
+            status, pos, applied = fused.update(*self._update_args(idx, vals, stamps))
             if status == fused.STATUS_OK:
                 return int(applied)
             if status < fused.STATUS_BUSY:  # a bad entry, found before anything was written
-                raise_for_status(status, pos, idx, vals, n_valid, "priorities", eps=self.eps, alpha=self.alpha,
-                                 vmax=tree.max_leaf)
+                raise_for_status(status, pos, idx, vals, applied, "priorities", eps=self.eps, alpha=self.alpha,
+                                 vmax=self._tree.max_leaf)  # (`applied`: here the n_valid checked against)
             self._lockstats[fused.FALLBACKS] += 1
+        n_valid = self._len()
         # every entry checked before any state changes, the overflow of (p + eps) ** alpha too:
         # the policy drops stale entries (and counts them) before its tree write would refuse one
         status, pos, _, _ = kernels.checked_values(idx, vals, n_valid, self.eps, self.alpha, self._tree.max_leaf)
@@ -538,7 +538,7 @@ class SharedPrioritizedBuffer:
         if op == "update" and self._policy.fused_update:
             idx = as_indices(indices)
             st = None if stamps is None else np.asarray(stamps, dtype=np.int64)
-            return self._update_args(idx, as_priorities(priorities, idx.shape[0]), st, self._len())
+            return self._update_args(idx, as_priorities(priorities, idx.shape[0]), st)
         if op == "add" and self._policy.fused_insert is not None and batch is not None:
             arrays, n = self._storage.check_batch(batch)
             if not 0 < n <= self.handle.capacity:
@@ -554,9 +554,9 @@ class SharedPrioritizedBuffer:
                 self.handle.capacity, _NO_VALUES if vals is None else vals, self.eps, self.alpha, self._tree.max_leaf,
                 st.arena, st.table, rows, keep)
 
-    def _update_args(self, idx: np.ndarray, vals: np.ndarray, stamps, n_valid: int) -> tuple:
+    def _update_args(self, idx: np.ndarray, vals: np.ndarray, stamps) -> tuple:
         return (*self._head, self.handle.resum_every, my_token(), self._lockstats, idx, vals,
-                _NO_STAMPS if stamps is None else stamps, stamps is not None, n_valid, self.eps, self.alpha,
+                _NO_STAMPS if stamps is None else stamps, stamps is not None, self.eps, self.alpha,
                 self._tree.max_leaf)
 
     def _len(self) -> int:

@@ -98,7 +98,7 @@ from .ring import (MAX_READERS, READERS_AT, TREE_LOCK, count_changes, count_redr
                    note_max, note_rebuild, publish_slots, reserve_slots, tickets)
 
 __all__ = ["GATHER_LOCKED", "DRAW_LOCKED", "OPTIMISTIC", "LOCKED", "LAZY", "LOCK_SPINS", "LOCK_PAUSES", "STATUS_OK",
-           "STATUS_BUSY", "STATUS_HELD", "STATUS_RESERVE", "STATUS_PUBLISH_BUSY", "STATUS_CHANGING",
+           "STATUS_BUSY", "STATUS_HELD", "STATUS_RESERVE", "STATUS_PUBLISH_BUSY", "STATUS_CHANGING", "STATUS_EMPTY",
            "MAX_CHANGED_ROUNDS", "LOCKSTATS", "LOCKSTATS_SIZE", "WAIT_S", "HOLD_S", "ACQUISITIONS", "CONTENDED",
            "FALLBACKS", "sample", "add", "update"]
 
@@ -120,6 +120,7 @@ STATUS_HELD = 21  # the calling thread holds the lock already (a reentrant call)
 STATUS_RESERVE = 22  # add: the ring could not be reserved (lapped writer, full table); nothing was changed
 STATUS_PUBLISH_BUSY = 23  # add: reserved and copied, but the publishing lock stayed held: Python publishes
 STATUS_CHANGING = 24  # sample: rows kept changing during the copy for MAX_CHANGED_ROUNDS rounds
+STATUS_EMPTY = 26  # sample: nothing was ever inserted; nothing was done (the caller raises)
 _STATUS_WRITES = 25  # internal: a draw held shared reached a zero leaf; it is redone exclusively
 
 LOCKSTATS = 5  # statistics in a lockstats array
@@ -443,8 +444,12 @@ def sample(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, sta
     tickets the drawn slots held). Cost: O(n K D) descent + O(n * row bytes) copy, plus the
     same again for rows that changed during the copy. On a non-OK status the outputs are
     scratch and nothing in shared memory changed except statistics (and a rebuild of drifted
-    inner sums, which changes no leaf).
+    inner sums, which changes no leaf). A buffer nothing was ever inserted into returns
+    :data:`STATUS_EMPTY` before anything else (one load: the Python caller checks nothing
+    before the call).
     """
+    if tickets(ctrl) == 0:
+        return STATUS_EMPTY
     n = out_index.shape[0]
     status, pmin, touched = _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token,
                                   lockstats, protocol, rounds, key, stratified, arena, table, out,
@@ -520,25 +525,28 @@ def add(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps
 
 @njit(nogil=True, cache=True)
 def update(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, resum_every, token,
-           lockstats, indices, values, sampled, use_sampled, n_valid, eps, alpha, vmax):
+           lockstats, indices, values, sampled, use_sampled, eps, alpha, vmax):
     """One whole shared ``update_priorities``: every entry checked first (as the trees check:
-    index in ``[0, n_valid)``, value finite and >= 0, ``(v + eps) ** alpha`` not above ``vmax``,
-    kept or stale), then under the lock the stale ones dropped
+    index in ``[0, n_valid)`` with ``n_valid`` the rows inserted so far, capped at the capacity,
+    read here so the Python caller reads nothing; value finite and >= 0, ``(v + eps) ** alpha``
+    not above ``vmax``, kept or stale), then under the lock the stale ones dropped
     (:func:`impl.concurrent.ring.fresh_mask`), the rest written and counted. Returns
-    ``(status, position, applied)``: a check's status names the first bad entry and nothing
-    was written. O(n D).
+    ``(status, position, applied)``: a check's status names the first bad entry, nothing was
+    written, and the third value is the ``n_valid`` it was checked against (for the error's
+    message). O(n D).
 
     The transform runs before the lock is taken (it reads only the caller's arrays): the
     locked section writes stored priorities as they are (the tree's update with ``eps = 0``
     and ``alpha = 1``, which stores each value unchanged), so its length is the tree's writes
     and the stamps' reads, not ``n`` powers.
     """
+    n_valid = min(tickets(ctrl), stamps.shape[0])
     status, pos = kernels.check_batch(indices, values, n_valid)
     if status != STATUS_OK:
-        return status, pos, 0
+        return status, pos, n_valid
     stored, _, pos = kernels.transform(values, eps, alpha, vmax)
     if pos >= 0:
-        return kernels.STATUS_OVERFLOW, pos, 0
+        return kernels.STATUS_OVERFLOW, pos, n_valid
     status, taken = _acquire(ctrl, TREE_LOCK, token, lockstats)
     if status != STATUS_OK:
         return status, -1, 0
@@ -554,7 +562,7 @@ def update(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, sta
                                      1.0, vmax)
         if status != STATUS_OK:  # an index past the tickets handed out: nothing was written
             _release(ctrl, TREE_LOCK, token, lockstats, taken)
-            return status, np.flatnonzero(keep)[p] if kept < n else p, 0
+            return status, np.flatnonzero(keep)[p] if kept < n else p, limit
         note_max(fctrl, pmax)
         count_changes(kind, sums, mins, lay, K, state, ctrl, fctrl, resum_every, kept)
     _release(ctrl, TREE_LOCK, token, lockstats, taken)
