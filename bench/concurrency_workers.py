@@ -39,7 +39,7 @@ from replaybench.impl.ratelimit import SampleToInsertRatio
 
 
 __all__ = ["TRANSITIONS", "ID_STRIDE", "RateLimiter", "schema", "make_batch", "intact_rows", "prefill", "run_workers",
-           "shared_gil_share", "shared_kernel_scaling", "local_step_seconds", "fill_with_priorities"]
+           "shared_gil_share", "shared_kernel_scaling", "step_over_local", "fill_with_priorities"]
 
 TRANSITIONS = {"cartpole": 40, "mujoco": 200, "atari": 84 * 84 * 4}
 ID_STRIDE = 10**12  # writer w's k-th transition has id w * ID_STRIDE + k
@@ -410,34 +410,55 @@ def shared_gil_share(policy: str, capacity: int, *, variant: str = "kary-aligned
     return result
 
 
-def local_step_seconds(capacity: int, *, variant: str = "kary-aligned", batch: int = 64,
-                       transition: str = "cartpole", calls: int = 500, repeats: int = 5, seed: int = 0) -> dict:
-    """The in-process buffer's learner calls, timed as :func:`shared_gil_share` times the shared
-    ones, for the ratio shared over local: the same variant, capacity, rows and priorities in an
-    in-process buffer (``replaybench.create``), ``sample(batch, out=...)`` and
-    ``update_priorities`` of ``batch`` random rows each timed ``calls`` times in this thread's CPU
-    seconds, median over ``repeats``, with the periodic re-sum off as there. Returns ``{"sample_s", "update_s", "step_s"}`` (step = the
-    sum). Costs ``2 * repeats * calls`` calls."""
+def step_over_local(policy: str, capacity: int, *, variant: str = "kary-aligned", batch: int = 64,
+                    transition: str = "cartpole", calls: int = 300, repeats: int = 11, seed: int = 0) -> dict:
+    """One learner step (``sample(batch, out=...)`` then ``update_priorities`` of ``batch``
+    random rows) on a shared buffer of ``policy`` over the same step on the in-process buffer
+    of the same variant (``replaybench.create``), measured as pairs: both buffers hold the
+    same rows and priorities (re-sum off in both), and each of ``repeats`` rounds times
+    ``calls`` steps on one, then on the other, in this thread's CPU seconds, the order
+    alternating round by round. The ratio is taken per round, so a change of the host's speed
+    between rounds (which moved the unpaired ratio by 0.2 between runs on a shared VM) is in
+    both terms of it. Returns ``{"ratio", "ratio_min", "ratio_max"}`` (median and range over
+    the rounds) and ``"shared_s"``, ``"local_s"`` (median seconds per step). Raises ValueError
+    for a policy without fused sample and update. Costs ``2 * repeats * calls`` steps."""
     from replaybench.impl import registry
+    from replaybench.impl.concurrent import SharedPrioritizedBuffer
 
     rng = np.random.default_rng(seed)
-    buf = registry.create(variant, capacity, schema(TRANSITIONS[transition]), alpha=0.6)
-    buf.tree.resum_every = NO_RESUM  # as in shared_gil_share, whose calls these are compared with
-    fill_with_priorities(buf, capacity, TRANSITIONS[transition], rng)
-    out = buf.sample_out(batch)
-    idx, pr = rng.integers(0, capacity, batch), rng.random(batch) + 0.01
-    timed = {"sample_s": ([], lambda: buf.sample(batch, rng=rng, out=out)),
-             "update_s": ([], lambda: buf.update_priorities(idx, pr))}
-    for _, call in timed.values():
-        call()  # compiled before timing
-    for _ in range(repeats):
-        for seconds, call in timed.values():
-            t0 = time.thread_time()
-            for _ in range(calls):
-                call()
-            seconds.append((time.thread_time() - t0) / calls)
-    got = {name: float(np.median(seconds)) for name, (seconds, _) in timed.items()}
-    return {**got, "step_s": got["sample_s"] + got["update_s"]}
+    local = registry.create(variant, capacity, schema(TRANSITIONS[transition]), alpha=0.6)
+    local.tree.resum_every = NO_RESUM  # as the shared one's: its periodic O(capacity) re-sum is not a step's cost
+    fill_with_priorities(local, capacity, TRANSITIONS[transition], np.random.default_rng(seed))
+    shared = SharedPrioritizedBuffer.create(capacity, schema(TRANSITIONS[transition]), variant=variant, policy=policy,
+                                            seed=seed, alpha=0.6, resum_every=NO_RESUM)
+    try:
+        fill_with_priorities(shared, capacity, TRANSITIONS[transition], np.random.default_rng(seed))
+        idx, pr = rng.integers(0, capacity, batch), rng.random(batch) + 0.01
+        steps = {}
+        for name, buf in (("shared", shared), ("local", local)):
+            out = buf.sample_out(batch)
+            if buf is shared:  # ValueError naming the policy when it has no fused sample or update
+                shared.kernel_args("sample", out=out)
+                shared.kernel_args("update", indices=idx, priorities=pr)
+
+            def step(buf=buf, out=out):
+                buf.sample(batch, out=out)
+                buf.update_priorities(idx, pr)
+            step()  # compiled (or loaded) before timing
+            steps[name] = step
+        seconds = {"shared": [], "local": []}
+        for r in range(repeats):
+            for name in (("shared", "local") if r % 2 == 0 else ("local", "shared")):
+                step = steps[name]
+                t0 = time.thread_time()
+                for _ in range(calls):
+                    step()
+                seconds[name].append((time.thread_time() - t0) / calls)
+    finally:
+        shared.close()
+    ratios = [a / b for a, b in zip(seconds["shared"], seconds["local"])]
+    return {"ratio": float(np.median(ratios)), "ratio_min": min(ratios), "ratio_max": max(ratios),
+            "shared_s": float(np.median(seconds["shared"])), "local_s": float(np.median(seconds["local"]))}
 
 
 def _in_new_thread(fn):

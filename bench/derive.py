@@ -214,6 +214,16 @@ def replay_versus_own(framework: str, own: dict, ours: dict, targets: dict | Non
             "calls": calls, **replay_bound(min(share, 1.0 - 1e-9), calls_ratio, speedup, goal)}
 
 
+def step_over_local_cell(e: dict) -> str:
+    """A ``shared_path`` entry's step x local as the summary and the report show it: the median
+    with its range over the paired rounds ("1.18 (1.12-1.22)"; runs from before the pairing
+    have the ratio alone), "-" without one."""
+    if e.get("step_over_local") is None:
+        return "-"
+    lo_hi = e.get("step_over_local_range")
+    return f"{e['step_over_local']:.2f}" + (f" ({lo_hi[0]:.2f}-{lo_hi[1]:.2f})" if lo_hi else "")
+
+
 # ---------------------------------------------------------------------------------------------
 # transition schemas
 

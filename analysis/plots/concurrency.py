@@ -28,7 +28,7 @@ import pandas as pd
 
 from replaybench.analysis import load, palette, stats
 from replaybench.analysis import markdown as md
-from replaybench.bench import contract
+from replaybench.bench import contract, derive
 from replaybench.analysis.plots import NoRows, Plot
 from replaybench.analysis.plots._common import handle, legend, new_figure
 
@@ -204,7 +204,7 @@ def shared_path_section(rate: pd.DataFrame, metas: Mapping[str, Mapping]) -> lis
         body = []
         for e in shared:
             body.append([e["transitions"], e["variant"], e["policy"],
-                         f"{e['step_over_local']:.2f}" if e.get("step_over_local") is not None else "-",
+                         derive.step_over_local_cell(e),
                          f"{e['gil_bound']:.2f}" if e.get("gil_bound") is not None else "-",
                          compiled(e.get("gil_pair")), compiled(e.get("kernel_private")), compiled(e.get("kernel")),
                          measured(e, "threads"), measured(e, "processes")])

@@ -31,8 +31,9 @@ learner steps over one thread's (``kernel``: :func:`bench.concurrency_workers.sh
 with each thread on a buffer of its own (``kernel_private``: what this machine's two cores give
 two such learners with nothing shared, the bound of the shared figures), and
 one learner step (sample + update, CPU seconds per call) on the shared buffer over the same
-calls on the in-process buffer of the same variant (``step_over_local``:
-:func:`bench.concurrency_workers.local_step_seconds`); the summary sets them beside the
+calls on the in-process buffer of the same variant, timed in alternating rounds and taken per
+round (``step_over_local``, the median, and ``step_over_local_range``:
+:func:`bench.concurrency_workers.step_over_local`); the summary sets them beside the
 measured two learners over one, as threads and as processes. A policy that cannot hold the
 variant's tree (NotImplementedError) gives a ``skipped`` row. :mod:`bench.derive`'s scaling
 model is fitted to a run (``replaybench plan --run``).
@@ -215,13 +216,14 @@ def shared_path(cells: list[Cell]) -> list[dict]:
             step = workers.shared_gil_share(c["policy"], c["capacity"], **where)["step"]
             kernel = workers.shared_kernel_scaling(c["policy"], c["capacity"], **where)
             private = workers.shared_kernel_scaling(c["policy"], c["capacity"], shared=False, **where)
-            local = workers.local_step_seconds(c["capacity"], **where)["step_s"]
+            paired = workers.step_over_local(c["policy"], c["capacity"], **where)
             held = step["gil_share"] * step["call_s"]
             pair = workloads.gil_pair_ratio(held, step["call_s"] - held)
             keys = ("ratio", "ratio_min", "ratio_max", "retries", "steps")
             entry.update(gil_share=step["gil_share"], gil_bound=2.0 / (1.0 + step["gil_share"]),
                          gil_pair={k: pair[k] for k in ("ratio", "ratio_min", "ratio_max")},
-                         step_s=step["call_s"], local_step_s=local, step_over_local=step["call_s"] / local,
+                         step_s=paired["shared_s"], local_step_s=paired["local_s"], step_over_local=paired["ratio"],
+                         step_over_local_range=[paired["ratio_min"], paired["ratio_max"]],
                          kernel={k: kernel[k] for k in keys}, kernel_private={k: private[k] for k in keys})
         except (ValueError, NotImplementedError) as err:  # no fused learner step for this policy or tree
             entry["error"] = f"{type(err).__name__}: {err}"
@@ -315,6 +317,7 @@ def format_shared_path(shared: list[dict], med: dict[tuple, dict]) -> list[str]:
     """The lines of the "what binds two learners" table: per ``shared_path`` entry, the GIL's
     bound, the compiled two threads over one (median and range) and the measured two learners
     over one (sample/s medians of the cells with 0 actors), as threads and as processes."""
+    from replaybench.bench import derive
     from replaybench.bench.summary import format_table as table
 
     def measured(e, mode):
@@ -326,7 +329,7 @@ def format_shared_path(shared: list[dict], med: dict[tuple, dict]) -> list[str]:
     for e in shared:
         k, own = e.get("kernel"), e.get("kernel_private")
         body.append([e["variant"], e["policy"], e["transitions"],
-                     f"{e['step_over_local']:.2f}" if "step_over_local" in e else "-",
+                     derive.step_over_local_cell(e),
                      f"{e['gil_bound']:.2f}" if "gil_bound" in e else "-",
                      ratio_range(e["gil_pair"]) if e.get("gil_pair") else "-",
                      ratio_range(own) if own else "-",
