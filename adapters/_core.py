@@ -239,15 +239,22 @@ class PriorityIndex:
     def _tree_update(self, slots, priorities, n_valid: int, eps: float, alpha: float) -> float:
         """The tree's ``update`` (checked, nothing written unless every slot and value is
         valid; returns the largest stored value). For an array tree, one compiled call
-        (:func:`impl.trees.ops.update`, as our buffers make it); the conversions return what a
-        framework's loop passes (int64 slots, float64 values, contiguous) as it is. A framework
-        calls this twice per training step (new slots, TD errors), where the tree method's
-        argument handling is a large part of the call."""
+        (:func:`impl.trees.ops.update`, as our buffers make it) with the conversions skipped
+        for what a framework's loop passes: int64 slots and float64 values (or one number)
+        already contiguous. A framework calls this twice per training step (new slots, TD
+        errors), where the tree method's argument handling is a large part of the call."""
         tree = self.tree
         if self._no_gather is None:
             return tree.update(slots, priorities, n_valid=n_valid, eps=eps, alpha=alpha)
-        idx = as_indices(slots)  # both return a loop's int64 / float64 arrays as they are, checked first
-        vals = as_priorities(priorities, idx.shape[0])
+        idx = slots
+        if not (type(idx) is np.ndarray and idx.dtype == np.int64 and idx.ndim == 1 and idx.flags.c_contiguous):
+            idx = as_indices(idx)
+        vals = priorities
+        if type(vals) is float:
+            vals = np.full(idx.shape[0], vals)
+        elif not (type(vals) is np.ndarray and vals.dtype == np.float64 and vals.shape == idx.shape
+                  and vals.flags.c_contiguous):
+            vals = as_priorities(vals, idx.shape[0])
         limit = min(int(n_valid), self.capacity)
         status, pos, pmax = ops.update(*tree.kernel_args, idx, vals, limit, float(eps), float(alpha), tree.max_leaf)
         if status != kernels.STATUS_OK:

@@ -418,30 +418,27 @@ def step_over_local(policy: str, capacity: int, *, variant: str = "kary-aligned"
     same rows and priorities (re-sum off in both), and each of ``repeats`` rounds times
     ``calls`` steps on one, then on the other, in this thread's CPU seconds, the order
     alternating round by round. The ratio is taken per round, so a change of the host's speed
-    between rounds (which moved the unpaired ratio by 0.2 between runs on a shared VM) is in
-    both terms of it. Returns ``{"ratio", "ratio_min", "ratio_max"}`` (median and range over
+    from round to round (large on a shared VM) is in both terms of it. Returns ``{"ratio", "ratio_min", "ratio_max"}`` (median and range over
     the rounds) and ``"shared_s"``, ``"local_s"`` (median seconds per step). Raises ValueError
     for a policy without fused sample and update. Costs ``2 * repeats * calls`` steps."""
     from replaybench.impl import registry
     from replaybench.impl.concurrent import SharedPrioritizedBuffer
 
     rng = np.random.default_rng(seed)
+    idx, pr = rng.integers(0, capacity, batch), rng.random(batch) + 0.01
     local = registry.create(variant, capacity, schema(TRANSITIONS[transition]), alpha=0.6)
     local.tree.resum_every = NO_RESUM  # as the shared one's: its periodic O(capacity) re-sum is not a step's cost
-    fill_with_priorities(local, capacity, TRANSITIONS[transition], np.random.default_rng(seed))
     shared = SharedPrioritizedBuffer.create(capacity, schema(TRANSITIONS[transition]), variant=variant, policy=policy,
                                             seed=seed, alpha=0.6, resum_every=NO_RESUM)
     try:
-        fill_with_priorities(shared, capacity, TRANSITIONS[transition], np.random.default_rng(seed))
-        idx, pr = rng.integers(0, capacity, batch), rng.random(batch) + 0.01
+        outs = {"shared": shared.sample_out(batch), "local": local.sample_out(batch)}
+        shared.kernel_args("sample", out=outs["shared"])  # ValueError naming the policy, before any work,
+        shared.kernel_args("update", indices=idx, priorities=pr)  # when it has no fused sample or update
         steps = {}
         for name, buf in (("shared", shared), ("local", local)):
-            out = buf.sample_out(batch)
-            if buf is shared:  # ValueError naming the policy when it has no fused sample or update
-                shared.kernel_args("sample", out=out)
-                shared.kernel_args("update", indices=idx, priorities=pr)
+            fill_with_priorities(buf, capacity, TRANSITIONS[transition], np.random.default_rng(seed))
 
-            def step(buf=buf, out=out):
+            def step(buf=buf, out=outs[name]):
                 buf.sample(batch, out=out)
                 buf.update_priorities(idx, pr)
             step()  # compiled (or loaded) before timing

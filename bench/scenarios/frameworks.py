@@ -74,9 +74,9 @@ Order (suite ``order``): "own-first" (the default) runs, per framework and seed,
 buffer and then each other buffer once. "abba" runs each buffer twice, in the order B, A, A, B
 (A the own buffer, B the others, mirrored: B C A A C B with two), so that a drift of the host's
 speed that is linear over a seed's runs adds the same to both buffers' means and cancels from
-their ratio: single runs on a shared VM vary by more than the speedups measured (issue 29 saw
-0.93-1.30x across seeds of one pair). It doubles the suite's time. Every run gives its own rows
-(``repeat``: 0 or 1, the pass, on the summary and profile rows); only the speedup is per seed.
+their ratio: single runs on a shared VM can vary by more than the speedups measured. It
+doubles the suite's time. Every run gives its own rows (``repeat``: 0 or 1, the pass, on the
+summary and profile rows); only the speedup is per seed.
 
 Selection: ``--variants`` keeps the suite's buffers of those names (``own`` included).
 """
@@ -523,9 +523,10 @@ def _check_suite(suite: dict) -> dict:
     """The suite's settings, checked; SelectionError naming the first bad one.
 
     Returns ``frameworks``, ``algo``, ``seeds``, ``window``, ``threshold``, ``env``, ``atari``,
-    ``torch_threads``, ``order`` (:data:`ORDERS`) and ``runs``: ``{framework: {"steps", "hyper"}}``, the suite's ``steps``
-    and ``hyper`` over the algorithm's defaults with the framework's ``per_framework`` entry
-    (``{"steps", "hyper", "source"}``, each optional) over them."""
+    ``torch_threads``, ``order`` (:data:`ORDERS`) and ``runs``: ``{framework: {"steps",
+    "hyper"}}``, the suite's ``steps`` and ``hyper`` over the algorithm's defaults with the
+    framework's ``per_framework`` entry (``{"steps", "hyper", "source"}``, each optional) over
+    them."""
     where = f"suite {suite['name']!r}"
     algo = suite.get("algo", "dqn")
     if algo not in ALGOS:

@@ -120,8 +120,8 @@ STATUS_HELD = 21  # the calling thread holds the lock already (a reentrant call)
 STATUS_RESERVE = 22  # add: the ring could not be reserved (lapped writer, full table); nothing was changed
 STATUS_PUBLISH_BUSY = 23  # add: reserved and copied, but the publishing lock stayed held: Python publishes
 STATUS_CHANGING = 24  # sample: rows kept changing during the copy for MAX_CHANGED_ROUNDS rounds
-STATUS_EMPTY = 26  # sample: nothing was ever inserted; nothing was done (the caller raises)
 _STATUS_WRITES = 25  # internal: a draw held shared reached a zero leaf; it is redone exclusively
+STATUS_EMPTY = 26  # sample: nothing was ever inserted; nothing was done (the caller raises)
 
 LOCKSTATS = 5  # statistics in a lockstats array
 LOCKSTATS_SIZE = LOCKSTATS + 2  # ... followed by the clock's scratch (int64 seconds, nanoseconds)
