@@ -10,8 +10,8 @@ from replaybench.bench.scenarios import Selection, SelectionError
 from replaybench.bench.scenarios.frameworks import RunResult, result_rows, threshold_crossing
 
 
-@pytest.mark.parametrize("name", ["frameworks-quick", "frameworks-sb3-tianshou", "frameworks-torchrl",
-                                  "frameworks-atari"])
+@pytest.mark.parametrize("name", ["frameworks-quick", "frameworks-sb3-tianshou", "frameworks-tianshou",
+                                  "frameworks-torchrl", "frameworks-atari"])
 def test_suites_expand_per_framework_and_seed_in_their_order(name):
     """"own-first": the own buffer, then the others; "abba": the others, the own buffer twice,
     the others mirrored (each buffer's two runs symmetric about the seed's middle)."""
