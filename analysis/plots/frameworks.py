@@ -175,7 +175,8 @@ def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFr
         versus = (f"PAL's reported speedup for its buffer in existing frameworks: {references.NOT_RECORDED}. The "
                   "speedup column is bounded by ")
     return (["## Inside other frameworks", "", "Each framework's own DQN loop (`replaybench run --suite frameworks`, or "
-             "either half alone: `frameworks-sb3-tianshou`, `frameworks-torchrl`) "
+             "either half alone: `frameworks-sb3-tianshou`, `frameworks-torchrl`; `frameworks-tianshou` runs "
+             "Tianshou's half with ten seeds, and the newest run of each framework is the one shown) "
              "with its own buffer (`own`; Stable-Baselines3 has no prioritized one, so its own is uniform) and with "
              "ours through `replaybench.adapters`, with the settings of the suite that ran it (since issue 29 the "
              "settings each framework's users run: the suite's `per_framework`, each with its source), the same seeds "
