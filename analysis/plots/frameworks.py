@@ -2,12 +2,13 @@
 
 Rows: scenario ``frameworks``, algo ``dqn``, op ``summary`` (``ok`` rows). Per framework (params
 ``"framework"``), environment and buffer (``variant``; ``own`` = the framework's own buffer),
-over seeds: the median, min and max of ``wall_per_step_s``, ``replay_share``,
-``replay_per_step_s``, ``speedup_vs_own``, ``time_to_threshold_s`` and ``steps_to_threshold``
-(over the seeds that reached it, with how many did) and ``final_return``. The report also
+over runs (seeds, or seeds x two with the suite's order "abba"): the median, min and max of
+``wall_per_step_s``, ``replay_share``, ``replay_per_step_s``, ``speedup_vs_own`` (one per
+seed), ``time_to_threshold_s`` and ``steps_to_threshold`` (over the runs that reached it, with
+how many did) and ``final_return``. The report also
 sets each buffer's replay time per env step and speedup beside the framework's own buffer
 and issue 29's targets, and names the bound that holds (:func:`bench.derive.replay_versus_own`).
-Top row: milliseconds per env step as a bar split into the replay part (median share times median cost) and the rest, min-max over seeds as an error bar, the
+Top row: milliseconds per env step as a bar split into the replay part (median share times median cost) and the rest, min-max over runs as an error bar, the
 speedup over the framework's own buffer written above; PAL's reported speedup for its buffer in
 existing frameworks (:func:`pal_speedup`, recorded from the suite) is in the caption and the
 report's table. Bottom row: time to the reward
@@ -121,7 +122,7 @@ def build(table, metas) -> Plot:
         bottom.set_ylabel("time to threshold (s)")
         if mine[mine["metric"] == "time_to_threshold_s"].empty:
             note(bottom, "no seed reached the threshold")
-    fig.suptitle("Each framework's own DQN loop with its own buffer and with ours (median over seeds, min-max)",
+    fig.suptitle("Each framework's own DQN loop with its own buffer and with ours (median over runs, min-max)",
                  fontsize=10)
     data = data.sort_values([*KEYS, "metric"]).reset_index(drop=True)
     pal = pal_speedup(metas)
