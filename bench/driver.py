@@ -18,6 +18,7 @@ Every scenario (:mod:`bench.scenarios`) runs through :func:`run`:
 4. At the end meta.json gets ``complete``, ``interrupted``, ``end_time`` and the counts
    ``items_total``, ``items_done`` and ``items_by_status`` (one item = one cell); on Ctrl-C
    ``complete`` is false and KeyboardInterrupt is raised again after the counts are written.
+   A Ctrl-C that a finalizer swallowed (:class:`InterruptLatch`) ends the run after its cell.
    When rows.csv or meta.json cannot be written (a full disk), the run stops: what is on disk
    stays (at most the batch being written is lost), meta.json keeps ``complete: false`` (and
    gets ``write_error`` if it can still be written), and
@@ -44,31 +45,66 @@ from pathlib import Path
 from replaybench.bench import arguments, contract, derive, results, suites, summary
 from replaybench.bench.scenarios import OPTIONS, Cell, RunState, Scenario, Selection, SelectionError, load
 
-__all__ = ["Plan", "plan", "execute", "run", "run_suites", "format_summary", "summarize_run", "interrupts_deferred"]
+__all__ = ["Plan", "plan", "execute", "run", "run_suites", "format_summary", "summarize_run", "InterruptLatch", "interrupt_latch"]
+
+
+class InterruptLatch:
+    """The SIGINT handler of a run: it raises KeyboardInterrupt as Python's default one does,
+    and also remembers the signal, because Python prints and drops an exception raised inside
+    a finalizer (a weakref callback or ``__del__`` that the garbage collector runs when the
+    signal lands): such a Ctrl-C would be lost and the run would go on to the end. The driver
+    calls :meth:`check` after each cell, so a swallowed Ctrl-C still ends the run there.
+
+    Inside :meth:`deferred` the signal is only remembered, and raised as KeyboardInterrupt at
+    the block's end. The driver wraps "append a cell's rows, count them, rewrite meta.json" in
+    it, so a Ctrl-C cannot land inside the append (whose fsync would then cut rows a reader
+    already saw off the file) or between the append and the count (a cell on disk but not
+    counted): what is on disk is what is counted.
+    """
+
+    def __init__(self):
+        self.seen = False
+        self._deferring = 0
+
+    def __call__(self, signum, frame) -> None:
+        self.seen = True
+        if not self._deferring:
+            raise KeyboardInterrupt
+
+    def check(self) -> None:
+        """Raise KeyboardInterrupt if a SIGINT arrived since the latch was installed."""
+        if self.seen:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def deferred(self):
+        """Hold a SIGINT that arrives inside the block; raise KeyboardInterrupt right after it."""
+        self._deferring += 1
+        try:
+            yield
+        finally:
+            self._deferring -= 1
+        if not self._deferring:
+            self.check()
 
 
 @contextlib.contextmanager
-def interrupts_deferred():
-    """Hold a SIGINT that arrives inside the block and raise KeyboardInterrupt right after it.
-
-    The driver wraps "append a cell's rows, count them, rewrite meta.json" in it, so a Ctrl-C
-    cannot land inside the append (whose fsync would then cut rows a reader already saw off
-    the file) or between the append and the count (a cell on disk but not counted): what is
-    on disk is what is counted. Off the main thread (where no handler can be set) or under a
-    handler that is not Python's default one, the block runs as it is.
-    """
+def interrupt_latch():
+    """Install an :class:`InterruptLatch` as the SIGINT handler for the block and yield it;
+    the previous handler is put back after. Off the main thread (where no handler can be
+    set) or under a handler that is not Python's default one (the caller's own), the latch
+    is yielded without being installed: it never trips, and the block runs as it would
+    without it."""
+    latch = InterruptLatch()
     if (threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
-        yield
+        yield latch
         return
-    caught = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    previous = signal.signal(signal.SIGINT, latch)
     try:
-        yield
+        yield latch
     finally:
         signal.signal(signal.SIGINT, previous)
-    if caught:
-        raise KeyboardInterrupt
 
 
 @dataclass(frozen=True)
@@ -140,46 +176,46 @@ def execute(p: Plan, *, out="results", run_id: str | None = None, machine: str |
     bar = tqdm(p.cells, desc=p.suite["name"], unit=p.scenario.unit, disable=not progress or len(p.cells) < 2,
                dynamic_ncols=True)
 
-    def write_partial(rows: list[dict]) -> None:
-        with interrupts_deferred():
-            writer.append([{**row, **stamp} for row in rows])
-
-    run = RunState(writer.raw_dir, writer.meta, progress, bar, len(p.cells), write=write_partial)
-
     def finish(complete: bool, **extra) -> None:
         writer.finish(complete, interrupted=not complete, items_total=len(p.cells), items_done=sum(counts.values()),
                       items_by_status=counts, **extra)
 
-    try:
-        for cell in bar:
-            bar.set_postfix_str(cell.label)
-            if cell.skip:
-                rows = [cell.row(cell.skip_status, cell.skip)]
-            else:
-                try:
-                    rows = p.scenario.measure(cell, run) or [cell.row("failed", "the scenario measured no rows")]
-                except results.ResultsWriteError:
-                    raise  # the disk, not the cell: recording it would fail the same way
-                except Exception as err:  # one failing cell is recorded and the run goes on
-                    rows = [cell.row("failed", f"{type(err).__name__}: {err}"[-4000:])]
-            rows = [{**row, **stamp} for row in rows]
-            status = rows[0]["status"]
-            with interrupts_deferred():  # a Ctrl-C here lands after the counts match the disk
-                writer.append(rows)  # whole on disk, or not at all
-                counts[status] = counts.get(status, 0) + 1
-                writer.write_meta()
-    except KeyboardInterrupt:
-        bar.close()
-        finish(False)
-        echo(f"interrupted: kept {sum(counts.values())} of {len(p.cells)} cells in {writer.dir}")
-        raise
-    except results.ResultsWriteError as err:
-        bar.close()
+    with interrupt_latch() as latch:  # a Ctrl-C that a finalizer swallows still ends the run after its cell
+        def write_partial(rows: list[dict]) -> None:
+            with latch.deferred():
+                writer.append([{**row, **stamp} for row in rows])
+
+        run = RunState(writer.raw_dir, writer.meta, progress, bar, len(p.cells), write=write_partial)
         try:
-            finish(False, write_error=str(err))
-        except results.ResultsWriteError:
-            pass  # meta.json on disk still says complete: false
-        raise
+            for cell in bar:
+                bar.set_postfix_str(cell.label)
+                if cell.skip:
+                    rows = [cell.row(cell.skip_status, cell.skip)]
+                else:
+                    try:
+                        rows = p.scenario.measure(cell, run) or [cell.row("failed", "the scenario measured no rows")]
+                    except results.ResultsWriteError:
+                        raise  # the disk, not the cell: recording it would fail the same way
+                    except Exception as err:  # one failing cell is recorded and the run goes on
+                        rows = [cell.row("failed", f"{type(err).__name__}: {err}"[-4000:])]
+                rows = [{**row, **stamp} for row in rows]
+                status = rows[0]["status"]
+                with latch.deferred():  # a Ctrl-C here lands after the counts match the disk
+                    writer.append(rows)  # whole on disk, or not at all
+                    counts[status] = counts.get(status, 0) + 1
+                    writer.write_meta()
+        except KeyboardInterrupt:
+            bar.close()
+            finish(False)
+            echo(f"interrupted: kept {sum(counts.values())} of {len(p.cells)} cells in {writer.dir}")
+            raise
+        except results.ResultsWriteError as err:
+            bar.close()
+            try:
+                finish(False, write_error=str(err))
+            except results.ResultsWriteError:
+                pass  # meta.json on disk still says complete: false
+            raise
     bar.close()
     finish(True)
     rows = results.read_rows(writer.dir)
