@@ -187,13 +187,9 @@ class Timers:
         type, never on the instance): ``obj`` gets a subclass of its class with the timed
         methods, and keeps its state and everything else of its class."""
         cls = type(obj)
-
-        def method(name, section):
-            original = getattr(cls, name)
-            return self._timed(lambda *args, **kwargs: original(*args, **kwargs), section)
-
-        obj.__class__ = type(f"Timed{cls.__name__}", (cls,), {"__module__": cls.__module__,
-                                                              **{m: method(m, s) for m, s in sections.items()}})
+        # the timed wrapper is a plain function, so the subclass binds it as it bound the original
+        timed = {m: self._timed(getattr(cls, m), s) for m, s in sections.items()}
+        obj.__class__ = type(f"Timed{cls.__name__}", (cls,), {"__module__": cls.__module__, **timed})
 
     def call(self, section: str, fn, *args, **kwargs):
         """``fn(*args, **kwargs)``, timed into ``section``."""
