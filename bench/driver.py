@@ -18,7 +18,8 @@ Every scenario (:mod:`bench.scenarios`) runs through :func:`run`:
 4. At the end meta.json gets ``complete``, ``interrupted``, ``end_time`` and the counts
    ``items_total``, ``items_done`` and ``items_by_status`` (one item = one cell); on Ctrl-C
    ``complete`` is false and KeyboardInterrupt is raised again after the counts are written.
-   A Ctrl-C that a finalizer swallowed (:class:`InterruptLatch`) ends the run after its cell.
+   A Ctrl-C that a finalizer swallowed (:class:`InterruptLatch`) ends the run at the cell's
+   next write of rows (a partial one, or its end).
    When rows.csv or meta.json cannot be written (a full disk), the run stops: what is on disk
    stays (at most the batch being written is lost), meta.json keeps ``complete: false`` (and
    gets ``write_error`` if it can still be written), and
@@ -45,15 +46,17 @@ from pathlib import Path
 from replaybench.bench import arguments, contract, derive, results, suites, summary
 from replaybench.bench.scenarios import OPTIONS, Cell, RunState, Scenario, Selection, SelectionError, load
 
-__all__ = ["Plan", "plan", "execute", "run", "run_suites", "format_summary", "summarize_run", "InterruptLatch", "interrupt_latch"]
+__all__ = ["Plan", "plan", "execute", "run", "run_suites", "format_summary", "summarize_run", "InterruptLatch",
+           "interrupt_latch"]
 
 
 class InterruptLatch:
     """The SIGINT handler of a run: it raises KeyboardInterrupt as Python's default one does,
     and also remembers the signal, because Python prints and drops an exception raised inside
     a finalizer (a weakref callback or ``__del__`` that the garbage collector runs when the
-    signal lands): such a Ctrl-C would be lost and the run would go on to the end. The driver
-    calls :meth:`check` after each cell, so a swallowed Ctrl-C still ends the run there.
+    signal lands): such a Ctrl-C would be lost and the run would go on to the end. Every write
+    of rows ends in :meth:`check`, so a swallowed Ctrl-C still ends the run at the cell's next
+    write (a partial one, or its end).
 
     Inside :meth:`deferred` the signal is only remembered, and raised as KeyboardInterrupt at
     the block's end. The driver wraps "append a cell's rows, count them, rewrite meta.json" in
@@ -180,7 +183,7 @@ def execute(p: Plan, *, out="results", run_id: str | None = None, machine: str |
         writer.finish(complete, interrupted=not complete, items_total=len(p.cells), items_done=sum(counts.values()),
                       items_by_status=counts, **extra)
 
-    with interrupt_latch() as latch:  # a Ctrl-C that a finalizer swallows still ends the run after its cell
+    with interrupt_latch() as latch:  # a Ctrl-C that a finalizer swallows still ends the run at the next write
         def write_partial(rows: list[dict]) -> None:
             with latch.deferred():
                 writer.append([{**row, **stamp} for row in rows])

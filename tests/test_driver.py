@@ -135,6 +135,50 @@ def test_toy_run_interrupted_keeps_finished_cells(tmp_path):
     assert {r["status"] for r in rows} == {"ok"}
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowed one, on purpose
+def test_a_ctrl_c_a_finalizer_swallowed_ends_the_run_after_its_cell(tmp_path):
+    """CI once lost a run's Ctrl-C: the KeyboardInterrupt was raised inside a weakref callback,
+    where Python prints it and goes on, and the run finished with exit status 0. The driver's
+    latch keeps it: the run ends after that cell, marked interrupted, with what was written."""
+    import signal
+    import time
+    import weakref
+
+    from replaybench.bench.scenarios import Cell, Scenario
+
+    class SwallowsCtrlC(Scenario):
+        name = "swallows_ctrl_c"
+
+        def measure(self, cell, run):
+            if cell.spec == 1:
+                class Owner:
+                    pass
+
+                def on_collect(ref):
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(0.01)  # the KeyboardInterrupt is raised in here, and dropped
+
+                owner = Owner()
+                ref = weakref.ref(owner, on_collect)
+                del owner
+                assert ref() is None  # the callback ran, and the cell goes on
+            return [cell.row("ok", value=1.0)]
+
+    scenario = SwallowsCtrlC()
+    cells = [Cell(f"cell {i}", {"variant": "v", "capacity": i, "op": "x"}, i) for i in range(4)]
+    p = driver.Plan({"name": "swallow"}, scenario, cells, Selection())
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as `replaybench run` has it
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            driver.execute(p, out=tmp_path, run_id="r", progress=False, echo=quiet)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    meta = results.read_meta(tmp_path / "r")
+    assert meta["complete"] is False and meta["interrupted"] is True
+    assert meta["items_done"] == 2 and meta["items_total"] == 4
+    assert [r["capacity"] for r in results.read_rows(tmp_path / "r")] == [0, 1]
+
+
 def test_scenario_that_does_not_take_an_option_refuses_it(tmp_path):
     proc = replaybench("run", "--suite", str(TOY / "toy_sort.json"), "--ops", "sort", "--out", str(tmp_path))
     assert proc.returncode == 2 and "does not take --ops" in proc.stderr
