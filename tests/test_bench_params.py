@@ -209,6 +209,7 @@ def test_summary_best_peer_ratio(tmp_path):
     assert {r["best_peer"] for r in contract.reference_ratios(cells)} == {"peer:fast", None}  # None: at 2048
 
 
+@pytest.mark.slow  # 9 s; make test keeps the two-item interrupt (test_bench) and the toy one (test_driver)
 def test_sigint_after_first_item_leaves_readable_incomplete_run(tmp_path):
     cmd = [sys.executable, "-m", "replaybench.bench", "run", "--suite", "micro-quick", "--out", str(tmp_path), "--no-progress"]
     code, output = interrupt_run(cmd, tmp_path, bool)  # the first item (timing-loop overhead) is on disk
