@@ -418,9 +418,10 @@ def step_over_local(policy: str, capacity: int, *, variant: str = "kary-aligned"
     same rows and priorities (re-sum off in both), and each of ``repeats`` rounds times
     ``calls`` steps on one, then on the other, in this thread's CPU seconds, the order
     alternating round by round. The ratio is taken per round, so a change of the host's speed
-    from round to round (large on a shared VM) is in both terms of it. Returns ``{"ratio", "ratio_min", "ratio_max"}`` (median and range over
-    the rounds) and ``"shared_s"``, ``"local_s"`` (median seconds per step). Raises ValueError
-    for a policy without fused sample and update. Costs ``2 * repeats * calls`` steps."""
+    from round to round (large on a shared VM) is in both terms of it. Returns ``{"ratio",
+    "ratio_min", "ratio_max"}`` (median and range over the rounds) and ``"shared_s"``,
+    ``"local_s"`` (median seconds per step). Raises ValueError for a policy without fused
+    sample and update. Costs ``2 * repeats * calls`` steps."""
     from replaybench.impl import registry
     from replaybench.impl.concurrent import SharedPrioritizedBuffer
 

@@ -732,9 +732,8 @@ def target_rows(groups: dict, targets: dict | None = None) -> dict[tuple, dict]:
 def format_table(rows: list[dict], targets: dict | None = None) -> str:
     """Per framework and buffer: medians over runs of the summary metrics, and the run count
     (seeds x the suite's passes); time and steps to threshold over the runs that reached them,
-    with how many did; against
-    the own buffer, replay time per env step (ours / own, with its target), the speedup and
-    which bound holds (:func:`target_rows`)."""
+    with how many did; against the own buffer, replay time per env step (ours / own, with its
+    target), the speedup and which bound holds (:func:`target_rows`)."""
     import statistics
 
     from replaybench.bench import derive
