@@ -6,7 +6,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-from replaybench.impl.rl.algorithms.a2c import A2CConfig
+from replaybench.impl.rl.algorithms.a2c import PONG_PAPER_SETTINGS, A2CConfig
 from replaybench.impl.rl.common.atari import AtariOptions, nearest_indices, resize_and_stack
 from replaybench.impl.rl.common.errors import ConfigError
 
@@ -113,9 +113,12 @@ def test_bad_options_raise_naming_the_field():
         assert err.value.field == next(iter(kwargs))
 
 
-def test_the_paper_preset_takes_the_authors_preprocessing():
-    acfg = A2CConfig.for_env("ALE/Pong-v5")
-    assert (acfg.resize, acfg.reset_stack) == ("nearest", "noop")
+def test_the_pong_preset_is_the_fast_one_and_the_paper_settings_take_the_authors_preprocessing():
+    fast = A2CConfig.for_env("ALE/Pong-v5")
+    assert (fast.stepping, fast.channels_last, fast.resize, fast.reset_stack) == ("ale-vector", True, "area", "repeat")
+    acfg = A2CConfig.for_env("ALE/Pong-v5", **PONG_PAPER_SETTINGS)
+    assert (acfg.stepping, acfg.resize, acfg.reset_stack) == ("shared", "nearest", "noop")
+    assert (acfg.lr, acfg.entropy, acfg.reward_clip) == (fast.lr, fast.entropy, fast.reward_clip)  # the same learning
     assert AtariOptions() == AtariOptions(resize="area", reset_stack="repeat")  # make_env's default unchanged
 
 
@@ -132,3 +135,8 @@ def test_make_env_pong_with_the_authors_options():
         assert np.array_equal(obs[-1], near)
     finally:
         env.close()
+
+
+def test_the_training_pong_suite_runs_the_paper_settings():
+    from replaybench.bench import suites
+    assert suites.load("training-pong")["overrides"] == PONG_PAPER_SETTINGS
