@@ -61,28 +61,48 @@ def _status(res, outcome, strict: bool) -> int:
     return 1 if strict and res.problems else 0
 
 
-def cmd_plots(args) -> int:
+def _render_machines(res, out: Path, only) -> list[tuple[str, object, object]]:
+    """Every machine's figures from its own runs (:meth:`analysis.load.Results.by_machine`): the
+    first machine's into ``out``, each other's into ``out/<machine>/``; ``[(machine, results,
+    outcome)]``."""
+    import re
+
     from replaybench.analysis import render
 
+    parts = []
+    for i, (machine, part) in enumerate(res.by_machine()):
+        folder = out if i == 0 else out / re.sub(r"[^A-Za-z0-9._-]", "_", machine)
+        if i:
+            print(f"machine {machine}: figures into {folder}/")
+        parts.append((machine, part, render.render(part, folder, only=only)))
+    return parts
+
+
+def _status_all(parts, strict: bool) -> int:
+    """:func:`_status` of the first machine's figures; 1 also when another machine's figure failed."""
+    _, res, outcome = parts[0]
+    return 1 if _status(res, outcome, strict) or any(o.failed for _, _, o in parts[1:]) else 0
+
+
+def cmd_plots(args) -> int:
     res = _load(args)
     if res is None:
         return 1
-    outcome = render.render(res, args.out, only=args.only)
-    return _status(res, outcome, args.strict)
+    return _status_all(_render_machines(res, Path(args.out), args.only), args.strict)
 
 
 def cmd_report(args) -> int:
-    from replaybench.analysis import render, report
+    from replaybench.analysis import report
 
     res = _load(args)
     if res is None:
         return 1
-    outcome = render.render(res, args.figures, only=args.only)
-    text = report.build(res, outcome, Path(args.out))
+    parts = _render_machines(res, Path(args.figures), args.only)
+    text = report.build_machines(parts, Path(args.out))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text)
     print(f"wrote {args.out}")
-    return _status(res, outcome, args.strict)
+    return _status_all(parts, args.strict)
 
 
 def cmd_compare(args) -> int:

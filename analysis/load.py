@@ -33,7 +33,7 @@ import pandas as pd
 from replaybench.bench import contract
 from replaybench.bench.contract import CELL_COLUMNS, RunError  # the contract's own objects, named for loaders' callers
 
-__all__ = ["RunError", "Results", "find_runs", "load_run", "load_runs", "cache_sizes", "latest_per_cell",
+__all__ = ["RunError", "Results", "machine_of", "find_runs", "load_run", "load_runs", "cache_sizes", "latest_per_cell",
            "CELL_COLUMNS"]
 
 
@@ -52,6 +52,39 @@ class Results:
     dirs: dict = field(default_factory=dict)
     problems: list = field(default_factory=list)
 
+    def machines(self) -> dict[str, str]:
+        """``{run_id: machine}``: the machine each run names (:func:`machine_of`)."""
+        table = self.table
+        return {run_id: machine_of(meta, table.loc[table["run_id"] == run_id, "machine"])
+                for run_id, meta in self.metas.items()}
+
+    def by_machine(self) -> list[tuple[str, "Results"]]:
+        """The runs split by the machine they name, one :class:`Results` each: the machine with
+        the most runs first (the project's own, in the repository), the others by name. A figure
+        drawn from one of them never holds points of two machines. ``problems`` stay with the
+        first; with no run loaded, the one part is this (empty) Results itself."""
+        machines = self.machines()
+        if not machines:
+            return [("unnamed", self)]  # no run loaded: one empty part, which keeps the problems
+        names = sorted(set(machines.values()), key=lambda m: (-list(machines.values()).count(m), m))
+        out = []
+        for i, name in enumerate(names):
+            ids = [run_id for run_id, m in machines.items() if m == name]
+            out.append((name, Results(self.table[self.table["run_id"].isin(ids)].reset_index(drop=True),
+                                      {r: self.metas[r] for r in ids}, {r: self.dirs[r] for r in ids},
+                                      self.problems if i == 0 else [])))
+        return out
+
+
+def machine_of(meta: dict, machine_column=None) -> str:
+    """The name of the machine a run was made on: meta.json's ``machine_label`` (``--machine``),
+    else the first name in its rows' ``machine`` column, else the host name, else "unnamed"."""
+    label = meta.get("machine_label")
+    if not label and machine_column is not None:
+        named = [m for m in machine_column if isinstance(m, str) and m]
+        label = named[0] if named else None
+    return str(label or (meta.get("machine") or {}).get("hostname") or "unnamed")
+
 
 def find_runs(root="results") -> list[Path]:
     """Run folders under ``root`` (sub-folders holding rows.csv or meta.json), oldest first.
@@ -61,7 +94,7 @@ def find_runs(root="results") -> list[Path]:
     root = Path(root)
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and ((p / "rows.csv").exists() or (p / "meta.json").exists()))
+    return sorted(p for p in root.iterdir() if p.is_dir() and (contract.has_rows(p) or (p / "meta.json").exists()))
 
 
 def load_run(run_dir) -> tuple[pd.DataFrame, dict]:

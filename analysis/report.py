@@ -29,7 +29,7 @@ from replaybench.analysis import markdown as md
 from replaybench.bench import contract, derive
 from replaybench.analysis.plots.capacity import default_timings
 
-__all__ = ["build"]
+__all__ = ["build", "build_machines"]
 
 _OPS = ["sample", "update", "insert_batch", "insert_one", "mixed"]
 
@@ -319,4 +319,25 @@ def build(res, outcome, report_path) -> str:
              "rather than editing it.", ""]
     lines += _machine(res) + _runs(res) + _throughput(res) + _memory_bound(res)
     lines += _sections(res, outcome) + _figures(outcome, report_path)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def build_machines(parts, report_path) -> str:
+    """The report of runs from several machines: ``parts`` is ``[(machine, results, outcome)]``
+    (:meth:`analysis.load.Results.by_machine`'s order, each machine's figures drawn from its own
+    runs only). The first machine's report as :func:`build` writes it, then one section per
+    other machine holding its own report, headings one level down. Numbers of two machines are
+    never put in one table or one figure."""
+    report_path = Path(report_path)
+    (home, res, outcome), others = parts[0], parts[1:]
+    text = build(res, outcome, report_path)
+    if not others:
+        return text
+    lines = text.rstrip().splitlines()
+    lines[2:2] = [f"The sections below are of machine `{home}`; the runs of "
+                  + ", ".join(f"`{m}`" for m, _, _ in others)
+                  + " follow, each in a section of its own (figures never join two machines).", ""]
+    for machine, part, part_outcome in others:
+        body = build(part, part_outcome, report_path).rstrip().splitlines()[4:]  # without the title lines
+        lines += ["", f"## Machine `{machine}`", ""] + [f"#{line}" if line.startswith("#") else line for line in body]
     return "\n".join(lines).rstrip() + "\n"

@@ -1,4 +1,4 @@
-"""The benchmark commands of ``replaybench``: ``list | run | summary | train | gossip`` (the analysis
+"""The benchmark commands of ``replaybench``: ``list | run | summary | compact | train | gossip`` (the analysis
 commands ``plots | report | compare`` are analysis/__main__.py's; replaybench/cli.py joins both).
 
     replaybench list                              # registered variants and peers, with parameters
@@ -7,6 +7,7 @@ commands ``plots | report | compare`` are analysis/__main__.py's; replaybench/cl
     replaybench run --suite micro-sweep-k --param K=4,16 --capacities 2**16
     replaybench run --suite micro-quick --variants binary,kary-aligned --out /tmp/r
     replaybench summary results/<run_id>          # reprint a stored run's summary
+    replaybench compact results/<run_id> ...      # rows.csv -> rows.parquet, checked equal first
     replaybench limits                            # this machine's memory latency and gather floor
     replaybench plan --run results/<id> --cores 8,16   # scaling model of a concurrency run
     replaybench train --algo dqn --env CartPole-v1 --buffer kary-aligned --actors 2 --learners 1 --steps 50000
@@ -86,6 +87,32 @@ def cmd_summary(args) -> int:
     return 0
 
 
+def cmd_compact(args) -> int:
+    """Compact each run folder named (rows.csv -> rows.parquet); every folder is checked before
+    any is converted, and one that cannot be converted is reported and left as it was."""
+    from pathlib import Path
+
+    from replaybench.bench import compaction, contract
+
+    folders = [Path(d) for d in args.run_dirs]
+    for folder in folders:
+        if not folder.is_dir() or not contract.has_rows(folder):
+            print(f"error: run_dirs: {str(folder)!r} is not a run folder (no rows.csv or rows.parquet in it)",
+                  file=sys.stderr)
+            return 2
+    failed = 0
+    for folder in folders:
+        before = sum(f.stat().st_size for f in folder.glob("rows.*"))
+        try:
+            path = compaction.compact(folder)
+        except (contract.RunError, compaction.CompactError, ImportError, OSError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            failed += 1
+            continue
+        print(f"{folder}: {path.name}, {before / 2**20:.2f} MiB -> {path.stat().st_size / 2**20:.2f} MiB")
+    return 1 if failed else 0
+
+
 def cmd_limits(args) -> int:
     from replaybench.bench import limits
 
@@ -98,7 +125,7 @@ def cmd_limits(args) -> int:
 
 
 def add_commands(sub) -> None:
-    """Add ``list``, ``run``, ``summary``, ``limits``, ``plan``, ``train`` and ``gossip`` to an argparse
+    """Add ``list``, ``run``, ``summary``, ``compact``, ``limits``, ``plan``, ``train`` and ``gossip`` to an argparse
     subparsers object."""
     p = sub.add_parser("list", help="registered variants and peers with their parameters")
     p.set_defaults(func=cmd_list)
@@ -128,6 +155,10 @@ def add_commands(sub) -> None:
     p = sub.add_parser("summary", help="print the summary of a stored run")
     p.add_argument("run_dir")
     p.set_defaults(func=cmd_summary)
+
+    p = sub.add_parser("compact", help="convert stored runs' rows.csv to rows.parquet (checked equal first)")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN", help="run folders")
+    p.set_defaults(func=cmd_compact)
 
     p = sub.add_parser("limits", help="measure this machine's dependent-load latency, random-gather floor and each op's floor")
     p.add_argument("--loads", type=arguments.positive_int, default=100_000, help="loads per timed pass")

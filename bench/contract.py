@@ -27,6 +27,9 @@ Statuses (:data:`STATUSES`):
 
 Every check is made by :func:`parse_row`, for the writer before a row is written and for the
 reader (:func:`read_rows`) on every line, so the harness cannot write a run its readers refuse.
+A run that has ended holds the same rows typed in rows.parquet (:mod:`bench.rowstore`); they are
+read through the same checks (:func:`check_row`), and :func:`column_kind` gives each column's
+stored type.
 
 meta.json is a JSON object; the fields readers use have the types of :data:`META_TYPES`
 (checked by :func:`read_meta`), so a run whose meta.json holds, say, a string where an object
@@ -51,10 +54,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from replaybench.bench import rowstore
+from replaybench.bench.rowstore import has_rows  # where a run's rows live is part of reading them
+
 __all__ = ["SCHEMA_VERSION", "COLUMNS", "RUN_COLUMNS", "MEASUREMENT_COLUMNS", "CELL_COLUMNS", "INT_COLUMNS",
            "FLOAT_COLUMNS", "BOOL_COLUMNS", "INT_RANGE", "META_TYPES", "REQUIRED", "STATUSES", "MEASURED",
            "BELOW_RESOLUTION", "SIGNED_METRICS", "TIMING_METRIC", "PEER_PREFIX", "REFERENCES", "RunError", "format_cell", "parse_cell", "parse_row",
-           "read_rows", "read_meta", "params_of", "cell_key", "items_per_s", "ns_per_item", "op_unit", "item_name",
+           "read_rows", "read_csv_rows", "has_rows", "check_row", "column_kind", "read_meta", "params_of", "cell_key",
+           "items_per_s", "ns_per_item", "op_unit", "item_name",
            "comparison_group", "reference_ratios", "format_table", "OpSpec", "OPS"]
 
 SCHEMA_VERSION = 1
@@ -216,6 +223,16 @@ def _short(text: str, limit: int = 40) -> str:
     return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
 
 
+def column_kind(column: str) -> str:
+    """How ``column`` is typed: "int", "float", "bool" or "text" (any column not in the number or
+    boolean sets, known or not)."""
+    if column in INT_COLUMNS:
+        return "int"
+    if column in FLOAT_COLUMNS:
+        return "float"
+    return "bool" if column in BOOL_COLUMNS else "text"
+
+
 def parse_cell(column: str, text: str):
     """The typed value of one field of ``column`` (None for an empty field).
 
@@ -271,6 +288,15 @@ def parse_row(header: Sequence[str], fields: Sequence[str]) -> dict:
     if len(fields) != len(header):
         raise ValueError(f"{len(fields)} fields where the header has {len(header)} (truncated or broken row)")
     row = {column: parse_cell(column, text) for column, text in zip(header, fields)}
+    check_row(row)
+    return row
+
+
+def check_row(row: Mapping) -> None:
+    """The checks of :func:`parse_row` after parsing, on a typed row (from any storage):
+    ``schema_version`` not newer than this reader's, ``status`` known, an ``ok`` or
+    ``below-resolution`` row's value in its metric's range. ValueError naming the column and
+    value otherwise."""
     version = row.get("schema_version")
     if version is not None and version > SCHEMA_VERSION:
         raise ValueError(f"schema_version {version} is newer than this reader knows ({SCHEMA_VERSION}); "
@@ -279,7 +305,6 @@ def parse_row(header: Sequence[str], fields: Sequence[str]) -> dict:
         raise ValueError(f"unknown status {row.get('status')!r} (known: {', '.join(STATUSES)})")
     if row["status"] in (MEASURED, BELOW_RESOLUTION):
         _check_value(row)
-    return row
 
 
 def _utf8_lines(fh, path: Path):
@@ -300,10 +325,68 @@ def _utf8_lines(fh, path: Path):
 
 
 def read_rows(run_dir) -> list[dict]:
-    """rows.csv of a run as typed dicts, every line checked by :func:`parse_row`.
+    """The rows of a run as typed dicts, every row checked by :func:`check_row`: from
+    rows.parquet when the run was compacted, else from rows.csv (:mod:`bench.rowstore`).
 
     Columns this version does not know are kept as strings; columns the file lacks are absent
-    from its dicts. Cost: one pass over the file, decoding one line at a time.
+    from its dicts. Cost: one pass over the file (rows.csv: decoding one line at a time).
+
+    Raises
+    ------
+    RunError
+        naming the file and, for a bad line or row, its number: a missing file; for rows.csv
+        see :func:`read_csv_rows`; for rows.parquet a file pyarrow cannot read, a column named
+        twice or typed against the contract, or a row :func:`check_row` refuses.
+    """
+    path = rowstore.rows_file(run_dir)
+    if not path.exists():
+        path = rowstore.rows_file(run_dir)  # compacted since the first look: rows.parquet now
+    if not path.exists():
+        raise RunError(path, "missing (a run folder holds rows.csv or rows.parquet, and meta.json)")
+    if path.name == rowstore.PARQUET_NAME:
+        return _read_parquet_rows(path)
+    return read_csv_rows(path)[1]
+
+
+def _read_parquet_rows(path: Path) -> list[dict]:
+    """Rows of a rows.parquet file, checked as :func:`read_rows` says."""
+    try:
+        header, columns = rowstore.read_parquet(path)
+    except ImportError as err:
+        raise RunError(path, f"reading parquet needs pyarrow ({err}); pip install pyarrow") from None
+    except Exception as err:  # pyarrow's errors (ArrowInvalid, OSError ...): a damaged file
+        raise RunError(path, f"not a readable parquet file: {err}") from None
+    _check_header(path, header)
+    import pyarrow.parquet as pq
+
+    for field in pq.read_schema(path):
+        wanted = rowstore.arrow_type(column_kind(field.name))
+        if field.type != wanted:
+            raise RunError(path, f"column {field.name!r} is stored as {field.type}, where the results contract "
+                                 f"wants {wanted}")
+    rows = [dict(zip(header, values)) for values in zip(*columns.values())] if header else []
+    for number, row in enumerate(rows, 1):
+        try:
+            check_row(row)
+        except ValueError as err:
+            raise RunError(path, f"row {number}: {err}") from None
+    return rows
+
+
+def _check_header(path: Path, header: list[str]) -> None:
+    """RunError (line 1) when ``header`` lacks :data:`REQUIRED` or names a column twice."""
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise RunError(path, f"not a rows.csv header: missing column(s) {missing} "
+                             f"(the first line must name the columns)", 1)
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:
+        raise RunError(path, f"the header names column(s) {twice} more than once, so which field holds "
+                             f"their values cannot be told", 1)
+
+
+def read_csv_rows(path) -> tuple[list[str], list[dict]]:
+    """``(header, rows)`` of a rows.csv file, every line checked by :func:`parse_row`.
 
     Raises
     ------
@@ -313,9 +396,9 @@ def read_rows(run_dir) -> list[dict]:
         without :data:`REQUIRED` or naming a column twice (which of the two holds the values
         cannot be told), a broken line (see :func:`parse_row`) or a CSV error.
     """
-    path = Path(run_dir) / "rows.csv"
+    path = Path(path)
     if not path.exists():
-        raise RunError(path, "missing (a run folder holds rows.csv and meta.json)")
+        raise RunError(path, "missing (a run folder holds rows.csv or rows.parquet, and meta.json)")
     rows = []
     with open(path, "rb") as fh:
         reader = csv.reader(_utf8_lines(fh, path))
@@ -323,14 +406,7 @@ def read_rows(run_dir) -> list[dict]:
             header = next(reader, None)
             if not header:
                 raise RunError(path, "empty file, no header", 1)
-            missing = [c for c in REQUIRED if c not in header]
-            if missing:
-                raise RunError(path, f"not a rows.csv header: missing column(s) {missing} "
-                                     f"(the first line must name the columns)", 1)
-            twice = sorted({c for c in header if header.count(c) > 1})
-            if twice:
-                raise RunError(path, f"the header names column(s) {twice} more than once, so which field holds "
-                                     f"their values cannot be told", 1)
+            _check_header(path, header)
             for fields in reader:
                 if not fields:
                     continue  # a blank line carries no row
@@ -340,7 +416,7 @@ def read_rows(run_dir) -> list[dict]:
                     raise RunError(path, str(err), reader.line_num) from None
         except csv.Error as err:  # e.g. a quoted field cut off by a truncated write
             raise RunError(path, f"CSV error: {err}", reader.line_num) from None
-    return rows
+    return header, rows
 
 
 def _meta_type_error(meta: dict) -> str | None:

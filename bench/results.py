@@ -1,4 +1,5 @@
-"""Results of one run: ``results/<run_id>/`` with rows.csv, meta.json and the raw pyperf JSON.
+"""Results of one run: ``results/<run_id>/`` with rows.csv (rows.parquet once the run has ended:
+:mod:`bench.rowstore`), meta.json and the raw pyperf JSON.
 
 rows.csv is tidy: one row per measured value (a pyperf value: seconds per call, averaged over
 that value's loops), or one row per grid item that produced no value (status ``failed``,
@@ -20,6 +21,8 @@ written, flushed and fsync'ed at once, so rows reach the disk as the run goes, a
 the batch and not the whole file, and a failure (a full disk, an interrupt) loses at most the
 batch being written: the file is cut back to its last whole batch, so it never holds half a
 row. Such a failure raises :class:`ResultsWriteError`; meta.json keeps ``complete: false``.
+When the run ends, :meth:`RunWriter.finish` compacts rows.csv into rows.parquet (checked equal
+before the CSV is removed), complete or interrupted alike.
 Every row is checked by the contract's :func:`~bench.contract.parse_row` before it is written,
 so a run on disk always passes the readers' checks.
 """
@@ -38,6 +41,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from replaybench.bench import compaction
 from replaybench.bench.contract import COLUMNS, SCHEMA_VERSION, STATUSES, format_cell, parse_row, read_meta, read_rows
 from replaybench.impl.machine import logical_cores, usable_cores
 
@@ -102,8 +106,9 @@ class RunWriter:
     Thread-safety: none (the driver's one thread writes).
     """
 
-    def __init__(self, out_dir, run_id: str, meta: dict):
+    def __init__(self, out_dir, run_id: str, meta: dict, *, compact: bool = True):
         self.run_id = run_id
+        self.compact = compact  # False: the rows stay in rows.csv at the end (tests of the CSV reader)
         self.dir = Path(out_dir) / run_id
         self.dir.mkdir(parents=True, exist_ok=False)
         self.raw_dir = self.dir / "pyperf"
@@ -186,9 +191,19 @@ class RunWriter:
 
     def finish(self, complete: bool, **extra) -> None:
         """Write the final meta.json: ``complete``, ``end_time`` and ``extra``
-        (ResultsWriteError when it cannot be written: the last one written stays)."""
+        (ResultsWriteError when it cannot be written: the last one written stays); then compact
+        the rows into rows.parquet (:func:`bench.compaction.compact`). A compaction that cannot
+        be made (no pyarrow, a full disk) leaves rows.csv as it is, says so on stderr, and is
+        not an error: the run is whole and ``replaybench compact`` converts it later."""
         self.meta.update(extra, end_time=_now(), complete=bool(complete))
         self.write_meta()
+        if not self.compact:
+            return
+        try:
+            compaction.compact(self.dir, missing_ok=True)
+        except OSError as err:
+            print(f"note: {self.dir} keeps its rows.csv (compacting it failed: {err}); "
+                  f"`replaybench compact {self.dir}` converts it later", file=sys.stderr)
 
 
 

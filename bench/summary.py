@@ -235,7 +235,7 @@ def format_headline(run_dirs, capacity: int = 2**20) -> str:
     throughput of 2 threads over 1. Runs without such rows simply leave those columns empty;
     folders without a rows.csv are skipped.
     """
-    runs = [contract.read_rows(d) for d in run_dirs if (Path(d) / "rows.csv").exists()]
+    runs = [contract.read_rows(d) for d in run_dirs if contract.has_rows(d)]
     threaded = [any((r.get("threads") or 1) > 1 for r in rs) for rs in runs]
     rows = [r for rs, t in zip(runs, threaded) if not t for r in rs]  # one thread's ratios: one run's
     stats = derive.summarize(rows)

@@ -1,5 +1,5 @@
-"""Read a stored run through the results contract (docs/results-schema.md): rows.csv checked
-line by line, meta.json checked, throughput derived at read time (never stored).
+"""Read a stored run through the results contract (docs/results-schema.md): its rows (rows.csv,
+or rows.parquet once the run has ended) checked row by row, meta.json checked, throughput derived at read time (never stored).
 
     python examples/read_results.py [results/<run-id>]
 """

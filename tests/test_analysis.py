@@ -55,7 +55,7 @@ def write_run(root, run_id, suite, scenario, rows, grid=None, scale=1.0, extra=N
     meta = {"scenario": scenario, "suite": {"name": suite, "batch": 256, "transitions": "cartpole"},
             "selection": {"params": grid or {}}, "variants": VARIANT_META, "machine": MACHINE,
             "git_sha": "0" * 40, "dirty": False, **(extra or {})}
-    writer = results.RunWriter(root, run_id, meta)
+    writer = results.RunWriter(root, run_id, meta, compact=False)  # CSV: the damage tests edit its lines
     out = []
     for r in rows:
         r = {**r, "run_id": run_id}
@@ -1032,3 +1032,31 @@ def test_frameworks_figure_takes_the_newest_run_per_framework_not_a_pool_of_runs
                                                      "tianshou": ["20300101T000600Z-frameworks"]}
     data = fw_plot.summary(rows)
     assert set(data.loc[data["framework"] == "sb3", "n_seeds"]) == {2}  # not 4: the older run's seeds left out
+
+
+def test_every_machine_gets_its_own_figures_and_report_section(tmp_path):
+    """Issue 38: runs of two machines measuring the same cells are never drawn together. The
+    machine with the most runs fills analysis/figures/ and the report's first sections; the other
+    gets figures/<machine>/ and a section of its own, each from its own runs only."""
+    rng = np.random.default_rng(3)
+    root = tmp_path / "results"
+    write_run(root, "20300101T000000Z-micro", "micro", "micro", micro_rows(rng))
+    write_run(root, "20300101T000200Z-cache", "cache", "cache", cache_rows())
+    write_run(root, "20300102T000000Z-micro", "micro", "micro", micro_rows(rng), scale=10.0,
+              extra={"machine_label": "big-16core"})
+    res = load.load_runs(load.find_runs(root))
+    parts = res.by_machine()
+    assert [(m, sorted(p.metas)) for m, p in parts] == [
+        ("test", ["20300101T000000Z-micro", "20300101T000200Z-cache"]), ("big-16core", ["20300102T000000Z-micro"])]
+    figures, target = tmp_path / "figures", tmp_path / "REPORT.md"
+    assert main(["report", "--runs", *map(str, load.find_runs(root)), "--figures", str(figures),
+                 "--out", str(target), "--only", "capacity"]) == 0
+    home = pd.read_csv(figures / "capacity.csv")
+    other = pd.read_csv(figures / "big-16core" / "capacity.csv")
+    assert set(home["run_id"]) == {"20300101T000000Z-micro"} and set(other["run_id"]) == {"20300102T000000Z-micro"}
+    assert (other["median"].to_numpy() > 5 * home["median"].to_numpy()).all()  # 10x slower: not the home run's values
+    text = target.read_text()
+    assert text.count("# replaybench report") == 1 and "## Machine `big-16core`" in text
+    section = text[text.index("## Machine `big-16core`"):]
+    assert "20300102T000000Z-micro" in section and "20300101T000000Z-micro" not in section
+    assert "big-16core/capacity.png" in section and "### Runs used" in section

@@ -3,14 +3,13 @@
 Runs use the micro-quick suite narrowed to one or two ops, so each takes a few seconds.
 """
 
-import csv
 import json
 import os
 import sys
 
 import pytest
 
-from replaybench.bench import contract, derive, driver, peers, results, suites, summary
+from replaybench.bench import contract, derive, driver, peers, results, rowstore, suites, summary
 from replaybench.bench.arguments import grid_param
 from replaybench.bench.scenarios import Selection, SelectionError, micro
 from replaybench.impl import registry
@@ -215,10 +214,9 @@ def test_sigint_after_first_item_leaves_readable_incomplete_run(tmp_path):
     code, output = interrupt_run(cmd, tmp_path, bool)  # the first item (timing-loop overhead) is on disk
     assert code == 130, output
     run_dir = only_run_dir(tmp_path)
-    with open(run_dir / "rows.csv", newline="") as fh:
-        reader = csv.DictReader(fh)
-        assert reader.fieldnames == results.COLUMNS
-        raw = list(reader)
+    header, columns = rowstore.read_parquet(run_dir / "rows.parquet")  # an interrupted run is compacted too
+    assert header == results.COLUMNS
+    raw = [dict(zip(header, values)) for values in zip(*columns.values())]
     assert raw and raw[0]["op"] == "empty"
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["complete"] is False and meta["interrupted"] is True

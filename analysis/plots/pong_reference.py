@@ -10,7 +10,10 @@ Per side and suite, the newest run only (a rerun replaces an older run of the sa
 per run and seed one line: the mean return of the last :data:`WINDOW` episodes (fewer at the
 start of a run) against env steps, one point per episode. Blue: ours, orange: SB3; one line
 style per suite; a dotted line at the threshold the reference runs record (params
-``threshold``). The CSV holds every drawn point. Raises :class:`NoRows` naming the missing
+``threshold``) and a grey band where the PAAC authors' code starts to learn Pong
+(:data:`AUTHORS_ONSET_STEPS`, from their README; ../shared/context/papers.md). The CSV holds
+every drawn point, with the wall seconds at each; :func:`report_section` gives per run the best
+trailing mean and the env steps and wall time to it and to the threshold. Raises :class:`NoRows` naming the missing
 side when either has no rows: a curve without its reference (or the reverse) is not this
 figure. Cost: one pass over the episode rows.
 """
@@ -19,11 +22,13 @@ from __future__ import annotations
 
 import pandas as pd
 
+from replaybench.analysis import markdown as md
 from replaybench.analysis.plots import NoRows, Plot
 from replaybench.analysis.plots._common import handle, legend, new_figure
 from replaybench.bench import contract
 
-__all__ = ["NAME", "ORDER", "TITLE", "ENV", "WINDOW", "SIDES", "reference_rows", "curves", "build"]
+__all__ = ["NAME", "ORDER", "TITLE", "ENV", "WINDOW", "THRESHOLD", "AUTHORS_ONSET_STEPS", "SIDES", "reference_rows",
+           "curves", "milestones", "build", "report_section"]
 
 NAME = "pong_reference"
 ORDER = 51
@@ -31,6 +36,11 @@ TITLE = "Pong: PAAC and Stable-Baselines3's A2C on the same env steps"
 
 ENV = "ALE/Pong-v5"
 WINDOW = 20
+#: The mean return issue 39 asks of our PAAC (and frameworks-a2c-pong records as its threshold).
+THRESHOLD = -10.0
+#: The PAAC authors' README: Pong "will begin to learn after about 5 million frames", counted by
+#: their code once per 4-frame env step, so about 5M env steps (../shared/context/papers.md).
+AUTHORS_ONSET_STEPS = 5_000_000
 
 #: side -> (scenario, framework in params or None, colour, where its rows come from)
 SIDES = {"PAAC (ours)": ("training", None, "#0072B2", "scenario 'training', algo 'a2c'"),
@@ -69,9 +79,10 @@ def curves(rows: pd.DataFrame) -> pd.DataFrame:
         values = g["value"].astype(float)
         parts.append(pd.DataFrame({"side": side, "suite": suite, "run_id": run_id, "seed": seed,
                                    "env_steps": g["env_steps"].astype(float).to_numpy(),
+                                   "wall_s": g["wall_s"].astype(float).to_numpy(),
                                    "mean_return": values.rolling(WINDOW, min_periods=1).mean().to_numpy(),
                                    "episodes": values.rolling(WINDOW, min_periods=1).count().astype(int).to_numpy()}))
-    columns = ["side", "suite", "run_id", "seed", "env_steps", "mean_return", "episodes"]
+    columns = ["side", "suite", "run_id", "seed", "env_steps", "wall_s", "mean_return", "episodes"]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
 
 
@@ -99,6 +110,9 @@ def build(table, metas) -> Plot:
     for t in thresholds:
         ax.axhline(t, color="0.4", linestyle=":", linewidth=1)
         handles.append(handle(f"threshold {t:g} (mean of {WINDOW})", "0.4", marker="", linestyle=":"))
+    ax.axvspan(AUTHORS_ONSET_STEPS * 0.9, AUTHORS_ONSET_STEPS * 1.1, color="0.85", zorder=0)
+    handles.append(handle("the PAAC authors' code starts to learn (~5M env steps, their README)", "0.85",
+                          marker="s", linestyle=""))
     ax.set_xlabel("environment steps (4 frames each)")
     ax.set_ylabel(f"mean return of the last {WINDOW} episodes")
     ax.set_title(f"{ENV}: return against env steps", fontsize=10)
@@ -107,3 +121,54 @@ def build(table, metas) -> Plot:
     return Plot(fig, data, f"Mean return of the last {WINDOW} episodes against environment steps on {ENV}: our PAAC "
                            "(scenario training) and Stable-Baselines3's A2C with rl-baselines3-zoo's Atari settings "
                            "(scenario frameworks, suite frameworks-a2c-pong), one line per run and seed.")
+
+
+def milestones(line: pd.DataFrame) -> dict:
+    """Of one run and seed's curve (rows of :func:`curves`, in order): the best trailing mean over
+    a full window (``best``, with the ``best_steps`` and ``best_wall_s`` of its first episode),
+    the first full-window mean at or above :data:`THRESHOLD` (``threshold_steps``,
+    ``threshold_wall_s``; None when never reached), the episodes and the env steps/s of the whole
+    run (last env steps over last wall seconds)."""
+    full = line[line["episodes"] >= WINDOW]
+    out = {"episodes": len(line), "env_steps": float(line["env_steps"].iloc[-1]),
+           "steps_per_s": float(line["env_steps"].iloc[-1] / line["wall_s"].iloc[-1])
+           if line["wall_s"].iloc[-1] > 0 else None,  # False for NaN: a run without wall times
+           "best": None, "best_steps": None, "best_wall_s": None, "threshold_steps": None, "threshold_wall_s": None}
+    if not full.empty:
+        best = full.loc[full["mean_return"].idxmax()]
+        out.update(best=float(best["mean_return"]), best_steps=float(best["env_steps"]), best_wall_s=float(best["wall_s"]))
+        reached = full[full["mean_return"] >= THRESHOLD]
+        if not reached.empty:
+            out.update(threshold_steps=float(reached["env_steps"].iloc[0]),
+                       threshold_wall_s=float(reached["wall_s"].iloc[0]))
+    return out
+
+
+def report_section(data: pd.DataFrame | None, res, drawn) -> list[str]:
+    """Per run and seed of the Pong figure: episodes, env steps/s, the best mean of the last
+    :data:`WINDOW` episodes and the env steps and wall time to it and to :data:`THRESHOLD`, on
+    the machine the run names."""
+    if data is None or data.empty:
+        return []
+
+    def minutes(seconds):
+        return "-" if seconds is None or pd.isna(seconds) else f"{seconds / 60:.0f} min"
+
+    def steps(n):
+        return "-" if n is None else f"{n / 1e6:.2f}M"
+
+    body = []
+    for (side, suite, run_id, seed), line in data.groupby(["side", "suite", "run_id", "seed"], dropna=False, sort=True):
+        m = milestones(line)
+        body.append([side, suite, f"`{run_id}`", str(seed), str(m["episodes"]), steps(m["env_steps"]),
+                     "-" if m["steps_per_s"] is None else f"{m['steps_per_s']:,.0f}",
+                     "-" if m["best"] is None else f"{m['best']:.1f}", steps(m["best_steps"]), minutes(m["best_wall_s"]),
+                     steps(m["threshold_steps"]) if m["threshold_steps"] is not None else "not reached",
+                     minutes(m["threshold_wall_s"])])
+    return ["## Pong: time to the threshold", "",
+            f"Per run: the best mean of the last {WINDOW} episodes, and the env steps and wall time (on the "
+            f"machine of the run, learning included) to it and to the first mean >= {THRESHOLD:g}; env steps/s "
+            f"over the whole run. The PAAC authors' code starts to learn after about "
+            f"{AUTHORS_ONSET_STEPS / 1e6:.0f}M env steps.", ""] + md.table(
+        ["side", "suite", "run", "seed", "episodes", "env steps", "steps/s", f"best mean of {WINDOW}", "at",
+         "wall to best", f"to {THRESHOLD:g}", f"wall to {THRESHOLD:g}"], body) + [""]
