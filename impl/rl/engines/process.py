@@ -9,7 +9,8 @@
        │     sends its finished episodes to the parent's log in one message per 50 ms
        │     (impl.rl.common.episode_outbox), the rest on every exit
        └── learner r (L of them)    waits on the rate limiter, samples batch_size // L,
-             learn() with gradients all-reduced over gloo (L > 1), update_priorities;
+             learn() with gradients all-reduced over gloo (L > 1) on TrainConfig.device,
+             update_priorities;
              learner 0 publishes the policy weights every weight_sync_every updates; after the
              last update (the clock stopped) it times its replay calls alone, at its own pace
              in the run (its gradient step and its mean wait between them, untimed), once the
@@ -48,6 +49,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from replaybench.impl.rl import algorithms
+from replaybench.impl.rl.common.device import resolve_device
 from replaybench.impl.rl.common.envs import (
     EnvRunner,
     EpisodeLog,
@@ -187,7 +189,9 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                                 timeout=timedelta(seconds=max(60.0, cfg.join_timeout_s)))
     try:
-        learner = algo.learner_cls(spaces, acfg, RunSeeds(cfg.seed).networks)  # every rank: same initial weights
+        device = resolve_device(cfg.device)
+        learner = algo.learner_cls(spaces, acfg, RunSeeds(cfg.seed).networks,  # every rank: same initial weights
+                                   device=device)
         if world > 1:
             for module in learner.modules():  # and make sure of it
                 for p in module.parameters():
