@@ -289,3 +289,57 @@ def test_a_short_a2c_run_on_cuda_completes_and_its_rows_name_the_gpu():
     assert result.updates == 20 and result.env_steps == 400
     params = training.run_base(cfg, acfg, {})["params"]
     assert params["device"] == "cuda" and params["device_name"] == torch.cuda.get_device_name()
+
+
+# ------------------------------------------------------------------------------------ the suite
+def test_the_gpu_suite_expands_to_cpu_and_cuda_cells_and_the_cuda_ones_are_unavailable_without_a_gpu():
+    from replaybench.bench import driver, suites
+
+    plan = driver.plan(suites.load("training-gpu-quick"))
+    cells = plan.cells
+    grid = [(c.spec.algo, c.spec.env, c.spec.actors, c.spec.device) for c in cells]
+    assert grid == [("dqn", "CartPole-v1", 0, "cpu"), ("dqn", "CartPole-v1", 6, "cpu"),
+                    ("dqn", "CartPole-v1", 0, "cuda"), ("dqn", "CartPole-v1", 6, "cuda"),
+                    ("a2c", "ALE/Pong-v5", 0, "cpu"), ("a2c", "ALE/Pong-v5", 0, "cuda")]
+    assert len({c.label for c in cells}) == len(cells)
+    for c in cells:
+        params = c.columns["params"]
+        assert params["device"] == c.spec.device
+        if c.spec.device == "cpu" or HAS_CUDA:
+            assert c.skip == "" and params["device_name"]
+        else:
+            assert c.skip_status == "unavailable" and "sees no CUDA device" in c.skip
+            assert params["device_name"] is None
+
+
+def test_a_part_of_a_training_suite_takes_only_grid_keys():
+    from replaybench.bench import driver, suites
+    from replaybench.bench.scenarios import SelectionError
+
+    suite = suites.load("training-gpu-quick")
+    suite["parts"][0]["colour"] = "blue"
+    with pytest.raises(SelectionError, match=r"a part may set .* not \['colour'\]"):
+        driver.plan(suite)
+
+
+@pytest.mark.slow
+def test_the_gpu_suite_runs_with_tiny_steps_its_cuda_cells_as_unavailable_rows_here(tmp_path):
+    """The suite end to end through the driver at a few thousand steps (the parallel layout cut
+    to 1 actor + 1 learner): every CPU cell's rows "ok" and naming the device, every CUDA cell
+    one "unavailable" row where torch sees no GPU (else "ok" rows naming the GPU)."""
+    from replaybench.bench import driver, results, suites
+
+    suite = suites.load("training-gpu-quick")
+    suite["parts"][0].update(steps=3000, layouts=[[0, 0], [1, 1]])
+    suite["parts"][1].update(steps=320)
+    run_dir = driver.run(suite, out=tmp_path, run_id="gpu-quick", progress=False, echo=lambda *a, **k: None)
+    rows = results.read_rows(run_dir)
+    summary = [r for r in rows if r["op"] == "summary" and r["metric"] == "env_steps_per_s"]
+    assert len(summary) == 6
+    for r in summary:
+        params = json.loads(r["params"]) if isinstance(r["params"], str) else r["params"]
+        if params["device"] == "cpu" or HAS_CUDA:
+            assert r["status"] == "ok", r
+            assert params["device_name"]
+        else:
+            assert r["status"] == "unavailable" and "sees no CUDA device" in r["error"]
