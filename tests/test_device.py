@@ -205,8 +205,9 @@ def test_host_arrays_and_on_device_on_the_cpu_share_memory():
 @cuda
 @needs_cuda
 def test_cuda_learners_start_equal_and_track_the_cpu_learners():
-    """Built on the CPU from the seed, then moved: the same initial bits; after an update the
-    losses agree to float32 rounding (GPU kernels sum in another order)."""
+    """Built on the CPU from the seed, then moved: the same initial bits; after an update DQN's
+    loss and priorities agree to float32 rounding (GPU kernels sum in another order). TD3's
+    smoothing noise comes from the device's generator, so only its shapes are compared."""
     for name, env_id in (("dqn", "CartPole-v1"), ("td3", "Pendulum-v1")):
         algo = algorithms.get(name)
         env = gym.make(env_id)
@@ -227,8 +228,10 @@ def test_cuda_learners_start_equal_and_track_the_cpu_learners():
         on_gpu = {k: torch.from_numpy(np.asarray(v)).cuda() for k, v in batch.items()}
         (l_cpu, p_cpu), (l_gpu, p_gpu) = cpu.learn(batch), gpu.learn(on_gpu)
         assert isinstance(p_gpu, np.ndarray) and p_gpu.dtype == np.float64 and p_gpu.shape == (n,)
-        assert l_gpu == pytest.approx(l_cpu, rel=1e-3)
-        np.testing.assert_allclose(p_gpu, p_cpu, rtol=1e-3, atol=1e-4)
+        assert isinstance(l_gpu, float) and np.isfinite(l_gpu) and np.isfinite(p_gpu).all()
+        if name == "dqn":
+            assert l_gpu == pytest.approx(l_cpu, rel=1e-3)
+            np.testing.assert_allclose(p_gpu, p_cpu, rtol=1e-3, atol=1e-4)
 
 
 @cuda
