@@ -43,7 +43,7 @@ from pathlib import Path
 
 from replaybench.bench import compaction
 from replaybench.bench.contract import COLUMNS, SCHEMA_VERSION, STATUSES, format_cell, parse_row, read_meta, read_rows
-from replaybench.impl.machine import logical_cores, usable_cores
+from replaybench.impl.machine import cpu_model, logical_cores, usable_cores
 
 # The schema names and the readers are the contract's (bench.contract); they are named here too
 # because every scenario writes and reads its run through this module.
@@ -261,9 +261,7 @@ def machine_info() -> dict:
     lscpu = _lscpu()
     model = lscpu.get("Model name")
     if model is None:
-        cpuinfo = _read(Path("/proc/cpuinfo")) or ""
-        match = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)
-        model = match.group(1) if match else platform.processor() or None
+        model = cpu_model()
     mem = _read(Path("/proc/meminfo")) or ""
     match = re.search(r"^MemTotal:\s*(\d+) kB", mem, re.M)
     return {

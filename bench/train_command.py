@@ -59,6 +59,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, help="a2c: stepping processes, n_w (capped at the cores; 0: in process)")
     p.add_argument("--t-max", type=int, help="a2c: steps per environment between updates")
     p.add_argument("--timeout", type=float, help="fail the run after this many seconds")
+    p.add_argument("--device", help="where the learners compute: cpu (default), cuda, or auto (a GPU when torch "
+                                    "sees one); actors always act on the CPU")
     p.add_argument("--checkpoint", help="a2c: save the run's checkpoint to this file (every --checkpoint-every env "
                                         "steps and at the end)")
     p.add_argument("--checkpoint-every", type=int, help="a2c: env steps between checkpoints (default: only at the end)")
@@ -78,7 +80,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 #: TrainConfig (and a2c config) fields set by the option of the same name (``--insert-batch``) ...
 _OPTION_FIELDS = ("algo", "env", "buffer", "policy", "actors", "learners", "steps", "seed", "insert_batch",
                   "weight_sync_every", "envs_per_actor", "t_max", "backend", "ray_address", "checkpoint",
-                  "checkpoint_every", "resume")
+                  "checkpoint_every", "resume", "device")
 #: ... and those whose option is named otherwise.
 _RENAMED = {"buffer_params": "--param", "timeout_s": "--timeout", "n_envs": "--envs", "n_workers": "--workers"}
 
@@ -92,7 +94,8 @@ def _validated_config(args):
     extra = {k: v for k, v in (("insert_batch", args.insert_batch), ("weight_sync_every", args.weight_sync_every),
                                ("timeout_s", args.timeout), ("ray_address", args.ray_address),
                                ("envs_per_actor", args.envs_per_actor), ("checkpoint", args.checkpoint),
-                               ("checkpoint_every", args.checkpoint_every), ("resume", args.resume)) if v is not None}
+                               ("checkpoint_every", args.checkpoint_every), ("resume", args.resume),
+                               ("device", args.device)) if v is not None}
     paac = {k: v for k, v in (("n_envs", args.envs), ("n_workers", args.workers), ("t_max", args.t_max))
             if v is not None}
     try:

@@ -7,8 +7,10 @@ the engines' process counts, the metadata written beside each run.
 from __future__ import annotations
 
 import os
+import platform
+import re
 
-__all__ = ["usable_cores", "logical_cores"]
+__all__ = ["usable_cores", "logical_cores", "cpu_model"]
 
 
 def usable_cores() -> int:
@@ -24,3 +26,16 @@ def usable_cores() -> int:
 def logical_cores() -> int:
     """Logical CPUs the machine has, whether or not this process may use them."""
     return os.cpu_count() or 1
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name from /proc/cpuinfo (Linux), else ``platform.processor()``; None
+    when neither says. Cost: one read of /proc/cpuinfo."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            match = re.search(r"^model name\s*:\s*(.+)$", f.read(), re.M)
+        if match:
+            return match.group(1).strip()
+    except OSError:
+        pass
+    return platform.processor() or None

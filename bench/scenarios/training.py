@@ -19,7 +19,9 @@ Rows (scenario "training", ``engine`` the engine that ran: "sequential" for the 
 have ``mode`` "processes", "ray" or "dataflow" instead, which the readers map; the sequential
 baseline has actors = learners = 0, policy "none" and ``"baseline": true`` in params;
 params.envs_per_actor is E, the environments each actor, and the sequential loop, steps with
-one batched forward), per run:
+one batched forward; params.device is where the learners computed, "cpu" or "cuda"
+(``TrainConfig.device``; ``device_setting`` "auto" when so asked), params.device_name the GPU's
+name or the CPU's model), per run:
 
 - op "summary", one row per metric: env_steps_per_s (steps/s), updates_per_s (updates/s),
   sample_latency_s (s, mean per buffer.sample call), time_to_threshold_s (s; status "skipped"
@@ -55,7 +57,14 @@ one batched forward), per run:
   Sum over roles for a run's total process time.
 
 A run that fails (a worker raised, a timeout) is one row (op "summary", metric
-env_steps_per_s) with status "failed" and the error; the suite goes on with the next run.
+env_steps_per_s) with status "failed" and the error; the suite goes on with the next run. A
+run on a device this machine lacks (``devices: ["cpu", "cuda"]`` without a GPU) is one such
+row with status "unavailable" and the reason.
+
+A suite's ``devices`` runs its grid once per learner device, and ``parts`` (a list of grids,
+each the suite's keys with its own in their place) puts several algorithms or environments in
+one suite: bench/suites/training-gpu-quick.json runs DQN on CartPole and PAAC on Pong, each on
+the CPU and on CUDA.
 
 Episode rows reach rows.csv as the run goes (:class:`EpisodeRows`: every
 :data:`WRITE_EVERY_S` seconds, through the driver's ``RunState.write``), the summary and
@@ -111,11 +120,26 @@ def _structure_and_k(variant: str, buffer_params: dict):
     return v.structure, buffer_params.get("K", v.params.get("K"))
 
 
+def device_params(setting: str) -> dict:
+    """What a run's rows say of its learners' device (``TrainConfig.device``): ``device``, the
+    kind it resolves to here ("cpu" or "cuda"), ``device_name`` (the GPU's name or the CPU's
+    model; None for a device this machine lacks) and, for "auto", ``device_setting``."""
+    from replaybench.impl.rl.common.device import device_name, resolve_device, unavailable_reason
+
+    device = resolve_device(setting)
+    out = {"device": device.type,
+           "device_name": None if unavailable_reason(setting) is not None else device_name(device)}
+    if setting != device.type:
+        out["device_setting"] = setting
+    return out
+
+
 def run_base(cfg, acfg, base: dict) -> dict:
     """The columns every row of one run shares."""
     structure, k = _structure_and_k(cfg.buffer, cfg.buffer_params)
     params = {**cfg.buffer_params, "steps": cfg.steps, "updates_per_step": acfg.updates_per_step,
-              "batch_size": acfg.batch_size, "insert_batch": cfg.insert_batch, "envs_per_actor": cfg.envs_per_actor}
+              "batch_size": acfg.batch_size, "insert_batch": cfg.insert_batch, "envs_per_actor": cfg.envs_per_actor,
+              **device_params(cfg.device)}
     if cfg.sequential:
         params["baseline"] = True
     else:
@@ -266,7 +290,7 @@ class ProgressBar:
 
 # ------------------------------------------------------------------------------------------ table
 def format_table(rows: list[dict]) -> str:
-    """One line per run: throughput, time to threshold, waits, speedup, the replay share
+    """One line per run (its learners' device among the keys): throughput, time to threshold, waits, speedup, the replay share
     (replay seconds over all process seconds of the run: every section of every process), and
     what bounds the run with the fraction of that bound reached (:mod:`bench.bound`), and the
     learner's replay seconds per update in the run over the same calls alone."""
@@ -277,7 +301,7 @@ def format_table(rows: list[dict]) -> str:
         params = json.loads(r["params"]) if isinstance(r["params"], str) else r["params"]  # read back or in memory
         ratio = params.get("updates_per_step")
         key = (r["variant"], r["policy"], ratio, params.get("envs_per_actor", 1), r["actors"], r["learners"],
-               r["seed"], r.get("engine"))
+               r["seed"], r.get("engine"), params.get("device", "cpu"), r.get("algo"), r.get("env"))
         entry = runs.setdefault(key, {"profile": {}})
         if r["op"] == "summary":
             entry[r["metric"]] = r.get("value") if r["status"] == "ok" else r["status"]
@@ -290,36 +314,64 @@ def format_table(rows: list[dict]) -> str:
         return fmt.format(x) if isinstance(x, (int, float)) else (x or "-")
 
     body = []
-    for (variant, policy, ratio, envs, a, l, seed, engine), e in runs.items():
+    for (variant, policy, ratio, envs, a, l, seed, engine, device, _, _), e in runs.items():
         total = sum(e["profile"].values())
         share = e["profile"].get("replay", 0.0) / total if total else None
-        body.append([variant, policy, str(engine), str(ratio), str(envs), str(a), str(l), str(seed),
+        body.append([variant, policy, str(engine), str(device), str(ratio), str(envs), str(a), str(l), str(seed),
                      num(e.get("env_steps_per_s"), "{:.0f}"), num(e.get("updates_per_s"), "{:.0f}"), num(e.get("time_to_threshold_s"), "{:.1f}"),
                      num(e.get("speedup"), "{:.2f}"), num(e.get("vs_process"), "{:.2f}"),
                      num(e.get("actor_wait_s"), "{:.1f}"),
                      num(e.get("learner_wait_s"), "{:.1f}"), num(share, "{:.1%}"), e.get("bound") or "-",
                      num(e.get("bound_steps_per_s"), "{:.0f}"), num(e.get("bound_fraction"), "{:.0%}"),
                      num(e.get("learner_replay_inrun_over_alone"), "{:.2f}")])
-    header = ["variant", "policy", "engine", "upd/step", "E", "A", "L", "seed", "steps/s", "upd/s", "t_thresh s",
+    header = ["variant", "policy", "engine", "device", "upd/step", "E", "A", "L", "seed", "steps/s", "upd/s", "t_thresh s",
               "speedup", "vs process", "actor wait s", "learner wait s", "replay share", "bound", "bound steps/s",
               "of bound", "replay/alone"]
-    return "\n".join(table(header, body, set(range(3, len(header)))))
+    return "\n".join(table(header, body, set(range(4, len(header)))))
 
 
 # ------------------------------------------------------------------------------------------ suite
+#: The keys of a training suite's grid (:func:`suite_configs`), which a part may set.
+GRID_KEYS = ("algo", "env", "steps", "seeds", "buffers", "layouts", "ratios", "envs_per_actor", "backends",
+             "devices", "overrides", "insert_batch", "weight_sync_every", "ratio_tolerance", "timeout_s",
+             "start_method")
+
+
 def suite_configs(suite: dict, variants: list[str] | None = None) -> list:
     """The suite's grid as TrainConfigs: seeds x buffers x layouts, each buffer's baseline first.
 
     ``suite`` keys: algo, env, steps, seeds, buffers (list of {"variant", "policy", "params"}),
-    layouts (list of [actors, learners]; [0, 0] = the sequential baseline), and optionally
+    layouts (list of [actors, learners]; [0, 0] = the sequential baseline, and the only layout
+    of an algorithm with its own engine, e.g. a2c on PAAC), and optionally
     ratios (updates_per_step values, each a grid point with its own baseline; default: the
     algorithm's preset), envs_per_actor (E values, each a grid point with its own sequential
     baseline stepping E envs too; default [1]), backends (engines of the parallel layouts,
-    "process", "ray" and/or "dataflow"; default ["process"]; the baseline runs once), overrides (algorithm
-    config), insert_batch, weight_sync_every, ratio_tolerance, timeout_s, start_method.
+    "process", "ray" and/or "dataflow"; default ["process"]; the baseline runs once), devices
+    (the learners' ``TrainConfig.device`` values, each a grid point with its own baseline;
+    default ["cpu"]), overrides (algorithm config), insert_batch, weight_sync_every,
+    ratio_tolerance, timeout_s, start_method.
+
+    ``parts`` (optional): a list of objects, each a grid of its own made of the suite's keys with
+    its own (any of :data:`GRID_KEYS`) in their place, run in order: several algorithms or
+    environments in one suite (bench/suites/training-gpu-quick.json).
     """
+    if suite.get("parts") is not None:
+        parts = suite["parts"]
+        if not isinstance(parts, list) or not parts or not all(isinstance(p, dict) for p in parts):
+            raise ValueError(f"'parts' must be a non-empty list of objects, got {parts!r}")
+        configs = []
+        for part in parts:
+            unknown = sorted(set(part) - set(GRID_KEYS))
+            if unknown:
+                raise ValueError(f"a part may set {list(GRID_KEYS)}, not {unknown}")
+            whole = {k: v for k, v in suite.items() if k != "parts"}
+            configs += suite_configs({**whole, **part}, variants)
+        return configs
     from replaybench.impl.rl import TrainConfig
 
+    devices = suite.get("devices") or ["cpu"]
+    if not isinstance(devices, list):
+        raise ValueError(f"'devices' must be a list of TrainConfig.device values, got {devices!r}")
     buffers = [b for b in suite["buffers"] if variants is None or b["variant"] in variants]
     if variants is not None and not buffers:
         known = sorted({b["variant"] for b in suite["buffers"]})
@@ -331,20 +383,21 @@ def suite_configs(suite: dict, variants: list[str] | None = None) -> list:
     ratios = suite.get("ratios") or [None]
     backends = sorted(suite.get("backends") or ["process"], key=lambda b: b != "process")  # process runs first
     configs = []
-    for ratio in ratios:
-        ratio_override = {} if ratio is None else {"updates_per_step": ratio}
-        for envs in suite.get("envs_per_actor") or [1]:
-            for seed in suite["seeds"]:
-                for b in buffers:
-                    for actors, learners in layouts:
-                        for backend in (["process"] if actors * learners == 0 else backends):
-                            configs.append(TrainConfig(algo=suite["algo"], env=suite["env"], buffer=b["variant"],
-                                                       policy=b.get("policy", "lazy-writing"),
-                                                       buffer_params=dict(b.get("params") or {}), actors=actors,
-                                                       learners=learners, steps=suite["steps"], seed=seed,
-                                                       envs_per_actor=envs, overrides={**overrides, **ratio_override},
-                                                       backend=backend,
-                                                       **extra))
+    for device in devices:
+        for ratio in ratios:
+            ratio_override = {} if ratio is None else {"updates_per_step": ratio}
+            for envs in suite.get("envs_per_actor") or [1]:
+                for seed in suite["seeds"]:
+                    for b in buffers:
+                        for actors, learners in layouts:
+                            for backend in (["process"] if actors * learners == 0 else backends):
+                                configs.append(TrainConfig(algo=suite["algo"], env=suite["env"], buffer=b["variant"],
+                                                           policy=b.get("policy", "lazy-writing"),
+                                                           buffer_params=dict(b.get("params") or {}), actors=actors,
+                                                           learners=learners, steps=suite["steps"], seed=seed,
+                                                           envs_per_actor=envs,
+                                                           overrides={**overrides, **ratio_override},
+                                                           backend=backend, device=device, **extra))
     return configs
 
 
@@ -353,24 +406,40 @@ def _baseline_key(cfg) -> tuple:
     """Runs with the same key compare with the same sequential baseline (same buffer, seed,
     length, ratio and algorithm settings)."""
     return (cfg.algo, cfg.env, cfg.buffer, json.dumps(cfg.buffer_params, sort_keys=True), cfg.seed, cfg.steps,
-            cfg.envs_per_actor, json.dumps(cfg.overrides, sort_keys=True, default=str))
+            cfg.envs_per_actor, json.dumps(cfg.overrides, sort_keys=True, default=str), cfg.device)
 
 
 def cells_for(configs: list) -> list[Cell]:
-    """One cell per TrainConfig, each checked (SelectionError naming the run)."""
+    """One cell per TrainConfig, each checked (SelectionError naming the run). A run whose
+    ``device`` this machine lacks (``cuda`` where torch sees no GPU) is an ``unavailable`` cell
+    naming the reason; the rest of its config is checked all the same."""
+    import dataclasses
+
+    from replaybench.impl.rl import algorithms
+    from replaybench.impl.rl.common.device import DEVICES, unavailable_reason
+
     cells = []
     for cfg in configs:
-        label = (f"{cfg.buffer}/{cfg.policy} A={cfg.actors} L={cfg.learners} seed={cfg.seed}"
-                 + ("" if cfg.backend == "process" else f" {cfg.backend}")
-                 if not cfg.sequential else f"{cfg.buffer} sequential seed={cfg.seed}")
+        own = algorithms.ALGORITHMS.get(cfg.algo).engine if cfg.algo in algorithms.ALGORITHMS else None
+        if own is not None:  # an algorithm's own engine: no buffer, no layout
+            label = f"{cfg.algo} {cfg.env} {own} seed={cfg.seed}"
+        else:
+            label = (f"{cfg.buffer}/{cfg.policy} A={cfg.actors} L={cfg.learners} seed={cfg.seed}"
+                     + ("" if cfg.backend == "process" else f" {cfg.backend}")
+                     if not cfg.sequential else f"{cfg.buffer} sequential seed={cfg.seed}")
         if cfg.envs_per_actor != 1:
             label += f" E={cfg.envs_per_actor}"
+        if cfg.device != "cpu":
+            label += f" device={cfg.device}"
+        missing = unavailable_reason(cfg.device) if cfg.device in DEVICES else None
         try:
-            acfg = cfg.validate()  # every field, the buffer, the policy and the env/algorithm fit
+            # every field, the buffer, the policy and the env/algorithm fit (a missing device aside)
+            acfg = (dataclasses.replace(cfg, device="cpu") if missing else cfg).validate()
         except ValueError as err:
             raise SelectionError(f"training run {label}: {err}") from None
         columns = {**run_base(cfg, acfg, {}), "op": "summary", "metric": "env_steps_per_s", "unit": "steps/s"}
-        cells.append(Cell(label, columns, cfg))
+        cells.append(Cell(label, columns, cfg, skip=f"device {cfg.device!r}: {missing}" if missing else "",
+                          skip_status="unavailable"))
     return cells
 
 

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from replaybench.impl import concurrent, registry
 from replaybench.impl.rl import algorithms, engines
 from replaybench.impl.rl.algorithms.base import AlgoConfig
+from replaybench.impl.rl.common.device import check_device
 from replaybench.impl.rl.common.envs import THRESHOLDS, WINDOW, make_env
 from replaybench.impl.rl.common.local_replay import check_buffer
 from replaybench.impl.rl.common.errors import ConfigError
@@ -82,6 +83,14 @@ class TrainConfig:
     hide. The sample then predates update ``n``'s new priorities and the rate limiter's check
     for update ``n + 1`` (one update of staleness, as Ape-X's and PAL's learners prefetch).
     False: each sample is drawn just before its update (outputs preallocated either way)."""
+    device: str = "cpu"
+    """Where the learners compute (:mod:`impl.rl.common.device`): "cpu", "cuda" or "auto" (a GPU
+    when torch sees one, else the CPU). The network, its optimizer state and its targets live
+    there, as does PAAC's batched inference; actors run CPU copies of the policy, refreshed
+    every ``weight_sync_every`` updates (the sequential loop's actor too, off the CPU). "cpu"
+    is the default because nothing has been measured faster yet, and it computes what the
+    learners computed before the setting existed, bit for bit. The sequential, process,
+    dataflow and PAAC engines take every value; Ray's learners only "cpu". ConfigError for another value, or "cuda" where torch sees no GPU."""
     start_method: str = "forkserver"
     """multiprocessing start method of the workers: "forkserver" or "spawn"."""
     timeout_s: float | None = None
@@ -154,6 +163,7 @@ class TrainConfig:
                     or value < 0 or (low_open and value == 0)):
                 raise ConfigError(name, value, f"{name} must be a finite number {'>' if low_open else '>='} 0, "
                                                f"got {value!r}")
+        check_device(self.device)
         if not isinstance(self.learner_prefetch, bool):
             raise ConfigError("learner_prefetch", self.learner_prefetch,
                               f"learner_prefetch must be True or False, got {self.learner_prefetch!r}")

@@ -13,7 +13,8 @@ gradients' global norm and a learning rate annealed linearly to zero. Read top t
    convolutional network for 4x84x84 frames) with a policy head and a value head.
 4. :class:`Rollout` and :func:`collect`: ``t_max`` batched steps of a
    :class:`~impl.rl.common.stepping.SharedVectorEnv`.
-5. :class:`A2CLearner`: ``act`` (one batched forward), ``loss``, ``update``.
+5. :class:`A2CLearner`: ``act`` (one batched forward), ``loss``, ``update``, on the learner's
+   ``device`` (:mod:`impl.rl.common.device`).
 
 The loop around them (workers, episode log, time to threshold) is :mod:`impl.rl.engines.paac`.
 
@@ -43,6 +44,7 @@ from replaybench.impl.rl.algorithms.base import AlgoConfig, check_range
 from replaybench.impl.rl.algorithms.nets import mlp, params_digest
 from replaybench.impl.rl.algorithms.optim import TFRMSprop
 from replaybench.impl.rl.common.atari import AtariOptions
+from replaybench.impl.rl.common.device import host_arrays, on_device
 from replaybench.impl.rl.common.errors import ConfigError
 from torch import nn
 
@@ -379,13 +381,19 @@ class A2CLearner:
     generator of the action draws. ``grad_hook(params)``, when set, is called between backward
     and the clip (e.g. to average gradients over learners). Cost per :meth:`act`: one forward
     pass of the batch; per :meth:`update`: one forward and backward over ``t_max * n_envs``
-    states plus one forward over the ``n_envs`` bootstrap states. Thread-safety: none.
+    states plus one forward over the ``n_envs`` bootstrap states. ``device`` holds the network
+    and the optimizer state (the network is built on the CPU from ``seed``, then moved): off the
+    CPU, :meth:`act` copies the observations there and its logits and values back in one copy,
+    :meth:`update` copies the rollout there and its statistics back in one copy. Thread-safety:
+    none.
     """
 
-    def __init__(self, obs_space: gym.Space, action_space: gym.Space, cfg: A2CConfig, seed: int):
+    def __init__(self, obs_space: gym.Space, action_space: gym.Space, cfg: A2CConfig, seed: int,
+                 device=torch.device("cpu")):
         self.cfg = cfg
+        self.device = torch.device(device)
         torch.manual_seed(seed)
-        self.net = make_network(obs_space, action_space, cfg)
+        self.net = make_network(obs_space, action_space, cfg).to(self.device)  # a move keeps channels-last
         # what act, the update and the bootstrap values call: the module, or its compiled graph
         # (the same parameters; a compiled graph is built per batch shape on first use)
         self.forward = torch.compile(self.net) if cfg.compile else self.net
@@ -400,14 +408,15 @@ class A2CLearner:
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Sample one action per row of ``obs`` from the policy: ONE forward pass of the batch.
         Returns ``(actions int64 (n,), values float32 (n,))``."""
-        logits, values = self.forward(torch.tensor(obs))  # a copy: the venv's views are read-only
+        # a copy (on the device): the venv's views are read-only
+        logits, values = host_arrays(*self.forward(torch.tensor(obs, device=self.device)))
         gumbel = self.rng.gumbel(size=logits.shape)  # argmax(logits + Gumbel noise) ~ softmax(logits)
-        actions = (logits.numpy() + gumbel).argmax(axis=1)
-        return actions.astype(np.int64), values.numpy()
+        actions = (logits + gumbel).argmax(axis=1)
+        return actions.astype(np.int64), values
 
     def _values(self, obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
-            return self.forward(torch.tensor(obs))[1].numpy().astype(np.float64)
+            return host_arrays(self.forward(torch.tensor(obs, device=self.device))[1])[0].astype(np.float64)
 
     def losses(self, rollout: Rollout) -> dict:
         """The loss and its parts (tensors; ``loss`` carries the graph)::
@@ -431,12 +440,12 @@ class A2CLearner:
         returns = n_step_returns(rewards, rollout.terminated, self._values(rollout.next_obs), cfg.gamma,
                                  rollout.truncated & ~rollout.terminated, truncation_values)
 
-        obs = torch.from_numpy(rollout.obs.reshape(t_max * n_envs, *rollout.obs.shape[2:]))
+        obs = on_device(rollout.obs.reshape(t_max * n_envs, *rollout.obs.shape[2:]), self.device)
         logits, values = self.forward(obs)
         log_probs = F.log_softmax(logits, dim=1)
-        returns_t = torch.from_numpy(returns.reshape(-1).astype(np.float32))
+        returns_t = on_device(returns.reshape(-1).astype(np.float32), self.device)
         advantages = returns_t - values.detach()
-        actions = torch.from_numpy(rollout.actions.reshape(-1))
+        actions = on_device(rollout.actions.reshape(-1), self.device)
         policy_loss = -(log_probs.gather(1, actions.unsqueeze(1)).squeeze(1) * advantages).mean()
         entropy = -(log_probs.exp() * log_probs).sum(1).mean()
         value_loss = (returns_t - values).pow(2).mean()
@@ -468,9 +477,9 @@ class A2CLearner:
         self.optimizer.step()
         self.env_steps += rollout.n_steps
         self.updates += 1
-        return {"loss": float(parts["loss"].detach()), "policy_loss": float(parts["policy_loss"]),
-                "value_loss": float(parts["value_loss"]), "entropy": float(parts["entropy"]),
-                "grad_norm": float(grad_norm), "lr": lr}
+        stats = host_arrays(parts["loss"], parts["policy_loss"], parts["value_loss"], parts["entropy"], grad_norm)
+        return {"loss": float(stats[0]), "policy_loss": float(stats[1]), "value_loss": float(stats[2]),
+                "entropy": float(stats[3]), "grad_norm": float(stats[4]), "lr": lr}
 
     def state_dict(self) -> dict:
         """Everything an update and an action draw depend on: the network, the optimizer's

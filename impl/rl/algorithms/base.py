@@ -30,7 +30,7 @@ from replaybench.impl.rl.algorithms.nets import flat_params, params_digest
 from replaybench.impl.rl.common.errors import ConfigError
 from torch import nn
 
-__all__ = ["ConfigError", "AlgoConfig", "check_range", "Actor", "Learner"]
+__all__ = ["ConfigError", "AlgoConfig", "check_range", "Actor", "Learner", "LEARNER_FIELDS"]
 
 
 def _typed(name: str, hint, value):
@@ -173,10 +173,18 @@ class Actor(Protocol):
         ...
 
 
+LEARNER_FIELDS = ("obs", "action", "reward", "next_obs", "done", "weights")
+"""The fields of a buffer sample that :meth:`Learner.learn` reads (the rest, ``indices``,
+``stamps``, ``actor``, serve the priority update and the statistics)."""
+
+
 class Learner(Protocol):
     """The learning half: networks, optimizers and one update per :meth:`learn` call.
 
-    Learners built with the same seed start bitwise identical. Thread-safety: none.
+    Built as ``learner_cls(spaces, cfg, seed, device=torch.device("cpu"))``: ``device``
+    (:mod:`impl.rl.common.device`) holds the networks, their targets and the optimizer state;
+    the networks are built on the CPU from the seed and then moved, so learners built with the
+    same seed start bitwise identical on any device. Thread-safety: none.
     """
 
     grad_hook: Callable[[list], None] | None
@@ -190,7 +198,9 @@ class Learner(Protocol):
 
     def learn(self, batch: dict) -> tuple[float, np.ndarray]:
         """One update on ``batch`` (a buffer sample holding the transition fields and
-        ``weights``); returns (loss, new priorities lined up with ``batch["indices"]``)."""
+        ``weights``, :data:`LEARNER_FIELDS`: numpy arrays, or tensors already on the learner's
+        device); returns (loss, new priorities lined up with ``batch["indices"]``), brought to
+        the host in one device-to-host copy (:func:`~impl.rl.common.device.host_arrays`)."""
         ...
 
     def modules(self) -> list[nn.Module]:
@@ -198,7 +208,7 @@ class Learner(Protocol):
         ...
 
     def get_flat_weights(self) -> torch.Tensor:
-        """The policy network's weights as one float32 vector (a copy)."""
+        """The policy network's weights as one float32 vector (a copy, in host memory)."""
         return flat_params(self.policy_net)
 
     def digest(self) -> str:

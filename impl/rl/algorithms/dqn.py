@@ -9,8 +9,9 @@ loss weighted by importance-sampling weights and |TD error| as the new priority 
 3. :class:`DQNActor`: epsilon-greedy ``act_batch(obs, env_steps)`` (one forward for a batch
    of observations) on a CPU copy of the Q network.
    Actor processes hold one each and refresh it with :meth:`DQNActor.set_flat_weights`.
-4. :class:`DQNLearner`: online and target networks and the optimizer;
-   ``learn(batch) -> (loss, new_priorities)``; ``get_flat_weights()`` for the broadcast.
+4. :class:`DQNLearner`: online and target networks and the optimizer, on the learner's
+   ``device``; ``learn(batch) -> (loss, new_priorities)``; ``get_flat_weights()`` (a host
+   copy) for the broadcast.
 
 The replay loop around them lives in :mod:`impl.rl.engines.sequential` and :mod:`impl.rl.engines.process`.
 """
@@ -24,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from replaybench.impl.rl.algorithms.base import Actor, AlgoConfig, Learner, check_range
 from replaybench.impl.rl.algorithms.nets import load_flat_params, mlp, update_target
+from replaybench.impl.rl.common.device import host_arrays, on_device
 from torch import nn
 
 __all__ = ["DQNConfig", "build_q_network", "DQNActor", "DQNLearner"]
@@ -149,16 +151,20 @@ class DQNLearner(Learner):
 
     ``grad_hook(params)``, when set, is called between backward and the optimizer step: the
     parallel loop sets it to a :class:`~impl.rl.algorithms.nets.GradientAverager` so L learners apply the
-    same averaged gradient. Cost per ``learn``: forward of 3 networks (online on obs and
-    next_obs, target on next_obs), one backward, one Adam step. Thread-safety: none.
+    same averaged gradient. ``device`` (:mod:`impl.rl.common.device`) holds both networks and
+    Adam's state; they are built on the CPU from ``seed`` and moved there. Cost per ``learn``:
+    forward of 3 networks (online on obs and next_obs, target on next_obs), one backward, one
+    Adam step, and off the CPU one host-to-device copy per field given as a numpy array plus
+    one device-to-host copy of the loss and priorities. Thread-safety: none.
     """
 
-    def __init__(self, spaces, cfg: DQNConfig, seed: int):
+    def __init__(self, spaces, cfg: DQNConfig, seed: int, device=torch.device("cpu")):
         obs_dim, n_actions = _spaces(spaces)
         self.cfg = cfg
+        self.device = torch.device(device)
         torch.manual_seed(seed)  # same seed -> same initial weights on every learner
-        self.q = build_q_network(obs_dim, n_actions, cfg.hidden)
-        self.target = build_q_network(obs_dim, n_actions, cfg.hidden)
+        self.q = build_q_network(obs_dim, n_actions, cfg.hidden).to(self.device)
+        self.target = build_q_network(obs_dim, n_actions, cfg.hidden).to(self.device)
         self.target.load_state_dict(self.q.state_dict())
         self.target.requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=cfg.lr, fused=True)  # fused: ~3x faster on CPU
@@ -173,15 +179,16 @@ class DQNLearner(Learner):
         """One gradient step on ``batch`` (a buffer sample); returns (loss, |TD errors|).
 
         ``batch`` holds ``obs, action, reward, next_obs, done`` and ``weights`` (importance
-        weights); the returned priorities line up with ``batch["indices"]``.
+        weights), numpy arrays or tensors on the learner's device; the returned priorities line
+        up with ``batch["indices"]``.
         """
-        cfg = self.cfg
-        obs = torch.from_numpy(batch["obs"])
-        actions = torch.from_numpy(batch["action"]).long().unsqueeze(1)
-        rewards = torch.from_numpy(batch["reward"])
-        next_obs = torch.from_numpy(batch["next_obs"])
-        not_done = 1.0 - torch.from_numpy(batch["done"]).float()
-        weights = torch.from_numpy(batch["weights"])
+        cfg, dev = self.cfg, self.device
+        obs = on_device(batch["obs"], dev)
+        actions = on_device(batch["action"], dev).long().unsqueeze(1)
+        rewards = on_device(batch["reward"], dev)
+        next_obs = on_device(batch["next_obs"], dev)
+        not_done = 1.0 - on_device(batch["done"], dev).float()
+        weights = on_device(batch["weights"], dev)
 
         with torch.no_grad():
             if cfg.double_q:
@@ -204,7 +211,8 @@ class DQNLearner(Learner):
         self.updates += 1
         if self.updates % cfg.target_update_every == 0:
             update_target(self.target, self.q, cfg.tau)
-        return float(loss.detach()), (td_target - q).detach().abs().numpy().astype(np.float64)
+        loss_h, td = host_arrays(loss, (td_target - q).detach().abs())  # one device-to-host copy off the CPU
+        return float(loss_h), td.astype(np.float64)
 
     @property
     def policy_net(self) -> nn.Module:

@@ -44,8 +44,10 @@ def update_target(target: nn.Module, online: nn.Module, tau: float) -> None:
 
 
 def flat_params(module: nn.Module) -> torch.Tensor:
-    """All parameters of ``module`` concatenated into one detached float32 vector (a copy)."""
-    return torch.nn.utils.parameters_to_vector(module.parameters()).detach().clone()
+    """All parameters of ``module`` concatenated into one detached float32 vector, a copy in
+    host memory wherever the module lives (actors load it into their CPU copies)."""
+    flat = torch.nn.utils.parameters_to_vector(module.parameters()).detach()
+    return flat.clone() if flat.device.type == "cpu" else flat.cpu()
 
 
 @torch.no_grad()

@@ -10,8 +10,9 @@ is the mean |TD error| of the two critics (Schaul et al., 2016). Read top to bot
    inside the agent and the buffer; :meth:`TD3Actor.env_action` scales them to the bounds.
 3. :class:`TD3Actor`: ``act_batch(obs, env_steps)``: uniform random before ``learning_starts``,
    then the deterministic policy plus Gaussian noise, on a CPU copy of the policy network.
-4. :class:`TD3Learner`: actor, two critics, their targets and optimizers;
-   ``learn(batch) -> (critic loss, new_priorities)``; ``get_flat_weights()`` (the policy).
+4. :class:`TD3Learner`: actor, two critics, their targets and optimizers, on the learner's
+   ``device``; ``learn(batch) -> (critic loss, new_priorities)``; ``get_flat_weights()`` (the
+   policy, a host copy).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 import torch
 from replaybench.impl.rl.algorithms.base import Actor, AlgoConfig, Learner, check_range
 from replaybench.impl.rl.algorithms.nets import load_flat_params, mlp, update_target
+from replaybench.impl.rl.common.device import host_arrays, on_device
 from torch import nn
 
 __all__ = ["TD3Config", "build_actor", "build_critic", "TD3Actor", "TD3Learner"]
@@ -143,12 +145,16 @@ class TD3Learner(Learner):
     called after each backward, once for the critics and, on policy updates, once for the
     policy. Cost per ``learn``: forward of target policy + 2 target critics + 2 critics, one
     backward; every ``policy_delay``-th call also a policy forward/backward and 3 Polyak
-    updates. Thread-safety: none.
+    updates. ``device`` (:mod:`impl.rl.common.device`) holds the six networks and both Adams'
+    state (built on the CPU from ``seed``, then moved); off the CPU the smoothing noise comes
+    from the device's generator (seeded by the same ``torch.manual_seed``), and each ``learn``
+    brings the loss and priorities back in one device-to-host copy. Thread-safety: none.
     """
 
-    def __init__(self, spaces, cfg: TD3Config, seed: int):
+    def __init__(self, spaces, cfg: TD3Config, seed: int, device=torch.device("cpu")):
         obs_dim, act_dim = _spaces(spaces)
         self.cfg = cfg
+        self.device = torch.device(device)
         torch.manual_seed(seed)  # same seed -> same initial weights on every learner
         self.pi = build_actor(obs_dim, act_dim, cfg.hidden)
         self.q1 = build_critic(obs_dim, act_dim, cfg.hidden)
@@ -156,6 +162,8 @@ class TD3Learner(Learner):
         self.pi_target, self.q1_target, self.q2_target = (build_actor(obs_dim, act_dim, cfg.hidden),
                                                          build_critic(obs_dim, act_dim, cfg.hidden),
                                                          build_critic(obs_dim, act_dim, cfg.hidden))
+        for net in (self.pi, self.q1, self.q2, self.pi_target, self.q1_target, self.q2_target):
+            net.to(self.device)
         for target, net in ((self.pi_target, self.pi), (self.q1_target, self.q1), (self.q2_target, self.q2)):
             target.load_state_dict(net.state_dict())
             target.requires_grad_(False)
@@ -171,13 +179,13 @@ class TD3Learner(Learner):
     def learn(self, batch: dict) -> tuple[float, np.ndarray]:
         """One critic step (and every ``policy_delay``-th call a policy step); returns
         (critic loss, mean |TD error| of the two critics) lined up with ``batch["indices"]``."""
-        cfg = self.cfg
-        obs = torch.from_numpy(batch["obs"])
-        actions = torch.from_numpy(batch["action"])
-        rewards = torch.from_numpy(batch["reward"]).unsqueeze(1)
-        next_obs = torch.from_numpy(batch["next_obs"])
-        not_done = 1.0 - torch.from_numpy(batch["done"]).float().unsqueeze(1)
-        weights = torch.from_numpy(batch["weights"]).unsqueeze(1)
+        cfg, dev = self.cfg, self.device
+        obs = on_device(batch["obs"], dev)
+        actions = on_device(batch["action"], dev)
+        rewards = on_device(batch["reward"], dev).unsqueeze(1)
+        next_obs = on_device(batch["next_obs"], dev)
+        not_done = 1.0 - on_device(batch["done"], dev).float().unsqueeze(1)
+        weights = on_device(batch["weights"], dev).unsqueeze(1)
 
         with torch.no_grad():
             noise = (torch.randn_like(actions) * cfg.policy_noise).clamp(-cfg.noise_clip, cfg.noise_clip)
@@ -205,7 +213,8 @@ class TD3Learner(Learner):
                 update_target(target, net, cfg.tau)
 
         td = 0.5 * ((td_target - q1).abs() + (td_target - q2).abs())
-        return float(loss.detach()), td.detach().squeeze(1).numpy().astype(np.float64)
+        loss_h, td_h = host_arrays(loss, td.detach().squeeze(1))  # one device-to-host copy off the CPU
+        return float(loss_h), td_h.astype(np.float64)
 
     def _sync_and_clip(self, params: list) -> None:
         if self.grad_hook is not None:

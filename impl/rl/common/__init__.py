@@ -10,5 +10,7 @@ processes       usable cores, free ports, work shares, the progress cadence
 shared_state    counters, rate limiter and weight broadcast in shared memory
 stepping        SharedVectorEnv: n_e envs over n_w worker processes in lock step (PAAC's runners)
 local_replay    building and warming up the in-process buffer
+device          the learners' device setting ("cpu", "cuda", "auto"), one-copy results to the host
+device_feed     replay samples to a learner's device through pinned host memory
 ==============  ===============================================================
 """

@@ -44,11 +44,12 @@ def save(path: str | os.PathLike, state: dict) -> None:
 
 
 def load(path: str | os.PathLike) -> dict:
-    """The checkpoint at ``path``; ConfigError (field "resume") when it is missing or unreadable."""
+    """The checkpoint at ``path``, its tensors in host memory; ConfigError (field "resume") when it is missing or unreadable."""
     try:
         # weights_only=False: the checkpoint holds numpy generator states and pickled envs; load
-        # only checkpoints this project wrote (a pickle runs code).
-        return torch.load(path, weights_only=False)
+        # only checkpoints this project wrote (a pickle runs code). map_location: a run on a GPU
+        # saved device tensors; they load into host memory and the learner moves them to its device.
+        return torch.load(path, weights_only=False, map_location="cpu")
     except (OSError, pickle.UnpicklingError, EOFError, RuntimeError) as err:
         raise ConfigError("resume", str(path), f"resume: cannot read checkpoint {str(path)!r}: {err}") from None
 

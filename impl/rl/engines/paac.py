@@ -30,6 +30,11 @@ those of that rollout's end: at most one rollout late). Seeds: environment ``i``
 learner's arithmetic may not be across machines (torch's thread count follows the cores) or
 with halves (its inference gets the cores the workers leave).
 
+The learner, its batched inference included, computes on ``TrainConfig.device``
+(:mod:`impl.rl.common.device`): off the CPU each inference copies the observations to the
+device and the logits and values back, each update the rollout there and its statistics back.
+A checkpoint resumes on any device.
+
 Exit paths are the SharedVectorEnv's: a worker that fails raises WorkerFailed here after every
 process has exited; Ctrl-C or a timeout closes the workers on the way out.
 """
@@ -45,6 +50,7 @@ from replaybench.impl.machine import usable_cores
 from replaybench.impl.rl.algorithms.a2c import A2CConfig, A2CLearner, check_env, collect
 from replaybench.impl.rl.common import checkpoint
 from replaybench.impl.rl.common.ale_vector import AleVectorEnv, ale_game, check_options
+from replaybench.impl.rl.common.device import resolve_device
 from replaybench.impl.rl.common.envs import EpisodeLog
 from replaybench.impl.rl.common.errors import ConfigError
 from replaybench.impl.rl.common.processes import PROGRESS_EVERY_S
@@ -146,7 +152,8 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
     steps = 0
     try:
         with _open_stepping(cfg, acfg, n_workers, env_seed, deadline) as venv:
-            learner = A2CLearner(venv.single_observation_space, venv.single_action_space, acfg, seeds.networks)
+            learner = A2CLearner(venv.single_observation_space, venv.single_action_space, acfg, seeds.networks,
+                                 device=resolve_device(cfg.device))
             steps, wall0 = 0, 0.0
             if ckpt is not None:
                 learner.load_state_dict(ckpt["learner"])

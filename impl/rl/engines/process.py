@@ -9,7 +9,9 @@
        │     sends its finished episodes to the parent's log in one message per 50 ms
        │     (impl.rl.common.episode_outbox), the rest on every exit
        └── learner r (L of them)    waits on the rate limiter, samples batch_size // L,
-             learn() with gradients all-reduced over gloo (L > 1), update_priorities;
+             learn() with gradients all-reduced over gloo (L > 1) on TrainConfig.device
+             (samples reach it through pinned memory: impl.rl.common.device_feed),
+             update_priorities;
              learner 0 publishes the policy weights every weight_sync_every updates; after the
              last update (the clock stopped) it times its replay calls alone, at its own pace
              in the run (its gradient step and its mean wait between them, untimed), once the
@@ -48,6 +50,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from replaybench.impl.rl import algorithms
+from replaybench.impl.rl.algorithms.base import LEARNER_FIELDS
+from replaybench.impl.rl.common.device import resolve_device
+from replaybench.impl.rl.common.device_feed import PinnedBatchFeed
 from replaybench.impl.rl.common.envs import (
     EnvRunner,
     EpisodeLog,
@@ -187,7 +192,9 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                                 timeout=timedelta(seconds=max(60.0, cfg.join_timeout_s)))
     try:
-        learner = algo.learner_cls(spaces, acfg, RunSeeds(cfg.seed).networks)  # every rank: same initial weights
+        device = resolve_device(cfg.device)
+        learner = algo.learner_cls(spaces, acfg, RunSeeds(cfg.seed).networks,  # every rank: same initial weights
+                                   device=device)
         if world > 1:
             for module in learner.modules():  # and make sure of it
                 for p in module.parameters():
@@ -212,7 +219,7 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
         parts.start()
         priorities = None
         paced_wait = 0.0  # the waits for updates 2..n: the run's pace, without the wait for learning_starts
-        draw = _SampleSource(cfg, rank, buf, batch_size)
+        draw = _SampleSource(cfg, rank, buf, batch_size, device)
         try:
             for u in range(n_updates):
                 waited = limiter.wait_update(rank, u)
@@ -265,9 +272,17 @@ class _SampleSource:
     """A learner's samples, into preallocated outputs (no allocation per update); with
     ``cfg.learner_prefetch`` the next one is drawn by a helper thread, with its own attachment
     of the buffer (an object's generator and lock statistics belong to one thread), while the
-    caller's update runs. Either way the draws come from the learner's seed stream."""
+    caller's update runs. Either way the draws come from the learner's seed stream.
 
-    def __init__(self, cfg: TrainConfig, rank: int, buf, batch_size: int):
+    For a learner off the CPU (``device``), or with ``staged`` True, each sample goes on through
+    a :class:`~impl.rl.common.device_feed.PinnedBatchFeed` (one pinned slot per output): its
+    learner fields become device tensors whose copies are enqueued by the thread that drew it,
+    so with prefetch the sample and copy for update ``n + 1`` overlap update ``n``. On the CPU
+    the learner reads the outputs themselves (``staged`` False), as before the feed existed."""
+
+    def __init__(self, cfg: TrainConfig, rank: int, buf, batch_size: int, device=None, staged: bool | None = None):
+        import torch
+
         self.batch_size = batch_size
         self.prefetch = cfg.learner_prefetch
         self.pending = None
@@ -280,11 +295,17 @@ class _SampleSource:
             self.outs = [self.buf.sample_out(batch_size) for _ in range(2)]
         else:
             self.buf, self.pool, self.outs = buf, None, [buf.sample_out(batch_size)]
+        device = torch.device("cpu") if device is None else torch.device(device)
+        if staged is None:
+            staged = device.type != "cpu"
+        self.feed = (PinnedBatchFeed(self.outs[0], LEARNER_FIELDS, device, slots=len(self.outs)) if staged
+                     else None)
 
     def _draw(self, beta: float):
-        out = self.outs[self.turn % len(self.outs)]
+        slot = self.turn % len(self.outs)
         self.turn += 1
-        return self.buf.sample(self.batch_size, beta=beta, out=out)
+        batch = self.buf.sample(self.batch_size, beta=beta, out=self.outs[slot])
+        return batch if self.feed is None else self.feed.stage(batch, slot)
 
     def take(self, beta: float, more: bool):
         """The batch for this update (drawn now, or the one drawn during the last update); with

@@ -9,7 +9,9 @@
             loss, prio = learner.learn(batch)        # sgd
             buffer.update_priorities(idx, prio)      # replay
 
-The actor shares the learner's network, so it always acts with the newest weights; with
+On the CPU (``TrainConfig.device``) the actor shares the learner's network, so it always acts
+with the newest weights; on another device it runs a CPU copy loaded every
+``weight_sync_every`` updates, as a parallel actor does. With
 ``envs_per_actor`` = E it steps E environments per forward, like each parallel actor does, so
 the two loops compare at the same E. Seeds come from :class:`~impl.rl.common.seeding.RunSeeds` (this
 loop is actor 0 and learner 0). The
@@ -33,6 +35,7 @@ from replaybench.impl.rl.common.envs import (
     stage_rows,
     transition_fields,
 )
+from replaybench.impl.rl.common.device import resolve_device
 from replaybench.impl.rl.common.errors import InjectedFailure
 from replaybench.impl.rl.common.local_replay import make_local_buffer, warm_up
 from replaybench.impl.rl.common.processes import PROGRESS_EVERY_S
@@ -63,8 +66,12 @@ def run_sequential(cfg: TrainConfig, progress=None) -> TrainResult:
     fields = transition_fields(env)
     buf = make_local_buffer(cfg, acfg, fields, seeds.buffer)
     warm_up(cfg, acfg, fields)
-    learner = algo.learner_cls(spaces, acfg, seeds.networks)
-    actor = algo.actor_cls(spaces, acfg, actor_seeds.explore, net=learner.policy_net)
+    device = resolve_device(cfg.device)
+    learner = algo.learner_cls(spaces, acfg, seeds.networks, device=device)
+    shared = device.type == "cpu"  # the actor runs the learner's network itself, else a CPU copy of it
+    actor = algo.actor_cls(spaces, acfg, actor_seeds.explore, net=learner.policy_net if shared else None)
+    if not shared:
+        actor.set_flat_weights(learner.get_flat_weights())
     log = EpisodeLog(cfg.resolved_threshold(), cfg.window)
     prof = SectionProfiler()
     runner = EnvRunner(envs, actor, TransitionStager(fields, stage_rows(cfg.insert_batch, n_envs)), 0, prof,
@@ -99,6 +106,9 @@ def run_sequential(cfg: TrainConfig, progress=None) -> TrainResult:
                     with replay:
                         buf.update_priorities(batch["indices"], priorities)
                     updates += 1
+                    if not shared and updates % cfg.weight_sync_every == 0:
+                        with sgd:  # one device-to-host copy of the policy
+                            actor.set_flat_weights(learner.get_flat_weights())
 
             if fail_at is not None and steps >= fail_at:
                 raise InjectedFailure(f"sequential loop: injected failure at env step {steps}")

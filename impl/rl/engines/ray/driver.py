@@ -66,11 +66,14 @@ ADDRESS_TIMEOUT_S = 5.0  # a cluster's GCS port answers a TCP connect in millise
 
 def check(cfg: TrainConfig, acfg) -> None:
     """The Ray engine's own checks: its actors step one environment each
-    (:mod:`impl.rl.engines.ray.workers`), and a given ``ray_address`` answers (bounded by
+    (:mod:`impl.rl.engines.ray.workers`), its learners run on the CPU (``device`` "cpu"), and a given ``ray_address`` answers (bounded by
     ADDRESS_TIMEOUT_S). Raises ConfigError naming the field."""
     if cfg.envs_per_actor != 1:
         raise ConfigError("envs_per_actor", cfg.envs_per_actor, f"backend 'ray' steps one environment per "
                                                                 f"actor, got envs_per_actor {cfg.envs_per_actor}")
+    if cfg.device != "cpu":  # its learners are Ray actors on any node: they build their networks on the CPU
+        raise ConfigError("device", cfg.device, f"backend 'ray' runs its learners on the CPU: device must be "
+                                                f"'cpu', got {cfg.device!r}")
     if cfg.ray_address is not None:  # ray.init would retry for minutes, saying nothing
         reason = unreachable_reason(cfg.ray_address)
         if reason is not None:
