@@ -76,3 +76,49 @@ def test_bad_checkpoint_settings_are_refused_before_anything_runs(tmp_path):
     with pytest.raises(ConfigError, match="t_max") as err:  # a checkpoint of another run
         run(200, resume=path, overrides={"t_max": 4})
     assert err.value.field == "resume"
+
+
+def _train_cli(tmp_path, *args):
+    """``replaybench train --algo a2c ...`` into tmp_path/out: (exit status, stderr)."""
+    import contextlib
+    import io
+
+    from replaybench.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as info:
+        main(["train", "--algo", "a2c", "--steps", "100", "--set", "n_envs=4", "--set", "n_workers=0",
+              "--out", str(tmp_path / "out"), "--no-progress", *args])
+    return info.value.code, err.getvalue()
+
+
+@pytest.mark.parametrize("where", ["a directory", "under a missing folder", "under a file"])
+def test_a_checkpoint_path_that_cannot_be_written_is_refused_before_the_run(tmp_path, where):
+    """Issue 41 item 1: found out up front (exit 2), not when the first checkpoint is written
+    (which lost the run's rows and left <path>.tmp)."""
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file").write_text("x")
+    path = {"a directory": tmp_path / "dir", "under a missing folder": tmp_path / "missing" / "run.ckpt",
+            "under a file": tmp_path / "file" / "run.ckpt"}[where]
+    code, err = _train_cli(tmp_path, "--checkpoint", str(path))
+    assert code == 2 and "argument --checkpoint: " in err and repr(str(path)) in err, err
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []  # no run folder
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir", "file"] and list((tmp_path / "dir").iterdir()) == []
+
+
+def test_a_failed_checkpoint_write_leaves_no_temporary_file(tmp_path, monkeypatch):
+    from replaybench.impl.rl.common import checkpoint
+
+    path = tmp_path / "run.ckpt"
+    checkpoint.save(path, {"steps": 1})
+
+    def full_disk(obj, f):
+        open(f, "wb").write(b"half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint.torch, "save", full_disk)
+    with pytest.raises(OSError):
+        checkpoint.save(path, {"steps": 2})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.ckpt"]
+    monkeypatch.undo()
+    assert checkpoint.torch.load(path, weights_only=False) == {"steps": 1}  # the previous one, whole

@@ -32,15 +32,44 @@ from pathlib import Path
 import torch
 from replaybench.impl.rl.common.errors import ConfigError
 
-__all__ = ["save", "load", "check_compatible", "pickle_envs", "unpickle_envs"]
+__all__ = ["save", "check_target", "load", "check_compatible", "pickle_envs", "unpickle_envs"]
+
+
+def check_target(path: str | os.PathLike) -> None:
+    """ConfigError (field "checkpoint") naming ``path`` when :func:`save` could not write there:
+    a directory, a folder on its path that does not exist or is not a folder, a folder this
+    process may not write in, or a directory where its temporary file ``<path>.tmp`` goes.
+    Called before a run starts, so a bad path costs no run. Cost: a few ``stat`` calls."""
+    path = Path(path)
+    where = f"checkpoint {str(path)!r}"
+    if path.is_dir():
+        raise ConfigError("checkpoint", str(path), f"{where} is a directory; give the path of a file")
+    folder = path.parent
+    if not folder.exists():
+        raise ConfigError("checkpoint", str(path), f"{where}: its folder {str(folder)!r} does not exist")
+    if not folder.is_dir():
+        raise ConfigError("checkpoint", str(path), f"{where}: {str(folder)!r} on its path is not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError("checkpoint", str(path), f"{where}: cannot write in its folder {str(folder)!r}")
+    tmp = path.with_name(path.name + ".tmp")
+    if tmp.is_dir():
+        raise ConfigError("checkpoint", str(path), f"{where}: its temporary file {str(tmp)!r} is a directory")
 
 
 def save(path: str | os.PathLike, state: dict) -> None:
-    """Write ``state`` to ``path`` atomically (a temporary file renamed over it)."""
+    """Write ``state`` to ``path`` atomically (a temporary file renamed over it). A save that
+    raises (a full disk) removes its temporary file; the previous checkpoint stays whole."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def load(path: str | os.PathLike) -> dict:
