@@ -66,7 +66,9 @@ def check(cfg: TrainConfig, acfg: A2CConfig) -> None:
     ``n_envs``/``n_workers``/``t_max`` and the other A2C fields as overrides, Discrete
     actions): the network can take the env's observations (``make_network``), and no failure
     hook (``fail``: the replay loops' test hook). Raises ConfigError naming the field. Cost:
-    one ``gym.make``.
+    one ``gym.make``; with ``resume``, the checkpoint is read and checked
+    (:func:`~impl.rl.common.checkpoint.read_resume`: a file of this project, of this run, with
+    fewer steps than ``steps``), one ``torch.load``.
     """
     if cfg.algo != "a2c":
         raise ConfigError("algo", cfg.algo, f"the PAAC loop runs algo 'a2c', got {cfg.algo!r}")
@@ -78,6 +80,8 @@ def check(cfg: TrainConfig, acfg: A2CConfig) -> None:
         if acfg.halves:
             raise ConfigError("halves", acfg.halves, "stepping 'ale-vector' steps every env per call: halves must be false")
     check_env(cfg.env, acfg)
+    if cfg.resume is not None:  # a checkpoint this run can go on from, before any run folder exists
+        checkpoint.read_resume(cfg.resume, _run_identity(cfg, acfg), cfg.steps)
 
 
 #: A2C fields that choose only how fast a run goes: a checkpoint resumes under other values.
@@ -114,8 +118,9 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
     Checkpoints (:mod:`impl.rl.common.checkpoint`): with ``cfg.checkpoint`` the run's state is
     saved there every ``cfg.checkpoint_every`` env steps (at the first rollout boundary past
     each multiple) and at its end; with ``cfg.resume`` it starts from such a file and runs to
-    ``cfg.steps`` in all: ``env_steps``, ``updates``, ``episodes`` and ``wall_s`` count the
-    whole run, the profiles this process's part. Bit for bit with ``n_workers=0`` (the envs'
+    ``cfg.steps`` in all (more than the checkpoint's, or ConfigError): ``env_steps``,
+    ``updates``, ``episodes`` and ``wall_s`` count the whole run, the profiles and the rates
+    this call's part (``TrainResult.resumed_*`` say what the checkpoint brought in). Bit for bit with ``n_workers=0`` (the envs'
     state is in the checkpoint), fresh episodes otherwise.
     Raises ConfigError before any process starts (:func:`validate`), WorkerFailed when a
     stepping worker fails, TimeoutError past ``cfg.timeout_s`` counted from the call (after
@@ -135,8 +140,7 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
     sgd = prof.section("sgd")
     ckpt = None
     if cfg.resume is not None:
-        ckpt = checkpoint.load(cfg.resume)
-        checkpoint.check_compatible(ckpt, _run_identity(cfg, acfg), cfg.resume)
+        ckpt = checkpoint.read_resume(cfg.resume, _run_identity(cfg, acfg), cfg.steps)
     # envs come back bit for bit only from in-process stepping; otherwise fresh episodes, seeded
     # apart from the run's first ones
     restore_envs = ckpt is not None and ckpt["envs"] is not None and n_workers == 0 and acfg.stepping == "shared"
@@ -153,6 +157,7 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
                 steps, wall0 = int(ckpt["steps"]), float(ckpt["wall_s"])
                 for row in ckpt["episodes"]:
                     log.record(*row)
+            steps0, updates0 = steps, learner.updates  # what the checkpoint brought in
             obs = venv.restore_env_state(ckpt["envs"]) if restore_envs else venv.reset()
             busy0 = venv.worker_busy_s
             t0 = time.perf_counter() - wall0  # now - t0: wall seconds since the run's first start
@@ -200,12 +205,13 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
     if progress is not None:
         progress(steps, learner.updates, log.recent_mean(), log.episodes)
 
-    profiles = {"paac": prof.breakdown(wall - wall0)}  # this process's part of a resumed run
+    part_wall = wall - wall0  # this call's part of a resumed run: the profiles' and the rates' time
+    profiles = {"paac": prof.breakdown(part_wall)}
     processes = {"paac": 1}
     if n_workers and acfg.stepping == "shared":
         # the stepping processes: stepping their envs, else waiting for the master (its inference and update)
         profiles["stepping"] = {"env_step": float(busy.sum()), "inference": 0.0, "replay": 0.0, "sgd": 0.0,
-                                "wait": max(0.0, n_workers * wall - float(busy.sum())), "other": 0.0}
+                                "wait": max(0.0, n_workers * part_wall - float(busy.sum())), "other": 0.0}
         processes["stepping"] = n_workers
     per_worker = [steps // acfg.n_envs * n for n in envs_per_worker]
     return TrainResult(
@@ -214,5 +220,6 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
         steps_to_threshold=log.steps_to_threshold, sample_calls=0, sample_latency_s=None, actor_wait_s=0.0,
         learner_wait_s=0.0, profiles=profiles, processes=processes, buffer_lock_wait_s=None,
         learner_digests=[learner.digest()], actor_steps=per_worker, actor_ids_sampled={}, inserted=0,
-        final_weight_min=None, worker_pids=pids)
+        final_weight_min=None, worker_pids=pids, resumed_steps=steps0, resumed_updates=updates0,
+        resumed_wall_s=wall0)
 
