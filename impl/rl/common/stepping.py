@@ -41,7 +41,8 @@ same seeds and reset without a seed when an episode ends, bit for bit, for any `
 Exit paths: a worker that raises reports its traceback on its done pipe and exits; a worker
 that dies closes its pipes (the master also watches its process sentinel); either way the next
 :meth:`step_wait` closes everything and raises :class:`~impl.rl.config.WorkerFailed` naming the
-worker. :meth:`close` (idempotent; also on ``__exit__``, garbage collection and interpreter
+worker. A worker that dies between steps is found by the next command sent to it (its pipe is
+broken): the same WorkerFailed, every other worker stopped. :meth:`close` (idempotent; also on ``__exit__``, garbage collection and interpreter
 exit) closes the command pipes, so the workers read end-of-file and exit; stragglers are
 terminated, then killed. A master that dies closes the same pipes, so its workers exit too.
 Workers ignore SIGINT: Ctrl-C interrupts the master, which then closes them.
@@ -382,12 +383,18 @@ class SharedVectorEnv:
         return {w for w, ranges in enumerate(self._worker_parts) if ranges[part][1] > ranges[part][0]}
 
     def _send(self, command: int, part: int) -> None:
+        """Send ``command`` to the workers of ``part``. A worker that died since its last answer
+        (its end of the pipe is closed: BrokenPipeError) closes everything and raises
+        WorkerFailed naming it, as a death during a step does."""
         workers = self._workers_of(part)
         self._pending[part] = set(workers)
         byte = bytes((command,))
         for w in workers:
             self._queued[w].append(part)
-            os.write(self._cmd[w].fileno(), byte)
+            try:
+                os.write(self._cmd[w].fileno(), byte)
+            except BrokenPipeError:
+                self._died(w, "between steps")
 
     def _fail(self, worker: int | str, detail: str) -> None:
         pids = self.worker_pids
@@ -409,9 +416,13 @@ class SharedVectorEnv:
             header = self._read_exactly(fd, 4)
             text = self._read_exactly(fd, struct.unpack("<I", header)[0]) if len(header) == 4 else b""
             self._fail(w, text.decode(errors="replace") or f"stepping-{w} raised (its report was cut short)")
+        self._died(w, "without reporting")
+
+    def _died(self, w: int, when: str) -> None:
+        """Worker ``w`` is gone without a report: close everything, raise WorkerFailed naming it."""
         p = self._procs[w]
         p.join(1.0)
-        self._fail(w, f"process stepping-{w} (pid {p.pid}) exited with code {p.exitcode} without reporting")
+        self._fail(w, f"process stepping-{w} (pid {p.pid}) exited with code {p.exitcode} {when}")
 
     @staticmethod
     def _read_exactly(fd: int, n: int) -> bytes:
