@@ -44,6 +44,7 @@ import torch
 from replaybench.impl.machine import usable_cores
 from replaybench.impl.rl.algorithms.a2c import A2CConfig, A2CLearner, check_env, collect
 from replaybench.impl.rl.common import checkpoint
+from replaybench.impl.rl.common.deadline import alarm_at
 from replaybench.impl.rl.common.ale_vector import AleVectorEnv, ale_game, check_options
 from replaybench.impl.rl.common.envs import EpisodeLog
 from replaybench.impl.rl.common.errors import ConfigError
@@ -126,7 +127,9 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
     stepping worker fails, TimeoutError past ``cfg.timeout_s`` counted from the call (after
     :func:`validate`): the stepping checks it before every env step and ends every wait on the
     workers there, and the loop after every update, so a run overshoots it by at most one env
-    step or one update (every process stopped by then).
+    step or one update (every process stopped by then); an env step in this process that does
+    not return (no workers, ALE's threads) is interrupted at it
+    (:func:`~impl.rl.common.deadline.alarm_at`, on the main thread).
     """
     acfg = cfg.validate()
     cores = usable_cores()
@@ -171,29 +174,34 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
                     "episodes": list(log.episodes), "learner": learner.state_dict(),
                     "envs": venv.env_state() if acfg.stepping == "shared" else None})
 
-            while steps < cfg.steps:
-                torch.set_num_threads(act_threads)
-                rollout, obs = collect(venv, learner, obs, acfg.t_max, prof)
-                with sgd:
-                    torch.set_num_threads(cores)
-                    learner.update(rollout)
-                steps += rollout.n_steps
-                now = time.perf_counter()
-                for _, ret, _ in venv.pop_episodes():
-                    log.record(steps, now - t0, ret)
-                if now >= next_report:
-                    next_report = now + PROGRESS_EVERY_S
-                    if progress is not None:
-                        progress(steps, learner.updates, log.recent_mean(), log.episodes)
-                if deadline is not None and time.monotonic() >= deadline:  # after the update
-                    raise TimeoutError("the run's time limit passed after an update")
-                if next_ckpt is not None and steps >= next_ckpt:
+            # an env step in this process (no workers, or ALE's threads) that never returns is
+            # interrupted; with workers the stepping's own waits end at the deadline (an alarm could
+            # land inside its close of the workers)
+            in_process = n_workers == 0 or acfg.stepping == "ale-vector"
+            with alarm_at(deadline if in_process else None, "the PAAC run"):
+                while steps < cfg.steps:
+                    torch.set_num_threads(act_threads)
+                    rollout, obs = collect(venv, learner, obs, acfg.t_max, prof)
+                    with sgd:
+                        torch.set_num_threads(cores)
+                        learner.update(rollout)
+                    steps += rollout.n_steps
+                    now = time.perf_counter()
+                    for _, ret, _ in venv.pop_episodes():
+                        log.record(steps, now - t0, ret)
+                    if now >= next_report:
+                        next_report = now + PROGRESS_EVERY_S
+                        if progress is not None:
+                            progress(steps, learner.updates, log.recent_mean(), log.episodes)
+                    if deadline is not None and time.monotonic() >= deadline:  # after the update
+                        raise TimeoutError("the run's time limit passed after an update")
+                    if next_ckpt is not None and steps >= next_ckpt:
+                        save_checkpoint()
+                        next_ckpt = steps + cfg.checkpoint_every
+                    if cfg.stop_at_threshold and log.reached:
+                        break
+                if cfg.checkpoint is not None:
                     save_checkpoint()
-                    next_ckpt = steps + cfg.checkpoint_every
-                if cfg.stop_at_threshold and log.reached:
-                    break
-            if cfg.checkpoint is not None:
-                save_checkpoint()
             wall = time.perf_counter() - t0
             busy = venv.worker_busy_s - busy0
             pids, envs_per_worker = venv.worker_pids, venv.envs_per_worker
