@@ -5,7 +5,8 @@ Every scenario (:mod:`bench.scenarios`) runs through :func:`run`:
 1. The suite is expanded into cells (:meth:`Scenario.cells`) and the command line's run id
    and options are checked. Any error is raised here, as :class:`SelectionError`, before the
    run folder exists.
-2. ``<out>/<run_id>/`` is created by :class:`bench.results.RunWriter`; meta.json holds the
+2. ``<out>/<run_id>/`` is created by :class:`bench.results.RunWriter`, whole (a Ctrl-C there
+   lands once meta.json and rows.csv's header are written); meta.json holds the
    suite, the selection, git state, machine and library facts, the scenario's own entries and
    the suite's ``paper`` and ``targets`` ({} when it has none), with ``complete: false``.
 3. Cells are measured one at a time under a tqdm bar (shown when there is more than one
@@ -17,7 +18,9 @@ Every scenario (:mod:`bench.scenarios`) runs through :func:`run`:
    which are kept too.
 4. At the end meta.json gets ``complete``, ``interrupted``, ``end_time`` and the counts
    ``items_total``, ``items_done`` and ``items_by_status`` (one item = one cell); on Ctrl-C
-   ``complete`` is false and KeyboardInterrupt is raised again after the counts are written.
+   or SIGTERM (:func:`interrupt_latch`), at any point once the folder exists, ``complete`` is
+   false, ``interrupted`` true, and KeyboardInterrupt is raised again after the counts are
+   written: an interrupted run is always readable and marked.
    A Ctrl-C that a finalizer swallowed (:class:`InterruptLatch`) ends the run at the cell's
    next write of rows (a partial one, or its end).
    When rows.csv or meta.json cannot be written (a full disk), the run stops: what is on disk
@@ -51,7 +54,8 @@ __all__ = ["Plan", "plan", "execute", "run", "run_suites", "format_summary", "su
 
 
 class InterruptLatch:
-    """The SIGINT handler of a run: it raises KeyboardInterrupt as Python's default one does,
+    """The SIGINT (and SIGTERM) handler of a run: it raises KeyboardInterrupt as Python's
+    default SIGINT handler does,
     and also remembers the signal, because Python prints and drops an exception raised inside
     a finalizer (a weakref callback or ``__del__`` that the garbage collector runs when the
     signal lands): such a Ctrl-C would be lost and the run would go on to the end. Every write
@@ -91,23 +95,33 @@ class InterruptLatch:
             self.check()
 
 
+#: The signals that interrupt a run, each with the handler under which the latch takes it over:
+#: Ctrl-C, and SIGTERM (``kill``, a job scheduler, ``docker stop``), which by default ends the
+#: process at once, before any ``finally``: a run so ended was never marked.
+_INTERRUPTS = ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL))
+
+
 @contextlib.contextmanager
 def interrupt_latch():
-    """Install an :class:`InterruptLatch` as the SIGINT handler for the block and yield it;
-    the previous handler is put back after. Off the main thread (where no handler can be
-    set) or under a handler that is not Python's default one (the caller's own), the latch
-    is yielded without being installed: it never trips, and the block runs as it would
-    without it."""
+    """Install an :class:`InterruptLatch` as the handler of SIGINT and SIGTERM for the block and
+    yield it; the previous handlers are put back after. Either signal ends the run the same
+    way (KeyboardInterrupt: the run is marked interrupted, its processes and temporary files
+    cleaned up). Off the main thread (where no handler can be set) the latch is yielded without
+    being installed: it never trips, and the block runs as it would without it; a signal
+    whose handler is not Python's default one (the caller's own) is left to it."""
     latch = InterruptLatch()
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+    if threading.current_thread() is not threading.main_thread():
         yield latch
         return
-    previous = signal.signal(signal.SIGINT, latch)
+    installed = {}
     try:
+        for signum, default in _INTERRUPTS:
+            if signal.getsignal(signum) == default:
+                installed[signum] = signal.signal(signum, latch)
         yield latch
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, previous in installed.items():
+            signal.signal(signum, previous)
 
 
 @dataclass(frozen=True)
@@ -171,13 +185,9 @@ def execute(p: Plan, *, out="results", run_id: str | None = None, machine: str |
         raise SelectionError(f"--run-id {run_id!r}: {Path(out) / run_id} exists already; "
                              "choose another id or remove that folder")
     machine = machine or results.machine_info()["hostname"]
-    writer = results.RunWriter(out, run_id, _meta(p, machine, command))
-    # the run's own columns, on every row whatever the scenario wrote
-    stamp = {"schema_version": results.SCHEMA_VERSION, "run_id": run_id, "git_sha": writer.meta["git_sha"],
-             "dirty": writer.meta["dirty"], "machine": machine, "scenario": p.scenario.name}
+    meta = _meta(p, machine, command)  # before the folder: a Ctrl-C up to here leaves nothing
     counts = {s: 0 for s in results.STATUSES}
-    bar = tqdm(p.cells, desc=p.suite["name"], unit=p.scenario.unit, disable=not progress or len(p.cells) < 2,
-               dynamic_ncols=True)
+    writer = bar = None
 
     def finish(complete: bool, **extra) -> None:
         writer.finish(complete, interrupted=not complete, items_total=len(p.cells), items_done=sum(counts.values()),
@@ -188,8 +198,15 @@ def execute(p: Plan, *, out="results", run_id: str | None = None, machine: str |
             with latch.deferred():
                 writer.append([{**row, **stamp} for row in rows])
 
-        run = RunState(writer.raw_dir, writer.meta, progress, bar, len(p.cells), write=write_partial)
         try:
+            with latch.deferred():  # the folder is made whole (meta.json, rows.csv's header) or not at all
+                writer = results.RunWriter(out, run_id, meta)
+            # the run's own columns, on every row whatever the scenario wrote
+            stamp = {"schema_version": results.SCHEMA_VERSION, "run_id": run_id, "git_sha": writer.meta["git_sha"],
+                     "dirty": writer.meta["dirty"], "machine": machine, "scenario": p.scenario.name}
+            bar = tqdm(p.cells, desc=p.suite["name"], unit=p.scenario.unit,
+                       disable=not progress or len(p.cells) < 2, dynamic_ncols=True)
+            run = RunState(writer.raw_dir, writer.meta, progress, bar, len(p.cells), write=write_partial)
             for cell in bar:
                 bar.set_postfix_str(cell.label)
                 if cell.skip:
@@ -208,12 +225,20 @@ def execute(p: Plan, *, out="results", run_id: str | None = None, machine: str |
                     counts[status] = counts.get(status, 0) + 1
                     writer.write_meta()
         except KeyboardInterrupt:
-            bar.close()
-            finish(False)
+            if writer is None:
+                raise  # the folder was not made: nothing to mark
+            if bar is not None:
+                bar.close()
+            latch.seen = False  # a second Ctrl-C now lands after the mark, not inside its write
+            with latch.deferred():
+                finish(False)
             echo(f"interrupted: kept {sum(counts.values())} of {len(p.cells)} cells in {writer.dir}")
             raise
         except results.ResultsWriteError as err:
-            bar.close()
+            if writer is None:
+                raise
+            if bar is not None:
+                bar.close()
             try:
                 finish(False, write_error=str(err))
             except results.ResultsWriteError:

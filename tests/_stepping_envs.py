@@ -4,6 +4,8 @@ through gymnasium's ``"module:Id"`` form, e.g. ``make_env("_stepping_envs:FailAt
 - ``FailAt-v0``: raises RuntimeError("injected failure") on its 5th step.
 - ``DieAt-v0``: the process exits with code 3 on its 5th step (a death without a report).
 - ``Slow-v0``: each step sleeps 50 ms (to interrupt a master that waits for it).
+- ``HangAt-v0``: its 5th step never returns (sleeps an hour; first creating the file
+  ``$HANG_FLAG`` when set): a run's time limit, or a Ctrl-C, must end it.
 - ``Image-v0``: 3x32x32 uint8 frames, which no A2C network takes.
 """
 
@@ -37,10 +39,14 @@ class CountingEnv(gym.Env):
             os._exit(3)
         if self.mode == "slow":
             time.sleep(0.05)
+        if self.mode == "hang" and self.t == FAIL_STEP:
+            if os.environ.get("HANG_FLAG"):  # tells a test the step is hung (to interrupt it then)
+                open(os.environ["HANG_FLAG"], "a").close()
+            time.sleep(3600)
         return np.full(1, self.t, np.float32), 1.0, False, False, {}
 
 
-for _id, _mode in (("FailAt-v0", "fail"), ("DieAt-v0", "die"), ("Slow-v0", "slow")):
+for _id, _mode in (("FailAt-v0", "fail"), ("DieAt-v0", "die"), ("Slow-v0", "slow"), ("HangAt-v0", "hang")):
     gym.register(id=_id, entry_point=CountingEnv, kwargs={"mode": _mode})
 
 

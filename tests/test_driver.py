@@ -179,6 +179,48 @@ def test_a_ctrl_c_a_finalizer_swallowed_ends_the_run_after_its_cell(tmp_path):
     assert [r["capacity"] for r in results.read_rows(tmp_path / "r")] == [0, 1]
 
 
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_an_interrupt_as_the_folder_is_made_leaves_a_readable_marked_run(tmp_path, monkeypatch, signame):
+    """Issue 41 item 16 (and item 7's SIGTERM): a Ctrl-C just after meta.json appeared left no
+    rows.csv (or an empty one) and no ``interrupted`` key, and `summary` exited 1; a SIGTERM
+    ended the process before anything was marked. Either signal now lands once the folder is
+    whole, and the run is marked interrupted and readable."""
+    import signal
+    import time
+
+    from replaybench.bench.scenarios import Cell, Scenario
+
+    class Ok(Scenario):
+        name = "ok"
+
+        def measure(self, cell, run):
+            return [cell.row("ok", value=1.0)]
+
+    write_meta = results.RunWriter.write_meta
+
+    def then_signal(self):  # the signal lands right after the first meta.json is on disk
+        write_meta(self)
+        if not (self.dir / "rows.csv").exists():
+            os.kill(os.getpid(), getattr(signal, signame))
+            time.sleep(0.05)
+
+    monkeypatch.setattr(results.RunWriter, "write_meta", then_signal)
+    p = driver.Plan({"name": "early"}, Ok(), [Cell("c", {"variant": "v", "capacity": 1, "op": "x"}, 0)], Selection())
+    defaults = {s: signal.signal(s, h) for s, h in ((signal.SIGINT, signal.default_int_handler),
+                                                    (signal.SIGTERM, signal.SIG_DFL))}  # as the CLI has them
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            driver.execute(p, out=tmp_path, run_id="r", progress=False, echo=quiet)
+    finally:
+        for s, h in defaults.items():
+            signal.signal(s, h)
+    monkeypatch.undo()
+    meta = results.read_meta(tmp_path / "r")
+    assert meta["complete"] is False and meta["interrupted"] is True and meta["items_done"] == 0
+    assert results.read_rows(tmp_path / "r") == []  # rows.csv is there, with its header
+    assert "r" in driver.summarize_run(tmp_path / "r")  # what `replaybench summary` prints, no error
+
+
 def test_scenario_that_does_not_take_an_option_refuses_it(tmp_path):
     proc = replaybench("run", "--suite", str(TOY / "toy_sort.json"), "--ops", "sort", "--out", str(tmp_path))
     assert proc.returncode == 2 and "does not take --ops" in proc.stderr

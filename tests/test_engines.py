@@ -57,3 +57,81 @@ def test_every_engine_is_named_alike_in_the_registry_and_its_smoke_run():
     for name, engine in engines.ENGINES.items():
         assert engine.name == name and engine.kind in ("replay", "parallel", "own")
         assert TrainConfig(**engine.smoke).engine == name
+
+
+_HUNG_RUN = """
+import sys
+sys.path.insert(0, sys.argv[2])
+import _stepping_envs  # registers HangAt-v0
+from replaybench.impl.rl import TrainConfig, WorkerFailed, engines, train
+
+engine = engines.get(sys.argv[1])
+timeout = {"timeout_s": 8.0} if sys.argv[3] == "timeout" else {}
+cfg = TrainConfig(**{**engine.smoke, "env": "_stepping_envs:HangAt-v0", "seed": 1, **timeout})
+try:
+    train(cfg)
+except (TimeoutError, WorkerFailed) as err:
+    print("ENDED", type(err).__name__, err, flush=True)
+except KeyboardInterrupt:
+    print("INTERRUPTED", flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["timeout", "SIGINT"])
+@pytest.mark.parametrize("name", [_param(n) for n in engines.ENGINES.names()])
+def test_every_engine_ends_a_run_whose_env_hangs_leaving_nothing(name, how, tmp_path):
+    """Issue 41 item 6: an environment that never returns from ``step``. At ``timeout_s``, or on
+    Ctrl-C (SIGINT to the run's process once the step hangs), every engine ends the run (the
+    sequential one never did at its limit), and nothing stays: no process the run started (the
+    dataflow server's hung env worker, fork server and resource tracker did), no /tmp/pymp-*
+    folder, no shared-memory segment. The run is a fresh interpreter whose processes all carry
+    a marker in their environment, with TMPDIR in the test's folder."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    import uuid
+    from pathlib import Path
+
+    engine = engines.get(name)
+    if engine.unavailable_reason():
+        pytest.skip(engine.unavailable_reason())
+    mark = uuid.uuid4().hex
+    tmp, flag = tmp_path / "tmp", tmp_path / "hung"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "REPLAYBENCH_HUNG_RUN": mark, "HANG_FLAG": str(flag)}
+    script = tmp_path / "hung_run.py"
+    script.write_text(_HUNG_RUN)
+    proc = subprocess.Popen([sys.executable, str(script), name, str(Path(__file__).parent), how], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
+    try:
+        if how == "SIGINT":
+            deadline = time.monotonic() + 540
+            while not flag.exists() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            proc.send_signal(signal.SIGINT)  # to the run's process only, as the driver's latch passes it on
+        stdout, stderr = proc.communicate(timeout=540)  # the run never ended: a failure, not a hung suite
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = stdout + stderr
+    ended = "ENDED" in stdout and "limit" in stdout if how == "timeout" else "INTERRUPTED" in stdout
+    assert proc.returncode == 0 and ended, output
+
+    def marked() -> list[int]:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if f"REPLAYBENCH_HUNG_RUN={mark}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                    found.append(int(pid))
+            except OSError:
+                continue
+        return found
+
+    assert_exited(marked())  # the run's processes, whoever their parent is now
+    assert [p.name for p in tmp.iterdir() if p.name.startswith("pymp-")] == [], output  # multiprocessing's
+    from replaybench.impl.concurrent import leaked_segments
+
+    assert [s for s in leaked_segments() if f"_{proc.pid}_" in s] == [], output

@@ -193,3 +193,49 @@ def test_two_gossip_learners_reach_the_cartpole_threshold():
                                  time_limit_s=900))
     assert result.time_to_threshold_s is not None, f"not reached in {result.env_steps} steps"
     assert result.final_consensus < 1.0
+
+
+@pytest.mark.slow  # a command and two learner interpreters per case
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_gossip_command_leaves_nothing_and_is_marked(tmp_path, signame):
+    """Issue 41 item 7: Ctrl-C of `replaybench gossip` left /tmp/replaybench-gossip-*, and a
+    SIGTERM left meta.json without ``interrupted``. Either signal: exit 130, no learner, no
+    temporary folder, the run marked interrupted."""
+    import signal
+    import sys
+    import time
+
+    from replaybench.bench import results
+
+    tmp, out = tmp_path / "tmp", tmp_path / "out"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}  # the launcher's temporary log folder goes here
+    proc = subprocess.Popen([sys.executable, "-m", "replaybench.bench", "gossip", "--nodes", "1",
+                             "--learners-per-node", "2", "--steps", str(10**8), "--n-envs", "4", "--set",
+                             "hidden=16,16", "--out", str(out), "--no-progress"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        while not list(tmp.glob("replaybench-gossip-*/learner-1.log")):  # the learners are started
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.1)
+        time.sleep(1.0)
+        learners = [int(p) for p in os.listdir("/proc") if p.isdigit() and _child_of(int(p), proc.pid)]
+        proc.send_signal(getattr(signal, signame))  # to the command only, as `kill` does
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, output
+    assert list(tmp.iterdir()) == [], output  # no replaybench-gossip-* folder left
+    assert learners and not [pid for pid in learners if Path(f"/proc/{pid}").exists()], output
+    (run_dir,) = out.iterdir()
+    meta = results.read_meta(run_dir)
+    assert meta["complete"] is False and meta["interrupted"] is True
+
+
+def _child_of(pid: int, parent: int) -> bool:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) == parent
+    except (OSError, ValueError, IndexError):
+        return False

@@ -231,6 +231,23 @@ def test_a_failed_worker_is_named_and_every_worker_exits(toy_envs, env, message)
     assert _gone(pids) and not _shm_entries(pids + [os.getpid()])
 
 
+def test_a_worker_that_dies_between_steps_is_named_and_the_others_stop():
+    """Issue 41 item 5: the next step raised a bare BrokenPipeError and the other worker ran on."""
+    venv = SharedVectorEnv("CartPole-v1", 4, 2, seed=0, start_method=FS)
+    pids = venv.worker_pids
+    venv.reset()
+    venv.step(np.zeros(4, np.int64))
+    os.kill(pids[1], signal.SIGKILL)
+    while not _gone(pids[1:]):
+        time.sleep(0.01)
+    with pytest.raises(WorkerFailed) as err:
+        venv.step(np.zeros(4, np.int64))
+    assert err.value.worker == "stepping-1" and f"pid {pids[1]}" in err.value.detail, err.value.detail
+    assert "exited with code -9" in err.value.detail, err.value.detail
+    assert sorted(err.value.pids) == sorted(pids)
+    assert _gone(pids) and not _shm_entries(pids + [os.getpid()])
+
+
 def test_interrupt_during_a_step_and_close_mid_step(toy_envs):
     def interrupt(signum, frame):
         raise KeyboardInterrupt

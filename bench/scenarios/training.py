@@ -35,7 +35,9 @@ name or the CPU's model), per run:
   with them); bound_steps_per_s (steps/s) and bound_fraction (x), with params.bound = "actor",
   "learner" or "buffer" and params.bound_role (the role that sets it): what bounds the run and
   the fraction of that bound it reached, from its profile (:mod:`bench.bound`; absent when the
-  profile cannot say, e.g. a run without updates);
+  profile cannot say, e.g. a run without updates); a run resumed from a checkpoint (PAAC) has
+  its rates and bound of the part it ran after the resume (``TrainResult.part_steps`` over
+  ``part_wall_s``), its episodes, time_to_threshold_s and steps_to_threshold of the whole run;
   learner_replay_inrun_s and learner_replay_alone_s (s per update: a learner's ``replay``
   section, sample + priority update, in the run, and the same calls timed alone after it, when
   no actor inserts, paced as in the run: the learner's gradient step between sample and update
@@ -187,7 +189,8 @@ def result_rows(result, row: dict, speedup: float | None = None, vs_process: flo
         else:
             r.update(status="ok", value=float(value))
         out.append(r)
-    bound = run_bound(result.profiles, result.processes, result.env_steps, result.updates, result.wall_s)
+    # the profiles, like the rates, are of the part this call ran (a resumed run's second part)
+    bound = run_bound(result.profiles, result.processes, result.part_steps, result.part_updates, result.part_wall_s)
     if bound is not None:
         params = {**row["params"], "bound": bound.kind, "bound_role": bound.role}
         for metric, value in (("bound_steps_per_s", bound.steps_per_s), ("bound_fraction", bound.fraction)):

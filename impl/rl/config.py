@@ -23,6 +23,7 @@ from replaybench.impl import concurrent, registry
 from replaybench.impl.rl import algorithms, engines
 from replaybench.impl.rl.algorithms.base import AlgoConfig
 from replaybench.impl.rl.common.device import check_device
+from replaybench.impl.rl.common.checkpoint import check_target as check_checkpoint_target
 from replaybench.impl.rl.common.envs import THRESHOLDS, WINDOW, make_env
 from replaybench.impl.rl.common.local_replay import check_buffer
 from replaybench.impl.rl.common.errors import ConfigError
@@ -106,7 +107,8 @@ class TrainConfig:
     # --- checkpoints (the PAAC engine: impl.rl.common.checkpoint) -----------------------------------
     checkpoint: str | None = None
     """Write the run's checkpoint to this file every ``checkpoint_every`` env steps (rounded up
-    to whole rollouts) and at its end (PAAC engine only; None: none)."""
+    to whole rollouts) and at its end (PAAC engine only; None: none). :meth:`validate` refuses
+    a directory, a path under a folder that does not exist, and a folder it cannot write in."""
     checkpoint_every: int = 0
     """Env steps between checkpoints (0: only at the end); needs ``checkpoint``."""
     resume: str | None = None
@@ -247,6 +249,8 @@ class TrainConfig:
                                                              f"is {self.engine!r}")
         if self.resume is not None and not os.path.isfile(self.resume):
             raise ConfigError("resume", self.resume, f"resume: no checkpoint file {self.resume!r}")
+        if self.checkpoint is not None:
+            check_checkpoint_target(self.checkpoint)  # found out here, not when the first save fails
 
     def _parse_fail(self) -> tuple[str, str, int]:
         try:

@@ -6,7 +6,8 @@ while writing leaves the previous checkpoint whole. It holds (:func:`save`, a ``
 dict):
 
 - ``run``: the fields of the run that must agree to resume it (algo, env, seed, the algorithm
-  config); :func:`check_compatible` refuses a checkpoint of another run;
+  config); :func:`check_compatible` refuses a checkpoint of another run, naming every field
+  that differs;
 - ``steps``, ``wall_s``: env steps and wall seconds of the run so far;
 - ``episodes``: the episode log's ``(env_steps, wall_s, return)`` rows;
 - ``learner``: :meth:`A2CLearner.state_dict` (network, optimizer, step counters, the action
@@ -32,34 +33,119 @@ from pathlib import Path
 import torch
 from replaybench.impl.rl.common.errors import ConfigError
 
-__all__ = ["save", "load", "check_compatible", "pickle_envs", "unpickle_envs"]
+__all__ = ["KEYS", "save", "check_target", "load", "check_compatible", "read_resume", "pickle_envs", "unpickle_envs"]
+
+
+def check_target(path: str | os.PathLike) -> None:
+    """ConfigError (field "checkpoint") naming ``path`` when :func:`save` could not write there:
+    a directory, a folder on its path that does not exist or is not a folder, a folder this
+    process may not write in, or a directory where its temporary file ``<path>.tmp`` goes.
+    Called before a run starts, so a bad path costs no run. Cost: a few ``stat`` calls."""
+    path = Path(path)
+    where = f"checkpoint {str(path)!r}"
+    if path.is_dir():
+        raise ConfigError("checkpoint", str(path), f"{where} is a directory; give the path of a file")
+    folder = path.parent
+    if not folder.exists():
+        raise ConfigError("checkpoint", str(path), f"{where}: its folder {str(folder)!r} does not exist")
+    if not folder.is_dir():
+        raise ConfigError("checkpoint", str(path), f"{where}: {str(folder)!r} on its path is not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError("checkpoint", str(path), f"{where}: cannot write in its folder {str(folder)!r}")
+    tmp = path.with_name(path.name + ".tmp")
+    if tmp.is_dir():
+        raise ConfigError("checkpoint", str(path), f"{where}: its temporary file {str(tmp)!r} is a directory")
 
 
 def save(path: str | os.PathLike, state: dict) -> None:
-    """Write ``state`` to ``path`` atomically (a temporary file renamed over it)."""
+    """Write ``state`` to ``path`` atomically (a temporary file renamed over it). A save that
+    raises (a full disk) removes its temporary file; the previous checkpoint stays whole."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+#: The keys of every checkpoint (:func:`save`'s dict, module docstring); a file without them
+#: is not one of this project's checkpoints.
+KEYS = ("run", "steps", "wall_s", "episodes", "learner", "envs")
 
 
 def load(path: str | os.PathLike) -> dict:
-    """The checkpoint at ``path``, its tensors in host memory; ConfigError (field "resume") when it is missing or unreadable."""
+    """The checkpoint at ``path``. ConfigError (field "resume"), naming the file and what is
+    wrong, when it is empty, cannot be read, is not a file ``torch.save`` wrote (cut short,
+    corrupt), or is not a checkpoint of this project (another program's ``torch.save``: not a
+    dict with :data:`KEYS`, or ``steps``/``wall_s``/``episodes``/``run`` of the wrong type).
+    Cost: one ``torch.load`` of the file."""
+    where = f"resume: checkpoint {str(path)!r}"
     try:
+        if os.path.getsize(path) == 0:
+            raise ConfigError("resume", str(path), f"{where} is empty (0 bytes)")
         # weights_only=False: the checkpoint holds numpy generator states and pickled envs; load
         # only checkpoints this project wrote (a pickle runs code). map_location: a run on a GPU
         # saved device tensors; they load into host memory and the learner moves them to its device.
-        return torch.load(path, weights_only=False, map_location="cpu")
-    except (OSError, pickle.UnpicklingError, EOFError, RuntimeError) as err:
-        raise ConfigError("resume", str(path), f"resume: cannot read checkpoint {str(path)!r}: {err}") from None
+        ckpt = torch.load(path, weights_only=False, map_location="cpu")
+    except ConfigError:
+        raise
+    except Exception as err:  # unpickling a foreign or cut file raises nearly anything
+        raise ConfigError("resume", str(path), f"{where} cannot be read: {type(err).__name__}: {err} (not a "
+                                               "checkpoint file, or one cut short)") from None
+    if not isinstance(ckpt, dict) or not set(KEYS) <= set(ckpt):
+        what = (f"a dict with keys {sorted(map(str, ckpt))}" if isinstance(ckpt, dict)
+                else f"a {type(ckpt).__module__}.{type(ckpt).__qualname__}")
+        raise ConfigError("resume", str(path), f"{where} is not a replaybench PAAC checkpoint: it holds {what}, "
+                                               f"a checkpoint is a dict with keys {', '.join(KEYS)}")
+    for key, kind in (("run", dict), ("steps", int), ("wall_s", (int, float)), ("episodes", list)):
+        value = ckpt[key]
+        if not isinstance(value, kind) or isinstance(value, bool) or (kind is not dict and kind is not list
+                                                                      and value < 0):
+            raise ConfigError("resume", str(path), f"{where} is not a replaybench PAAC checkpoint: its {key!r} "
+                                                   f"is {value!r}")
+    return ckpt
+
+
+def _flat(run: dict, prefix: str = "") -> dict:
+    """``{"a2c": {"lr": 1}}`` as ``{"a2c.lr": 1}``."""
+    out = {}
+    for key, value in run.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def check_compatible(ckpt: dict, run: dict, path) -> None:
-    """ConfigError (field "resume") naming the first field where ``ckpt``'s run and ``run`` differ."""
-    for key, value in run.items():
-        if ckpt["run"].get(key) != value:
-            raise ConfigError("resume", str(path), f"resume: checkpoint {str(path)!r} is of a run with {key}="
-                                                   f"{ckpt['run'].get(key)!r}, this run has {key}={value!r}")
+    """ConfigError (field "resume") naming every field where ``ckpt``'s run and ``run`` differ,
+    each with both values (``a2c.t_max: checkpoint 5, this run 4``); fields nested in the run
+    (the algorithm config) are named with a dot."""
+    saved, now = _flat(ckpt["run"]), _flat(run)
+    absent = "(absent)"
+    differ = [key for key in sorted(set(saved) | set(now)) if saved.get(key, absent) != now.get(key, absent)]
+    if differ:
+        listed = "; ".join(f"{key}: checkpoint {saved.get(key, absent)!r}, this run {now.get(key, absent)!r}"
+                           for key in differ)
+        raise ConfigError("resume", str(path), f"resume: checkpoint {str(path)!r} is of another run: {len(differ)} "
+                                               f"setting(s) differ: {listed}")
+
+
+def read_resume(path: str | os.PathLike, run: dict, steps: int) -> dict:
+    """The checkpoint at ``path`` (:func:`load`) if a run ``run`` of ``steps`` env steps in all
+    can resume it (:func:`check_compatible`); ConfigError (field "steps") when ``steps`` does
+    not go past the checkpoint's steps (nothing would be left to run). Cost: :func:`load`'s."""
+    ckpt = load(path)
+    check_compatible(ckpt, run, path)
+    if steps <= ckpt["steps"]:
+        raise ConfigError("steps", steps, f"steps {steps} must exceed the {ckpt['steps']} env steps of checkpoint "
+                                          f"{str(path)!r}: a resumed run goes on up to steps in all")
+    return ckpt
 
 
 def pickle_envs(envs: dict) -> bytes:

@@ -30,7 +30,17 @@ def total_updates(steps: int, ratio: float, learning_starts: int) -> int:
 
 @dataclass
 class TrainResult:
-    """What one run measured. Seconds are wall-clock from the first env step ("go")."""
+    """What one run measured. Seconds are wall-clock from the first env step ("go").
+
+    A run resumed from a checkpoint (the PAAC engine) counts the whole run in ``env_steps``,
+    ``updates``, ``wall_s`` and ``episodes`` (the checkpointed part's recorded steps, updates
+    and seconds included, so episode times and the time to the threshold go on from it), and
+    says how much of each the checkpoint brought in (``resumed_steps``, ``resumed_updates``,
+    ``resumed_wall_s``; 0 for a run from scratch). Its rates (:attr:`env_steps_per_s`,
+    :attr:`updates_per_s`) and its ``profiles`` are of the part this call ran
+    (:attr:`part_steps` over :attr:`part_wall_s`): each part is counted once, under the speed
+    settings it ran with (a resume may change them).
+    """
 
     engine: str                       # the engine that ran it: "sequential", "process", "ray", "dataflow", "paac"
     env_steps: int
@@ -63,6 +73,9 @@ class TrainResult:
     #                                   profiles, never in them (impl.rl.common.replay_timing); {} when not measured
     replay_alone: dict = field(default_factory=dict)  # the learners' replay calls timed alone after the run:
     #                                   {calls, sample, tensor, update (s)}, summed over learners; {} when not measured
+    resumed_steps: int = 0            # of env_steps, updates and wall_s: what a checkpoint brought in (resumed runs)
+    resumed_updates: int = 0
+    resumed_wall_s: float = 0.0
 
     @classmethod
     def from_workers(cls, actors: list, learners: list, **fields) -> TrainResult:
@@ -136,12 +149,29 @@ class TrainResult:
         return inrun / alone if inrun is not None else None
 
     @property
+    def part_steps(self) -> int:
+        """Env steps this call ran (all of them unless resumed)."""
+        return self.env_steps - self.resumed_steps
+
+    @property
+    def part_updates(self) -> int:
+        """Learner updates this call did (all of them unless resumed)."""
+        return self.updates - self.resumed_updates
+
+    @property
+    def part_wall_s(self) -> float:
+        """Wall seconds of this call's part (all of them unless resumed)."""
+        return self.wall_s - self.resumed_wall_s
+
+    @property
     def env_steps_per_s(self) -> float:
-        return self.env_steps / self.wall_s if self.wall_s > 0 else float("nan")
+        """:attr:`part_steps` over :attr:`part_wall_s` (a run from scratch: all of them)."""
+        return self.part_steps / self.part_wall_s if self.part_wall_s > 0 else float("nan")
 
     @property
     def updates_per_s(self) -> float:
-        return self.updates / self.wall_s if self.wall_s > 0 else float("nan")
+        """:attr:`part_updates` over :attr:`part_wall_s`."""
+        return self.part_updates / self.part_wall_s if self.part_wall_s > 0 else float("nan")
 
     @property
     def reached(self) -> bool:

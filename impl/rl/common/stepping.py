@@ -41,9 +41,12 @@ same seeds and reset without a seed when an episode ends, bit for bit, for any `
 Exit paths: a worker that raises reports its traceback on its done pipe and exits; a worker
 that dies closes its pipes (the master also watches its process sentinel); either way the next
 :meth:`step_wait` closes everything and raises :class:`~impl.rl.config.WorkerFailed` naming the
-worker. :meth:`close` (idempotent; also on ``__exit__``, garbage collection and interpreter
-exit) closes the command pipes, so the workers read end-of-file and exit; stragglers are
-terminated, then killed. A master that dies closes the same pipes, so its workers exit too.
+worker. A worker that dies between steps is found by the next command sent to it (its pipe is
+broken): the same WorkerFailed, every other worker stopped. :meth:`close` (idempotent; also on
+``__exit__``, garbage collection and interpreter exit) closes the command pipes, so the workers
+read end-of-file and exit; stragglers are terminated, then killed (after JOIN_TIMEOUT_S; after
+a timeout, when a worker may be stuck in a step that never returns, at once). A master that
+dies closes the same pipes, so its workers exit too.
 Workers ignore SIGINT: Ctrl-C interrupts the master, which then closes them.
 """
 
@@ -70,6 +73,7 @@ __all__ = ["SharedVectorEnv"]
 
 START_METHODS = ("spawn", "forkserver")
 JOIN_TIMEOUT_S = 5.0  # close(): how long workers get to exit before they are terminated
+_HUNG_JOIN_S = 0.5  # the same after a timeout: a worker stuck in a step never reads its pipe
 
 # Commands (one byte): 0 and 1 step that part, _ALL steps every env, the resets reset every env.
 _ALL, _RESET_SEEDED, _RESET = 2, 3, 4
@@ -197,11 +201,12 @@ def _worker(rank: int, env_id: str, atari, seed: int, ranges: list, discrete: bo
                 pass
 
 
-def _shutdown(procs: list, cmd_conns: list, done_conns: list, envs: dict) -> None:
-    """Close the command pipes (workers read end-of-file and exit), join, terminate, kill."""
+def _shutdown(procs: list, cmd_conns: list, done_conns: list, envs: dict, join_s: list) -> None:
+    """Close the command pipes (workers read end-of-file and exit), join ``join_s[0]`` seconds,
+    terminate, kill."""
     for conn in cmd_conns:
         conn.close()
-    deadline = time.monotonic() + JOIN_TIMEOUT_S
+    deadline = time.monotonic() + join_s[0]
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))
     for signal_name in ("terminate", "kill"):
@@ -323,6 +328,9 @@ class SharedVectorEnv:
         self._pending: dict = {}             # part -> workers that have not answered it yet
         self._queued: list[deque] = []       # per worker: the commands it has not answered, in order
         self._procs, self._cmd, self._done, self._envs = [], [], [], {}
+        # how long close() waits for the workers to exit by themselves; after a timeout (a worker
+        # that does not answer may never read its pipe) they are terminated at once
+        self._join_s = [JOIN_TIMEOUT_S]
 
         if self.n_workers == 0:
             self._block = bytearray(layout["nbytes"])
@@ -333,7 +341,8 @@ class SharedVectorEnv:
             self._start_workers(start_method, layout)
         self._a = _views(self._block, layout)
         self._closed = False
-        self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._cmd, self._done, self._envs)
+        self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._cmd, self._done, self._envs,
+                                           self._join_s)
         if self.n_workers:
             self._await(_RESET, startup=True)
 
@@ -364,7 +373,7 @@ class SharedVectorEnv:
                 cmd_r.close()
                 done_w.close()
         except BaseException:
-            _shutdown(self._procs, self._cmd, self._done, {})
+            _shutdown(self._procs, self._cmd, self._done, {}, self._join_s)
             raise
         self._fd_worker = {conn.fileno(): w for w, conn in enumerate(self._done)}
         self._sentinel_worker = {p.sentinel: w for w, p in enumerate(self._procs)}
@@ -382,12 +391,18 @@ class SharedVectorEnv:
         return {w for w, ranges in enumerate(self._worker_parts) if ranges[part][1] > ranges[part][0]}
 
     def _send(self, command: int, part: int) -> None:
+        """Send ``command`` to the workers of ``part``. A worker that died since its last answer
+        (its end of the pipe is closed: BrokenPipeError) closes everything and raises
+        WorkerFailed naming it, as a death during a step does."""
         workers = self._workers_of(part)
         self._pending[part] = set(workers)
         byte = bytes((command,))
         for w in workers:
             self._queued[w].append(part)
-            os.write(self._cmd[w].fileno(), byte)
+            try:
+                os.write(self._cmd[w].fileno(), byte)
+            except BrokenPipeError:
+                self._died(w, "between steps")
 
     def _fail(self, worker: int | str, detail: str) -> None:
         pids = self.worker_pids
@@ -409,9 +424,13 @@ class SharedVectorEnv:
             header = self._read_exactly(fd, 4)
             text = self._read_exactly(fd, struct.unpack("<I", header)[0]) if len(header) == 4 else b""
             self._fail(w, text.decode(errors="replace") or f"stepping-{w} raised (its report was cut short)")
+        self._died(w, "without reporting")
+
+    def _died(self, w: int, when: str) -> None:
+        """Worker ``w`` is gone without a report: close everything, raise WorkerFailed naming it."""
         p = self._procs[w]
         p.join(1.0)
-        self._fail(w, f"process stepping-{w} (pid {p.pid}) exited with code {p.exitcode} without reporting")
+        self._fail(w, f"process stepping-{w} (pid {p.pid}) exited with code {p.exitcode} {when}")
 
     @staticmethod
     def _read_exactly(fd: int, n: int) -> bytes:
@@ -427,6 +446,7 @@ class SharedVectorEnv:
     def _check_deadline(self, doing: str) -> None:
         """Close everything and raise TimeoutError when the run's :attr:`deadline` has passed."""
         if self.deadline is not None and time.monotonic() >= self.deadline:
+            self._join_s[0] = _HUNG_JOIN_S
             self.close()
             raise TimeoutError(f"the run's time limit passed {doing}")
 
@@ -442,6 +462,7 @@ class SharedVectorEnv:
             if not events and time.monotonic() >= deadline:
                 self._check_deadline(f"while waiting for stepping workers {sorted(self._pending[part])} to "
                                      f"{'start' if startup else 'answer'}")
+                self._join_s[0] = _HUNG_JOIN_S
                 self._fail(min(self._pending[part]), f"workers {sorted(self._pending[part])} did not "
                                                      f"{'start' if startup else 'answer'} within "
                                                      f"timeout_s={self.timeout_s} s")
@@ -555,7 +576,8 @@ class SharedVectorEnv:
             env.close()
         self._envs = unpickle_envs(envs_blob)
         self._finalizer.detach()  # the new envs must be the ones closed at the end
-        self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._cmd, self._done, self._envs)
+        self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._cmd, self._done, self._envs,
+                                           self._join_s)
         self._block[:] = block
         self._was_reset = True
         self._episodes.clear()
@@ -600,11 +622,13 @@ class SharedVectorEnv:
         if self._closed:
             raise RuntimeError("SharedVectorEnv is closed")
 
-    def close(self) -> None:
+    def close(self, join_s: float | None = None) -> None:
         """Stop the workers (end-of-file on their command pipes; terminate, then kill, after
-        JOIN_TIMEOUT_S) and close the environments. Idempotent."""
+        ``join_s``, default JOIN_TIMEOUT_S) and close the environments. Idempotent."""
         if self._closed:
             return
+        if join_s is not None:
+            self._join_s[0] = min(self._join_s[0], join_s)
         self._closed = True
         self._finalizer()
 

@@ -39,13 +39,18 @@ server reports their pids with "ready", so they count among the run's workers (i
 ``TrainResult.worker_pids`` and ``WorkerFailed.pids``); an env worker that raises or dies
 makes the server's next lock step raise WorkerFailed naming it, which the server reports as
 its own error; a server that stops (another worker failed, a timeout, Ctrl-C) closes its env
-workers in a ``finally``, and one that is terminated or killed closes their command pipes by
-dying, so they read end-of-file and exit.
+workers in a ``finally``, and one that is killed closes their command pipes by dying, so they
+read end-of-file and exit. At the run's time limit (``timeout_s`` from "go", as the parent
+counts it) the server's wait for a lock step ends whatever the env workers do, and one stuck
+in a step is terminated; a SIGTERM from the parent (a stop the server could not see while it
+waited) unwinds through the same ``finally``. Either way the server exits by itself, and its
+multiprocessing helpers (fork server, resource tracker, their /tmp/pymp-* folder) go with it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import signal
 import time
 from typing import TYPE_CHECKING
 
@@ -106,12 +111,18 @@ def _server_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: 
     # half the parent's start-up limit: env workers that do not start fail the server, which says why
     venv = SharedVectorEnv(cfg.env, n_envs, cfg.actors, seed=seeds.env, start_method=cfg.start_method,
                            timeout_s=STARTUP_TIMEOUT_S / 2)
+    # the parent's SIGTERM (a stop it did not see in time: Ctrl-C while the env workers hang)
+    # unwinds through the finally below, so the env workers are closed and this process exits
+    # by itself, its multiprocessing helpers with it
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         owner = np.repeat(np.arange(cfg.actors, dtype=np.int32), venv.envs_per_worker)  # env -> its worker
         obs = np.array(venv.reset(), dtype=np.float32)
         next_obs = np.empty_like(obs)
         out.put(("ready", f"server-{rank}", venv.worker_pids))
         t0 = state.wait_for_go()
+        if cfg.timeout_s is not None:  # the parent's limit, counted from the same "go": a hung env worker
+            venv.deadline = t0 + cfg.timeout_s  # ends the wait here, and is terminated by venv.close
         prof.restart()
         busy0 = venv.worker_busy_s  # the first reset's: before the clock
 
@@ -159,7 +170,17 @@ def _server_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: 
         try:
             outbox.flush()  # every exit, an error's or a stop's too: the parent gets each finished episode
         finally:
-            venv.close()
+            venv.close(join_s=_ENV_WORKER_JOIN_S)
+
+
+#: How long the server's close waits for its env workers to exit by themselves before it
+#: terminates them: short, so that it ends within the parent's grace (a worker stuck in a step
+#: never reads its pipe); an idle worker exits at once.
+_ENV_WORKER_JOIN_S = 0.5
+
+
+def _terminated(signum, frame):
+    raise SystemExit(f"server terminated by signal {signum}")
 
 
 def check(cfg: TrainConfig, acfg) -> None:

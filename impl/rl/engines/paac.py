@@ -49,6 +49,7 @@ import torch
 from replaybench.impl.machine import usable_cores
 from replaybench.impl.rl.algorithms.a2c import A2CConfig, A2CLearner, check_env, collect
 from replaybench.impl.rl.common import checkpoint
+from replaybench.impl.rl.common.deadline import alarm_at
 from replaybench.impl.rl.common.ale_vector import AleVectorEnv, ale_game, check_options
 from replaybench.impl.rl.common.device import resolve_device
 from replaybench.impl.rl.common.envs import EpisodeLog
@@ -72,7 +73,9 @@ def check(cfg: TrainConfig, acfg: A2CConfig) -> None:
     ``n_envs``/``n_workers``/``t_max`` and the other A2C fields as overrides, Discrete
     actions): the network can take the env's observations (``make_network``), and no failure
     hook (``fail``: the replay loops' test hook). Raises ConfigError naming the field. Cost:
-    one ``gym.make``.
+    one ``gym.make``; with ``resume``, the checkpoint is read and checked
+    (:func:`~impl.rl.common.checkpoint.read_resume`: a file of this project, of this run, with
+    fewer steps than ``steps``), one ``torch.load``.
     """
     if cfg.algo != "a2c":
         raise ConfigError("algo", cfg.algo, f"the PAAC loop runs algo 'a2c', got {cfg.algo!r}")
@@ -84,6 +87,8 @@ def check(cfg: TrainConfig, acfg: A2CConfig) -> None:
         if acfg.halves:
             raise ConfigError("halves", acfg.halves, "stepping 'ale-vector' steps every env per call: halves must be false")
     check_env(cfg.env, acfg)
+    if cfg.resume is not None:  # a checkpoint this run can go on from, before any run folder exists
+        checkpoint.read_resume(cfg.resume, _run_identity(cfg, acfg), cfg.steps)
 
 
 #: A2C fields that choose only how fast a run goes: a checkpoint resumes under other values.
@@ -120,14 +125,17 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
     Checkpoints (:mod:`impl.rl.common.checkpoint`): with ``cfg.checkpoint`` the run's state is
     saved there every ``cfg.checkpoint_every`` env steps (at the first rollout boundary past
     each multiple) and at its end; with ``cfg.resume`` it starts from such a file and runs to
-    ``cfg.steps`` in all: ``env_steps``, ``updates``, ``episodes`` and ``wall_s`` count the
-    whole run, the profiles this process's part. Bit for bit with ``n_workers=0`` (the envs'
+    ``cfg.steps`` in all (more than the checkpoint's, or ConfigError): ``env_steps``,
+    ``updates``, ``episodes`` and ``wall_s`` count the whole run, the profiles and the rates
+    this call's part (``TrainResult.resumed_*`` say what the checkpoint brought in). Bit for bit with ``n_workers=0`` (the envs'
     state is in the checkpoint), fresh episodes otherwise.
     Raises ConfigError before any process starts (:func:`validate`), WorkerFailed when a
     stepping worker fails, TimeoutError past ``cfg.timeout_s`` counted from the call (after
     :func:`validate`): the stepping checks it before every env step and ends every wait on the
     workers there, and the loop after every update, so a run overshoots it by at most one env
-    step or one update (every process stopped by then).
+    step or one update (every process stopped by then); an env step in this process that does
+    not return (no workers, ALE's threads) is interrupted at it
+    (:func:`~impl.rl.common.deadline.alarm_at`, on the main thread).
     """
     acfg = cfg.validate()
     cores = usable_cores()
@@ -141,8 +149,7 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
     sgd = prof.section("sgd")
     ckpt = None
     if cfg.resume is not None:
-        ckpt = checkpoint.load(cfg.resume)
-        checkpoint.check_compatible(ckpt, _run_identity(cfg, acfg), cfg.resume)
+        ckpt = checkpoint.read_resume(cfg.resume, _run_identity(cfg, acfg), cfg.steps)
     # envs come back bit for bit only from in-process stepping; otherwise fresh episodes, seeded
     # apart from the run's first ones
     restore_envs = ckpt is not None and ckpt["envs"] is not None and n_workers == 0 and acfg.stepping == "shared"
@@ -160,6 +167,7 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
                 steps, wall0 = int(ckpt["steps"]), float(ckpt["wall_s"])
                 for row in ckpt["episodes"]:
                     log.record(*row)
+            steps0, updates0 = steps, learner.updates  # what the checkpoint brought in
             obs = venv.restore_env_state(ckpt["envs"]) if restore_envs else venv.reset()
             busy0 = venv.worker_busy_s
             t0 = time.perf_counter() - wall0  # now - t0: wall seconds since the run's first start
@@ -173,29 +181,34 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
                     "episodes": list(log.episodes), "learner": learner.state_dict(),
                     "envs": venv.env_state() if acfg.stepping == "shared" else None})
 
-            while steps < cfg.steps:
-                torch.set_num_threads(act_threads)
-                rollout, obs = collect(venv, learner, obs, acfg.t_max, prof)
-                with sgd:
-                    torch.set_num_threads(cores)
-                    learner.update(rollout)
-                steps += rollout.n_steps
-                now = time.perf_counter()
-                for _, ret, _ in venv.pop_episodes():
-                    log.record(steps, now - t0, ret)
-                if now >= next_report:
-                    next_report = now + PROGRESS_EVERY_S
-                    if progress is not None:
-                        progress(steps, learner.updates, log.recent_mean(), log.episodes)
-                if deadline is not None and time.monotonic() >= deadline:  # after the update
-                    raise TimeoutError("the run's time limit passed after an update")
-                if next_ckpt is not None and steps >= next_ckpt:
+            # an env step in this process (no workers, or ALE's threads) that never returns is
+            # interrupted; with workers the stepping's own waits end at the deadline (an alarm could
+            # land inside its close of the workers)
+            in_process = n_workers == 0 or acfg.stepping == "ale-vector"
+            with alarm_at(deadline if in_process else None, "the PAAC run"):
+                while steps < cfg.steps:
+                    torch.set_num_threads(act_threads)
+                    rollout, obs = collect(venv, learner, obs, acfg.t_max, prof)
+                    with sgd:
+                        torch.set_num_threads(cores)
+                        learner.update(rollout)
+                    steps += rollout.n_steps
+                    now = time.perf_counter()
+                    for _, ret, _ in venv.pop_episodes():
+                        log.record(steps, now - t0, ret)
+                    if now >= next_report:
+                        next_report = now + PROGRESS_EVERY_S
+                        if progress is not None:
+                            progress(steps, learner.updates, log.recent_mean(), log.episodes)
+                    if deadline is not None and time.monotonic() >= deadline:  # after the update
+                        raise TimeoutError("the run's time limit passed after an update")
+                    if next_ckpt is not None and steps >= next_ckpt:
+                        save_checkpoint()
+                        next_ckpt = steps + cfg.checkpoint_every
+                    if cfg.stop_at_threshold and log.reached:
+                        break
+                if cfg.checkpoint is not None:
                     save_checkpoint()
-                    next_ckpt = steps + cfg.checkpoint_every
-                if cfg.stop_at_threshold and log.reached:
-                    break
-            if cfg.checkpoint is not None:
-                save_checkpoint()
             wall = time.perf_counter() - t0
             busy = venv.worker_busy_s - busy0
             pids, envs_per_worker = venv.worker_pids, venv.envs_per_worker
@@ -207,12 +220,13 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
     if progress is not None:
         progress(steps, learner.updates, log.recent_mean(), log.episodes)
 
-    profiles = {"paac": prof.breakdown(wall - wall0)}  # this process's part of a resumed run
+    part_wall = wall - wall0  # this call's part of a resumed run: the profiles' and the rates' time
+    profiles = {"paac": prof.breakdown(part_wall)}
     processes = {"paac": 1}
     if n_workers and acfg.stepping == "shared":
         # the stepping processes: stepping their envs, else waiting for the master (its inference and update)
         profiles["stepping"] = {"env_step": float(busy.sum()), "inference": 0.0, "replay": 0.0, "sgd": 0.0,
-                                "wait": max(0.0, n_workers * wall - float(busy.sum())), "other": 0.0}
+                                "wait": max(0.0, n_workers * part_wall - float(busy.sum())), "other": 0.0}
         processes["stepping"] = n_workers
     per_worker = [steps // acfg.n_envs * n for n in envs_per_worker]
     return TrainResult(
@@ -221,5 +235,6 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
         steps_to_threshold=log.steps_to_threshold, sample_calls=0, sample_latency_s=None, actor_wait_s=0.0,
         learner_wait_s=0.0, profiles=profiles, processes=processes, buffer_lock_wait_s=None,
         learner_digests=[learner.digest()], actor_steps=per_worker, actor_ids_sampled={}, inserted=0,
-        final_weight_min=None, worker_pids=pids)
+        final_weight_min=None, worker_pids=pids, resumed_steps=steps0, resumed_updates=updates0,
+        resumed_wall_s=wall0)
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 from replaybench.impl.rl import algorithms
+from replaybench.impl.rl.common.deadline import alarm_at
 from replaybench.impl.rl.common.envs import (
     EnvRunner,
     EpisodeLog,
@@ -53,7 +54,11 @@ __all__ = ["run_sequential"]
 def run_sequential(cfg: TrainConfig, progress=None) -> TrainResult:
     """Run ``cfg`` in this process; ``progress(env_steps, updates, recent_mean_return,
     episodes)`` is called about every 0.25 s (see :func:`~impl.rl.train`). Raises ConfigError
-    (a bad ``cfg``, before any work), InjectedFailure (test hook) or TimeoutError."""
+    (a bad ``cfg``, before any work), InjectedFailure (test hook) or TimeoutError past
+    ``cfg.timeout_s`` counted from the first env step (after the set-up and the buffer's
+    warm-up, as the process engine counts from "go"): checked between steps, and an env step or update
+    that does not return by then is interrupted (:func:`~impl.rl.common.deadline.alarm_at`,
+    on the main thread); the envs are closed either way."""
     acfg = cfg.validate()
     torch.set_num_threads(1)
     algo = algorithms.get(cfg.algo)
@@ -84,45 +89,48 @@ def run_sequential(cfg: TrainConfig, progress=None) -> TrainResult:
     sample_s = 0.0
     runner.reset([actor_seeds.env_seed(j) for j in range(n_envs)])
     t0 = time.perf_counter()
+    # the limit counts from the first step, as the process engine's from "go"
+    deadline = None if cfg.timeout_s is None else time.monotonic() + cfg.timeout_s
     prof.restart()
     next_report = t0 + PROGRESS_EVERY_S
     steps = 0
     reported = 0
     try:
-        for t in range(0, cfg.steps, n_envs):
-            full = runner.step(t, min(n_envs, cfg.steps - t))
-            steps = min(t + n_envs, cfg.steps)
-            if full or steps == cfg.steps:
-                with replay:
-                    buf.add(runner.stage.batch())
-                due = allowed_updates(steps, ratio, starts)
-                while updates < due:
+        with alarm_at(deadline, f"sequential run ({cfg.timeout_s} s limit)"):  # a step that never returns
+            for t in range(0, cfg.steps, n_envs):
+                full = runner.step(t, min(n_envs, cfg.steps - t))
+                steps = min(t + n_envs, cfg.steps)
+                if full or steps == cfg.steps:
                     with replay:
-                        s0 = time.perf_counter()
-                        batch = buf.sample(batch_size, beta=acfg.beta(steps))
-                        sample_s += time.perf_counter() - s0
-                    with sgd:
-                        _, priorities = learner.learn(batch)
-                    with replay:
-                        buf.update_priorities(batch["indices"], priorities)
-                    updates += 1
-                    if not shared and updates % cfg.weight_sync_every == 0:
-                        with sgd:  # one device-to-host copy of the policy
-                            actor.set_flat_weights(learner.get_flat_weights())
+                        buf.add(runner.stage.batch())
+                    due = allowed_updates(steps, ratio, starts)
+                    while updates < due:
+                        with replay:
+                            s0 = time.perf_counter()
+                            batch = buf.sample(batch_size, beta=acfg.beta(steps))
+                            sample_s += time.perf_counter() - s0
+                        with sgd:
+                            _, priorities = learner.learn(batch)
+                        with replay:
+                            buf.update_priorities(batch["indices"], priorities)
+                        updates += 1
+                        if not shared and updates % cfg.weight_sync_every == 0:
+                            with sgd:  # one device-to-host copy of the policy
+                                actor.set_flat_weights(learner.get_flat_weights())
 
-            if fail_at is not None and steps >= fail_at:
-                raise InjectedFailure(f"sequential loop: injected failure at env step {steps}")
-            if steps - reported >= 64:
-                reported = steps
-                now = time.perf_counter()
-                if now >= next_report:
-                    next_report = now + PROGRESS_EVERY_S
-                    if progress is not None:
-                        progress(steps, updates, log.recent_mean(), log.episodes)
-                    if cfg.timeout_s is not None and now - t0 > cfg.timeout_s:
-                        raise TimeoutError(f"sequential run passed its {cfg.timeout_s} s limit at step {steps}")
-            if cfg.stop_at_threshold and log.reached:
-                break
+                if fail_at is not None and steps >= fail_at:
+                    raise InjectedFailure(f"sequential loop: injected failure at env step {steps}")
+                if steps - reported >= 64:
+                    reported = steps
+                    now = time.perf_counter()
+                    if now >= next_report:
+                        next_report = now + PROGRESS_EVERY_S
+                        if progress is not None:
+                            progress(steps, updates, log.recent_mean(), log.episodes)
+                        if deadline is not None and time.monotonic() > deadline:
+                            raise TimeoutError(f"sequential run passed its {cfg.timeout_s} s limit at step {steps}")
+                if cfg.stop_at_threshold and log.reached:
+                    break
         wall = time.perf_counter() - t0
         if progress is not None:
             progress(steps, updates, log.recent_mean(), log.episodes)

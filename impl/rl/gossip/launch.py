@@ -18,8 +18,9 @@ MASTER_PORT, REPLAYBENCH_NODE_ADDR), in its own session, with stdout and stderr 
 file. When one exits with an error, the others get ``timeout_s`` plus 10 s to notice and exit
 by themselves (their errors name the failed peer's rank), then the rest are terminated
 (SIGTERM, then SIGKILL); :class:`LaunchFailed` lists every learner's error. On Ctrl-C
-(KeyboardInterrupt) every learner is terminated the same way before it is raised again.
-No learner outlives :func:`launch`.
+(KeyboardInterrupt) every learner is terminated the same way, and the temporary log folder
+removed, before it is raised again. No learner, and no temporary folder but a failed run's
+logs, outlives :func:`launch`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -124,7 +126,8 @@ def launch(cfg: GossipConfig, *, rdzv_endpoint: str = "127.0.0.1:0", node_rank: 
     episodes finished since its last call, ``[(wall_s, env_steps, return, rank), ...]`` (each
     learner's in order; over a run that succeeds, the calls get exactly the result's
     ``episodes``, which are pooled by time). ``log_dir``: where the
-    learners' logs go (default: a temporary folder, removed afterwards unless a learner failed).
+    learners' logs go (default: a temporary folder, removed afterwards unless the run failed
+    with an error: kept for LaunchFailed, removed after a success or an interrupt).
     Raises LaunchFailed if a learner fails, KeyboardInterrupt if interrupted.
     """
     import datetime
@@ -143,7 +146,7 @@ def launch(cfg: GossipConfig, *, rdzv_endpoint: str = "127.0.0.1:0", node_rank: 
     logs.mkdir(parents=True, exist_ok=True)
     result_path = logs / "result.json"
     procs: dict[int, subprocess.Popen] = {}
-    failed = False
+    failed = False  # an error to look into: the learners' logs stay (not on an interrupt)
     try:
         for node in nodes:
             for local in range(cfg.learners_per_node):
@@ -162,15 +165,13 @@ def launch(cfg: GossipConfig, *, rdzv_endpoint: str = "127.0.0.1:0", node_rank: 
         if store is None:
             return None
         return GossipResult(**json.loads(result_path.read_text()))
-    except BaseException:
+    except Exception:
         failed = True
         raise
-    finally:
+    finally:  # also on KeyboardInterrupt (Ctrl-C; SIGTERM under the driver's latch): nothing left
         _stop(procs)
         if own_logs and not failed:
-            for f in logs.iterdir():
-                f.unlink()
-            logs.rmdir()
+            shutil.rmtree(logs, ignore_errors=True)
         del store
 
 
