@@ -558,7 +558,12 @@ class SharedPrioritizedBuffer:
         ``"sample"`` into ``out`` (from :meth:`sample_out`) with ``key``; ``"update"`` of
         ``indices`` to checked ``priorities`` (``stamps`` optional); ``"add"`` of ``batch``
         (a dict of field arrays, at most ``capacity`` rows, new rows at the max priority).
-        ValueError for another op or a policy without that protocol."""
+        ValueError for another op or a policy without that protocol, and for a policy with a
+        kernel set of its own (sharded: its kernels take more arguments than those of
+        :mod:`impl.concurrent.fused`, which the callers' compiled loops run)."""
+        if self._policy.kernels is not None:
+            raise ValueError(f"policy {self.handle.policy!r} runs a kernel set of its own, not impl.concurrent.fused's: "
+                             "measure its calls instead")
         if op == "sample" and self._policy.fused_sample is not None and isinstance(out, SharedSampleOut):
             return (*self._head, my_token(), self._lockstats, self._policy.fused_sample, self._rounds, int(key),
                     self.stratified, float(self.beta if beta is None else beta), *out.kernel_tail)
