@@ -213,6 +213,35 @@ def test_auto_workers_cover_one_to_twice_the_cores():
     assert [[a, l_] for a, l_ in auto_workers(2) if a and l_] == [[1, 1], [1, 2], [2, 1], [1, 3], [2, 2], [3, 1]]
 
 
+def test_core_workers_double_up_to_the_cores_in_three_splits():
+    from replaybench.bench.scenarios.concurrency import core_workers
+
+    assert core_workers(1) == [[0, 1], [1, 0]]
+    assert core_workers(2) == [[0, 1], [1, 0], [0, 2], [2, 0], [1, 1]]
+    splits = core_workers(16)
+    assert sorted({a + l_ for a, l_ in splits}) == [1, 2, 4, 8, 16] and len(splits) == 14
+    assert [[0, n] for n in (1, 2, 4, 8, 16)] == [s for s in splits if s[0] == 0]
+    assert [[8, 8]] == [s for s in splits if sum(s) == 16 and all(s)]
+    assert sorted({a + l_ for a, l_ in core_workers(12)}) == [1, 2, 4, 8, 12]  # the cores themselves at the end
+    with pytest.raises(ValueError, match="cores must be a positive integer, got 0"):
+        core_workers(0)
+
+
+def test_cores_suite_runs_every_policy_at_the_usable_cores(monkeypatch):
+    """concurrency-cores computes its splits from the usable cores when the run is planned, and
+    measures every registered policy (sharded included)."""
+    from replaybench.bench.scenarios import Selection
+    from replaybench.bench.scenarios import concurrency as scenario
+    from replaybench.impl import concurrent
+
+    monkeypatch.setattr(scenario, "usable_cores", lambda: 16)
+    cells = driver.plan(suites.load("concurrency-cores"), Selection()).cells
+    assert {c.columns["policy"] for c in cells} == set(concurrent.names()) and "sharded" in concurrent.names()
+    splits = {(c.columns["actors"], c.columns["learners"]) for c in cells}
+    assert splits == {tuple(s) for s in scenario.core_workers(16)}
+    assert len(cells) == 14 * len(concurrent.names()) and {c.columns["mode"] for c in cells} == {"processes"}
+
+
 @pytest.mark.parametrize("key,value", [("samples_per_insert", 0), ("samples_per_insert", "8"), ("workers", "all"),
                                        ("shared_path", "yes")])
 def test_bad_suite_values_are_refused_before_anything_runs(key, value, tmp_path):

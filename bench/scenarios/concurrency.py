@@ -43,7 +43,8 @@ every policy registered in :mod:`impl.concurrent` when the run starts, so a new 
 measured with no edit here; or a list), transitions (``{kind: {capacity, write_batch,
 sample_batch}}`` with kind one of :data:`bench.concurrency_workers.TRANSITIONS`), modes (threads,
 processes), workers (``[[actors, learners], ...]``, or ``"auto"``: :func:`auto_workers` for
-this machine's cores), samples_per_insert (optional; default none: no ratio), window_s,
+this machine's cores, or ``"cores"``: :func:`core_workers`, each kind alone and half and half
+at 1, 2, 4, ... workers up to the cores), samples_per_insert (optional; default none: no ratio), window_s,
 repeats, shared_path (optional, default false). Selection: ``--variants``.
 """
 
@@ -52,7 +53,7 @@ from __future__ import annotations
 from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError
 from replaybench.impl.machine import usable_cores
 
-__all__ = ["policy_names", "auto_workers", "Concurrency", "SCENARIO", "format_table"]
+__all__ = ["policy_names", "auto_workers", "core_workers", "Concurrency", "SCENARIO", "format_table"]
 
 MODES = ("threads", "processes")
 
@@ -77,6 +78,28 @@ def auto_workers(cores: int) -> list[list[int]]:
     return out
 
 
+def core_workers(cores: int) -> list[list[int]]:
+    """Worker splits for a scaling curve up to ``cores`` workers: at every ``n`` in 1, 2, 4, ...
+    up to ``cores`` (and ``cores`` itself when it is not a power of two), ``n`` learners alone,
+    ``n`` actors alone, and from ``n = 2`` on ``n / 2`` of each (the mixed split; rounded down
+    for actors at an odd ``n``). ``cores``: the usable ones (affinity-aware:
+    :func:`impl.machine.usable_cores`)."""
+    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
+        raise ValueError(f"cores must be a positive integer, got {cores!r}")
+    counts = [1 << k for k in range(cores.bit_length()) if 1 << k <= cores]
+    counts += [cores] if counts[-1] != cores else []
+    out = []
+    for n in counts:
+        out += [[0, n], [n, 0]] + ([[n // 2, n - n // 2]] if n >= 2 else [])
+    return out
+
+
+def _splits(workers, cores: int) -> list:
+    """The suite's ``workers`` as a list of ``[actors, learners]`` (``"auto"`` and ``"cores"``
+    computed for ``cores``)."""
+    return auto_workers(cores) if workers == "auto" else core_workers(cores) if workers == "cores" else workers
+
+
 def _check(suite: dict) -> None:
     from replaybench.bench.concurrency_workers import TRANSITIONS
 
@@ -94,16 +117,15 @@ def _check(suite: dict) -> None:
     modes = suite.get("modes")
     if not isinstance(modes, list) or not modes or set(modes) - set(MODES):
         raise SelectionError(f"{where}: 'modes' must be a list of {list(MODES)}, got {modes!r}")
-    workers = suite.get("workers")
-    if workers == "auto":
-        workers = auto_workers(usable_cores())
+    workers = _splits(suite.get("workers"), usable_cores())
     spi = suite.get("samples_per_insert")
     if spi is not None and (isinstance(spi, bool) or not isinstance(spi, (int, float)) or not 0 < spi < float("inf")):
         raise SelectionError(f"{where}: 'samples_per_insert' must be a positive number, got {spi!r}")
     if not isinstance(workers, list) or not workers or not all(
             isinstance(w, list) and len(w) == 2 and all(isinstance(n, int) and n >= 0 for n in w) and sum(w) > 0
             for w in workers):
-        raise SelectionError(f"{where}: 'workers' must be \"auto\" or a list of [actors, learners], got {workers!r}")
+        raise SelectionError(f"{where}: 'workers' must be \"auto\", \"cores\" or a list of [actors, learners], got "
+                             f"{workers!r}")
     if not isinstance(suite.get("shared_path", False), bool):
         raise SelectionError(f"{where}: 'shared_path' must be true or false, got {suite['shared_path']!r}")
     for key, kind in (("window_s", (int, float)), ("repeats", int)):
@@ -134,7 +156,7 @@ class Concurrency(Scenario):
         except KeyError as err:
             raise SelectionError(f"--variants: {err.args[0]}") from None
         cores = usable_cores()
-        splits = auto_workers(cores) if suite["workers"] == "auto" else suite["workers"]
+        splits = _splits(suite["workers"], cores)
         spi = suite.get("samples_per_insert")
         cells = []
         for variant in variants:

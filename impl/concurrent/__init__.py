@@ -2,10 +2,11 @@
 
 * :class:`SharedPrioritizedBuffer` -- a registered variant's tree and storage in shared memory.
 * :func:`names` / :func:`get` -- the registered concurrency policies (how operations
-  synchronise: global-lock, pal-locks, lazy-writing, optimistic, deferred, and any module
+  synchronise: global-lock, pal-locks, lazy-writing, optimistic, deferred, sharded, and any module
   added to ``impl/concurrent/policies/``); :mod:`.policy` defines the interface.
 * :mod:`.ring` -- the shared ring state every policy builds on (tickets, stamps, writers).
 * :class:`BufferClosed` -- what a closed buffer, or a part it handed out, raises (:mod:`.guard`).
+* :mod:`.shards` -- the sharded policy's structure: S trees over one ring, block-interleaved.
 * :mod:`.locks`, :mod:`.shm`, :mod:`.atomics` -- the building blocks.
 """
 

@@ -21,7 +21,9 @@ and make one ``nogil`` kernel call that takes the lock, draws, copies and comput
 cannot finish alone (the lock stays held past its spin budget, a sample must wait for
 inserts, an insert would lap a writer still copying) the call runs the policy's Python
 methods instead, which sleep, time out and recover dead holders; :attr:`fallbacks` counts
-those calls. ``sample(..., out=buf.sample_out(n))`` reuses its output arrays.
+those calls. ``sample(..., out=buf.sample_out(n))`` reuses its output arrays. A policy may
+bring its own kernel set with the same call shape (:attr:`Policy.kernels`, the sharded one),
+its own shared arrays and a tree composed of several (:meth:`Policy.tree_for`, ``shards``).
 
 Closing (:mod:`impl.concurrent.guard`): :meth:`~SharedPrioritizedBuffer.close` refuses new
 calls, waits for the calls other threads have in flight on the object, then lets the memory
@@ -93,6 +95,7 @@ class BufferHandle:
     fields: tuple  # ((name, shape, dtype str), ...)
     policy: str
     resum_every: int
+    shards: int = 1  # sub-trees of a sharding policy (Policy.shard_count)
 
 
 def _schema(fields: tuple) -> dict:
@@ -106,6 +109,20 @@ def _local_buffer(variant: str, capacity: int, fields: dict, params: dict) -> Pr
         raise ValueError(f"variant {variant!r} cannot be shared: it must be a PrioritizedReplayBuffer over a tree "
                          "with shared_arrays()/bind_arrays() (every array tree has them)")
     return buf
+
+
+#: The storage schema of the throwaway buffers a sharding policy's sub-trees are built from (only
+#: their trees are kept): one byte a row, so no row-sized memory is allocated for them.
+_TREE_ONLY_FIELDS = {"_": ((), "uint8")}
+
+
+def _policy_tree(policy_cls, local: PrioritizedReplayBuffer, variant: str, params: dict, shards: int):
+    """The tree the buffer works on: the variant's, or what a sharding policy composes from
+    ``shards`` trees of the same variant (:meth:`Policy.tree_for`)."""
+    def make_tree(n_leaves: int):
+        return registry.create(variant, n_leaves, _TREE_ONLY_FIELDS, **params).tree
+
+    return policy_cls.tree_for(local.tree, make_tree, local.capacity, shards)
 
 
 def _check_timeout(timeout) -> float:
@@ -129,15 +146,17 @@ class SharedPrioritizedBuffer:
         self._gate = CallGate("the buffer", handle.arena.name)  # every public call is counted on it
         self._timeout = timeout
         self._arena = arena
-        self._tree, self._storage = local.tree, local.storage
+        policy_cls = get_policy(handle.policy)
+        self._tree = _policy_tree(policy_cls, local, handle.variant, dict(handle.params), handle.shards)
+        self._storage = local.storage
         self.alpha, self.beta, self.eps, self.stratified = local.alpha, local.beta, local.eps, local.stratified
         a = arena.arrays
-        self._tree.bind_arrays({"sums": a["tree.sums"], "mins": a["tree.mins"]})
+        self._tree.bind_arrays({k[len("tree."):]: v for k, v in a.items() if k.startswith("tree.")})
         self._tree.resum_every = 2**62  # re-summing is counted in the shared control block instead
         self._storage.bind(a["storage.arena"])
         self._ring = SharedRing({k: a[k] for k in ring_arrays(handle.capacity)}, self._tree, handle.capacity,
                                 handle.resum_every)
-        self._tree_lock = SharedLock(self._ring.control, TREE_LOCK, "tree", on_recover=self._ring.recover,
+        self._tree_lock = SharedLock(self._ring.control, TREE_LOCK, "tree", on_recover=self._recover_tree_lock,
                                      timeout=timeout, readers=range(READERS_AT, READERS_AT + MAX_READERS))
         self._leaf_lock = SharedLock(self._ring.control, LEAF_LOCK, "leaves", timeout=timeout)
         self._rng = np.random.default_rng(seed)
@@ -146,15 +165,18 @@ class SharedPrioritizedBuffer:
         self._ring_args = (a["ctrl"], a["fctrl"], a["stamps"])
         self._writers = a["writers"]
         self._lockstats = np.zeros(fused.LOCKSTATS_SIZE)  # with the clock's scratch: one per object, as the rng
-        self._head = (*self._tree.kernel_args, *self._ring_args)  # what every fused call starts with
-        self._policy = get_policy(handle.policy)(Parts(self._tree, self._storage, self._ring, self._tree_lock,
-                                                       self._leaf_lock, self.alpha, self.eps, self.stratified))
+        own = {k[len("policy."):]: v for k, v in a.items() if k.startswith("policy.")}
+        self._policy = policy_cls(Parts(self._tree, self._storage, self._ring, self._tree_lock, self._leaf_lock,
+                                        self.alpha, self.eps, self.stratified, own))
+        self._kernels = self._policy.kernels or fused
+        # what every fused call starts with
+        self._head = (*self._tree.kernel_args, *self._ring_args, *self._policy.kernel_extra())
         self._rounds = getattr(self._policy, "ROUNDS", 0)  # optimistic's unlocked draw rounds
 
     # ------------------------------------------------------------------ construction
     @classmethod
     def create(cls, capacity: int, fields, *, variant: str = "kary-aligned", policy: str = "lazy-writing",
-               seed=None, resum_every: int | None = None, timeout: float = DEFAULT_TIMEOUT,
+               seed=None, resum_every: int | None = None, timeout: float = DEFAULT_TIMEOUT, shards=None,
                **params) -> "SharedPrioritizedBuffer":
         """Allocate a shared buffer of registered ``variant`` (owned by this process).
 
@@ -163,19 +185,23 @@ class SharedPrioritizedBuffer:
         overtake, before raising TimeoutError naming the holder's pid. Raises ValueError for
         an unknown policy, a variant that cannot be shared, or a bad argument (named), and
         NotImplementedError when ``policy`` needs a capability the structure lacks
-        (pal-locks and deferred need split updates, which kary-prefix lacks).
+        (pal-locks and deferred need split updates, which kary-prefix lacks). ``shards``: the
+        sub-trees of a sharding policy (None: its default; other policies take None or 1).
         """
         timeout = _check_timeout(timeout)
+        policy_cls = get_policy(policy)
+        shards = policy_cls.shard_count(shards)
         local = cls._checked_local(capacity, fields, variant, policy, params)
         capacity = local.capacity
         if resum_every is None:
             resum_every = local.tree.resum_every
         if isinstance(resum_every, bool) or not isinstance(resum_every, numbers.Integral) or resum_every < 1:
             raise ValueError(f"resum_every must be a positive integer, got {resum_every!r}")
-        tree_arrays = local.tree.shared_arrays()
+        tree_arrays = _policy_tree(policy_cls, local, variant, params, shards).shared_arrays()
         layout = {f"tree.{k}": (v.shape, v.dtype) for k, v in tree_arrays.items()}
         layout["storage.arena"] = (local.storage.arena.shape, local.storage.arena.dtype)
         layout.update(ring_arrays(capacity))
+        layout.update({f"policy.{k}": v for k, v in policy_cls.shared_arrays(capacity, shards).items()})
         arena = SharedArena.create(layout, tag=policy.replace("-", ""))
         try:
             for k, v in tree_arrays.items():
@@ -183,7 +209,7 @@ class SharedPrioritizedBuffer:
             SharedRing.initialise(arena.arrays)
             fields_t = tuple((s.name, s.shape, s.dtype.str) for s in local.storage.specs.values())
             handle = BufferHandle(arena.spec, variant, tuple(sorted(params.items())), capacity, fields_t, policy,
-                                  int(resum_every))
+                                  int(resum_every), shards)
             return cls(handle, arena, local, seed, timeout)
         except BaseException:
             arena.close()
@@ -191,7 +217,7 @@ class SharedPrioritizedBuffer:
 
     @classmethod
     def check(cls, capacity: int, fields, *, variant: str = "kary-aligned", policy: str = "lazy-writing",
-              **params) -> None:
+              shards=None, **params) -> None:
         """Raise what :meth:`create` would raise for these arguments, without shared memory.
 
         The same checks, in the same order (policy name, the variant's own parameter checks
@@ -200,6 +226,7 @@ class SharedPrioritizedBuffer:
         ``registry.create`` of ``capacity`` slots (a tree and storage of that size, no kernel
         call); callers check at a small capacity to keep it microseconds.
         """
+        get_policy(policy).shard_count(shards)
         cls._checked_local(capacity, fields, variant, policy, params)
 
     @staticmethod
@@ -344,7 +371,7 @@ class SharedPrioritizedBuffer:
     def counters(self) -> dict:
         """Buffer-wide event counts (all processes): rebuilds, recoveries, stale updates
         skipped, rows redrawn because their slot changed during a copy, slots voided."""
-        return self._ring.counters()
+        return self._policy.counters()
 
     @guarded
     def add(self, batch, priorities=None) -> np.ndarray:
@@ -365,7 +392,7 @@ class SharedPrioritizedBuffer:
             vals = vals[n - keep:]
         protocol = self._policy.fused_insert
         if protocol is not None:
-            status, first, row = fused.add(*self._add_args(protocol, vals, self._storage.as_bytes(arrays, n - keep,
+            status, first, row = self._kernels.add(*self._add_args(protocol, vals, self._storage.as_bytes(arrays, n - keep,
                                                                                                     keep), keep))
             if status == fused.STATUS_OK:
                 return self._ring.slots(first, keep)
@@ -420,7 +447,7 @@ class SharedPrioritizedBuffer:
                              + (f" for batch_size {out.batch_size}" if isinstance(out, SampleOut) else ""))
         protocol = self._policy.fused_sample
         if protocol is not None:  # the kernel says whether the buffer is empty (one load, no Python read)
-            status = fused.sample(*self._head, my_token(), self._lockstats, protocol, self._rounds,
+            status = self._kernels.sample(*self._head, my_token(), self._lockstats, protocol, self._rounds,
                                   rng.bit_generator.random_raw() >> 1, self.stratified, beta, *out.kernel_tail)
             if status == fused.STATUS_OK:
                 return out
@@ -463,7 +490,7 @@ class SharedPrioritizedBuffer:
                                  f"{stamps.dtype} {stamps.shape}")
             stamps = np.ascontiguousarray(stamps, dtype=np.int64)
         if self._policy.fused_update:
-            status, pos, applied = fused.update(*self._update_args(idx, vals, stamps))
+            status, pos, applied = self._kernels.update(*self._update_args(idx, vals, stamps))
             if status == fused.STATUS_OK:
                 return int(applied)
             if status < fused.STATUS_BUSY:  # a bad entry, found before anything was written
@@ -511,7 +538,7 @@ class SharedPrioritizedBuffer:
         self._tree_lock.holder()
         # The fused kernels, through the same calls on a small buffer of the same kind.
         small = SharedPrioritizedBuffer.create(64, _schema(h.fields), variant=h.variant, policy=h.policy, seed=0,
-                                               **dict(h.params))
+                                               shards=h.shards, **dict(h.params))
         try:
             rows = {name: np.zeros((8, *shape), dtype) for name, shape, dtype in h.fields}
             small.add(rows)
@@ -531,7 +558,12 @@ class SharedPrioritizedBuffer:
         ``"sample"`` into ``out`` (from :meth:`sample_out`) with ``key``; ``"update"`` of
         ``indices`` to checked ``priorities`` (``stamps`` optional); ``"add"`` of ``batch``
         (a dict of field arrays, at most ``capacity`` rows, new rows at the max priority).
-        ValueError for another op or a policy without that protocol."""
+        ValueError for another op or a policy without that protocol, and for a policy with a
+        kernel set of its own (sharded: its kernels take more arguments than those of
+        :mod:`impl.concurrent.fused`, which the callers' compiled loops run)."""
+        if self._policy.kernels is not None:
+            raise ValueError(f"policy {self.handle.policy!r} runs a kernel set of its own, not impl.concurrent.fused's: "
+                             "measure its calls instead")
         if op == "sample" and self._policy.fused_sample is not None and isinstance(out, SharedSampleOut):
             return (*self._head, my_token(), self._lockstats, self._policy.fused_sample, self._rounds, int(key),
                     self.stratified, float(self.beta if beta is None else beta), *out.kernel_tail)
@@ -548,6 +580,10 @@ class SharedPrioritizedBuffer:
                          f"policy with that fused protocol; got {op!r} for policy {self.handle.policy!r}")
 
     # ------------------------------------------------------------------ helpers (unguarded: called inside calls)
+    def _recover_tree_lock(self, dead_token: int) -> None:
+        """The tree lock's recovery callback (:class:`SharedLock`): the policy's recovery."""
+        self._policy.recover(dead_token)
+
     def _add_args(self, protocol: int, vals, rows: tuple, keep: int) -> tuple:
         st = self._storage
         return (*self._head, self._writers, self.handle.resum_every, my_token(), self._lockstats, protocol,

@@ -100,7 +100,7 @@ from .ring import (MAX_READERS, READERS_AT, TREE_LOCK, count_changes, count_redr
 __all__ = ["GATHER_LOCKED", "DRAW_LOCKED", "OPTIMISTIC", "LOCKED", "LAZY", "LOCK_SPINS", "LOCK_PAUSES", "STATUS_OK",
            "STATUS_BUSY", "STATUS_HELD", "STATUS_RESERVE", "STATUS_PUBLISH_BUSY", "STATUS_CHANGING", "STATUS_EMPTY",
            "MAX_CHANGED_ROUNDS", "LOCKSTATS", "LOCKSTATS_SIZE", "WAIT_S", "HOLD_S", "ACQUISITIONS", "CONTENDED",
-           "FALLBACKS", "sample", "add", "update"]
+           "FALLBACKS", "sample", "add", "update", "acquire", "release", "acquire_shared", "release_shared"]
 
 GATHER_LOCKED, DRAW_LOCKED, OPTIMISTIC = 0, 1, 2  # sample protocols
 LOCKED, LAZY = 0, 1  # insert protocols
@@ -253,6 +253,11 @@ def _acquire_shared(ctrl, token, lockstats):
 @njit(nogil=True, cache=True, inline="always")
 def _release_shared(ctrl, slot, token):
     atomic_cas(ctrl, slot, token, 0)  # seq_cst: the section's loads are done before the slot is free
+
+
+#: The lock's steps for kernels of other modules (a policy's own kernel set, which takes the
+#: same words in control blocks of its own): exclusive and shared, as described above.
+acquire, release, acquire_shared, release_shared = _acquire, _release, _acquire_shared, _release_shared
 
 
 # ----------------------------------------------------------------------------- draws

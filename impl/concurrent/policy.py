@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -55,6 +55,7 @@ class Parts:
     alpha: float  # stored priority = (p + eps) ** alpha
     eps: float
     stratified: bool
+    arrays: dict = field(default_factory=dict)  # the policy's own shared arrays (Policy.shared_arrays)
 
 
 @dataclass(slots=True)
@@ -103,6 +104,36 @@ class Policy:
     #: True when :meth:`apply` splits tree changes into ``write_leaves`` and ``propagate``;
     #: structures whose ``supports_split_updates`` is False are then refused.
     requires_split_updates = False
+
+    #: The module whose ``sample``, ``add`` and ``update`` run the fused protocols; None: the
+    #: shared one (:mod:`impl.concurrent.fused`). A policy that brings its own set keeps the
+    #: call shape: the buffer passes the tree's ``kernel_args``, the ring's arrays and then
+    #: :meth:`kernel_extra`, followed by the same arguments as for :mod:`~impl.concurrent.fused`.
+    kernels = None
+
+    #: Whether a fused sample draws exactly what the in-process buffer draws for the same key
+    #: and tree (one descent of one tree); a policy that splits the draw (sharded) says False.
+    draws_as_one_tree = True
+
+    @classmethod
+    def shard_count(cls, shards) -> int:
+        """The number of sub-trees a buffer of this policy has, for ``create(..., shards=)``:
+        here 1, and any other request than None or 1 is refused by name."""
+        if shards is not None and not (type(shards) is int and shards == 1):
+            raise ValueError(f"shards must be None or 1 for policy {cls.name!r} (one tree), got {shards!r}")
+        return 1
+
+    @classmethod
+    def tree_for(cls, tree, make_tree, capacity: int, shards: int):
+        """The tree a buffer of this policy works on: the variant's ``tree`` (of ``capacity``
+        leaves) here; a sharding policy composes ``shards`` trees from ``make_tree(n_leaves)``."""
+        return tree
+
+    @classmethod
+    def shared_arrays(cls, capacity: int, shards: int) -> dict:
+        """``{name: (shape, dtype)}`` of shared arrays this policy needs beside the ring's (its
+        own lock words, say); handed back in :attr:`Parts.arrays`. Here none."""
+        return {}
 
     def __init__(self, parts: Parts):
         self.tree, self.storage, self.ring = parts.tree, parts.storage, parts.ring
@@ -156,6 +187,20 @@ class Policy:
 
     def flush(self) -> None:
         """Under the tree lock: bring the inner nodes up to date (only lagging policies work)."""
+
+    def kernel_extra(self) -> tuple:
+        """Arguments the policy's own :attr:`kernels` take after the ring's arrays (none here)."""
+        return ()
+
+    def recover(self, dead_token: int) -> None:
+        """The tree lock's holder ``dead_token`` died and this process took the lock over:
+        make the ring and tree consistent again (here the ring's recovery)."""
+        self.ring.recover(dead_token)
+
+    def counters(self) -> dict:
+        """Buffer-wide event counts (:meth:`SharedRing.counters`; a policy with control blocks
+        of its own adds theirs)."""
+        return self.ring.counters()
 
     # ------------------------------------------------------------------ helpers for subclasses
     def draw(self, n: int, rng) -> Selection:

@@ -31,11 +31,12 @@ import numpy as np
 from numba import njit
 
 from ..trees import ops
+from .atomics import atomic_cas, atomic_read
 from .locks import pid_alive, token_pid
 
 __all__ = ["SharedRing", "Reservation", "ring_arrays", "MAX_WRITERS", "MAX_READERS", "READERS_AT", "QUEUE_SIZE",
            "TREE_LOCK", "LEAF_LOCK", "reserve_slots", "publish_slots", "count_changes", "note_rebuild", "note_max",
-           "fresh_mask", "count_redrawn", "tickets", "max_priority"]
+           "fresh_mask", "count_redrawn", "tickets", "max_priority", "counters_of", "note_max_atomic", "note_recovery"]
 
 MAX_WRITERS = 64  # inserts in flight at once (one per writer thread or process)
 #: Kernels that may hold the tree lock shared at once (a sample's draw; one more waits for a slot
@@ -140,6 +141,28 @@ def note_max(fctrl, pmax):
 
 
 @njit(nogil=True, cache=True)
+def note_max_atomic(fctrl, pmax):
+    """:func:`note_max` for writers that do not exclude one another (a sharded policy's, each
+    under its own shard's lock): a compare-and-swap loop on the word's bits, which order as the
+    values do for the non-negative floats stored there. O(1) unless it races."""
+    if not pmax > fctrl[_MAX_PRIORITY]:
+        return
+    want = np.empty(1)
+    want[0] = pmax
+    new = want.view(np.int64)[0]
+    bits = fctrl.view(np.int64)
+    while True:
+        seen = atomic_read(bits, _MAX_PRIORITY)
+        if new <= seen or atomic_cas(bits, _MAX_PRIORITY, seen, new) == seen:
+            return
+
+
+def note_recovery(ctrl: np.ndarray) -> None:
+    """Count one recovery from a dead lock holder in control block ``ctrl``."""
+    ctrl[_RECOVERIES] += 1
+
+
+@njit(nogil=True, cache=True)
 def fresh_mask(ctrl, stamps, idx, sampled, use_sampled, keep):
     """Under the tree lock: ``keep[b]`` is whether update ``b`` still targets the sampled
     transition (``stamps[idx[b]] == sampled[b]``; without ``use_sampled``, any slot not being
@@ -172,6 +195,13 @@ def count_redrawn(ctrl, n):
     """Count ``n`` rows redrawn because their slot changed during a copy (statistics only: a
     lost increment between processes is harmless, so no atomic)."""
     ctrl[_REDRAWN] += n
+
+
+def counters_of(ctrl: np.ndarray) -> dict:
+    """The event counts of control block ``ctrl`` (a ring's, or one laid out as a ring's, such
+    as a sharded policy's per-shard blocks): rebuilds, recoveries, stale updates, redrawn
+    rows, voided slots."""
+    return {name: int(ctrl[i]) for name, i in _COUNTERS.items()}
 
 
 _NO_STAMPS = np.empty(0, dtype=np.int64)
@@ -215,7 +245,7 @@ class SharedRing:
     def counters(self) -> dict:
         """Buffer-wide event counts: rebuilds, recoveries, stale updates skipped, rows redrawn
         because their slot changed during a copy, slots voided."""
-        return {name: int(self.control[i]) for name, i in _COUNTERS.items()}
+        return counters_of(self.control)
 
     def stamps_at(self, idx: np.ndarray) -> np.ndarray:
         """Stamps of slots ``idx`` (a copy)."""
@@ -269,6 +299,11 @@ class SharedRing:
         """Under the tree lock, after the slots' priorities are set: stamp them with their
         tickets (sampleable from now on) and clear the in-flight record."""
         publish_slots(self._stamps, self._writers, reservation.row, reservation.first, n, self.capacity)
+
+    def unstamp(self, slots: np.ndarray) -> None:
+        """Under the lock that guards ``slots``: mark them unwritten (stamp -1: never sampled,
+        updates skip them), as voiding does."""
+        self._stamps[slots] = -1
 
     def fresh(self, idx: np.ndarray, stamps) -> np.ndarray:
         """Under the tree lock: the mask of updates that still target the sampled transition

@@ -14,6 +14,9 @@ optimistic        as lazy-writing, but samples take no lock at all: they validat
                   read (no zero leaf, stamps unchanged) and draw again otherwise
 deferred          T around inserts and updates that write leaves only and queue the deltas;
                   the next sample (or a full queue) propagates them, under T
+sharded           S sub-trees, each with a lock of its own; T guards the ring only (tickets and
+                  in-flight records); a sample holds one shard shared at a time, an update or
+                  a publish one shard at a time; copies with no lock
 ================  ==============================================================================
 
 A fully lock-free policy (writers too, with atomic delta propagation; the atomics are in

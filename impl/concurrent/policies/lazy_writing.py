@@ -8,13 +8,13 @@ from ..locks import my_token, token_pid
 from ..fused import DRAW_LOCKED, LAZY
 from ..policy import Policy, Selection, register
 
-__all__ = ["LazyWriting"]
+__all__ = ["LazyWriting", "Backoff"]
 
 FIRST_WAIT = 1e-5  # seconds; a lapping writer's (or an empty-handed sampler's) wait doubles from here ...
 LONGEST_WAIT = 1e-3  # ... up to here, so a long wait costs almost no CPU
 
 
-class _Backoff:
+class Backoff:
     """Sleeps between tries of a wait that gives up after ``timeout`` seconds."""
 
     def __init__(self, timeout: float):
@@ -63,7 +63,7 @@ tree writers. Updates skip slots being written. A writer
 
     def insert(self, arrays, n, vals) -> int:
         token = my_token()
-        backoff = _Backoff(self.tree_lock.timeout)
+        backoff = Backoff(self.tree_lock.timeout)
         while True:
             with self.tree_lock:
                 res = self.ring.reserve(n, token, wait_for_lapped=True)
@@ -81,7 +81,7 @@ tree writers. Updates skip slots being written. A writer
         return res.first
 
     def select(self, n: int, rng) -> Selection:
-        backoff = _Backoff(self.tree_lock.timeout)
+        backoff = Backoff(self.tree_lock.timeout)
         while True:
             with self.tree_lock:
                 if self.tree.total() > 0.0:

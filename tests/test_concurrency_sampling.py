@@ -1,0 +1,185 @@
+"""Sampling distribution of every registered policy against the O(N) oracle, with inserts and
+updates running beside the sampler; and what the sharded policy's sampler may see
+(snapshot-exact per shard), checked on its draw kernel.
+
+The writers keep the distribution fixed while they work: each slot's priority is a fixed
+function of the slot, the inserter gives every new row its slot's priority and the updater
+sets slots to theirs. So the tree is written (locks taken, leaves rewritten, inner nodes
+changed and restored) all the time, and the frequencies must still follow ``p_i / sum p``
+of the oracle (:class:`impl.trees.reference.ReferenceSumTree`). Rows in flight are not
+sampleable while they are written (priority 0 or skipped by stamp); the inserter visits
+every slot equally, so that shifts no slot's share beyond the test's power.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from replaybench.bench import concurrency_workers as C
+from replaybench.impl import concurrent
+from replaybench.impl.concurrent import SharedPrioritizedBuffer
+from replaybench.impl.concurrent.locks import my_token
+from replaybench.impl.trees.reference import ReferenceSumTree
+
+NB = C.TRANSITIONS["cartpole"]
+FIELDS = C.schema(NB)
+CAPACITY = 256
+ALPHA, EPS = 0.6, 0.01
+
+
+def slot_priority(slots: np.ndarray) -> np.ndarray:
+    """The raw priority every transition in a slot gets (0.2 .. 4.2: a 10x spread of leaves)."""
+    return 0.2 + (slots * 37 % 17) / 4.0
+
+
+def oracle() -> ReferenceSumTree:
+    ref = ReferenceSumTree(CAPACITY)
+    slots = np.arange(CAPACITY)
+    ref.update(slots, slot_priority(slots), eps=EPS, alpha=ALPHA)
+    return ref
+
+
+@pytest.mark.parametrize("policy", concurrent.names())
+def test_sampled_frequencies_match_the_oracle_beside_inserts_and_updates(policy):
+    with SharedPrioritizedBuffer.create(CAPACITY, FIELDS, policy=policy, seed=1, alpha=ALPHA, eps=EPS) as buf:
+        slots = np.arange(CAPACITY)
+        buf.add(C.make_batch(slots, NB), slot_priority(slots))
+        ref = oracle()
+        stop = threading.Event()
+        done = {"inserts": 0, "updates": 0}
+        errors = []
+
+        def inserter():  # the only inserter: the next ticket is buf.inserted
+            writer = SharedPrioritizedBuffer.attach(buf.handle, seed=2)
+            try:
+                ids = CAPACITY
+                while not stop.is_set():
+                    first = writer.inserted
+                    got = writer.add(C.make_batch(np.arange(ids, ids + 16), NB), slot_priority((first + np.arange(16)) % CAPACITY))
+                    assert np.array_equal(got, (first + np.arange(16)) % CAPACITY)
+                    ids += 16
+                    done["inserts"] += 1
+            except BaseException as err:  # reported by the main thread
+                errors.append(err)
+            finally:
+                writer.close()
+
+        def updater():
+            writer = SharedPrioritizedBuffer.attach(buf.handle, seed=3)
+            rng = np.random.default_rng(4)
+            try:
+                while not stop.is_set():
+                    idx = rng.integers(0, CAPACITY, 32)
+                    writer.update_priorities(idx, slot_priority(idx))
+                    done["updates"] += 1
+            except BaseException as err:
+                errors.append(err)
+            finally:
+                writer.close()
+
+        threads = [threading.Thread(target=inserter), threading.Thread(target=updater)]
+        counts = np.zeros(CAPACITY, dtype=np.int64)
+        [t.start() for t in threads]
+        try:
+            for _ in range(400):
+                out = buf.sample(64)
+                assert np.all(C.intact_rows(out))
+                np.add.at(counts, out["indices"], 1)
+        finally:
+            stop.set()
+            [t.join(60) for t in threads]
+        assert not errors, errors
+        assert done["inserts"] > 0 and done["updates"] > 0  # the writers did run beside the sampler
+        np.testing.assert_allclose(buf.tree.leaves(), ref.leaves(), rtol=1e-5)  # the oracle is the tree's state
+        expected = ref.leaves() / ref.total()
+        assert stats.chisquare(counts, counts.sum() * expected).pvalue > 1e-3
+
+
+# ----------------------------------------------------------------------------- sharded: the statement
+def _sharded(shards=4):
+    buf = SharedPrioritizedBuffer.create(CAPACITY, FIELDS, policy="sharded", seed=0, shards=shards, alpha=ALPHA,
+                                         eps=EPS)
+    slots = np.arange(CAPACITY)
+    buf.add(C.make_batch(slots, NB), slot_priority(slots))
+    return buf
+
+
+def test_sharded_batches_split_by_the_shard_totals_and_each_shard_is_exact():
+    """Quiet buffer (snapshot and descents see the same trees): shard counts follow the shard
+    totals and, within each shard, the slots follow ``p_i / T_s``; every weight is
+    ``(p_i / p_min) ** -beta`` (the ratio is 1)."""
+    with _sharded() as buf:
+        tree = buf.tree
+        counts = np.zeros(CAPACITY, dtype=np.int64)
+        for _ in range(300):
+            out = buf.sample(64, beta=0.5)
+            np.add.at(counts, out["indices"], 1)
+            p = buf.priorities(out["indices"])
+            np.testing.assert_allclose(out["weights"], (p / tree.min()) ** -0.5, rtol=1e-5)
+        shard, _ = tree.locate(np.arange(CAPACITY))
+        per_shard = np.bincount(shard, weights=counts, minlength=tree.shards)
+        totals = tree.shard_totals()
+        assert stats.chisquare(per_shard, per_shard.sum() * totals / totals.sum()).pvalue > 1e-3
+        leaves = tree.leaves()
+        for s in range(tree.shards):
+            mine = shard == s
+            assert stats.chisquare(counts[mine], counts[mine].sum() * leaves[mine] / leaves[mine].sum()).pvalue > 1e-3
+
+
+def test_sharded_descent_is_exact_for_the_shard_now_and_reports_the_snapshot_ratio():
+    """What the docstring promises when a shard changed between the snapshot and its descent:
+    the descent follows the shard's tree *now* (``p_i / T_s'``), and the ratio ``T_s / T_s'``
+    that the weight multiplies in is reported. Run on the kernel a sample calls per shard,
+    with a snapshot total that differs from the shard's current one (a writer in between)."""
+    from replaybench.impl.concurrent.policies.sharded import _draw_in_shard
+
+    with _sharded() as buf:
+        tree = buf.tree
+        kind, sums, mins, lay, K, _, touch_from, _ = tree.kernel_args
+        s, n = 1, 20000
+        t_now = tree.trees[s].total()
+        t_snap = 0.8 * t_now  # the snapshot saw less mass in the shard than its descent does
+        rng = np.random.default_rng(5)
+        frac = rng.random(n)
+        out_index, prio = np.empty(n, np.int64), np.empty(n)
+        out_stamp, ratio = np.empty(n, np.int64), np.empty(n)
+        status = _draw_in_shard(kind, sums[s], lay, K, touch_from, buf.ring.stamps_snapshot(), tree.shards,
+                                tree.block, s, 123, np.arange(n), frac, t_snap, out_index, prio, out_stamp, ratio)
+        assert status == 0
+        np.testing.assert_allclose(ratio, t_snap / t_now)
+        shard, _ = tree.locate(out_index)
+        assert np.all(shard == s)  # positions stay in the shard the multinomial draw gave them
+        np.testing.assert_array_equal(out_stamp, buf.ring.stamps_at(out_index))
+        np.testing.assert_allclose(prio, buf.priorities(out_index), rtol=1e-6)
+        mine = np.flatnonzero(tree.locate(np.arange(CAPACITY))[0] == s)
+        counts = np.bincount(out_index, minlength=CAPACITY)[mine]
+        leaves = tree.leaves()[mine]
+        assert stats.chisquare(counts, n * leaves / leaves.sum()).pvalue > 1e-3
+
+
+def test_sharded_samples_never_return_a_slot_being_written():
+    """Slots reserved by an insert (stamp -1) keep their old priority in the sharded tree until
+    publish; a sample still never returns them (it draws again inside the shard)."""
+    with _sharded(shards=2) as buf:
+        with buf.tree_lock:  # an insert's reserve step: 24 slots of one block, stamps -1
+            res = buf.ring.reserve(24, my_token())
+        reserved = set(buf.ring.slots(res.first, 24).tolist())
+        for _ in range(50):
+            out = buf.sample(64)
+            assert not reserved & set(out["indices"].tolist())
+            assert np.all(out["stamps"] >= 0) and np.all(C.intact_rows(out))
+        with buf.tree_lock:
+            buf.tree.fill(res.first % CAPACITY, 24, 1.0)
+            buf.ring.publish(res, 24)
+        assert buf.fallbacks == 0
+
+
+def test_sharded_refuses_a_bad_shard_count_by_name():
+    with pytest.raises(ValueError, match="shards must be an integer from 1 to 64 for policy 'sharded', got 0"):
+        SharedPrioritizedBuffer.create(64, FIELDS, policy="sharded", shards=0)
+    with pytest.raises(ValueError, match="shards must be None or 1 for policy 'lazy-writing'"):
+        SharedPrioritizedBuffer.create(64, FIELDS, policy="lazy-writing", shards=4)
