@@ -304,8 +304,9 @@ STORAGE_LAYOUTS = {"columns": ColumnarStorage, "rows": RowStorage, "rows-packed"
 
 
 def make_storage(layout: str, capacity: int, fields, *, hugepages: bool = False) -> Storage:
-    """A storage of ``layout`` (a key of :data:`STORAGE_LAYOUTS`), or ValueError naming it."""
-    if layout not in STORAGE_LAYOUTS:
+    """A storage of ``layout`` (a key of :data:`STORAGE_LAYOUTS`), or ValueError naming it (a
+    value of another type too: a list, a tuple or an array is not a layout name)."""
+    if not isinstance(layout, str) or layout not in STORAGE_LAYOUTS:
         raise ValueError(f"storage must be one of {sorted(STORAGE_LAYOUTS)}, got {layout!r}")
     if not isinstance(hugepages, (bool, np.bool_)):
         raise ValueError(f"hugepages must be True or False, got {hugepages!r}")
