@@ -116,6 +116,8 @@ class Concurrency(Scenario):
     """Per-op rates, per-call costs and lock waits of the shared buffer (see the module docstring)."""
 
     name = "concurrency"
+    suite_keys = frozenset({"variants", "policies", "modes", "workers", "transitions", "samples_per_insert",
+                            "shared_path", "repeats", "window_s"})
 
     def cells(self, suite: dict, selection: Selection) -> list[Cell]:
         from replaybench.bench.concurrency_workers import TRANSITIONS

@@ -307,6 +307,19 @@ def format_table(rows: list[dict]) -> str:
 
 
 # ------------------------------------------------------------------------------------------ suite
+def _layouts(value) -> list[tuple[int, int]]:
+    """The suite's ``layouts`` as ``(actors, learners)`` pairs, or a ValueError naming the value:
+    a list of two-item lists of integers >= 0 (``"2,1"`` or ``[2, 1]`` is not one)."""
+    def pair(x) -> bool:
+        return (isinstance(x, (list, tuple)) and len(x) == 2
+                and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in x))
+
+    if not isinstance(value, list) or not value or not all(pair(x) for x in value):
+        raise ValueError(f"'layouts' must be a non-empty list of [actors, learners] pairs of integers >= 0 "
+                         f"([0, 0]: the sequential baseline), got {value!r}")
+    return [tuple(x) for x in value]
+
+
 def suite_configs(suite: dict, variants: list[str] | None = None) -> list:
     """The suite's grid as TrainConfigs: seeds x buffers x layouts, each buffer's baseline first.
 
@@ -324,7 +337,7 @@ def suite_configs(suite: dict, variants: list[str] | None = None) -> list:
     if variants is not None and not buffers:
         known = sorted({b["variant"] for b in suite["buffers"]})
         raise ValueError(f"no buffer of suite {suite['name']!r} is among {variants}; the suite has {known}")
-    layouts = sorted((tuple(x) for x in suite["layouts"]), key=lambda al: (al[0] * al[1] != 0, al))
+    layouts = sorted(_layouts(suite["layouts"]), key=lambda al: (al[0] * al[1] != 0, al))
     overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in (suite.get("overrides") or {}).items()}
     extra = {k: suite[k] for k in ("insert_batch", "weight_sync_every", "ratio_tolerance", "timeout_s",
                                     "start_method") if k in suite}
@@ -378,6 +391,9 @@ class Training(Scenario):
     """Training runs end to end (see the module docstring)."""
 
     name = "training"
+    suite_keys = frozenset({"algo", "env", "steps", "seeds", "buffers", "layouts", "ratios", "envs_per_actor",
+                            "backends", "overrides", "insert_batch", "weight_sync_every", "ratio_tolerance",
+                            "timeout_s", "start_method"})
     unit = "run"
 
     def cells(self, suite: dict, selection: Selection) -> list[Cell]:
