@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from . import machine
 from .trees.layouts import CACHE_LINE, aligned_empty
 
 __all__ = ["FieldSpec", "Storage", "ColumnarStorage", "RowStorage", "PackedRowStorage", "STORAGE_LAYOUTS",
@@ -120,6 +121,7 @@ class Storage:
         self._plain = [(name, s.dtype, len(s.shape) + 1, s.shape) for name, s in self.specs.items()]  # plain_rows
         self._out_plans: dict[int, tuple] = {}  # batch size -> out_block's table and field cuts
         self.table, nbytes = self._table()
+        machine.check_memory(nbytes, f"a {self.layout!r} storage of capacity={self.capacity}")
         self.bind(aligned_empty(nbytes, np.uint8, 0, hugepages=self.hugepages))
 
     def _table(self) -> tuple[np.ndarray, int]:
