@@ -369,6 +369,25 @@ def _baseline_key(cfg) -> tuple:
             cfg.envs_per_actor, json.dumps(cfg.overrides, sort_keys=True, default=str))
 
 
+def _resolved(cfg) -> dict:
+    """``{"resolved_storage": ..., "resolved_prefetch": ...}`` of the run's replay buffer
+    (:func:`impl.rl.common.local_replay.resolved_params`, from the env's transition schema);
+    ``{}`` for an algorithm with its own engine, which keeps no replay buffer."""
+    from replaybench.impl.rl import algorithms
+    from replaybench.impl.rl.common.envs import make_env, transition_fields
+    from replaybench.impl.rl.common.local_replay import resolved_params
+
+    algo = algorithms.get(cfg.algo)
+    if algo.engine is not None:
+        return {}
+    env = make_env(cfg.env, algo)
+    try:
+        fields = transition_fields(env)
+    finally:
+        env.close()
+    return {f"resolved_{k}": v for k, v in resolved_params(cfg, cfg.validate(), fields).items()}
+
+
 def cells_for(configs: list) -> list[Cell]:
     """One cell per TrainConfig, each checked (SelectionError naming the run)."""
     cells = []
@@ -410,8 +429,10 @@ class Training(Scenario):
         from replaybench.impl.rl import train
 
         cfg = cell.spec
+        # every row of the run records what the buffer's "auto" settings chose (docs/using.md)
+        columns = {**cell.columns, "params": {**(cell.columns.get("params") or {}), **_resolved(cfg)}}
         bar = ProgressBar(cfg.steps, cell.label, run.progress, bar=run.bar if run.cells > 1 else None)
-        episodes = EpisodeRows(run.write, cell.columns, then=bar)
+        episodes = EpisodeRows(run.write, columns, then=bar)
         try:
             result = train(cfg, episodes)
         finally:
@@ -427,7 +448,7 @@ class Training(Scenario):
             engines[layout] = result.env_steps_per_s
         vs_process = (result.env_steps_per_s / engines[layout] if cfg.backend != "process" and layout in engines
                       else None)
-        return result_rows(result, cell.columns, speedup, vs_process, first_episode=episodes.written)
+        return result_rows(result, columns, speedup, vs_process, first_episode=episodes.written)
 
     def summarize(self, rows: list[dict], meta: dict) -> str:
         return format_table(rows)

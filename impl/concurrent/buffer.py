@@ -149,6 +149,7 @@ class SharedPrioritizedBuffer:
         self._arena = arena
         self._tree, self._storage = local.tree, local.storage
         self.alpha, self.beta, self.eps, self.stratified = local.alpha, local.beta, local.eps, local.stratified
+        self._resolved = dict(local.resolved_params)
         a = arena.arrays
         self._tree.bind_arrays({"sums": a["tree.sums"], "mins": a["tree.mins"]})
         self._tree.resum_every = 2**62  # re-summing is counted in the shared control block instead
@@ -328,6 +329,14 @@ class SharedPrioritizedBuffer:
         return GuardedView(self._leaf_lock, self._gate, "its leaf_lock (buf.leaf_lock)")
 
     # ------------------------------------------------------------------ public API
+    @property
+    @guarded
+    def resolved_params(self) -> dict:
+        """The speed parameters this object runs with, ``"auto"`` resolved, as
+        :attr:`impl.buffers.ReplayBuffer.resolved_params` (``storage`` is the creator's, from the
+        handle, in every process): what a result row records beside the asked-for parameters."""
+        return dict(self._resolved)
+
     @property
     @guarded
     def capacity(self) -> int:
