@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from replaybench.bench import concurrency_workers as C
-from replaybench.impl import registry
+from replaybench.impl import concurrent, registry
 from replaybench.impl.concurrent import SharedPrioritizedBuffer, leaked_segments
 
 NB = C.TRANSITIONS["cartpole"]
@@ -203,7 +203,7 @@ def _last_wins(indices, values) -> dict:
     return dict(zip(indices.tolist(), values.tolist()))  # later entries overwrite earlier ones
 
 
-@pytest.mark.parametrize("policy", ["plain"] + __import__("replaybench.impl.concurrent", fromlist=["names"]).names())
+@pytest.mark.parametrize("policy", ["plain", *concurrent.names()])
 def test_duplicate_indices_in_one_update_last_priority_wins(policy):
     """Item 20: an update that names a slot several times (a batch sampled with replacement
     does) leaves the slot at the priority given last, and the total equals the sum of the
