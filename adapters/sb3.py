@@ -230,6 +230,20 @@ class PrioritizedDQN(DQN):
         self._initial_beta: float | None = None
         super().__init__(policy, env, **kwargs)
 
+    def load_replay_buffer(self, path, truncate_last_traj: bool = True) -> None:
+        """SB3's ``load_replay_buffer``, refusing a file that holds another kind of buffer (a
+        plain SB3 ``ReplayBuffer`` has no priorities, ``beta`` or importance weights, and
+        ``learn`` then failed on ``beta``): TypeError naming the type, the model's buffer kept.
+        Load such a file into a plain ``DQN``, or refill a prioritized buffer from it."""
+        previous = getattr(self, "replay_buffer", None)
+        super().load_replay_buffer(path, truncate_last_traj)
+        loaded = self.replay_buffer
+        if not isinstance(loaded, PrioritizedReplayBuffer):
+            self.replay_buffer = previous
+            kind = f"{type(loaded).__module__}.{type(loaded).__qualname__}"
+            raise TypeError(f"load_replay_buffer: {path} holds a {kind}; PrioritizedDQN needs a "
+                            f"replaybench.adapters.sb3.PrioritizedReplayBuffer (the model keeps its buffer)")
+
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
         buffer: PrioritizedReplayBuffer = self.replay_buffer  # type: ignore[assignment]
         self.policy.set_training_mode(True)

@@ -61,9 +61,10 @@ def compare_tables(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     """Cells of both tables side by side: ``median_a``, ``median_b``, ``ratio`` (b/a), ``verdict``."""
     key = [*CELL_COLUMNS, "shown_unit"]
     ca, cb = cells(a), cells(b)
-    # merge on text keys: None and NA must match themselves
-    ca["_key"] = ca[key].astype(str).agg("\x1f".join, axis=1)
-    cb["_key"] = cb[key].astype(str).agg("\x1f".join, axis=1)
+    # merge on text keys: None and NA must match themselves (a run without cells has none: a
+    # row-wise agg over no rows returns a frame, not a column)
+    for c in (ca, cb):
+        c["_key"] = c[key].astype(str).agg("\x1f".join, axis=1) if len(c) else pd.Series(dtype=object)
     out = ca.merge(cb[["_key", "median", "min", "max", "n"]], on="_key", suffixes=("_a", "_b")).drop(columns="_key")
     out["ratio"] = out["median_b"] / out["median_a"]
     overlap = (out["min_a"] <= out["max_b"]) & (out["min_b"] <= out["max_a"])
@@ -96,8 +97,11 @@ def compare_runs(run_a, run_b) -> str:
     name_a, name_b = Path(run_a).name, Path(run_b).name
     head = [f"a = {name_a}, b = {name_b}: medians per cell, b/a = ratio of medians (throughput cells: > 1 = b "
             f"faster)", f"verdict: {RULE}", ""]
+    empty = [f"{side} = {Path(run).name} has no rows (its rows file holds only the header: the run measured "
+             f"nothing, e.g. it was interrupted before its first cell)"
+             for side, run, table in (("a", run_a, tables[0]), ("b", run_b, tables[1])) if table.empty]
     if out.empty:
-        return "\n".join(head + ["no cell was measured in both runs"])
+        return "\n".join(head + (empty or ["no cell was measured in both runs"]))
     shown = [c for c in _SHOWN if out[c].astype(str).nunique() > 1]
     order = {c: out[c].astype(str) for c in ["scenario", "op", "variant", *shown]}
     order["capacity"] = out["capacity"].astype(float).fillna(-1)

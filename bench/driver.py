@@ -142,6 +142,7 @@ def plan(suite: dict, selection: Selection = Selection(), *, ignore: tuple = ())
     composite suite runs it in the sub-suites that take it).
     """
     scenario = load(suite.get("scenario"))
+    scenario.check_keys(suite)  # a misspelt key would otherwise be ignored and the default grid run
     refused = [OPTIONS[o] for o in selection.given() if o not in scenario.takes and o not in ignore]
     if refused:
         takes = ", ".join(OPTIONS[o] for o in OPTIONS if o in scenario.takes) or "no selection options"
@@ -166,6 +167,12 @@ def _meta(p: Plan, machine: str, command) -> dict:
             **{kind: p.suite.get(kind) or {} for kind in derive.RECORDED_KINDS}}
 
 
+def _run_exists(out, run_id: str) -> SelectionError:
+    path = Path(out) / run_id
+    what = "is a symbolic link" if path.is_symlink() else "exists already (another run may have just made it)"
+    return SelectionError(f"--run-id {run_id!r}: {path} {what}; choose another id or remove it")
+
+
 def execute(p: Plan, *, out="results", run_id: str | None = None, machine: str | None = None,
             progress: bool = True, command=None, echo=print) -> Path:
     """Measure a plan's cells into ``<out>/<run_id>/`` (the lifecycle in the module docstring).
@@ -181,9 +188,8 @@ def execute(p: Plan, *, out="results", run_id: str | None = None, machine: str |
 
     arguments.check_out_dir(out)
     run_id = arguments.check_run_id(run_id) if run_id is not None else results.new_run_id(p.suite["name"])
-    if (Path(out) / run_id).exists():  # a run folder is written once: never mix two runs' rows
-        raise SelectionError(f"--run-id {run_id!r}: {Path(out) / run_id} exists already; "
-                             "choose another id or remove that folder")
+    if os.path.lexists(Path(out) / run_id):  # a run folder is written once: never mix two runs' rows
+        raise _run_exists(out, run_id)
     machine = machine or results.machine_info()["hostname"]
     meta = _meta(p, machine, command)  # before the folder: a Ctrl-C up to here leaves nothing
     counts = {s: 0 for s in results.STATUSES}
@@ -200,7 +206,12 @@ def execute(p: Plan, *, out="results", run_id: str | None = None, machine: str |
 
         try:
             with latch.deferred():  # the folder is made whole (meta.json, rows.csv's header) or not at all
-                writer = results.RunWriter(out, run_id, meta)
+                try:
+                    # RunWriter makes the folder with one mkdir that fails if anything has the name:
+                    # of two runs started together with one id, the second is refused here
+                    writer = results.RunWriter(out, run_id, meta)
+                except FileExistsError:
+                    raise _run_exists(out, run_id) from None
             # the run's own columns, on every row whatever the scenario wrote
             stamp = {"schema_version": results.SCHEMA_VERSION, "run_id": run_id, "git_sha": writer.meta["git_sha"],
                      "dirty": writer.meta["dirty"], "machine": machine, "scenario": p.scenario.name}

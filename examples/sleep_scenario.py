@@ -13,6 +13,7 @@ from replaybench.bench.scenarios import Cell, Scenario
 
 class Sleep(Scenario):
     name = "sleep"
+    suite_keys = frozenset({"seconds"})
 
     def cells(self, suite, selection):
         return [Cell(f"{s} s", {"variant": "time.sleep", "structure": "none", "op": "sleep",

@@ -1,7 +1,8 @@
 """What this machine lets a process use, read once per call from the OS (never assumed).
 
 One definition for every module that sizes work by the cores: the benchmarks' worker counts,
-the engines' process counts, the metadata written beside each run.
+the engines' process counts, the metadata written beside each run; and of the memory a
+structure may take (:func:`check_memory`, called before a tree or a storage allocates).
 """
 
 from __future__ import annotations
@@ -10,7 +11,10 @@ import os
 import platform
 import re
 
-__all__ = ["usable_cores", "logical_cores", "cpu_model"]
+__all__ = ["usable_cores", "logical_cores", "cpu_model", "available_memory_bytes", "check_memory"]
+
+_MEMINFO = "/proc/meminfo"
+_CGROUP = "/sys/fs/cgroup"  # cgroup v2: memory.max and memory.current of this process's group
 
 
 def usable_cores() -> int:
@@ -39,3 +43,45 @@ def cpu_model() -> str | None:
     except OSError:
         pass
     return platform.processor() or None
+
+
+def _cgroup_room() -> int | None:
+    """Bytes the cgroup (v2) still lets this process's group take, or None without a limit."""
+    try:
+        limit = open(os.path.join(_CGROUP, "memory.max")).read().strip()
+        used = int(open(os.path.join(_CGROUP, "memory.current")).read())
+    except (OSError, ValueError):
+        return None
+    return max(0, int(limit) - used) if limit.isdigit() else None
+
+
+def available_memory_bytes() -> int | None:
+    """Bytes of memory a new allocation may take without swapping or the kernel's OOM killer:
+    ``MemAvailable`` (Linux's estimate, page cache that can be dropped included), narrowed by
+    the cgroup's remaining room where it has a limit (containers). None where neither can be
+    read (other platforms): callers then do not check. Cost: two small file reads."""
+    room = None
+    try:
+        with open(_MEMINFO) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    room = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    group = _cgroup_room()
+    if group is not None:
+        room = group if room is None else min(room, group)
+    return room
+
+
+def check_memory(nbytes: int, what: str) -> None:
+    """MemoryError naming ``what`` (e.g. "a tree of capacity=2147483648"), its ``nbytes`` and the
+    bytes available, when ``nbytes`` exceed :func:`available_memory_bytes`: refused before the
+    allocation, instead of a process that grows until the kernel kills it (arrays are filled
+    when made, so every page is touched). Nothing is checked where the available memory is
+    unknown."""
+    room = available_memory_bytes()
+    if room is not None and nbytes > room:
+        raise MemoryError(f"{what} needs {nbytes} bytes ({nbytes / 2**30:.2f} GiB), but only {room} bytes "
+                          f"({room / 2**30:.2f} GiB) of memory are available: use a smaller capacity")

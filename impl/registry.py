@@ -14,6 +14,7 @@ Public API (stable; used by checks outside the repository)::
 from __future__ import annotations
 
 import importlib
+import numbers
 import pkgutil
 import warnings
 from dataclasses import dataclass, field
@@ -21,6 +22,9 @@ from importlib.metadata import entry_points
 from typing import Callable
 
 from replaybench.registry import Registry
+
+from . import machine
+from .storage import parse_schema
 
 __all__ = ["Variant", "ENTRY_POINT_GROUP", "BUFFER_PARAMS", "register", "register_tree", "names", "get", "create",
            "failures"]
@@ -82,6 +86,7 @@ def register_tree(name: str, tree_cls, *, structure: str, params: dict | None = 
     def factory(capacity, fields, *, alpha=0.6, beta=0.4, eps=1e-6, stratified=False, seed=None, storage="auto",
                 hugepages=False, prefetch="auto", **tree_params):
         check_prefetch(prefetch)  # named, before the tree is built
+        _check_room(capacity, fields)
         speed = {k: v for k, v in (("hugepages", hugepages), ("prefetch", prefetch)) if v is not False and v != AUTO}
         tree = tree_cls(capacity, **tree_params, **speed)
         return PrioritizedReplayBuffer(capacity, fields, tree, alpha=alpha, beta=beta, eps=eps,
@@ -91,6 +96,22 @@ def register_tree(name: str, tree_cls, *, structure: str, params: dict | None = 
     factory.__module__ = tree_cls.__module__
     return register(name, factory, structure=structure, params=params, description=description,
                     accepts_any=False)
+
+
+def _check_room(capacity, fields) -> None:
+    """MemoryError (:func:`impl.machine.check_memory`) when even a lower bound of a tree
+    buffer's memory, 8 bytes a leaf (float32 sums and mins) plus a transition's bytes a slot,
+    exceeds the memory available: before the tree is built and filled (the tree and the
+    storage then check their exact sizes). Bad arguments are left to the checks that name
+    them."""
+    if isinstance(capacity, bool) or not isinstance(capacity, numbers.Integral) or capacity < 1:
+        return
+    try:
+        row = sum(spec.nbytes for spec in parse_schema(fields).values())
+    except (TypeError, ValueError):
+        return
+    machine.check_memory(int(capacity) * (8 + row), f"a buffer of capacity={int(capacity)} (at least its tree's "
+                                                    f"leaves and {row}-byte transitions)")
 
 
 def _discover() -> None:

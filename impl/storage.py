@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from . import machine
 from .trees.layouts import CACHE_LINE, aligned_empty
 
 __all__ = ["FieldSpec", "Storage", "ColumnarStorage", "RowStorage", "PackedRowStorage", "STORAGE_LAYOUTS",
@@ -120,6 +121,7 @@ class Storage:
         self._plain = [(name, s.dtype, len(s.shape) + 1, s.shape) for name, s in self.specs.items()]  # plain_rows
         self._out_plans: dict[int, tuple] = {}  # batch size -> out_block's table and field cuts
         self.table, nbytes = self._table()
+        machine.check_memory(nbytes, f"a {self.layout!r} storage of capacity={self.capacity}")
         self.bind(aligned_empty(nbytes, np.uint8, 0, hugepages=self.hugepages))
 
     def _table(self) -> tuple[np.ndarray, int]:
@@ -304,8 +306,9 @@ STORAGE_LAYOUTS = {"columns": ColumnarStorage, "rows": RowStorage, "rows-packed"
 
 
 def make_storage(layout: str, capacity: int, fields, *, hugepages: bool = False) -> Storage:
-    """A storage of ``layout`` (a key of :data:`STORAGE_LAYOUTS`), or ValueError naming it."""
-    if layout not in STORAGE_LAYOUTS:
+    """A storage of ``layout`` (a key of :data:`STORAGE_LAYOUTS`), or ValueError naming it (a
+    value of another type too: a list, a tuple or an array is not a layout name)."""
+    if not isinstance(layout, str) or layout not in STORAGE_LAYOUTS:
         raise ValueError(f"storage must be one of {sorted(STORAGE_LAYOUTS)}, got {layout!r}")
     if not isinstance(hugepages, (bool, np.bool_)):
         raise ValueError(f"hugepages must be True or False, got {hugepages!r}")

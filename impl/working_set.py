@@ -114,7 +114,7 @@ def choose_storage(storage, capacity: int, field_nbytes: list[int]) -> str:
     """The storage layout to build for ``capacity`` transitions whose fields take
     ``field_nbytes`` bytes each: ``storage`` itself unless it is :data:`AUTO` (see the module
     docstring). Unknown names are passed on for :func:`impl.storage.make_storage` to refuse."""
-    if storage != AUTO or not isinstance(storage, str):
+    if not isinstance(storage, str) or storage != AUTO:  # type first: an array compares elementwise
         return storage
     if capacity * sum(field_nbytes) <= private_cache_bytes():
         return "columns"

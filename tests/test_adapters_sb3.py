@@ -152,3 +152,20 @@ def test_string_and_complex_priorities_are_named_and_change_nothing():
     with pytest.raises(ValueError, match="total priority is 0") as err:
         buf.sample(4)
     assert "empty" not in str(err.value)
+
+
+def test_prioritized_dqn_refuses_a_plain_sb3_buffer_at_load(tmp_path, one_torch_thread):
+    """Issue 41 item 19: loading a plain SB3 ReplayBuffer succeeded and ``learn`` then failed
+    with ``AttributeError: ... 'beta'``. Refused at load, naming the type; the model keeps its
+    own buffer."""
+    env = make_vec_env("CartPole-v1", n_envs=1, seed=0)
+    plain = DQN("MlpPolicy", env, buffer_size=64, device="cpu", policy_kwargs={"net_arch": [8]})
+    path = tmp_path / "plain.pkl"
+    plain.save_replay_buffer(path)
+    model = PrioritizedDQN("MlpPolicy", env, buffer_size=64, learning_starts=0, device="cpu",
+                           policy_kwargs={"net_arch": [8]}, replay_buffer_kwargs={"variant": "binary", "seed": 0})
+    own = model.replay_buffer
+    with pytest.raises(TypeError, match=r"plain.pkl holds a stable_baselines3.common.buffers.ReplayBuffer; "
+                                        r"PrioritizedDQN needs a replaybench.adapters.sb3.PrioritizedReplayBuffer"):
+        model.load_replay_buffer(path)
+    assert model.replay_buffer is own

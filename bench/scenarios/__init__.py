@@ -19,6 +19,7 @@ tests/toy/toy_sort.py is a fuller one (failed and skipped cells, an interrupted 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib
 import os
 import pkgutil
@@ -26,10 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from replaybench.bench.suites import COMMON_KEYS
 from replaybench.registry import Registry
 
-__all__ = ["Scenario", "Cell", "Selection", "RunState", "SelectionError", "suite_errors", "OPTIONS", "names",
-           "load", "check_memory"]
+__all__ = ["Scenario", "Cell", "Selection", "RunState", "SelectionError", "suite_errors", "check_suite_keys",
+           "OPTIONS", "names", "load", "check_memory"]
 
 
 class SelectionError(ValueError):
@@ -49,6 +51,16 @@ def suite_errors(suite: dict):
         raise SelectionError(f"suite {suite['name']!r} lacks {err.args[0]!r}") from None
     except (TypeError, ValueError) as err:
         raise SelectionError(f"suite {suite['name']!r}: {err}") from None
+
+
+def check_suite_keys(suite: dict, known, where: str) -> None:
+    """SelectionError naming the first key of ``suite`` not in ``known`` and the known key
+    nearest to it (``difflib``: a typo such as "backend" for "backends"), else every known key;
+    a suite with such a key would otherwise run its default grid, the key silently ignored."""
+    for key in sorted(set(suite) - set(known), key=str):
+        near = difflib.get_close_matches(str(key), sorted(known), n=1)
+        hint = f"did you mean {near[0]!r}?" if near else f"known: {', '.join(sorted(known))}"
+        raise SelectionError(f"{where}: unknown key {key!r}; {hint}")
 
 
 #: The run-wide options a scenario may honour, by :class:`Selection` field, with the flag that sets each.
@@ -138,6 +150,16 @@ class Scenario:
     takes: frozenset = frozenset({"variants"})
     #: What the progress bar counts.
     unit: str = "cell"
+    #: The suite keys this scenario reads besides :data:`bench.suites.COMMON_KEYS`: the driver
+    #: refuses any other key (:meth:`check_keys`). None (a scenario that declares none): no check.
+    suite_keys: frozenset | None = None
+
+    def check_keys(self, suite: dict) -> None:
+        """SelectionError naming a key of ``suite`` that this scenario does not read, and the
+        nearest it does (:func:`check_suite_keys`). Run by the driver before :meth:`cells`."""
+        if self.suite_keys is not None:
+            check_suite_keys(suite, self.suite_keys | COMMON_KEYS,
+                             f"suite {suite.get('name')!r} (scenario {self.name})")
 
     def cells(self, suite: dict, selection: Selection) -> list[Cell]:
         """The suite's grid as cells, in the order they are measured."""

@@ -28,6 +28,7 @@ class CacheMisses(Scenario):
     """Cache misses per call, three ways (see the module docstring)."""
 
     name = "cache"
+    suite_keys = frozenset({"variants", "capacities", "ops", "batch", "transitions", "seed", "methods"})
     takes = frozenset({"variants", "capacities", "ops"})
     unit = "item"
 

@@ -138,6 +138,8 @@ class Concurrency(Scenario):
     """Per-op rates, per-call costs and lock waits of the shared buffer (see the module docstring)."""
 
     name = "concurrency"
+    suite_keys = frozenset({"variants", "policies", "modes", "workers", "transitions", "samples_per_insert",
+                            "shared_path", "repeats", "window_s"})
 
     def cells(self, suite: dict, selection: Selection) -> list[Cell]:
         from replaybench.bench.concurrency_workers import TRANSITIONS
@@ -203,12 +205,14 @@ class Concurrency(Scenario):
         except NotImplementedError as err:  # the policy cannot hold this tree
             return [cell.row("skipped", str(err))]
         try:
+            resolved = buf.resolved_params  # recorded as micro rows record them (docs/using.md)
             prefill(buf, c["capacity"], cfg["nbytes"])
             res = run_workers(buf.handle, c["actors"], c["learners"], c["mode"], cfg, windows=repeats,
                               timeout=60 + 10 * cfg["window_s"] * repeats)
         finally:
             buf.close()
-        return _rows(cell, res, repeats)
+        params = {**(c.get("params") or {}), **{f"resolved_{k}": v for k, v in resolved.items()}}
+        return [{**r, "params": params} for r in _rows(cell, res, repeats)]
 
     def summarize(self, rows: list[dict], meta: dict) -> str:
         return format_table(rows, meta.get("shared_path"))

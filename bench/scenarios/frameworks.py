@@ -566,7 +566,7 @@ def _check_suite(suite: dict) -> dict:
     if not _positive_int(threads):
         raise SelectionError(f"{where}: 'torch_threads' must be a positive integer, got {threads!r}")
     order = suite.get("order", "own-first")
-    if order not in ORDERS:
+    if not isinstance(order, str) or order not in ORDERS:  # a list is unhashable: checked as a string first
         raise SelectionError(f"{where}: 'order' must be one of {list(ORDERS)}, got {order!r}")
     return {"frameworks": fws, "algo": algo, "runs": runs, "seeds": seeds, "window": window,
             "threshold": float(threshold), "env": suite.get("env", "CartPole-v1"), "atari": atari,
@@ -618,6 +618,8 @@ class Frameworks(Scenario):
     """Each framework's own DQN with its own buffer and with ours (see the module docstring)."""
 
     name = "frameworks"
+    suite_keys = frozenset({"frameworks", "algo", "env", "atari", "buffers", "hyper", "per_framework", "order",
+                            "seeds", "steps", "threshold", "torch_threads", "window"})
     unit = "run"
 
     def cells(self, suite: dict, selection: Selection) -> list[Cell]:

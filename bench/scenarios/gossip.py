@@ -217,6 +217,9 @@ class Gossip(Scenario):
     """Gossip learners and baselines end to end (see the module docstring)."""
 
     name = "gossip"
+    suite_keys = frozenset({"env", "steps", "seeds", "learners", "learners_per_node", "schemes", "n_envs", "overrides",
+                            "paac_workers", "stragglers", "straggler_learners", "snapshot_every", "timeout_s",
+                            "time_limit_s"})
     unit = "run"
     #: Keyword arguments of :func:`impl.rl.gossip.launch.launch` besides the config.
     launch_args: dict = {}

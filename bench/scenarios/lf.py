@@ -166,11 +166,10 @@ class LinguaFranca(Scenario):
 
     name = "lf"
     takes = frozenset()
+    suite_keys = frozenset({"ray_num_cpus", *derive.LF_WORKLOADS})
 
     def cells(self, suite: dict, selection: Selection) -> list[Cell]:
-        unknown = set(suite) - {*suites.COMMON_KEYS, "ray_num_cpus", *derive.LF_WORKLOADS}
-        if unknown:
-            raise SelectionError(f"suite {suite['name']!r}: unknown keys {sorted(unknown)}")
+        self.check_keys(suite)  # the driver checks too; direct callers (the tests) get the same
         ray_cpus = suite.get("ray_num_cpus")
         if ray_cpus is not None:
             _positive_int(f"suite {suite['name']!r}: ray_num_cpus", ray_cpus)

@@ -293,6 +293,7 @@ class Micro(Scenario):
     """Seconds per call of each op, timed by pyperf in fresh processes (see the module docstring)."""
 
     name = "micro"
+    suite_keys = frozenset({*_SUITE_KEYS, "threads", "params", "peer_ops"})
     takes = frozenset({"variants", "capacities", "ops", "params", "settings"})
     unit = "item"
 

@@ -503,6 +503,7 @@ class PaacBench(Scenario):
     """Stepping throughput, its profile, and time to threshold (see the module docstring)."""
 
     name = "paac"
+    suite_keys = frozenset({"stepping", "training"})
     takes = frozenset({"variants"})
     unit = "cell"
 

@@ -340,6 +340,19 @@ GRID_KEYS = ("algo", "env", "steps", "seeds", "buffers", "layouts", "ratios", "e
              "start_method")
 
 
+def _layouts(value) -> list[tuple[int, int]]:
+    """The suite's ``layouts`` as ``(actors, learners)`` pairs, or a ValueError naming the value:
+    a list of two-item lists of integers >= 0 (``"2,1"`` or ``[2, 1]`` is not one)."""
+    def pair(x) -> bool:
+        return (isinstance(x, (list, tuple)) and len(x) == 2
+                and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in x))
+
+    if not isinstance(value, list) or not value or not all(pair(x) for x in value):
+        raise ValueError(f"'layouts' must be a non-empty list of [actors, learners] pairs of integers >= 0 "
+                         f"([0, 0]: the sequential baseline), got {value!r}")
+    return [tuple(x) for x in value]
+
+
 def suite_configs(suite: dict, variants: list[str] | None = None) -> list:
     """The suite's grid as TrainConfigs: seeds x buffers x layouts, each buffer's baseline first.
 
@@ -379,7 +392,7 @@ def suite_configs(suite: dict, variants: list[str] | None = None) -> list:
     if variants is not None and not buffers:
         known = sorted({b["variant"] for b in suite["buffers"]})
         raise ValueError(f"no buffer of suite {suite['name']!r} is among {variants}; the suite has {known}")
-    layouts = sorted((tuple(x) for x in suite["layouts"]), key=lambda al: (al[0] * al[1] != 0, al))
+    layouts = sorted(_layouts(suite["layouts"]), key=lambda al: (al[0] * al[1] != 0, al))
     overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in (suite.get("overrides") or {}).items()}
     extra = {k: suite[k] for k in ("insert_batch", "weight_sync_every", "ratio_tolerance", "timeout_s",
                                     "start_method") if k in suite}
@@ -410,6 +423,25 @@ def _baseline_key(cfg) -> tuple:
     length, ratio and algorithm settings)."""
     return (cfg.algo, cfg.env, cfg.buffer, json.dumps(cfg.buffer_params, sort_keys=True), cfg.seed, cfg.steps,
             cfg.envs_per_actor, json.dumps(cfg.overrides, sort_keys=True, default=str), cfg.device)
+
+
+def _resolved(cfg) -> dict:
+    """``{"resolved_storage": ..., "resolved_prefetch": ...}`` of the run's replay buffer
+    (:func:`impl.rl.common.local_replay.resolved_params`, from the env's transition schema);
+    ``{}`` for an algorithm with its own engine, which keeps no replay buffer."""
+    from replaybench.impl.rl import algorithms
+    from replaybench.impl.rl.common.envs import make_env, transition_fields
+    from replaybench.impl.rl.common.local_replay import resolved_params
+
+    algo = algorithms.get(cfg.algo)
+    if algo.engine is not None:
+        return {}
+    env = make_env(cfg.env, algo)
+    try:
+        fields = transition_fields(env)
+    finally:
+        env.close()
+    return {f"resolved_{k}": v for k, v in resolved_params(cfg, cfg.validate(), fields).items()}
 
 
 def cells_for(configs: list) -> list[Cell]:
@@ -450,6 +482,9 @@ class Training(Scenario):
     """Training runs end to end (see the module docstring)."""
 
     name = "training"
+    suite_keys = frozenset({"algo", "env", "steps", "seeds", "buffers", "layouts", "ratios", "envs_per_actor",
+                            "backends", "overrides", "insert_batch", "weight_sync_every", "ratio_tolerance",
+                            "timeout_s", "start_method"})
     unit = "run"
 
     def cells(self, suite: dict, selection: Selection) -> list[Cell]:
@@ -466,8 +501,10 @@ class Training(Scenario):
         from replaybench.impl.rl import train
 
         cfg = cell.spec
+        # every row of the run records what the buffer's "auto" settings chose (docs/using.md)
+        columns = {**cell.columns, "params": {**(cell.columns.get("params") or {}), **_resolved(cfg)}}
         bar = ProgressBar(cfg.steps, cell.label, run.progress, bar=run.bar if run.cells > 1 else None)
-        episodes = EpisodeRows(run.write, cell.columns, then=bar)
+        episodes = EpisodeRows(run.write, columns, then=bar)
         try:
             result = train(cfg, episodes)
         finally:
@@ -483,7 +520,7 @@ class Training(Scenario):
             engines[layout] = result.env_steps_per_s
         vs_process = (result.env_steps_per_s / engines[layout] if cfg.backend != "process" and layout in engines
                       else None)
-        return result_rows(result, cell.columns, speedup, vs_process, first_episode=episodes.written)
+        return result_rows(result, columns, speedup, vs_process, first_episode=episodes.written)
 
     def summarize(self, rows: list[dict], meta: dict) -> str:
         return format_table(rows)

@@ -42,12 +42,21 @@ def available() -> list[str]:
 
 def load(name_or_path: str) -> dict:
     """The suite called ``name`` here, or the JSON file at a path; its name and scenario checked."""
+    if not isinstance(name_or_path, (str, Path)) or not str(name_or_path):
+        raise ValueError(f"a suite is a name ({', '.join(available())}) or a .json path, got {name_or_path!r}")
     path = Path(name_or_path)
     if not (path.suffix == ".json" and path.exists()):
         path = SUITE_DIR / f"{name_or_path}.json"
     if not path.exists():
         raise ValueError(f"unknown suite {name_or_path!r}; available: {', '.join(available())} (or a .json path)")
-    suite = json.loads(path.read_text())
+    if not path.is_file():
+        raise ValueError(f"suite {str(path)!r} is a directory (or another non-file), not a JSON file")
+    try:
+        suite = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"suite {str(path)!r} cannot be read: {err}") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"suite {str(path)!r} is not valid JSON: {err}") from None
     if not isinstance(suite, dict) or not isinstance(suite.get("name"), str) or not _NAME.fullmatch(suite["name"]):
         raise ValueError(f"suite {path}: 'name' must be letters, digits, '.', '_' and '-', not starting with '.'")
     minutes = suite.get("expected_minutes")

@@ -96,14 +96,32 @@ class BufferHandle:
     policy: str
     resum_every: int
     shards: int = 1  # sub-trees of a sharding policy (Policy.shard_count)
+    storage: str = ""  # the creator's storage layout, "auto" resolved: attach builds this one, never re-chooses
 
 
 def _schema(fields: tuple) -> dict:
     return {name: (shape, dtype) for name, shape, dtype in fields}
 
 
-def _local_buffer(variant: str, capacity: int, fields: dict, params: dict) -> PrioritizedReplayBuffer:
+def _with_layout(variant: str, params: dict, storage: str) -> dict:
+    """``params`` with ``storage`` in place of an ``"auto"`` (or absent) storage parameter, where
+    the variant takes one; ``params`` themselves otherwise."""
+    if storage and params.get("storage", "auto") == "auto" and "storage" in registry.get(variant).accepted():
+        return {**params, "storage": storage}
+    return params
+
+
+def _local_buffer(variant: str, capacity: int, fields: dict, params: dict,
+                  storage: str = "") -> PrioritizedReplayBuffer:
+    """The variant's in-process buffer; ``storage``: the layout it must have (a handle's), which
+    replaces an ``"auto"`` storage parameter, so that no process re-chooses it from its own cache
+    sizes (mapping rows as columns samples garbage)."""
+    params = _with_layout(variant, params, storage)
     buf = registry.create(variant, capacity, fields, **params)
+    built = getattr(getattr(buf, "storage", None), "layout", storage)
+    if storage and built != storage:
+        raise ValueError(f"variant {variant!r} built storage {built!r} for a buffer created with "
+                         f"storage {storage!r} (params {params!r}): it cannot be attached")
     tree = getattr(buf, "tree", None)
     if not isinstance(buf, PrioritizedReplayBuffer) or not hasattr(tree, "shared_arrays"):
         raise ValueError(f"variant {variant!r} cannot be shared: it must be a PrioritizedReplayBuffer over a tree "
@@ -150,6 +168,7 @@ class SharedPrioritizedBuffer:
         self._tree = _policy_tree(policy_cls, local, handle.variant, dict(handle.params), handle.shards)
         self._storage = local.storage
         self.alpha, self.beta, self.eps, self.stratified = local.alpha, local.beta, local.eps, local.stratified
+        self._resolved = dict(local.resolved_params)
         a = arena.arrays
         self._tree.bind_arrays({k[len("tree."):]: v for k, v in a.items() if k.startswith("tree.")})
         self._tree.resum_every = 2**62  # re-summing is counted in the shared control block instead
@@ -209,7 +228,7 @@ class SharedPrioritizedBuffer:
             SharedRing.initialise(arena.arrays)
             fields_t = tuple((s.name, s.shape, s.dtype.str) for s in local.storage.specs.values())
             handle = BufferHandle(arena.spec, variant, tuple(sorted(params.items())), capacity, fields_t, policy,
-                                  int(resum_every), shards)
+                                  int(resum_every), shards, local.storage.layout)
             return cls(handle, arena, local, seed, timeout)
         except BaseException:
             arena.close()
@@ -248,7 +267,8 @@ class SharedPrioritizedBuffer:
         get_policy(handle.policy)
         arena = SharedArena.attach(handle.arena)
         try:
-            local = _local_buffer(handle.variant, handle.capacity, _schema(handle.fields), dict(handle.params))
+            local = _local_buffer(handle.variant, handle.capacity, _schema(handle.fields), dict(handle.params),
+                                  handle.storage)
             return cls(handle, arena, local, seed, timeout)
         except BaseException:
             arena.close()
@@ -277,6 +297,22 @@ class SharedPrioritizedBuffer:
     @property
     def closed(self) -> bool:
         return self._gate.shut_down
+
+    # A copy would share this object's mapping, locks' statistics and call gate (closing the
+    # copy closed the original), and a pickle cannot carry a mapping: the handle is the one
+    # way to reach the buffer from elsewhere, so both are refused, saying so.
+    def _refuse_copy(self, what: str):
+        raise TypeError(f"a SharedPrioritizedBuffer cannot be {what}: pass its handle (buf.handle, picklable) and "
+                        f"call SharedPrioritizedBuffer.attach(handle) in the other process or thread")
+
+    def __reduce_ex__(self, protocol):
+        self._refuse_copy("pickled or copied")
+
+    def __copy__(self):
+        self._refuse_copy("copied")
+
+    def __deepcopy__(self, memo):
+        self._refuse_copy("copied")
 
     @guarded
     def __enter__(self):
@@ -320,6 +356,14 @@ class SharedPrioritizedBuffer:
         return GuardedView(self._leaf_lock, self._gate, "its leaf_lock (buf.leaf_lock)")
 
     # ------------------------------------------------------------------ public API
+    @property
+    @guarded
+    def resolved_params(self) -> dict:
+        """The speed parameters this object runs with, ``"auto"`` resolved, as
+        :attr:`impl.buffers.ReplayBuffer.resolved_params` (``storage`` is the creator's, from the
+        handle, in every process): what a result row records beside the asked-for parameters."""
+        return dict(self._resolved)
+
     @property
     @guarded
     def capacity(self) -> int:
@@ -523,7 +567,7 @@ class SharedPrioritizedBuffer:
         """Load (or compile) every kernel this buffer's policy calls, on a small private
         buffer of the same variant, so the first timed operation does not pay for it."""
         h = self.handle
-        local = _local_buffer(h.variant, 64, _schema(h.fields), dict(h.params))
+        local = _local_buffer(h.variant, 64, _schema(h.fields), dict(h.params), h.storage)
         tree, rng = local.tree, np.random.default_rng(0)
         idx = np.arange(8, dtype=np.int64)
         tree.fill(0, 64, 1.0)
@@ -538,7 +582,7 @@ class SharedPrioritizedBuffer:
         self._tree_lock.holder()
         # The fused kernels, through the same calls on a small buffer of the same kind.
         small = SharedPrioritizedBuffer.create(64, _schema(h.fields), variant=h.variant, policy=h.policy, seed=0,
-                                               shards=h.shards, **dict(h.params))
+                                               shards=h.shards, **_with_layout(h.variant, dict(h.params), h.storage))
         try:
             rows = {name: np.zeros((8, *shape), dtype) for name, shape, dtype in h.fields}
             small.add(rows)

@@ -5,6 +5,11 @@ stays on one cache line) in a single segment under ``/dev/shm``. The process tha
 owns it; other processes :meth:`~SharedArena.attach` by name, from the picklable
 :attr:`~SharedArena.spec`.
 
+Room: :meth:`SharedArena.create` refuses a segment larger than what ``/dev/shm`` has free,
+and reserves the segment's pages before mapping them (``posix_fallocate``), raising OSError
+(ENOSPC) naming both sizes; a tmpfs allocates pages on first touch, so an unreserved segment
+larger than the room left (Docker's 64 MB default) killed its first writer with SIGBUS.
+
 Cleanup, on every exit path:
 
 * the owner unlinks the segment in :meth:`close`, on garbage collection and at interpreter
@@ -13,7 +18,10 @@ Cleanup, on every exit path:
   resource tracker, a separate process that unlinks it when the owner and all its children
   are gone;
 * attached processes only map the segment (they never register it, so their exit, clean or
-  killed, neither unlinks it early nor leaks it): the kernel drops a dead process's mapping.
+  killed, neither unlinks it early nor leaks it): the kernel drops a dead process's mapping;
+* only the creating process unlinks: a child made by ``os.fork()`` inherits the owner's
+  objects and their exit hooks, and its exit (``sys.exit(0)``) or its ``close()`` leaves the
+  segment to the owner (the pid is checked).
 
 Memory lifetime: nothing here ever unmaps explicitly. Every array is a NumPy view whose
 ``base`` is the ``mmap`` object, and the mapping goes when that object is garbage, i.e. when
@@ -31,6 +39,7 @@ is the callers' business (see :mod:`impl.concurrent.locks`).
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import re
@@ -41,9 +50,10 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-__all__ = ["ArenaSpec", "SharedArena", "PREFIX", "leaked_segments"]
+__all__ = ["ArenaSpec", "SharedArena", "PREFIX", "SHM_DIR", "leaked_segments", "shm_free_bytes"]
 
 PREFIX = "replaybench_"  # every segment's name starts with this, so leaks can be found
+SHM_DIR = "/dev/shm"  # where POSIX shared memory lives on Linux
 _ALIGN = 64
 _NAME = re.compile(re.escape(PREFIX) + r"[A-Za-z0-9_]+")  # what create() makes: one path component
 
@@ -72,16 +82,60 @@ def _views(buf, entries) -> dict[str, np.ndarray]:
     return {name: np.ndarray(shape, dtype=np.dtype(dt), buffer=buf, offset=off) for name, off, shape, dt in entries}
 
 
-def _map(name: str, size: int) -> mmap.mmap:
-    """Map ``/dev/shm/name`` read-write (the mapping lives until the returned object is garbage)."""
-    fd = os.open("/dev/shm/" + name, os.O_RDWR)
+def shm_free_bytes() -> int | None:
+    """Bytes free in ``/dev/shm`` for this process (``statvfs``: available blocks times their
+    size), or None where it cannot be read."""
     try:
+        st = os.statvfs(SHM_DIR)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes} bytes ({nbytes / 2**20:.1f} MiB)"
+
+
+def _no_room(size: int, free) -> OSError:
+    have = "an unknown amount" if free is None else _mib(free)
+    return OSError(errno.ENOSPC, f"a shared segment of {_mib(size)} does not fit in {SHM_DIR}, which has {have} "
+                                 f"free: use a smaller capacity, or give {SHM_DIR} more room (Docker: --shm-size)")
+
+
+def _check_room(size: int) -> None:
+    """OSError (ENOSPC) naming both sizes when ``size`` bytes exceed what /dev/shm has free.
+    Pages of a tmpfs file are allocated on first touch: without this check (and the reservation
+    in :func:`_map`) a segment larger than the room left is created, and the first write past
+    the room kills the process with SIGBUS."""
+    free = shm_free_bytes()
+    if free is not None and size > free:
+        raise _no_room(size, free)
+
+
+def _map(name: str, size: int, reserve: bool = False) -> mmap.mmap:
+    """Map ``/dev/shm/name`` read-write (the mapping lives until the returned object is garbage).
+    ``reserve``: first allocate every page of the file (``posix_fallocate``), so that a /dev/shm
+    filled meanwhile by others fails here, with OSError (ENOSPC) naming the sizes, and never
+    later as SIGBUS on a write. Cost of the reservation: the kernel zeroing ``size`` bytes once
+    (the pages a buffer would touch anyway)."""
+    fd = os.open(os.path.join(SHM_DIR, name), os.O_RDWR)
+    try:
+        if reserve and hasattr(os, "posix_fallocate"):
+            try:
+                os.posix_fallocate(fd, 0, size)
+            except OSError as err:
+                if err.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
+                    raise _no_room(size, shm_free_bytes()) from None
+                if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # a file system that cannot reserve
+                    raise
         return mmap.mmap(fd, size)
     finally:
         os.close(fd)
 
 
-def _unlink(shm: shared_memory.SharedMemory) -> None:
+def _unlink(shm: shared_memory.SharedMemory, creator: int) -> None:
+    if os.getpid() != creator:  # a forked child running the owner's finalizer: not its segment
+        return
     shm.close()  # its own mapping, which no view uses (see create)
     try:
         shm.unlink()
@@ -95,13 +149,14 @@ class SharedArena:
     ``SharedArena.create({"sums": ((n,), "float32"), ...})`` allocates (zero-filled, as fresh
     shared memory is) and owns; ``SharedArena.attach(arena.spec)`` maps it elsewhere.
     ``arena.arrays[name]`` are the NumPy views. Cost: one ``open`` + ``mmap`` (create: a
-    second, unused mapping from SharedMemory, unmapped at once); pages are committed on
-    first touch.
+    second, unused mapping from SharedMemory, unmapped at once, and the reservation of every
+    page, see the module docstring); attach commits pages on first touch.
     """
 
     def __init__(self, spec: ArenaSpec, mapping: mmap.mmap, owner: bool):
         self.spec = spec
-        self.owner = owner
+        self._owner = owner
+        self._pid = os.getpid()
         self.arrays = _views(mapping, spec.arrays)
         self._closed = False
         self._unlinker = None  # the owner's weakref.finalize that unlinks the name
@@ -114,16 +169,22 @@ class SharedArena:
         # SharedMemory creates the segment and registers it with the resource tracker (the
         # cleanup after a SIGKILL); the views go over a mapping of our own, since SharedMemory
         # unmaps its own in close() and __del__ whatever views remain (see the module docstring).
+        _check_room(size)  # before anything is created
         shm = shared_memory.SharedMemory(name=name, create=True, size=size)
         try:
-            mapping = _map(shm.name, size)
+            mapping = _map(shm.name, size, reserve=True)
         except BaseException:
-            _unlink(shm)
+            _unlink(shm, os.getpid())
             raise
         shm.close()
         arena = cls(ArenaSpec(shm.name, size, entries), mapping, True)
-        arena._unlinker = weakref.finalize(arena, _unlink, shm)
+        arena._unlinker = weakref.finalize(arena, _unlink, shm, os.getpid())
         return arena
+
+    @property
+    def owner(self) -> bool:
+        """True in the process that created the segment (not in one forked from it)."""
+        return self._owner and os.getpid() == self._pid
 
     @classmethod
     def attach(cls, spec: ArenaSpec) -> "SharedArena":
@@ -161,7 +222,7 @@ def leaked_segments(pid: int | None = None) -> list[str]:
     """Names of this project's segments currently in /dev/shm, or only those created by
     process ``pid`` (the creator's pid is part of the name). For tests and diagnostics."""
     try:
-        names = os.listdir("/dev/shm")
+        names = os.listdir(SHM_DIR)
     except FileNotFoundError:
         return []
     return sorted(n for n in names if n.startswith(PREFIX) and (pid is None or f"_{pid}_" in n))

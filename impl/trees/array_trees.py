@@ -30,6 +30,7 @@ import math
 
 import numpy as np
 
+from .. import machine
 from . import kernels, layouts, ops, prefix_kernels
 from .base import SumTree, as_indices, as_priorities, raise_for_status
 
@@ -122,6 +123,8 @@ class ArraySumTree(SumTree):
         self.hugepages = _check_flag("hugepages", hugepages)
         self._lay = lay
         self._kshift = K.bit_length() - 1 if layouts.is_power_of_two(K) else -1
+        machine.check_memory(2 * size * self.dtype.itemsize, f"a {type(self).__name__} of capacity={capacity} "
+                             f"(sums and mins of {size} nodes)")
         self._sums = layouts.aligned_empty(size, self.dtype, 0.0, self.hugepages)
         self._mins = layouts.aligned_empty(size, self.dtype, np.inf, self.hugepages)
         self._root = int(lay[0, 0])

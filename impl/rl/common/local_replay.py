@@ -9,10 +9,10 @@ constants (``uniform`` accepts and ignores them), so both loops pass the same ar
 from __future__ import annotations
 
 import numpy as np
-from replaybench.impl import registry
-from replaybench.impl.storage import random_batch
+from replaybench.impl import registry, working_set
+from replaybench.impl.storage import parse_schema, random_batch
 
-__all__ = ["buffer_kwargs", "check_buffer", "make_local_buffer", "warm_up"]
+__all__ = ["buffer_kwargs", "check_buffer", "make_local_buffer", "resolved_params", "warm_up"]
 
 #: Slots of the throw-away buffer :func:`check_buffer` builds: the variants' parameter checks do
 #: not depend on the capacity (the algorithm config checks ``buffer_capacity`` itself).
@@ -67,6 +67,27 @@ def make_local_buffer(cfg, acfg, fields, seed):
     ``seed`` (anything numpy.random.default_rng takes) seeds its sampling."""
     return registry.create(cfg.buffer, capacity=acfg.buffer_capacity, fields=fields, seed=seed,
                            **buffer_kwargs(cfg, acfg))
+
+
+def resolved_params(cfg, acfg, fields) -> dict:
+    """``{"storage": ..., "prefetch": ...}``: what the run's buffer (``cfg.buffer`` of
+    ``acfg.buffer_capacity`` slots of ``fields``) resolves ``"auto"`` to on this machine, as its
+    ``resolved_params`` say, for the result rows, without building a buffer of the run's size.
+
+    Storage is :func:`impl.working_set.choose_storage` of the same arguments. Prefetch turns on
+    once tree plus storage outgrow the private cache: when the rows alone do, that is decided
+    (True under ``"auto"``); otherwise everything is small (the rows within the cache) and the
+    buffer is built and asked, which also gives ``kernel`` where the tree has a choice. Cost: a
+    few microseconds, or one build of at most a cache-sized buffer."""
+    kwargs = buffer_kwargs(cfg, acfg)
+    capacity = acfg.buffer_capacity
+    row_bytes = [spec.nbytes for spec in parse_schema(fields).values()]
+    if capacity * sum(row_bytes) <= working_set.private_cache_bytes():
+        buf = registry.create(cfg.buffer, capacity=capacity, fields=fields, seed=0, **kwargs)
+        return dict(getattr(buf, "resolved_params", {}))
+    return {"storage": working_set.choose_storage(kwargs.get("storage", working_set.AUTO), capacity, row_bytes),
+            "prefetch": working_set.choose_prefetch(kwargs.get("prefetch", working_set.AUTO),
+                                                    capacity * sum(row_bytes))}
 
 
 def warm_up(cfg, acfg, fields) -> None:
