@@ -182,7 +182,7 @@ def test_a_resumed_run_rates_and_bound_count_the_resumed_part_once(saved):
     rest = run(240, resume=path)
     assert (rest.env_steps, rest.resumed_steps, rest.part_steps) == (240, 120, 120)
     assert (rest.updates, rest.resumed_updates, rest.part_updates) == (12, 6, 6)
-    assert rest.resumed_wall_s == pytest.approx(first.wall_s, rel=0.05) and 0 < rest.part_wall_s < rest.wall_s
+    assert 0 < rest.resumed_wall_s <= first.wall_s and 0 < rest.part_wall_s < rest.wall_s  # saved before the end
     assert rest.env_steps_per_s == pytest.approx(120 / rest.part_wall_s)
     assert rest.updates_per_s == pytest.approx(6 / rest.part_wall_s)
     busy = sum(v for k, v in rest.profiles["paac"].items() if k != "wait")

@@ -301,8 +301,9 @@ def test_the_gpu_suite_expands_to_cpu_and_cuda_cells_and_the_cuda_ones_are_unava
     plan = driver.plan(suites.load("training-gpu-quick"))
     cells = plan.cells
     grid = [(c.spec.algo, c.spec.env, c.spec.actors, c.spec.device) for c in cells]
-    assert grid == [("dqn", "CartPole-v1", 0, "cpu"), ("dqn", "CartPole-v1", 6, "cpu"),
+    assert grid == [("dqn", "CartPole-v1", 0, "cpu"), ("dqn", "CartPole-v1", 6, "cpu"), ("dqn", "CartPole-v1", 14, "cpu"),
                     ("dqn", "CartPole-v1", 0, "cuda"), ("dqn", "CartPole-v1", 6, "cuda"),
+                    ("dqn", "CartPole-v1", 14, "cuda"),
                     ("a2c", "ALE/Pong-v5", 0, "cpu"), ("a2c", "ALE/Pong-v5", 0, "cuda")]
     assert len({c.label for c in cells}) == len(cells)
     for c in cells:

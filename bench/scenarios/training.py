@@ -484,7 +484,7 @@ class Training(Scenario):
     name = "training"
     suite_keys = frozenset({"algo", "env", "steps", "seeds", "buffers", "layouts", "ratios", "envs_per_actor",
                             "backends", "overrides", "insert_batch", "weight_sync_every", "ratio_tolerance",
-                            "timeout_s", "start_method"})
+                            "timeout_s", "start_method", "devices", "parts"})
     unit = "run"
 
     def cells(self, suite: dict, selection: Selection) -> list[Cell]:
