@@ -13,9 +13,8 @@ style per suite; a dotted line at the threshold the reference runs record (param
 ``threshold``) and a grey band where the PAAC authors' code starts to learn Pong
 (:data:`AUTHORS_ONSET_STEPS`, from their README; ../shared/context/papers.md). The CSV holds
 every drawn point, with the wall seconds at each; :func:`report_section` gives per run the best
-trailing mean and the env steps and wall time to it and to the threshold. Raises :class:`NoRows` naming the missing
-side when either has no rows: a curve without its reference (or the reverse) is not this
-figure. Cost: one pass over the episode rows.
+trailing mean and the env steps and wall time to it and to the threshold. A side without rows is left out and
+named in the caption; :class:`NoRows` when neither side has rows. Cost: one pass over the episode rows.
 """
 
 from __future__ import annotations
@@ -88,9 +87,9 @@ def curves(rows: pd.DataFrame) -> pd.DataFrame:
 
 def build(table, metas) -> Plot:
     rows = reference_rows(table)
-    for side, (_, _, _, where) in SIDES.items():
-        if not (rows["side"] == side).any():
-            raise NoRows(f"no rows for {side} on {ENV} ({where}, op 'episode')")
+    missing = [f"{side} ({where})" for side, (_, _, _, where) in SIDES.items() if not (rows["side"] == side).any()]
+    if len(missing) == len(SIDES):
+        raise NoRows(f"no rows for {' nor '.join(missing)} on {ENV} (op 'episode')")
     data = curves(rows)
     fig, axes = new_figure(1, 1, panel=(7.0, 4.2))
     ax = axes[0, 0]
@@ -120,7 +119,8 @@ def build(table, metas) -> Plot:
     legend(fig, handles)
     return Plot(fig, data, f"Mean return of the last {WINDOW} episodes against environment steps on {ENV}: our PAAC "
                            "(scenario training) and Stable-Baselines3's A2C with rl-baselines3-zoo's Atari settings "
-                           "(scenario frameworks, suite frameworks-a2c-pong), one line per run and seed.")
+                           "(scenario frameworks, suite frameworks-a2c-pong), one line per run and seed."
+                + "".join(f" Not drawn, no stored run: {m}." for m in missing))
 
 
 def milestones(line: pd.DataFrame) -> dict:
