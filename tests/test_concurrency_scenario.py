@@ -390,6 +390,8 @@ def test_limits_two_thread_gather_runs_long_enough_to_outweigh_starting_threads(
 
     monkeypatch.setattr(workloads, "time_threads", spy)
     lim = limits.probe([4096], loads=2000, repeats=2)
-    assert len(timed) == 2 and min(timed) >= 0.5 * limits.PAIR_SECONDS  # noise only lengthens a pass
+    # the loops come from a calibration pass, which noise can lengthen (so a timed pass may be
+    # shorter than PAIR_SECONDS): a tenth of it still tells passes from the tens of microseconds
+    assert len(timed) == 2 and min(timed) >= 0.1 * limits.PAIR_SECONDS
     # ns per line over every line of the rounds: one pass of 2,000 cached lines is microseconds
     assert lim["sizes"][0]["gather_ns_2threads"] * 1e-9 * 2 * 2000 < min(timed) / 10
