@@ -8,7 +8,7 @@ columns this reader does not know are dropped; a ``suite`` column names the suit
 the run), and each run's meta.json (``metas``, keyed by run id) for the machine, caches and
 suite behind the numbers.
 
-Every check is the results contract's (:func:`bench.contract.read_rows`,
+Every check is the results contract's (:func:`bench.contract.read_frame`,
 :func:`bench.contract.read_meta`), each failing with a :class:`RunError` that names the file
 and, for rows.csv, the line: the files exist and meta.json is a JSON object; line 1 is a header
 holding at least :data:`bench.contract.REQUIRED`; every later line has as many fields as the
@@ -105,9 +105,8 @@ def load_run(run_dir) -> tuple[pd.DataFrame, dict]:
     """
     run_dir = Path(run_dir)
     meta = contract.read_meta(run_dir)
-    rows = contract.read_rows(run_dir)
-    frame = pd.DataFrame.from_records(rows, columns=contract.COLUMNS) if rows else \
-        pd.DataFrame(columns=contract.COLUMNS)
+    frame = contract.read_frame(run_dir)
+    frame = frame.reindex(columns=contract.COLUMNS) if len(frame) else pd.DataFrame(columns=contract.COLUMNS)
     frame["run_id"] = frame["run_id"].fillna(meta.get("run_id") or run_dir.name)
     frame["suite"] = (meta.get("suite") or {}).get("name") or meta.get("scenario")
     frame["started"] = meta.get("start_time") or ""  # orders runs whatever their ids (reference-...)

@@ -60,7 +60,7 @@ from replaybench.bench.rowstore import has_rows  # where a run's rows live is pa
 __all__ = ["SCHEMA_VERSION", "COLUMNS", "RUN_COLUMNS", "MEASUREMENT_COLUMNS", "CELL_COLUMNS", "INT_COLUMNS",
            "FLOAT_COLUMNS", "BOOL_COLUMNS", "INT_RANGE", "META_TYPES", "REQUIRED", "STATUSES", "MEASURED",
            "BELOW_RESOLUTION", "SIGNED_METRICS", "TIMING_METRIC", "PEER_PREFIX", "REFERENCES", "RunError", "format_cell", "parse_cell", "parse_row",
-           "read_rows", "read_csv_rows", "has_rows", "check_row", "column_kind", "read_meta", "params_of", "cell_key",
+           "read_rows", "read_frame", "read_csv_rows", "has_rows", "check_row", "column_kind", "read_meta", "params_of", "cell_key",
            "items_per_s", "ns_per_item", "op_unit", "item_name",
            "comparison_group", "reference_ratios", "format_table", "OpSpec", "OPS"]
 
@@ -348,23 +348,78 @@ def read_rows(run_dir) -> list[dict]:
     return read_csv_rows(path)[1]
 
 
-def _read_parquet_rows(path: Path) -> list[dict]:
-    """Rows of a rows.parquet file, checked as :func:`read_rows` says."""
+def read_frame(run_dir):
+    """The rows of a run as a pandas DataFrame of the file's columns, checked as
+    :func:`read_rows` checks them and equal to ``pd.DataFrame.from_records(read_rows(run_dir))``
+    (:func:`bench.rowstore.table_frame` says how the cells are typed).
+
+    From rows.parquet the frame is built column by column and only the rows that a vectorised
+    pass cannot clear (an unknown status, a newer schema, an ``ok`` or ``below-resolution`` value
+    that is missing, not finite, zero or negative) go through :func:`check_row`, which decides:
+    the cost is one read of the file, not a dict per row. From rows.csv it is
+    :func:`read_rows`'s dicts, framed. Raises :class:`RunError` as :func:`read_rows` does.
+    """
+    import pandas as pd
+
+    path = rowstore.rows_file(run_dir)
+    if not path.exists() or path.name != rowstore.PARQUET_NAME:
+        rows = read_rows(run_dir)
+        return pd.DataFrame.from_records(rows) if rows else pd.DataFrame()
+    table = _parquet_table(path)
+    frame = rowstore.table_frame(table)
+    for number in _rows_to_check(frame):
+        row = table.slice(number - 1, 1).to_pylist()[0]
+        try:
+            check_row(row)
+        except ValueError as err:
+            raise RunError(path, f"row {number}: {err}") from None
+    return frame
+
+
+def _rows_to_check(frame) -> list[int]:
+    """Row numbers (1-based) of ``frame`` that :func:`check_row` could refuse; every other row
+    passes it, by the same tests done on whole columns."""
+    import numpy as np
+    import pandas as pd
+
+    n = len(frame)
+    if "status" not in frame:
+        return list(range(1, n + 1))
+    status = frame["status"]
+    suspect = ~status.isin(STATUSES).to_numpy()
+    if "schema_version" in frame:
+        suspect |= (pd.to_numeric(frame["schema_version"], errors="coerce") > SCHEMA_VERSION).to_numpy()
+    value = pd.to_numeric(frame["value"], errors="coerce").to_numpy(dtype=float) if "value" in frame else \
+        np.full(n, np.nan)
+    with np.errstate(invalid="ignore"):
+        doubtful = ~np.isfinite(value) | (value <= 0)
+    suspect |= status.isin((MEASURED, BELOW_RESOLUTION)).to_numpy() & doubtful
+    return (np.flatnonzero(suspect) + 1).tolist()
+
+
+def _parquet_table(path: Path):
+    """The pyarrow Table of a rows.parquet file whose header and column types are the
+    contract's; RunError naming the file otherwise."""
     try:
-        header, columns = rowstore.read_parquet(path)
+        table = rowstore.read_parquet_table(path)
     except ImportError as err:
         raise RunError(path, f"reading parquet needs pyarrow ({err}); pip install pyarrow") from None
     except Exception as err:  # pyarrow's errors (ArrowInvalid, OSError ...): a damaged file
         raise RunError(path, f"not a readable parquet file: {err}") from None
-    _check_header(path, header)
-    import pyarrow.parquet as pq
-
-    for field in pq.read_schema(path):
+    _check_header(path, list(table.column_names))
+    for field in table.schema:
         wanted = rowstore.arrow_type(column_kind(field.name))
         if field.type != wanted:
             raise RunError(path, f"column {field.name!r} is stored as {field.type}, where the results contract "
                                  f"wants {wanted}")
-    rows = [dict(zip(header, values)) for values in zip(*columns.values())] if header else []
+    return table
+
+
+def _read_parquet_rows(path: Path) -> list[dict]:
+    """Rows of a rows.parquet file, checked as :func:`read_rows` says."""
+    table = _parquet_table(path)
+    header = list(table.column_names)
+    rows = [dict(zip(header, values)) for values in zip(*(c.to_pylist() for c in table.columns))] if header else []
     for number, row in enumerate(rows, 1):
         try:
             check_row(row)

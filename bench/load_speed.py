@@ -5,8 +5,8 @@
 
 For each run that holds rows.parquet, its rows are written back as a rows.csv (the harness's own
 formatting, :func:`bench.contract.format_cell`) in a temporary copy, and both forms are read
-through the results contract (:func:`bench.contract.read_rows`: the reader every consumer uses,
-with every check) ``repeats`` times each, alternating CSV and parquet so that drift on a shared
+through the results contract (:func:`bench.contract.read_frame`: the reader ``make plots`` and
+``make report`` use, with every check) ``repeats`` times each, alternating CSV and parquet so that drift on a shared
 machine falls on both. It prints per run and for all runs together the median seconds of each
 form with its min-max and the ratio of medians (csv / parquet), and the machine it ran on.
 Nothing is stored: the figures of record are printed, with their spread.
@@ -48,7 +48,7 @@ def time_reads(csv_dir: Path, parquet_dir: Path, repeats: int) -> tuple[list[flo
     for _ in range(repeats):
         for folder, times in ((csv_dir, csv_s), (parquet_dir, parquet_s)):
             start = time.perf_counter()
-            contract.read_rows(folder)
+            contract.read_frame(folder)
             times.append(time.perf_counter() - start)
     return csv_s, parquet_s
 
