@@ -25,9 +25,9 @@ its CSV and ``replaybench compact`` converts it later.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from pathlib import Path
+
+from replaybench.bench import atomic_file
 
 __all__ = ["CSV_NAME", "PARQUET_NAME", "KINDS", "rows_file", "has_rows", "arrow_type", "write_parquet", "read_parquet",
            "read_parquet_table", "table_frame", "same_rows"]
@@ -82,20 +82,8 @@ def write_parquet(path, header: list[str], rows: list[dict], kind) -> None:
     fields = [pa.field(c, arrow_type(kind(c))) for c in header]
     arrays = [pa.array([row.get(f.name) for row in rows], type=f.type, from_pandas=False) for f in fields]
     table = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with atomic_file.replacing(path) as tmp:
         pq.write_table(table, tmp, compression="zstd", use_dictionary=True, row_group_size=ROW_GROUP_ROWS)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def read_parquet(path) -> tuple[list[str], dict[str, list]]:
