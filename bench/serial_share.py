@@ -27,7 +27,10 @@ granularity and the statistics' float rounding, per call).
 The serial share of an op (``insert`` = an actor's insert call; ``iteration`` = a learner step,
 sample + update) is ``exclusive_s / call_s`` **with one worker** (the 1-actor or 1-learner
 cell): a property of the code path, measurable on any machine with one core to spare, not of
-the machine's core count. Amdahl's law turns it into a bound on n workers' speed-up,
+the machine's core count. For threads the Python around the kernel holds the GIL, which is
+serial too and not in this share (the scenario's ``shared_path`` measures it: ``gil_share``);
+the share is the buffer's own, the whole serial part for processes. Amdahl's law turns it into
+a bound on n workers' speed-up,
 ``amdahl(s, n) = 1 / (s + (1 - s) / n)`` (:func:`amdahl`; at 16: ``AMDAHL_AT``).
 
 The model (:func:`predict_cells`) extends Amdahl to a mix of actors and learners: a worker's
