@@ -64,8 +64,8 @@ import statistics
 
 from replaybench.bench import contract
 
-__all__ = ["ACCOUNT_TOLERANCE", "AMDAHL_AT", "MISS", "OPS", "amdahl", "account_error", "one_worker_shares",
-           "predict_cells"]
+__all__ = ["ACCOUNT_TOLERANCE", "AMDAHL_AT", "MISS", "OPS", "amdahl", "account_error", "check_accounts",
+           "one_worker_shares", "predict_cells"]
 
 #: (relative to the call, absolute seconds per call) by which exclusive + wait may pass the call.
 ACCOUNT_TOLERANCE = (0.01, 1e-7)
@@ -125,6 +125,28 @@ def _median_accounts(by: dict, op: str) -> dict | None:
     if any(not v for v in per.values()):
         return None
     return {name: statistics.median(v.values()) for name, v in per.items()}
+
+
+def check_accounts(rows) -> int:
+    """Check every window of every cell (any number of workers) of a run's per-call rows: its
+    exclusive + wait seconds per call do not pass its call's seconds beyond
+    :data:`ACCOUNT_TOLERANCE`. Returns the number of (cell, op, window) accounts checked (0 for
+    a run without per-call rows); raises ValueError naming the first that fails. One pass."""
+    checked = 0
+    for key, by in _windows(rows).items():
+        for op in OPS:
+            calls, holds, waits = (by.get((op, _ACCOUNTS[n])) or {} for n in ("call_s", "exclusive_s", "wait_s"))
+            for w in sorted(calls):
+                if w not in holds or w not in waits:
+                    continue
+                checked += 1
+                if account_error(calls[w], holds[w], waits[w]) > 0:
+                    where = {**dict(zip(_CONFIG, key)), "actors": key[4], "learners": key[5]}
+                    raise ValueError(
+                        f"{where} op {op} window {w}: exclusive {holds[w]:.3e} s + wait {waits[w]:.3e} s per call "
+                        f"exceed the call's {calls[w]:.3e} s beyond the tolerance {ACCOUNT_TOLERANCE}: the accounts "
+                        "do not sum to the call")
+    return checked
 
 
 def one_worker_shares(rows, at: int = AMDAHL_AT) -> list[dict]:

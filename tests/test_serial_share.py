@@ -53,6 +53,25 @@ def test_measured_accounts_sum_to_the_calls_time_within_the_stated_tolerance(pol
         assert e["rate"] > 0
 
 
+def test_stored_runs_accounts_sum_to_their_calls_in_every_cell():
+    """Every window of every cell of the stored concurrency runs (any machine, any number of
+    workers) keeps exclusive + wait within the call's time; at least the 16-core runs have them."""
+    from pathlib import Path
+
+    from replaybench.bench import contract
+
+    checked = {}
+    for run in sorted(Path(__file__).resolve().parent.parent.joinpath("results").iterdir()):
+        if run.is_dir() and (run / "meta.json").exists() and contract.read_meta(run).get("scenario") == "concurrency":
+            checked[run.name] = ss.check_accounts(contract.read_rows(run))
+    if not checked:
+        pytest.skip("no stored concurrency runs")
+    assert sum(checked.values()) > 0, checked
+    bad = _cell_rows(0, 2, 1e6, {"iteration": (100e-6, 80e-6, 30e-6)})
+    with pytest.raises(ValueError, match=r"'learners': 2.* op iteration window 0"):
+        ss.check_accounts(bad)
+
+
 # --------------------------------------------------------------------------- synthetic rows
 CONFIG = dict(variant="kary-aligned", policy="global-lock", mode="processes", transitions="cartpole")
 SB, WB, SPI = 256, 64, 8.0
