@@ -4,6 +4,10 @@ For each (variant, policy, mode, transition size) of the run: the model's inputs
 (:func:`bench.derive.costs_from_rows`), its prediction against every measured cell
 of the run (error per cell; the 1-actor, 1- and 2-learner cells are the inputs), and the best
 actor/learner split with its predicted rates and binding bound at each requested core count.
+Then the model of the one-worker serial shares (:mod:`bench.serial_share`: Amdahl's law for a
+mix of actors and learners, inputs the 1-actor and 1-learner cells only): each op's serial
+share and Amdahl's bound at 16, and its prediction against every cell, with the account that
+explains each cell it misses by more than 25% (:func:`format_serial_model`).
 """
 
 from __future__ import annotations
@@ -53,7 +57,34 @@ def format_plan(rows: list[dict], cores: list[int], machine_cores: int | None = 
         if body:
             out += ["  " + line for line in format_table(["cores", "best split", "sample/s", "insert/s", "bound"],
                                                           body, {0, 2, 3})]
+        out += format_serial_model(rows, machine_cores or 1, **where)
     return "\n".join(out).lstrip("\n")
+
+
+def format_serial_model(rows: list[dict], cores: int, **where) -> list[str]:
+    """The lines of the serial-share model for one configuration (``where``: variant, policy,
+    mode, transitions): the shares, then predicted against measured per cell with the missed
+    term; one line saying why when the run lacks the one-worker accounts."""
+    from replaybench.bench import serial_share
+    from replaybench.bench.summary import format_table
+
+    mine = [r for r in rows if all(r.get(k) == v for k, v in where.items())]
+    try:
+        shares = serial_share.one_worker_shares(mine)
+        cells = serial_share.predict_cells(rows, cores, **where)
+    except ValueError as err:
+        return [f"  serial-share model: {err}"]
+    text = ", ".join(f"{'learner step' if e['op'] == 'iteration' else 'actor insert'} {100 * e['share']:.1f}% "
+                     f"(Amdahl at {e['at']}: {e['amdahl']:.2f}x)" for e in shares)
+    body = [[f"{c['actors']}A+{c['learners']}L", f"{c['measured']:,.3g}", f"{c['predicted']:,.3g}",
+             f"{100 * c['error']:+.0f}%", c["term"], "input" if c["input"] else ""] for c in cells]
+    predicted = [c for c in cells if not c["input"]]
+    within = sum(abs(c["error"]) <= serial_share.MISS for c in predicted)
+    return ([f"  serial shares (one worker): {text}",
+             f"  serial-share model on {cores} cores: {within} of {len(predicted)} predicted cells within "
+             f"{100 * serial_share.MISS:.0f}%; a miss names the account that moved furthest"]
+            + ["  " + line for line in format_table(["split", "measured/s", "predicted/s", "error", "missed term", ""],
+                                                    body, {1, 2, 3})])
 
 
 def _cmd(args) -> int:

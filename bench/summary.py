@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from replaybench.bench import contract, derive
+from replaybench.bench import contract, derive, serial_share
 from replaybench.bench.contract import format_table  # the one text-table formatter, named here for bench's tables
 
 __all__ = ["format_table", "format_header", "format_rows", "format_threads", "format_bound", "format_run",
-           "format_headline"]
+           "format_headline", "format_serial_shares"]
 
 #: Grid parameters that are columns of their own (the others are in ``params``).
 _WORKLOAD_COLUMNS = ("batch", "transitions", "threads")
@@ -276,3 +276,27 @@ def format_headline(run_dirs, capacity: int = 2**20) -> str:
     title = (f"Headline at capacity 2^{capacity.bit_length() - 1}: medians from the micro run, misses per "
              f"transition from the cache model (tree only), ratios within the same run")
     return "\n".join([title, *format_table(header, body, set(range(1, len(header))))])
+
+
+def format_serial_shares(rows: list[dict]) -> list[str]:
+    """The serial share of a learner step and of an actor insert per policy, from a concurrency
+    run's one-worker cells (:func:`bench.serial_share.one_worker_shares`): the call's time
+    split into exclusive sections, lock wait and the rest (us), the share and Amdahl's bound
+    at 16 workers. [] when the run has no per-call rows; one line naming the cell when its
+    accounts do not sum to the call (the ValueError's message)."""
+    try:
+        shares = serial_share.one_worker_shares(rows)
+    except ValueError as err:
+        return [f"Serial shares: not shown: {err}"]
+    if not shares:
+        return []
+    at = shares[0]["at"]
+    body = [[e["variant"], e["policy"], e["transitions"], e["mode"],
+             "learner step" if e["op"] == "iteration" else "actor insert", f"{1e6 * e['call_s']:.1f}",
+             f"{1e6 * e['exclusive_s']:.1f}", f"{1e6 * e['wait_s']:.2f}", f"{1e6 * e['parallel_s']:.1f}",
+             f"{100 * e['share']:.1f}%", f"{e['amdahl']:.2f}x"] for e in shares]
+    header = ["variant", "policy", "transitions", "mode", "op", "call us", "exclusive us", "wait us", "parallel us",
+              "serial share", f"Amdahl at {at}"]
+    return ([f"Serial share with one worker: a call's time in sections that exclude every other worker (the tree "
+             f"lock held exclusively) over the call's time; Amdahl's bound at {at} workers = 1 / (share + (1 - "
+             f"share) / {at})"] + format_table(header, body, set(range(5, len(header)))))

@@ -416,27 +416,32 @@ def test_grid_effects_are_ratios_to_the_default_setting_in_the_same_run(drawn):
     assert got.loc["prefetch=True hugepages=True", "x_lo"] == pytest.approx(1 / (0.5 * 1.03), rel=1e-9)
 
 
-def test_concurrency_draws_the_sample_rate_never_a_sum_and_its_ratio_to_global_lock(drawn, synthetic):
+def test_concurrency_draws_rates_against_workers_one_run_per_line_with_the_ideal(drawn, synthetic):
+    """The scaling figure: the sample rate (insert for actors alone, never a sum) of the
+    learners-alone, actors-alone and half-and-half splits, one run per line, and the ideal line
+    through each line's first point; other splits are not drawn."""
     _, _, out = drawn
     per_repeat = defaultdict(list)
     for r in raw_rows(synthetic / "20300101T000300Z-concurrency"):
         if r["metric"] == "items_per_s" and r["op"] == "sample":
             per_repeat[r["policy"], r["transitions"], int(r["actors"]), int(r["learners"])].append(float(r["value"]))
     got = pd.read_csv(out / "concurrency.csv")
-    got = got[got["run_id"] == "20300101T000300Z-concurrency"]  # (the concurrency-model run is drawn too)
-    rates = got[got["metric"] == "items_per_s"]
-    assert len(rates) == len(per_repeat)
-    for _, g in rates.iterrows():
+    assert got.groupby(["mode", "panel", "policy", "variant", "transitions"])["run_id"].nunique().max() == 1
+    mine = got[got["run_id"] == "20300101T000300Z-concurrency"]  # (the concurrency-model run is drawn too)
+    # of the splits 1A+1L, 2A+1L, 2A+2L, 4A+2L only half and half, at most the machine's 2 cores: 1A+1L
+    assert {(a, l_) for a, l_ in zip(mine["actors"], mine["learners"])} == {(1, 1)}
+    assert set(mine["panel"]) == {"mixed"}
+    assert len(mine) == len([k for k in per_repeat if k[2:] == (1, 1)])
+    for _, g in mine.iterrows():
         key = (g["policy"], g["transitions"], g["actors"], g["learners"])
         assert g["median"] == pytest.approx(statistics.median(per_repeat[key]), rel=1e-12)
-        assert g["workers"] == g["actors"] + g["learners"]
-        assert bool(g["oversubscribed"]) == (g["workers"] > 2)
-    ratios = got[got["metric"] == "x_global_lock"]
-    assert len(ratios) == len(per_repeat)
-    for _, g in ratios.iterrows():
-        key = (g["policy"], g["transitions"], g["actors"], g["learners"])
-        base = statistics.median(per_repeat[("global-lock", *key[1:])])
-        assert g["median"] == pytest.approx(statistics.median(v / base for v in per_repeat[key]), rel=1e-12)
+        assert g["workers"] == 2 and not g["oversubscribed"]
+        assert g["ideal"] == pytest.approx(g["median"], rel=1e-12)  # the line's first point (n0 = 2)
+    model = got[got["run_id"] == "20300101T000350Z-concurrency-model"]
+    panels = {(p, a, l_) for p, a, l_ in zip(model["panel"], model["actors"], model["learners"])}
+    assert panels == {("actors", 1, 0), ("learners", 0, 1), ("learners", 0, 2), ("mixed", 1, 1)}  # not 1A+2L: 3 > 2
+    learners = model[model["panel"] == "learners"].set_index("learners")
+    assert learners.loc[2, "ideal"] == pytest.approx(2 * learners.loc[1, "median"], rel=1e-12)
 
 
 def test_scaling_figure_recovers_the_model_that_made_the_rows(drawn):

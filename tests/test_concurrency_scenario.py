@@ -350,6 +350,9 @@ def test_plan_command_prints_validation_and_best_splits(model_run):
     assert proc.returncode == 0, proc.stderr
     assert "lazy-writing / threads / cartpole" in proc.stdout and "best split" in proc.stdout
     assert "1A+1L" in proc.stdout and "input" in proc.stdout
+    # the one-worker serial shares and the model they set, checked against every other cell
+    assert "serial shares (one worker): learner step" in proc.stdout and "actor insert" in proc.stdout
+    assert "serial-share model on " in proc.stdout and "missed term" in proc.stdout
     bad = _cli("plan", "--run", str(model_run), "--cores", "1")
     assert bad.returncode == 2 and "--cores" in bad.stderr
 

@@ -300,8 +300,10 @@ def format_table(rows: list[dict], shared: list[dict] | None = None) -> str:
     """Per cell (medians over windows): items/s of insert, sample and update (each kind on its
     own), the sample rate as a ratio to global-lock in the same mode, size and split, the
     per-call busy time, lock wait and lock hold of inserts and of learner iterations, and the
-    share of time spent waiting for locks and for the ratio; then, with a run's ``shared_path``
-    (meta.json), what binds two learner threads per policy; then the cells that did not run."""
+    share of time spent waiting for locks and for the ratio; then the one-worker serial shares
+    and Amdahl's bound at 16 (:func:`bench.summary.format_serial_shares`); then, with a run's
+    ``shared_path`` (meta.json), what binds two learner threads per policy; then the cells that did not run."""
+    from replaybench.bench.summary import format_serial_shares
     from replaybench.bench.summary import format_table as table
 
     med = _medians(rows)
@@ -329,6 +331,9 @@ def format_table(rows: list[dict], shared: list[dict] | None = None) -> str:
     out = ["Per op kind: items/s (never summed); per call (us): busy, lock wait, lock hold; "
            "iteration = sample + update; x global-lock = sample/s over global-lock's in the same mode and split"]
     out += table(header, body, set(range(4, len(header)))) if body else ["(no concurrency rows)"]
+    shares = format_serial_shares(rows)
+    if shares:
+        out += ["", *shares]
     if shared:
         out += ["", *format_shared_path(shared, med)]
     missing = [r for r in rows if r.get("status") != "ok"]
