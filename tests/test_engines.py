@@ -65,21 +65,27 @@ sys.path.insert(0, sys.argv[2])
 import _stepping_envs  # registers HangAt-v0
 from replaybench.impl.rl import TrainConfig, WorkerFailed, engines, train
 
-engine = engines.get(sys.argv[1])
-timeout = {"timeout_s": 8.0} if sys.argv[3] == "timeout" else {}
-cfg = TrainConfig(**{**engine.smoke, "env": "_stepping_envs:HangAt-v0", "seed": 1, **timeout})
-try:
-    train(cfg)
-except (TimeoutError, WorkerFailed) as err:
-    print("ENDED", type(err).__name__, err, flush=True)
-except KeyboardInterrupt:
-    print("INTERRUPTED", flush=True)
+
+def main():
+    engine = engines.get(sys.argv[1])
+    timeout = {"timeout_s": 8.0} if sys.argv[3] == "timeout" else {}
+    cfg = TrainConfig(**{**engine.smoke, "env": "_stepping_envs:HangAt-v0", "seed": 1, **timeout})
+    try:
+        train(cfg)
+    except (TimeoutError, WorkerFailed) as err:
+        print("ENDED", type(err).__name__, err, flush=True)
+    except KeyboardInterrupt:
+        print("INTERRUPTED", flush=True)
+
+
+if __name__ == "__main__":  # the engines' forkserver children import this file as __mp_main__
+    main()
 """
 
 
 @pytest.mark.parametrize("how", ["timeout", "SIGINT"])
 @pytest.mark.parametrize("name", [_param(n) for n in engines.ENGINES.names()])
-def test_every_engine_ends_a_run_whose_env_hangs_leaving_nothing(name, how, tmp_path):
+def test_every_engine_ends_a_run_whose_env_hangs_leaving_nothing(name, how, tmp_path, request):
     """Issue 41 item 6: an environment that never returns from ``step``. At ``timeout_s``, or on
     Ctrl-C (SIGINT to the run's process once the step hangs), every engine ends the run (the
     sequential one never did at its limit), and nothing stays: no process the run started (the
@@ -87,9 +93,11 @@ def test_every_engine_ends_a_run_whose_env_hangs_leaving_nothing(name, how, tmp_
     folder, no shared-memory segment. The run is a fresh interpreter whose processes all carry
     a marker in their environment, with TMPDIR in the test's folder."""
     import os
+    import shutil
     import signal
     import subprocess
     import sys
+    import tempfile
     import time
     import uuid
     from pathlib import Path
@@ -98,9 +106,13 @@ def test_every_engine_ends_a_run_whose_env_hangs_leaving_nothing(name, how, tmp_
     if engine.unavailable_reason():
         pytest.skip(engine.unavailable_reason())
     mark = uuid.uuid4().hex
-    tmp, flag = tmp_path / "tmp", tmp_path / "hung"
-    tmp.mkdir()
-    env = {**os.environ, "TMPDIR": str(tmp), "REPLAYBENCH_HUNG_RUN": mark, "HANG_FLAG": str(flag)}
+    # TMPDIR short and under /tmp: Ray puts its sockets there, and an AF_UNIX path is at most
+    # 107 bytes, which pytest's tmp_path plus Ray's session folder passes.
+    tmp, flag = Path(tempfile.mkdtemp(prefix="rb-hung-")), tmp_path / "hung"
+    request.addfinalizer(lambda: shutil.rmtree(tmp, ignore_errors=True))
+    tests_dir = str(Path(__file__).parent)  # on every worker's path (Ray's too): _stepping_envs lives there
+    path = os.pathsep.join(p for p in (tests_dir, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "TMPDIR": str(tmp), "REPLAYBENCH_HUNG_RUN": mark, "HANG_FLAG": str(flag), "PYTHONPATH": path}
     script = tmp_path / "hung_run.py"
     script.write_text(_HUNG_RUN)
     proc = subprocess.Popen([sys.executable, str(script), name, str(Path(__file__).parent), how], env=env,

@@ -496,3 +496,17 @@ def test_tree_k_checks():
         with pytest.raises(ValueError, match=r"K must be a power of 2.*got 6\b"):
             cls(8, K=6)
     assert KarySumTree(8, K=6).K == 6
+
+
+def test_training_errors_survive_pickling():
+    """A worker's error crosses a process boundary (Ray sends it to the driver): its fields must
+    come back, or the driver sees an UnserializableException instead of the named argument."""
+    import pickle
+
+    from replaybench.impl.rl.common.errors import ConfigError, WorkerFailed
+
+    err = pickle.loads(pickle.dumps(ConfigError("env", "Nope-v0", "env 'Nope-v0' cannot be made")))
+    assert (type(err), err.field, err.value, str(err)) == (ConfigError, "env", "Nope-v0", "env 'Nope-v0' cannot be made")
+    failed = pickle.loads(pickle.dumps(WorkerFailed("actor 1", "Traceback ...", (11, 12))))
+    assert (failed.worker, failed.detail, failed.pids) == ("actor 1", "Traceback ...", (11, 12))
+    assert str(failed) == "worker actor 1 failed:\nTraceback ..."

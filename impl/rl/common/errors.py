@@ -18,6 +18,9 @@ class ConfigError(ValueError):
         self.field = field
         self.value = value
 
+    def __reduce__(self):  # pickled across processes (a Ray worker's error reaches the driver)
+        return type(self), (self.field, self.value, self.args[0])
+
 
 class InjectedFailure(RuntimeError):
     """Raised on purpose by a worker when :attr:`TrainConfig.fail` names it (tests)."""
@@ -32,3 +35,6 @@ class WorkerFailed(RuntimeError):
         self.worker = worker
         self.detail = detail
         self.pids = tuple(pids)
+
+    def __reduce__(self):
+        return type(self), (self.worker, self.detail, self.pids)
