@@ -18,6 +18,8 @@ waits for samples. Time spent so is counted apart (``rate_wait``) from lock wait
 learner ``iteration`` = one sample plus its update): calls, items, seconds inside the calls
 (``busy``), and of those the seconds spent waiting for and holding the tree lock (from the
 buffer's lock statistics, read around each call).
+Per window, each worker also reports ``kernel_calls`` (its calls that ran in a fused kernel)
+and ``fallbacks`` (of those, the ones handed on to the policy's Python path).
 
 Transition sizes: ``cartpole`` 40 B, ``mujoco`` 200 B, ``atari`` 84x84x4 = 28 224 B of payload
 (plus 16 B of id and check).
@@ -238,11 +240,12 @@ def _work(handle, role: str, index: int, cfg: dict, start_barrier, windows: int,
             buf.warm_up()
             for w in range(windows):
                 start_barrier.wait()
-                waited = buf.lock_wait_seconds
+                waited, kernel_calls, fallbacks = buf.lock_wait_seconds, buf.kernel_calls, buf.fallbacks
                 res = (_writer if role == "writer" else _learner)(buf, index, cfg, cfg["window_s"], limiter)
                 if role == "writer":
                     cfg = {**cfg, "first_seq": res["next_seq"]}
-                res.update(window=w, lock_wait=buf.lock_wait_seconds - waited)
+                res.update(window=w, lock_wait=buf.lock_wait_seconds - waited,
+                           kernel_calls=buf.kernel_calls - kernel_calls, fallbacks=buf.fallbacks - fallbacks)
                 report.put(res)
         finally:
             buf.close()

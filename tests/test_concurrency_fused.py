@@ -256,7 +256,7 @@ def test_every_policy_runs_its_operations_in_its_kernels(policy, monkeypatch):
             out = buf.sample(32)
             assert np.all(C.intact_rows(out))
             assert buf.update_priorities(out["indices"], np.full(32, 3.0), out["stamps"]) > 0
-        assert buf.fallbacks == 0
+        assert buf.fallbacks == 0 and buf.kernel_calls == 12
 
 
 @pytest.mark.parametrize("op", ["add", "update", "sample"])

@@ -14,16 +14,18 @@ nothing; no sample returns a torn row or a slot being written (the copy is stamp
 redrawn, see :mod:`impl.concurrent.ring`).
 
 One compiled call per operation (:mod:`impl.concurrent.fused`): where the policy declares a
-protocol for it (global-lock, lazy-writing and optimistic for all three operations, pal-locks
-for samples), ``sample``, ``add`` and ``update_priorities`` check their arguments in Python
-and make one ``nogil`` kernel call that takes the lock, draws, copies and computes the weights
-(or reserves, copies, publishes; or drops stale updates and writes the tree). When the kernel
-cannot finish alone (the lock stays held past its spin budget, a sample must wait for
-inserts, an insert would lap a writer still copying) the call runs the policy's Python
-methods instead, which sleep, time out and recover dead holders; :attr:`fallbacks` counts
-those calls. ``sample(..., out=buf.sample_out(n))`` reuses its output arrays. A policy may
-bring its own kernel set with the same call shape (:attr:`Policy.kernels`, the sharded one),
-its own shared arrays and a tree composed of several (:meth:`Policy.tree_for`, ``shards``).
+protocol for it (every registered policy, for all three operations), ``sample``, ``add`` and
+``update_priorities`` check their arguments in Python and make one ``nogil`` kernel call that
+takes the lock, draws, copies and computes the weights (or reserves, copies, publishes; or
+drops stale updates and writes the tree). When the kernel cannot finish alone (the lock
+stays held past its spin budget, a sample must wait for inserts, an insert would lap a
+writer still copying) the call runs the policy's Python methods instead, which sleep, time
+out and recover dead holders; :attr:`fallbacks` counts those calls.
+``sample(..., out=buf.sample_out(n))`` reuses its output arrays. Each kernel gets the
+object's kernel context (:mod:`impl.concurrent.context`, built once here) and the call's own
+arguments. A policy may bring its own kernel set in the same calling convention
+(:attr:`Policy.kernels`, the sharded one), its own shared arrays and a tree composed of several
+(:meth:`Policy.tree_for`, ``shards``).
 
 Closing (:mod:`impl.concurrent.guard`): :meth:`~SharedPrioritizedBuffer.close` refuses new
 calls, waits for the calls other threads have in flight on the object, then lets the memory
@@ -77,7 +79,7 @@ class SharedSampleOut(SampleOut):
     """Reusable output of :meth:`SharedPrioritizedBuffer.sample` (from its ``sample_out``): the
     fields, ``indices``, ``weights`` and ``stamps`` (int64), refilled in place by each call."""
 
-    __slots__ = ("stamp", "octx", "octx_keep")  # octx: the sample kernel's output context, made once
+    __slots__ = ("stamp", "octx")  # octx: the sample kernel's output context, made once
 
 
 _NO_VALUES = np.empty(0, dtype=np.float64)
@@ -407,6 +409,15 @@ class SharedPrioritizedBuffer:
 
     @property
     @guarded
+    def kernel_calls(self) -> int:
+        """Calls of this object that ran in a fused kernel (each kernel counts itself; a call the
+        kernel then handed to Python counts here and in :attr:`fallbacks`). A policy whose
+        operations all have kernels runs every call through one, so tests check the fused path,
+        not the Python one, is what they exercise."""
+        return int(self._lockstats[fused.KERNEL_CALLS])
+
+    @property
+    @guarded
     def lock_hold_seconds(self) -> float:
         """Seconds this object's callers held the tree lock exclusively (the lock every policy
         serialises its tree work on; the leaf lock is only taken inside it), in kernels and in
@@ -476,8 +487,8 @@ class SharedPrioritizedBuffer:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         out = make_sample_out(SharedSampleOut(), self, self._storage, int(batch_size))
         out.stamp = out["stamps"] = np.empty(int(batch_size), dtype=np.int64)
-        out.octx, out.octx_keep = out_context(out.block, out.block_table, out.index, out.weight, out.stamp, out.scratch,
-                                              out.src_table, False)
+        out.octx = out_context(out.block, out.block_table, out.index, out.weight, out.stamp, out.scratch,
+                               out.src_table, False)
         return out
 
     @guarded

@@ -33,14 +33,18 @@ accessors, never by number):
   slot's first word, an array the slot's three.
 
 Safety contract: a context holds raw addresses, so the arrays must outlive every kernel call
-that gets it. :class:`KernelContext` keeps a reference to each; the buffer keeps its context for
-its own lifetime and refuses calls once closed (:mod:`impl.concurrent.guard`: close waits for
-calls in flight). Every array must be C-contiguous with at most two dimensions and of the dtype
+that gets it. The words array itself owns a reference to each (:func:`_owning_words`: its
+memory is a ctypes buffer that holds them), so a context never outlives its arrays, however a
+caller keeps it (an argument tuple from ``kernel_args``, a benchmark loop); shared-memory views
+keep their mapping valid until dropped (:mod:`impl.concurrent.shm`), so a stale context reads
+a closed buffer's memory, never freed memory. Every array must be C-contiguous with at most two dimensions and of the dtype
 its accessor reads (checked when the context is built, by name). Cost in a kernel: one load
 per word read, the views made once per call.
 """
 
 from __future__ import annotations
+
+import ctypes
 
 import numpy as np
 from numba import carray, njit, types
@@ -138,6 +142,16 @@ def extra(i):
     return _EXTRA_AT + 3 * i
 
 
+def _owning_words(n: int, keep: list) -> np.ndarray:
+    """``n`` zeroed int64 words as a plain, writable, C-contiguous ndarray (what numba's
+    dispatcher types fastest) whose memory object holds ``keep`` alive for as long as the words
+    are referenced: numpy keeps the buffer's exporter (a ctypes array, which takes attributes)
+    as the array's base."""
+    raw = (ctypes.c_int64 * n)()
+    raw.keep = keep
+    return np.frombuffer(raw, dtype=np.int64)
+
+
 def _put_array(words: np.ndarray, slot: int, name: str, arr, dtype, ndim: int, keep: list) -> None:
     """Store ``arr``'s address and shape at ``slot``; ``ndim`` 0 accepts 1 or 2 dimensions."""
     if not isinstance(arr, np.ndarray):
@@ -153,8 +167,8 @@ def _put_array(words: np.ndarray, slot: int, name: str, arr, dtype, ndim: int, k
 
 
 class KernelContext:
-    """A buffer object's kernel context (:attr:`words`, the ``ctx`` argument), holding every
-    array it points to (see the module docstring's safety contract).
+    """A buffer object's kernel context (:attr:`words`, the ``ctx`` argument, which holds every
+    array it points to: see the module docstring's safety contract).
 
     ``tree_args``: the tree's ``kernel_args`` ``(kind, sums, mins, lay, K, kshift, touch_from,
     state)``; ``ring``: the ring's arrays by name (:func:`impl.concurrent.ring.ring_arrays`);
@@ -166,7 +180,8 @@ class KernelContext:
                  storage_table: np.ndarray, *, resum_every: int, capacity: int, stratified: bool, rounds: int,
                  sample_protocol, insert_protocol, apply_mode, eps: float, alpha: float, vmax: float, extras: tuple = ()):
         kind, self.sums, self.mins, lay, k, kshift, touch_from, state = tree_args
-        words = np.zeros(_WORDS, dtype=np.int64)
+        self._keep: list = []
+        words = _owning_words(_WORDS, self._keep)
         floats = words[:_SCALARS].view(np.float64)
         words[KIND], words[K], words[KSHIFT], words[TOUCH_FROM] = kind, k, kshift, touch_from
         words[RESUM_EVERY], words[CAPACITY], words[STRATIFIED], words[ROUNDS] = resum_every, capacity, stratified, rounds
@@ -174,7 +189,6 @@ class KernelContext:
         words[INSERT_PROTOCOL] = -1 if insert_protocol is None else insert_protocol
         words[APPLY] = -1 if apply_mode is None else apply_mode
         floats[EPS], floats[ALPHA], floats[VMAX] = eps, alpha, vmax
-        self._keep: list = []
         given = {"lay": lay, "state": state, "lockstats": lockstats, "arena": storage_arena, "table": storage_table,
                  **ring}
         for i, (name, dtype, ndim) in enumerate(_ARRAYS):
@@ -198,13 +212,13 @@ class KernelContext:
 
 
 def out_context(out: np.ndarray, out_table: np.ndarray, out_index: np.ndarray, out_weight: np.ndarray,
-                out_stamp: np.ndarray, scratch: np.ndarray, src_table: np.ndarray, touch_rows: bool) -> tuple:
-    """``(octx, kept arrays)`` for one sample_out object's arrays (the caller keeps both as long
-    as it passes ``octx`` to a kernel). ValueError naming a bad array."""
-    words = np.zeros(_OUT_WORDS, dtype=np.int64)
+                out_stamp: np.ndarray, scratch: np.ndarray, src_table: np.ndarray, touch_rows: bool) -> np.ndarray:
+    """``octx`` for one sample_out object's arrays (it holds them alive, as a context does).
+    ValueError naming a bad array."""
     keep: list = []
+    words = _owning_words(_OUT_WORDS, keep)
     given = (out, out_table, out_index, out_weight, out_stamp, scratch, src_table)
     for i, ((name, dtype, ndim), arr) in enumerate(zip(_OUT_ARRAYS, given)):
         _put_array(words, 3 * i, name, arr, dtype, ndim, keep)
     words[TOUCH_ROWS] = bool(touch_rows)
-    return words, keep
+    return words

@@ -8,8 +8,10 @@ then the descent, the gather, the weights, the update. The Python around a call 
 arguments and nothing else, so threads sharing one buffer overlap all but the checks.
 
 Which protocol a policy runs here is data on its class (:class:`impl.concurrent.policy.Policy`:
-``fused_sample``, ``fused_insert``, ``fused_update``; None keeps that operation on the
-policy's Python methods). The codes:
+``fused_sample``, ``fused_insert``, ``fused_update``, ``fused_apply``; None keeps that operation
+on the policy's Python methods). Every kernel takes the calling convention of
+:mod:`impl.concurrent.context` (the buffer object's context, ``sums``, ``mins``, the caller's
+token, the call's own arguments), which reads the protocol codes from the context. The codes:
 
 ==================  ============================================================================
 ``GATHER_LOCKED``   sample: draw and copy the rows under the tree lock (global-lock)
@@ -19,10 +21,19 @@ policy's Python methods). The codes:
 ``OPTIMISTIC``      sample: draw with no lock, validate (no zero leaf, no slot being written,
                     stamps unchanged after the copy); after ``rounds`` failed rounds, the
                     shared-locked draw (optimistic)
-``LOCKED``          add: reserve, copy, set priorities, publish, all under the lock (global-lock)
+``DRAIN_LOCKED``    sample: as DRAW_LOCKED while the queue of deferred leaf deltas is empty;
+                    otherwise take the lock exclusively, propagate the queue, draw (deferred)
+``LOCKED``          add: reserve, copy, set priorities, publish, all under the lock (global-lock,
+                    pal-locks, deferred)
 ``LAZY``            add: reserve at priority 0 under the lock, copy with no lock, publish under
                     the lock (lazy-writing, optimistic)
-update              one locked section: drop stale updates (stamps), write the tree, count
+update              one locked section: drop stale updates (stamps), change the tree, count
+``APPLY_WHOLE``     how add and update change the tree: one whole update of leaves and inner
+                    nodes (global-lock, lazy-writing, optimistic)
+``APPLY_SPLIT``     leaves under the leaf lock (``ctrl[LEAF_LOCK]``, taken inside the tree lock),
+                    released before the deltas climb the inner levels (pal-locks)
+``APPLY_QUEUED``    leaves written and their deltas queued for the next sample; a full queue
+                    drained first (deferred)
 ==================  ============================================================================
 
 The lock inside a kernel, and why the rest stays in Python
@@ -73,8 +84,9 @@ The same as the policy's Python protocol (:mod:`impl.concurrent.policy`'s guaran
 * no index read without the lock is used unchecked, and every stamp a decision rests on is
   read once (a value read twice can differ between the reads).
 
-Lock statistics: each kernel adds to the caller's ``lockstats`` (float64:
-``[wait s, hold s, acquisitions, contended, Python fallbacks]``, then two words of clock
+Lock statistics: each kernel counts itself (``KERNEL_CALLS``: what ran compiled, beside the
+``FALLBACKS`` that went on to Python) and adds to the caller's ``lockstats`` (float64:
+``[wait s, hold s, acquisitions, contended, Python fallbacks, kernel calls]``, then two words of clock
 scratch: :data:`LOCKSTATS_SIZE` in all, one array per buffer object) with two monotonic clock reads
 per acquisition (:func:`impl.concurrent.atomics.monotonic`, 30-150 ns each), so
 ``lock_wait_seconds`` and ``lock_hold_seconds`` of the buffer keep meaning what they meant.
@@ -107,6 +119,7 @@ __all__ = ["GATHER_LOCKED", "DRAW_LOCKED", "OPTIMISTIC", "DRAIN_LOCKED", "LOCKED
            "APPLY_SPLIT", "APPLY_QUEUED", "STATUS_LEAF_BUSY", "release_held", "LOCK_SPINS", "LOCK_PAUSES", "STATUS_OK",
            "STATUS_BUSY", "STATUS_HELD", "STATUS_RESERVE", "STATUS_PUBLISH_BUSY", "STATUS_CHANGING", "STATUS_EMPTY",
            "MAX_CHANGED_ROUNDS", "LOCKSTATS", "LOCKSTATS_SIZE", "WAIT_S", "HOLD_S", "ACQUISITIONS", "CONTENDED",
+           "KERNEL_CALLS",
            "FALLBACKS", "sample", "add", "update", "acquire", "release", "acquire_shared", "release_shared"]
 
 GATHER_LOCKED, DRAW_LOCKED, OPTIMISTIC, DRAIN_LOCKED = 0, 1, 2, 3  # sample protocols
@@ -132,9 +145,9 @@ _STATUS_WRITES = 25  # internal: a draw held shared reached a zero leaf; it is r
 STATUS_EMPTY = 26  # sample: nothing was ever inserted; nothing was done (the caller raises)
 STATUS_LEAF_BUSY = 27  # add (APPLY_SPLIT): reserved and copied, the leaf lock stayed held; the tree lock is still held
 
-LOCKSTATS = 5  # statistics in a lockstats array
+LOCKSTATS = 6  # statistics in a lockstats array
 LOCKSTATS_SIZE = LOCKSTATS + 2  # ... followed by the clock's scratch (int64 seconds, nanoseconds)
-WAIT_S, HOLD_S, ACQUISITIONS, CONTENDED, FALLBACKS = range(LOCKSTATS)
+WAIT_S, HOLD_S, ACQUISITIONS, CONTENDED, FALLBACKS, KERNEL_CALLS = range(LOCKSTATS)
 
 #: Rounds of redrawing rows whose slot changed during the copy before a sample gives up.
 MAX_CHANGED_ROUNDS = 64
@@ -410,8 +423,8 @@ def _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stam
 
 @njit(nogil=True, cache=True)
 def _redraw_changed(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, qidx, qdelta,
-                    resum_every, token, lockstats, protocol, rounds, key, stratified, arena, table, out, out_table, out_index, prio,
-                    out_stamp):
+                    resum_every, token, lockstats, protocol, rounds, key, stratified, arena, table, out, out_table,
+                    out_index, prio, out_stamp):
     """Seqlock check after a copy made outside the lock: a row whose slot's stamp changed is
     drawn again (by the same protocol) and copied into its position, until none changed.
 
@@ -439,8 +452,8 @@ def _redraw_changed(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, f
         s = np.empty(changed, dtype=np.int64)
         subkey = _subkey(key, 1 + r)
         status, _, _ = _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, qidx, qdelta,
-                             resum_every, token, lockstats, protocol, rounds, subkey, stratified, arena, table, out, out_table,
-                             False, j, p, s)
+                             resum_every, token, lockstats, protocol, rounds, subkey, stratified, arena, table, out,
+                             out_table, False, j, p, s)
         if status != STATUS_OK:
             return status
         acquire_fence()  # the new rows' stamps were read before their copy starts
@@ -566,9 +579,11 @@ def sample(ctx, sums, mins, token, key, beta, octx):
     ctrl = vec_i64(ctx, CTRL)
     if tickets(ctrl) == 0:
         return STATUS_EMPTY
+    lockstats = vec_f64(ctx, LOCKSTATS_AT)
+    lockstats[KERNEL_CALLS] += 1
     return _sample(ctx[KIND], sums, mins, mat_i64(ctx, LAY), ctx[K_AT], ctx[KSHIFT], ctx[TOUCH_FROM], vec_f64(ctx, STATE),
                    ctrl, vec_f64(ctx, FCTRL), vec_i64(ctx, STAMPS), vec_i64(ctx, QUEUE_IDX), vec_f64(ctx, QUEUE_DELTA),
-                   ctx[RESUM_EVERY], token, vec_f64(ctx, LOCKSTATS_AT), ctx[SAMPLE_PROTOCOL], ctx[ROUNDS], key,
+                   ctx[RESUM_EVERY], token, lockstats, ctx[SAMPLE_PROTOCOL], ctx[ROUNDS], key,
                    ctx[STRATIFIED] != 0, beta, vec_u8(ctx, ARENA), mat_i64(octx, SRC_TABLE), vec_u8(octx, OUT),
                    mat_i64(octx, OUT_TABLE), octx[TOUCH_ROWS] != 0, vec_i64(octx, OUT_INDEX),
                    vec_f32(octx, OUT_WEIGHT), vec_i64(octx, OUT_STAMP), vec_f64(octx, SCRATCH))
@@ -611,9 +626,11 @@ def add(ctx, sums, mins, token, values, rows, keep):
     kind, lay, K, kshift, touch_from = ctx[KIND], mat_i64(ctx, LAY), ctx[K_AT], ctx[KSHIFT], ctx[TOUCH_FROM]
     state, ctrl, fctrl, stamps = vec_f64(ctx, STATE), vec_i64(ctx, CTRL), vec_f64(ctx, FCTRL), vec_i64(ctx, STAMPS)
     qidx, qdelta, resum_every = vec_i64(ctx, QUEUE_IDX), vec_f64(ctx, QUEUE_DELTA), ctx[RESUM_EVERY]
-    writers, lockstats, arena, table = mat_i64(ctx, WRITERS), vec_f64(ctx, LOCKSTATS_AT), vec_u8(ctx, ARENA), mat_i64(ctx, TABLE)
+    writers, lockstats = mat_i64(ctx, WRITERS), vec_f64(ctx, LOCKSTATS_AT)
+    arena, table = vec_u8(ctx, ARENA), mat_i64(ctx, TABLE)
     protocol, mode, capacity = ctx[INSERT_PROTOCOL], ctx[APPLY], ctx[CAPACITY]
     eps, alpha, vmax = f64(ctx, EPS), f64(ctx, ALPHA), f64(ctx, VMAX)
+    lockstats[KERNEL_CALLS] += 1
     status, taken = _acquire(ctrl, TREE_LOCK, token, lockstats)
     if status != STATUS_OK:
         return status, -1, -1
@@ -674,6 +691,7 @@ def update(ctx, sums, mins, token, indices, values, sampled, use_sampled):
     qidx, qdelta, resum_every = vec_i64(ctx, QUEUE_IDX), vec_f64(ctx, QUEUE_DELTA), ctx[RESUM_EVERY]
     lockstats, mode = vec_f64(ctx, LOCKSTATS_AT), ctx[APPLY]
     eps, alpha, vmax = f64(ctx, EPS), f64(ctx, ALPHA), f64(ctx, VMAX)
+    lockstats[KERNEL_CALLS] += 1
     n_valid = min(tickets(ctrl), stamps.shape[0])
     status, pos = kernels.check_batch(indices, values, n_valid)
     if status != STATUS_OK:

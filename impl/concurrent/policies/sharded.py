@@ -15,8 +15,8 @@ from ...trees import kernels as tree_kernels
 from ...trees import ops
 from .. import context as cx
 from ..atomics import acquire_fence, atomic_cas
-from ..fused import (MAX_CHANGED_ROUNDS, STATUS_BUSY, STATUS_CHANGING, STATUS_EMPTY, STATUS_NO_MASS, STATUS_OK,
-                     STATUS_PUBLISH_BUSY, STATUS_RESERVE, acquire, acquire_shared, release, release_shared)
+from ..fused import (KERNEL_CALLS, MAX_CHANGED_ROUNDS, STATUS_BUSY, STATUS_CHANGING, STATUS_EMPTY, STATUS_NO_MASS,
+                     STATUS_OK, STATUS_PUBLISH_BUSY, STATUS_RESERVE, acquire, acquire_shared, release, release_shared)
 from ..locks import SharedLock, my_token, pid_alive, token_pid
 from ..policy import Policy, Selection, register
 from ..ring import (MAX_READERS, READERS_AT, TREE_LOCK, count_changes, count_redrawn, counters_of, fresh_mask,
@@ -376,6 +376,9 @@ def _update(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, st
 @njit(nogil=True, cache=True)
 def sample(ctx, sums, mins, token, key, beta, octx):
     """A whole sharded sample (:func:`_sample`) in the shared calling convention."""
+    if tickets(cx.vec_i64(ctx, cx.CTRL)) == 0:
+        return STATUS_EMPTY
+    cx.vec_f64(ctx, cx.LOCKSTATS)[KERNEL_CALLS] += 1
     return _sample(ctx[cx.KIND], sums, mins, cx.mat_i64(ctx, cx.LAY), ctx[cx.K], ctx[cx.KSHIFT], ctx[cx.TOUCH_FROM],
                    cx.mat_f64(ctx, cx.STATE), cx.vec_i64(ctx, cx.CTRL), cx.vec_f64(ctx, cx.FCTRL),
                    cx.vec_i64(ctx, cx.STAMPS), ctx[cx.extra(0)], ctx[cx.extra(1)], cx.mat_i64(ctx, cx.extra(2)),
@@ -389,6 +392,7 @@ def sample(ctx, sums, mins, token, key, beta, octx):
 @njit(nogil=True, cache=True)
 def add(ctx, sums, mins, token, values, rows, keep):
     """A whole sharded add (:func:`_add`) in the shared calling convention."""
+    cx.vec_f64(ctx, cx.LOCKSTATS)[KERNEL_CALLS] += 1
     return _add(ctx[cx.KIND], sums, mins, cx.mat_i64(ctx, cx.LAY), ctx[cx.K], ctx[cx.KSHIFT], ctx[cx.TOUCH_FROM],
                 cx.mat_f64(ctx, cx.STATE), cx.vec_i64(ctx, cx.CTRL), cx.vec_f64(ctx, cx.FCTRL),
                 cx.vec_i64(ctx, cx.STAMPS), ctx[cx.extra(0)], ctx[cx.extra(1)], cx.mat_i64(ctx, cx.extra(2)),
@@ -401,6 +405,7 @@ def add(ctx, sums, mins, token, values, rows, keep):
 @njit(nogil=True, cache=True)
 def update(ctx, sums, mins, token, indices, values, sampled, use_sampled):
     """A whole sharded update (:func:`_update`) in the shared calling convention."""
+    cx.vec_f64(ctx, cx.LOCKSTATS)[KERNEL_CALLS] += 1
     return _update(ctx[cx.KIND], sums, mins, cx.mat_i64(ctx, cx.LAY), ctx[cx.K], ctx[cx.KSHIFT], ctx[cx.TOUCH_FROM],
                    cx.mat_f64(ctx, cx.STATE), cx.vec_i64(ctx, cx.CTRL), cx.vec_f64(ctx, cx.FCTRL),
                    cx.vec_i64(ctx, cx.STAMPS), ctx[cx.extra(0)], ctx[cx.extra(1)], cx.mat_i64(ctx, cx.extra(2)),
