@@ -128,7 +128,9 @@ class Policy:
     #: and what :meth:`kernel_extra` gave at ``extra(0)``, ``extra(1)``, ... ``sums`` and ``mins``
     #: are the tree's arrays (:meth:`tree_for`'s ``kernel_args[1:3]``: 2-D for a composed tree).
     #: Statuses are :mod:`~impl.concurrent.fused`'s: OK, a check's status (nothing written),
-    #: or one that hands the call to the Python methods. Adapting a module written for the old
+    #: or one that hands the call to the Python methods. Each entry point counts itself,
+    #: ``vec_f64(ctx, LOCKSTATS)[fused.KERNEL_CALLS] += 1`` (a sample once it finds the buffer
+    #: non-empty): the stress and fuzz tests check every call reached a kernel. Adapting a module written for the old
     #: positional shape (the tree's ``kernel_args``, the ring's ``ctrl, fctrl, stamps``,
     #: :meth:`kernel_extra`, then the call's arguments) is mechanical: a thin entry point per
     #: operation that unpacks ``ctx`` into those arguments and calls the old body (the
@@ -214,7 +216,7 @@ class Policy:
 
     def kernel_extra(self) -> tuple:
         """What the policy's own :attr:`kernels` need beyond the context's standard words: ints
-        or C-contiguous arrays (kept alive by the buffer), at ``extra(0)``, ``extra(1)``, ... of
+        or C-contiguous arrays (kept alive by the context), at ``extra(0)``, ``extra(1)``, ... of
         the kernel context (:mod:`impl.concurrent.context`; at most ``N_EXTRA``). None here."""
         return ()
 
