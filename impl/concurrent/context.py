@@ -211,14 +211,32 @@ class KernelContext:
         self.words = words
 
 
+@njit(nogil=True, cache=True)
+def _out_words(words, out, out_table, out_index, out_weight, out_stamp, scratch, src_table, touch_rows):
+    """The addresses and shapes of one sample_out's arrays into ``words`` (compiled: a Python
+    read of an array's address costs about 1.4 us, and ``sample`` without ``out=`` builds one)."""
+    words[OUT], words[OUT + 1], words[OUT + 2] = out.ctypes.data, out.shape[0], 1
+    words[OUT_TABLE], words[OUT_TABLE + 1], words[OUT_TABLE + 2] = (out_table.ctypes.data, out_table.shape[0],
+                                                                     out_table.shape[1])
+    words[OUT_INDEX], words[OUT_INDEX + 1], words[OUT_INDEX + 2] = out_index.ctypes.data, out_index.shape[0], 1
+    words[OUT_WEIGHT], words[OUT_WEIGHT + 1], words[OUT_WEIGHT + 2] = out_weight.ctypes.data, out_weight.shape[0], 1
+    words[OUT_STAMP], words[OUT_STAMP + 1], words[OUT_STAMP + 2] = out_stamp.ctypes.data, out_stamp.shape[0], 1
+    words[SCRATCH], words[SCRATCH + 1], words[SCRATCH + 2] = scratch.ctypes.data, scratch.shape[0], 1
+    words[SRC_TABLE], words[SRC_TABLE + 1], words[SRC_TABLE + 2] = (src_table.ctypes.data, src_table.shape[0],
+                                                                     src_table.shape[1])
+    words[TOUCH_ROWS] = touch_rows
+
+
 def out_context(out: np.ndarray, out_table: np.ndarray, out_index: np.ndarray, out_weight: np.ndarray,
                 out_stamp: np.ndarray, scratch: np.ndarray, src_table: np.ndarray, touch_rows: bool) -> np.ndarray:
     """``octx`` for one sample_out object's arrays (it holds them alive, as a context does).
-    ValueError naming a bad array."""
-    keep: list = []
-    words = _owning_words(_OUT_WORDS, keep)
+    ValueError naming a bad array. Cost: about 3 us (checks and one compiled call)."""
     given = (out, out_table, out_index, out_weight, out_stamp, scratch, src_table)
-    for i, ((name, dtype, ndim), arr) in enumerate(zip(_OUT_ARRAYS, given)):
-        _put_array(words, 3 * i, name, arr, dtype, ndim, keep)
-    words[TOUCH_ROWS] = bool(touch_rows)
+    for (name, dtype, ndim), arr in zip(_OUT_ARRAYS, given):
+        if type(arr) is not np.ndarray or arr.dtype != dtype or arr.ndim != ndim or not arr.flags.c_contiguous:
+            raise ValueError(f"output context array {name!r} must be a C-contiguous {np.dtype(dtype)} ndarray with "
+                             f"{ndim} dimension(s), got {getattr(arr, 'dtype', type(arr).__name__)} "
+                             f"shape {getattr(arr, 'shape', None)}")
+    words = _owning_words(_OUT_WORDS, list(given))
+    _out_words(words, *given, int(bool(touch_rows)))
     return words
