@@ -18,6 +18,8 @@ waits for samples. Time spent so is counted apart (``rate_wait``) from lock wait
 learner ``iteration`` = one sample plus its update): calls, items, seconds inside the calls
 (``busy``), and of those the seconds spent waiting for and holding the tree lock (from the
 buffer's lock statistics, read around each call).
+Per window, each worker also reports ``kernel_calls`` (its calls that ran in a fused kernel)
+and ``fallbacks`` (of those, the ones handed on to the policy's Python path).
 
 Transition sizes: ``cartpole`` 40 B, ``mujoco`` 200 B, ``atari`` 84x84x4 = 28 224 B of payload
 (plus 16 B of id and check).
@@ -25,7 +27,6 @@ Transition sizes: ``cartpole`` 40 B, ``mujoco`` 200 B, ``atari`` 84x84x4 = 28 22
 
 from __future__ import annotations
 
-import functools
 import multiprocessing as mp
 import queue
 import threading
@@ -239,11 +240,12 @@ def _work(handle, role: str, index: int, cfg: dict, start_barrier, windows: int,
             buf.warm_up()
             for w in range(windows):
                 start_barrier.wait()
-                waited = buf.lock_wait_seconds
+                waited, kernel_calls, fallbacks = buf.lock_wait_seconds, buf.kernel_calls, buf.fallbacks
                 res = (_writer if role == "writer" else _learner)(buf, index, cfg, cfg["window_s"], limiter)
                 if role == "writer":
                     cfg = {**cfg, "first_seq": res["next_seq"]}
-                res.update(window=w, lock_wait=buf.lock_wait_seconds - waited)
+                res.update(window=w, lock_wait=buf.lock_wait_seconds - waited,
+                           kernel_calls=buf.kernel_calls - kernel_calls, fallbacks=buf.fallbacks - fallbacks)
                 report.put(res)
         finally:
             buf.close()
@@ -323,7 +325,67 @@ def run_workers(handle, writers: int, learners: int, mode: str, cfg: dict, windo
     return results
 
 
-_KEY_ARG = 15  # position of the key in the sample kernel's arguments (checked in shared_gil_share)
+_KEY_ARG = 4  # position of the key in the sample kernel's arguments (impl.concurrent.context; checked on use)
+_LOOPS: dict = {}  # id(kernel set) -> (the set, kept alive so its id stays unique; its compiled loops)
+
+
+def _kernel_loops(kernels):
+    """The compiled loops of the measurements below over one kernel set's ``sample``, ``add`` and
+    ``update`` (:attr:`~impl.concurrent.SharedPrioritizedBuffer.kernels`: the shared one, or a
+    policy's own, as sharded's), made on first use per set: every registered policy runs through
+    the same calling convention (:mod:`impl.concurrent.context`), so the same loops measure all of
+    them. bench/ loads numba only when a measurement needs it."""
+    got = _LOOPS.get(id(kernels))
+    if got is not None:
+        return got[1]
+    from types import SimpleNamespace
+
+    from numba import njit
+
+    from replaybench.impl.concurrent import fused
+
+    sample_k, add_k, update_k = kernels.sample, kernels.add, kernels.update
+    busy, ok = fused.STATUS_BUSY, fused.STATUS_OK
+
+    @njit(nogil=True)
+    def sample_loop(n, head, tail):
+        for c in range(n):
+            sample_k(*head, c, *tail)
+
+    @njit(nogil=True)
+    def update_loop(n, args):
+        for _ in range(n):
+            update_k(*args)
+
+    @njit(nogil=True)
+    def add_loop(n, args):
+        for _ in range(n):
+            add_k(*args)
+
+    @njit(nogil=True)
+    def learner_steps(n, head, key0, tail, update_args):
+        """``n`` learner steps (the fused sample into the thread's outputs, then the fused update of
+        the drawn rows), a busy lock retried; returns the retries, or ``-status`` for any other
+        refusal."""
+        retries = 0
+        for c in range(n):
+            status = sample_k(*head, key0 + c, *tail)
+            while status == busy:
+                retries += 1
+                status = sample_k(*head, key0 + c, *tail)
+            if status != ok:
+                return -status
+            status = update_k(*update_args)[0]
+            while status == busy:
+                retries += 1
+                status = update_k(*update_args)[0]
+            if status != ok:
+                return -status
+        return retries
+
+    loops = SimpleNamespace(sample=sample_loop, update=update_loop, add=add_loop, learner_steps=learner_steps)
+    _LOOPS[id(kernels)] = (kernels, loops)
+    return loops
 
 
 def shared_gil_share(policy: str, capacity: int, *, variant: str = "kary-aligned", batch: int = 64,
@@ -343,29 +405,11 @@ def shared_gil_share(policy: str, capacity: int, *, variant: str = "kary-aligned
     overlap; ``2 / (1 + gil_share)`` bounds two threads' speed-up. Returns ``{"policy",
     "variant", "capacity", "batch", "sample": {...}, "update": {...}, "add": {...}, "step":
     {...}}`` (each ``call_s``, ``kernel_s``, ``gil_share``; "step" is a learner's sample plus
-    update). Raises ValueError for a policy without fused sample, update and add (deferred,
-    pal-locks). Costs
+    update). Every registered policy has the three fused calls (a policy's own kernel set runs
+    through the same loops, :func:`_kernel_loops`); one without raises ValueError naming it. Costs
     ``4 * repeats * calls`` calls; compare shares measured in one run.
     """
-    from numba import njit
-
     from replaybench.impl.concurrent import SharedPrioritizedBuffer
-    from replaybench.impl.concurrent import fused
-
-    @njit(nogil=True)
-    def sample_loop(n, head, tail):
-        for c in range(n):
-            fused.sample(*head, c, *tail)
-
-    @njit(nogil=True)
-    def update_loop(n, args):
-        for _ in range(n):
-            fused.update(*args)
-
-    @njit(nogil=True)
-    def add_loop(n, args):
-        for _ in range(n):
-            fused.add(*args)
 
     rng = np.random.default_rng(seed)
     # no periodic re-sum (about one per `capacity` leaf updates, a nogil O(capacity) pass): it
@@ -381,8 +425,10 @@ def shared_gil_share(policy: str, capacity: int, *, variant: str = "kary-aligned
         rows = make_batch(np.arange(batch), TRANSITIONS[transition])
         aargs = buf.kernel_args("add", batch=rows)
         if sargs[_KEY_ARG] != 12345:
-            raise RuntimeError("the sample kernel's key is no longer argument 15: update _KEY_ARG")
+            raise RuntimeError(f"the sample kernel's key is no longer argument {_KEY_ARG}: update _KEY_ARG")
         head, tail = sargs[:_KEY_ARG], sargs[_KEY_ARG + 1:]
+        loops = _kernel_loops(buf.kernels)
+        sample_loop, update_loop, add_loop = loops.sample, loops.update, loops.add
         sample_loop(1, head, tail)
         update_loop(1, uargs)
         add_loop(1, aargs)
@@ -421,7 +467,7 @@ def step_over_local(policy: str, capacity: int, *, variant: str = "kary-aligned"
     from round to round (large on a shared VM) is in both terms of it. Returns ``{"ratio",
     "ratio_min", "ratio_max"}`` (median and range over the rounds) and ``"shared_s"``,
     ``"local_s"`` (median seconds per step). Raises ValueError for a policy without fused
-    sample and update. Costs ``2 * repeats * calls`` steps."""
+    sample and update (none of the registered ones). Costs ``2 * repeats * calls`` steps."""
     from replaybench.impl import registry
     from replaybench.impl.concurrent import SharedPrioritizedBuffer
 
@@ -477,38 +523,6 @@ def _in_new_thread(fn):
     return got["value"]
 
 
-@functools.cache
-def _learner_steps():
-    """The compiled loop of :func:`shared_kernel_scaling`, compiled on first use (bench/ loads
-    numba only when a measurement needs it)."""
-    from numba import njit
-
-    from replaybench.impl.concurrent import fused
-
-    @njit(nogil=True)
-    def learner_steps(n, head, key0, tail, update_args):
-        """``n`` learner steps (the fused sample into the thread's outputs, then the fused update of
-        the drawn rows), a busy lock retried; returns the retries, or ``-status`` for any other
-        refusal."""
-        retries = 0
-        for c in range(n):
-            status = fused.sample(*head, key0 + c, *tail)
-            while status == fused.STATUS_BUSY:
-                retries += 1
-                status = fused.sample(*head, key0 + c, *tail)
-            if status != fused.STATUS_OK:
-                return -status
-            status = fused.update(*update_args)[0]
-            while status == fused.STATUS_BUSY:
-                retries += 1
-                status = fused.update(*update_args)[0]
-            if status != fused.STATUS_OK:
-                return -status
-        return retries
-
-    return learner_steps
-
-
 def shared_kernel_scaling(policy: str, capacity: int, *, variant: str = "kary-aligned", batch: int = 256,
                           transition: str = "cartpole", steps: int = 1000, repeats: int = 7, seed: int = 0,
                           shared: bool = True) -> dict:
@@ -523,12 +537,12 @@ def shared_kernel_scaling(policy: str, capacity: int, *, variant: str = "kary-al
     thread maps it through its own :meth:`~impl.concurrent.SharedPrioritizedBuffer.attach`
     object (its own lock token, lock statistics and outputs) and runs ``steps`` learner steps
     (the fused ``sample(batch)`` then the fused update of the drawn rows to new priorities, a busy
-    lock retried: :func:`_learner_steps`) in one nogil call. A repeat times one thread alone, then
+    lock retried: :func:`_kernel_loops`) in one nogil call. A repeat times one thread alone, then
     two threads started together at a barrier (wall seconds from the barrier to the later
     thread's end); ``ratio = 2 * one / two``. Returns ``{"policy", "variant", "capacity",
     "batch", "steps", "shared", "ratio", "ratio_min", "ratio_max", "retries"}`` (median and range over
-    ``repeats``; ``retries``: the busy-lock retries of the two-thread runs, summed). Raises
-    ValueError for a policy without fused sample and update (deferred, pal-locks).
+    ``repeats``; ``retries``: the busy-lock retries of the two-thread runs, summed). Every
+    registered policy, sharded included, runs through the same loop (:func:`_kernel_loops`).
 
     Not a strict bound of the Python figure: the Python between the calls also thins the
     contention there. It says which mechanism stops two learner threads: a policy that does not
@@ -537,7 +551,6 @@ def shared_kernel_scaling(policy: str, capacity: int, *, variant: str = "kary-al
     """
     from replaybench.impl.concurrent import SharedPrioritizedBuffer
 
-    loop = _learner_steps()
     rng = np.random.default_rng(seed)
     buffers = []
     try:
@@ -545,6 +558,7 @@ def shared_kernel_scaling(policy: str, capacity: int, *, variant: str = "kary-al
             buffers.append(SharedPrioritizedBuffer.create(capacity, schema(TRANSITIONS[transition]), variant=variant,
                                                           policy=policy, seed=seed))
             fill_with_priorities(buffers[-1], capacity, TRANSITIONS[transition], np.random.default_rng(seed))
+        loop = _kernel_loops(buffers[0].kernels).learner_steps
         start = threading.Barrier(2)
         failures: list[BaseException] = []
 
@@ -553,7 +567,7 @@ def shared_kernel_scaling(policy: str, capacity: int, *, variant: str = "kary-al
             mine = SharedPrioritizedBuffer.attach(buffers[who % len(buffers)].handle, seed=seed + who)
             out = mine.sample_out(batch)
             sargs = mine.kernel_args("sample", out=out, key=0)
-            drawn = sargs[-4]  # the sample's out_index: the update writes the rows just drawn
+            drawn = out["indices"]  # the sample's output: the update writes the rows just drawn
             uargs = mine.kernel_args("update", indices=drawn, priorities=rng.random(batch) + 0.01)
             if not any(a is drawn for a in uargs) or sargs[_KEY_ARG] != 0:
                 raise RuntimeError("the fused kernels' argument order changed: update shared_kernel_scaling")

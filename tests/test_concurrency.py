@@ -596,6 +596,13 @@ def _stress(policy, mode, variant="kary-aligned", nbytes=NB, capacity=2048, wind
         assert sum(r["torn"] for r in learners) == 0
         assert not [p for r in learners for p in r["problems"]]
         assert sum(r["sample"] for r in learners) > 0 and sum(counts.values()) > capacity  # the ring wrapped
+        # a policy with all three kernels (every built-in one) did the work in them: each call
+        # reached one, and not every one was handed on to the Python slow path
+        cls = concurrent.get(policy)
+        if cls.fused_sample is not None and cls.fused_insert is not None and cls.fused_update:
+            calls = sum(r.get("insert_calls", 0) + 2 * r.get("iteration_calls", 0) for r in res)
+            kernel_calls, fallbacks = sum(r["kernel_calls"] for r in res), sum(r["fallbacks"] for r in res)
+            assert kernel_calls >= calls > 0 and fallbacks < kernel_calls, (calls, kernel_calls, fallbacks)
         assert verify_final(buf, counts) == []
         return buf.counters()
     finally:

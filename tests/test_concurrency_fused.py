@@ -37,17 +37,17 @@ def _pair(policy, variant, capacity, stratified=False):
 @pytest.mark.parametrize("policy", concurrent.names())
 def test_one_thread_gives_the_in_process_buffers_results(policy, variant, stratified):
     """From one thread, with the same generator seeds: every sample returns exactly the
-    in-process buffer's indices, weights and rows (policies with a fused sample: all but
-    deferred, whose sample first drains its queue in Python; sharded splits its draw across
-    shards, so only its weights are checked, against its rows' priorities), and after the same
-    adds and updates every stored priority is the same. Stamps are the tickets of the drawn slots.
+    in-process buffer's indices, weights and rows (every policy has a fused sample; sharded
+    splits its draw across shards, so only its weights are checked, against its rows'
+    priorities), and after the same adds and updates every stored priority is the same, with
+    no call handed to the Python path. Stamps are the tickets of the drawn slots.
     (Before the kernels, a shared sample drew from the generator differently: none matched.)"""
     if policy in ("pal-locks", "deferred") and variant == "kary-prefix":
         pytest.skip("split-update policies refuse prefix trees")
     capacity = 512
     plain, shared = _pair(policy, variant, capacity, stratified)
     fused_sample = get_policy(policy).fused_sample is not None
-    assert fused_sample == (policy != "deferred")
+    assert fused_sample
     with shared:
         rng = np.random.default_rng(7)
         for step in range(9):
@@ -103,7 +103,7 @@ def test_sample_out_is_refilled_in_place_and_checked(policy):
             buf.sample(4, rng=3)
 
 
-@pytest.mark.parametrize("policy", ["global-lock", "lazy-writing", "optimistic"])
+@pytest.mark.parametrize("policy", ["global-lock", "lazy-writing", "optimistic", "pal-locks", "deferred"])
 def test_a_lock_held_past_the_spin_budget_hands_the_call_to_python(policy):
     """Another thread holds the tree lock for 0.3 s: the kernel gives up after its spins
     (changing nothing), the policy's Python path waits for the lock, and the call's result is
@@ -194,14 +194,134 @@ def test_kernel_constants_match_the_ring():
     assert TREE_LOCK == 0 and shared_fused.LOCK_SPINS > 0
 
 
+@pytest.fixture
+def python_only_policy(monkeypatch):
+    """A registered policy "python-only" whose methods override every fused protocol's (so it
+    has none: the buffer runs its Python methods)."""
+    from replaybench.impl.concurrent import policy
+    from replaybench.impl.concurrent.policies.global_lock import GlobalLock
+
+    monkeypatch.setattr(policy, "_policies", policy._policies.copy())
+
+    @policy.register
+    class PythonOnly(GlobalLock):
+        name = "python-only"
+
+        def select(self, n, rng):
+            return super().select(n, rng)
+
+        def insert(self, arrays, n, vals):
+            return super().insert(arrays, n, vals)
+
+        def update(self, idx, vals, stamps):
+            return super().update(idx, vals, stamps)
+
+    assert PythonOnly.fused_sample is None and PythonOnly.fused_insert is None and not PythonOnly.fused_update
+    return PythonOnly
+
+
+@pytest.mark.usefixtures("python_only_policy")
 def test_shared_gil_share_measures_both_learner_calls():
     """bench.concurrency_workers.shared_gil_share: call and kernel times of sample and update, and the
-    share between them; refused for a policy without those kernels."""
+    share between them, for every registered policy (one calling convention: sharded's own
+    kernels run in the same compiled loops); refused for a policy without those kernels."""
     res = C.shared_gil_share("lazy-writing", 2048, batch=32, calls=20, repeats=1)
     for op in ("sample", "update", "add", "step"):
         assert 0 < res[op]["kernel_s"] and 0 < res[op]["call_s"] and 0.0 <= res[op]["gil_share"] < 1.0
+    for policy in ("deferred", "pal-locks", "sharded"):
+        res = C.shared_gil_share(policy, 256, batch=8, calls=2, repeats=1)
+        assert all(0 < res[op]["kernel_s"] for op in ("sample", "update", "add"))
     with pytest.raises(ValueError, match="op must be 'sample'"):
-        C.shared_gil_share("deferred", 256, calls=2, repeats=1)
+        C.shared_gil_share("python-only", 256, calls=2, repeats=1)
+
+
+@pytest.mark.parametrize("policy", concurrent.names())
+def test_every_policy_runs_its_operations_in_its_kernels(policy, monkeypatch):
+    """Each registered policy declares all three fused operations, and with its Python
+    methods made to raise, inserts (max priority and given), samples and updates still
+    succeed from one thread: what the conformance, fuzz and kill tests exercise for it is the
+    kernels (the Python methods are only the slow path for waits and recovery). Fails if a
+    policy's kernel is bypassed."""
+    cls = get_policy(policy)
+    assert cls.fused_sample is not None and cls.fused_insert is not None and cls.fused_update
+    with SharedPrioritizedBuffer.create(256, FIELDS, policy=policy, seed=0) as buf:
+        def python_path(*args, **kwargs):
+            raise AssertionError(f"policy {policy!r}: the Python path ran")
+
+        for method in ("select", "insert", "update", "set_new_priorities", "flush", "apply"):
+            monkeypatch.setattr(buf._policy, method, python_path)
+        C.prefill(buf, 300, NB)
+        buf.add(C.make_batch(np.arange(1000, 1016), NB), np.linspace(0.5, 2.0, 16))
+        for _ in range(5):
+            out = buf.sample(32)
+            assert np.all(C.intact_rows(out))
+            assert buf.update_priorities(out["indices"], np.full(32, 3.0), out["stamps"]) > 0
+        assert buf.fallbacks == 0 and buf.kernel_calls == 12
+
+
+@pytest.mark.parametrize("op", ["add", "update", "sample"])
+def test_pal_locks_leaf_lock_held_past_the_spin_budget(op):
+    """pal-locks' kernels take the leaf lock inside the tree lock for leaf writes only: held by
+    another thread (a priority read) for 0.3 s, an update hands the call to Python with
+    nothing written (the stale count not doubled), an insert is finished by Python under the
+    tree lock its kernel still holds, and a sample (no leaf write) does not wait."""
+    with SharedPrioritizedBuffer.create(256, FIELDS, policy="pal-locks", seed=0) as buf:
+        C.prefill(buf, 256, NB)
+        held = threading.Event()
+
+        def hold():
+            with buf.leaf_lock:
+                held.set()
+                time.sleep(0.3)
+
+        out = buf.sample(8)
+        stamps = out["stamps"].copy()
+        stamps[0] -= 256  # one stale entry
+        stale = buf.counters()["stale_updates"]
+        holder = threading.Thread(target=hold)
+        holder.start()
+        held.wait(5)
+        start = time.monotonic()
+        if op == "add":
+            slots = buf.add(C.make_batch(np.arange(5000, 5008), NB), np.full(8, 4.0))
+        elif op == "update":
+            assert buf.update_priorities(out["indices"], np.full(8, 2.0), stamps) == 7
+        else:
+            assert np.all(C.intact_rows(buf.sample(64)))
+        waited = time.monotonic() - start
+        holder.join()
+        if op == "sample":
+            assert waited < 0.25 and buf.fallbacks == 0
+        else:
+            assert waited >= 0.2 and buf.fallbacks == 1, waited
+        if op == "add":
+            assert np.all(buf.ring.stamps_at(slots) >= 0)
+            np.testing.assert_allclose(buf.priorities(slots), (4.0 + buf.eps) ** buf.alpha, rtol=1e-6)
+        if op == "update":
+            assert buf.counters()["stale_updates"] == stale + 1
+        assert buf.tree_lock.holder() == 0 and buf.leaf_lock.holder() == 0
+        leaves = buf.tree.leaves()
+        assert buf.total() == pytest.approx(float(leaves.sum()), rel=1e-5)
+
+
+def test_deferred_sample_drains_the_queue_in_its_kernel():
+    """deferred's inserts and updates leave their deltas queued (the root lags the leaves);
+    the next fused sample propagates them under the exclusive lock, after which the root is
+    the leaves' sum again, with no Python call."""
+    from replaybench.impl.concurrent.ring import queue_length
+
+    with SharedPrioritizedBuffer.create(256, FIELDS, policy="deferred", seed=0) as buf:
+        C.prefill(buf, 256, NB)
+        buf.sample(4)
+        ctrl = buf.ring.control
+        assert queue_length(ctrl) == 0
+        idx = np.arange(0, 64)
+        assert buf.update_priorities(idx, np.full(64, 5.0)) == 64
+        assert queue_length(ctrl) == 64
+        assert buf.tree.total() != pytest.approx(float(buf.tree.leaves().sum()), rel=1e-6)  # inner nodes lag
+        buf.sample(4)
+        assert queue_length(ctrl) == 0 and buf.fallbacks == 0
+        assert buf.tree.total() == pytest.approx(float(buf.tree.leaves().sum()), rel=1e-5)
 
 
 def test_lock_token_names_the_forked_child():

@@ -181,7 +181,7 @@ def run_sequence(child, policy: str, sequence: list[dict]) -> None:
     with SharedPrioritizedBuffer.create(CAPACITY, C.schema(NB), policy=policy, seed=0, alpha=1.0,
                                         eps=0.01) as buf:
         assert _ask(child, ("attach", buf.handle))[0] == "ok"
-        next_id, last_sample = 0, None
+        next_id, last_sample, accepted = 0, None, 0
         try:
             for step, call in enumerate(sequence):
                 expect_refusal = call["bad"] or refused_when_valid(buf, call, last_sample)
@@ -201,11 +201,16 @@ def run_sequence(child, policy: str, sequence: list[dict]) -> None:
                     assert _same(before, _state(buf)), f"refused call changed the buffer: {message} at {where}"
                     continue
                 assert not expect_refusal, f"invalid call accepted at {where}"
+                if call["who"] == "parent":
+                    accepted += 1
                 if call["op"] == "add":
                     next_id += call["n"]
                 elif call["op"] == "sample":
                     last_sample = rest[0]
             assert verify_final(buf, {0: next_id}) == []
+            # every call of ours that was accepted ran in the policy's fused kernel (the Python
+            # path is only the slow path behind it)
+            assert buf.kernel_calls >= accepted, (buf.kernel_calls, accepted)
         finally:
             assert _ask(child, ("close", None))[0] == "ok"
 

@@ -66,7 +66,7 @@ def test_a_draw_runs_beside_another_shared_holder_and_a_writer_waits_for_it(poli
         assert ctrl[TREE_LOCK] == 0 and ctrl[READERS_AT + 3] == reader
         ctrl[READERS_AT + 3] = 0
         assert buf.update_priorities(out["indices"], np.full(64, 5.0), out["stamps"]) == 64
-        assert buf.fallbacks == before + get_policy(policy).fused_update  # pal-locks updates in Python
+        assert buf.fallbacks == before + get_policy(policy).fused_update  # the refused update's kernel handed over
 
 
 @pytest.mark.parametrize("policy", SHARED_DRAWS + ["optimistic", "global-lock"])

@@ -167,8 +167,9 @@ def test_shared_kernel_scaling_runs_learner_steps_in_two_threads(monkeypatch):
     own = shared_kernel_scaling("optimistic", 4096, batch=32, steps=50, repeats=2, shared=False)
     assert not own["shared"] and own["retries"] == 0 and 0 < own["ratio_min"] <= own["ratio"] <= own["ratio_max"]
     assert len(attached) == 2 and attached[0] != attached[1]  # each thread on a buffer of its own
-    with pytest.raises(ValueError, match="op must be"):
-        shared_kernel_scaling("deferred", 1024, batch=8, steps=2, repeats=1)
+    for policy in ("deferred", "pal-locks", "sharded"):  # one calling convention: every policy runs in the loop
+        got = shared_kernel_scaling(policy, 1024, batch=8, steps=2, repeats=1)
+        assert got["steps"] == 2 and got["ratio"] > 0
 
 
 def test_learner_step_measurements_run_without_the_periodic_re_sum(monkeypatch):

@@ -27,6 +27,7 @@ from replaybench.bench import concurrency_workers as C
 from replaybench.impl.concurrent import SharedPrioritizedBuffer
 from replaybench.impl.concurrent import fused as shared_fused
 from replaybench.impl.concurrent.atomics import cpu_relax
+from replaybench.impl.concurrent.locks import my_token
 
 NB = C.TRANSITIONS["cartpole"]
 HAMMER = pathlib.Path(__file__).with_name("_seqlock_hammer.py")
@@ -61,10 +62,12 @@ def test_seqlock_check_reads_each_stamp_once_while_slots_change():
     with SharedPrioritizedBuffer.create(cap, C.schema(NB), policy="lazy-writing", seed=0) as buf:
         C.prefill(buf, cap, NB)
         out = buf.sample_out(n)
-        head = buf.kernel_args("sample", out=out, key=1)
-        tree_ring, token, lockstats = head[:11], head[11], head[12]
-        arena, table, block, block_table = out.kernel_tail[:4]
-        stamps = tree_ring[10]
+        r = buf.ring.arrays
+        tree_ring = (*buf.tree.kernel_args, r["ctrl"], r["fctrl"], r["stamps"], r["queue_idx"], r["queue_delta"],
+                     buf.ring.resum_every)
+        token, lockstats = my_token(), np.zeros(shared_fused.LOCKSTATS_SIZE)
+        arena, table, block, block_table = buf.storage.arena, buf.storage.table, out.block, out.block_table
+        stamps = r["stamps"]
         rng = np.random.default_rng(0)
         stop = np.zeros(1, np.int64)
         bumps = []

@@ -223,8 +223,8 @@ SCENARIO = Concurrency()
 
 def shared_path(cells: list[Cell]) -> list[dict]:
     """Per variant, policy and transition size of the cells with two learner threads: the GIL's
-    bound on them and their compiled scaling (module docstring); a policy it cannot measure
-    (no fused learner step: deferred, pal-locks) gets its error instead."""
+    bound on them and their compiled scaling (module docstring); a policy or tree it cannot
+    measure (no fused learner step; every registered policy has one) gets its error instead."""
     from replaybench.bench import concurrency_workers as workers
     from replaybench.bench import workloads
 

@@ -14,16 +14,18 @@ nothing; no sample returns a torn row or a slot being written (the copy is stamp
 redrawn, see :mod:`impl.concurrent.ring`).
 
 One compiled call per operation (:mod:`impl.concurrent.fused`): where the policy declares a
-protocol for it (global-lock, lazy-writing and optimistic for all three operations, pal-locks
-for samples), ``sample``, ``add`` and ``update_priorities`` check their arguments in Python
-and make one ``nogil`` kernel call that takes the lock, draws, copies and computes the weights
-(or reserves, copies, publishes; or drops stale updates and writes the tree). When the kernel
-cannot finish alone (the lock stays held past its spin budget, a sample must wait for
-inserts, an insert would lap a writer still copying) the call runs the policy's Python
-methods instead, which sleep, time out and recover dead holders; :attr:`fallbacks` counts
-those calls. ``sample(..., out=buf.sample_out(n))`` reuses its output arrays. A policy may
-bring its own kernel set with the same call shape (:attr:`Policy.kernels`, the sharded one),
-its own shared arrays and a tree composed of several (:meth:`Policy.tree_for`, ``shards``).
+protocol for it (every registered policy, for all three operations), ``sample``, ``add`` and
+``update_priorities`` check their arguments in Python and make one ``nogil`` kernel call that
+takes the lock, draws, copies and computes the weights (or reserves, copies, publishes; or
+drops stale updates and writes the tree). When the kernel cannot finish alone (the lock
+stays held past its spin budget, a sample must wait for inserts, an insert would lap a
+writer still copying) the call runs the policy's Python methods instead, which sleep, time
+out and recover dead holders; :attr:`fallbacks` counts those calls.
+``sample(..., out=buf.sample_out(n))`` reuses its output arrays. Each kernel gets the
+object's kernel context (:mod:`impl.concurrent.context`, built once here) and the call's own
+arguments. A policy may bring its own kernel set in the same calling convention
+(:attr:`Policy.kernels`, the sharded one), its own shared arrays and a tree composed of several
+(:meth:`Policy.tree_for`, ``shards``).
 
 Closing (:mod:`impl.concurrent.guard`): :meth:`~SharedPrioritizedBuffer.close` refuses new
 calls, waits for the calls other threads have in flight on the object, then lets the memory
@@ -60,6 +62,7 @@ from ..buffers import PrioritizedReplayBuffer, SampleOut, make_sample_out
 from ..trees import kernels
 from ..trees.base import as_indices, as_priorities, raise_for_status
 from . import fused
+from .context import KernelContext, out_context
 from .guard import BufferClosed, CallGate, GuardedView, guarded
 from .locks import SharedLock, my_token
 from .policy import Parts, get as get_policy
@@ -76,7 +79,7 @@ class SharedSampleOut(SampleOut):
     """Reusable output of :meth:`SharedPrioritizedBuffer.sample` (from its ``sample_out``): the
     fields, ``indices``, ``weights`` and ``stamps`` (int64), refilled in place by each call."""
 
-    __slots__ = ("stamp", "kernel_tail")  # kernel_tail: the sample kernel's last arguments, made once
+    __slots__ = ("stamp", "octx")  # octx: the sample kernel's output context, made once
 
 
 _NO_VALUES = np.empty(0, dtype=np.float64)
@@ -179,18 +182,26 @@ class SharedPrioritizedBuffer:
                                      timeout=timeout, readers=range(READERS_AT, READERS_AT + MAX_READERS))
         self._leaf_lock = SharedLock(self._ring.control, LEAF_LOCK, "leaves", timeout=timeout)
         self._rng = np.random.default_rng(seed)
-        # The fused kernels' view of the same state (impl.concurrent.fused), and this object's
-        # statistics of the lock taken inside them (the SharedLock objects count the rest).
-        self._ring_args = (a["ctrl"], a["fctrl"], a["stamps"])
-        self._writers = a["writers"]
+        # This object's statistics of the lock taken inside the fused kernels (the SharedLock
+        # objects count the rest).
         self._lockstats = np.zeros(fused.LOCKSTATS_SIZE)  # with the clock's scratch: one per object, as the rng
         own = {k[len("policy."):]: v for k, v in a.items() if k.startswith("policy.")}
         self._policy = policy_cls(Parts(self._tree, self._storage, self._ring, self._tree_lock, self._leaf_lock,
                                         self.alpha, self.eps, self.stratified, own))
         self._kernels = self._policy.kernels or fused
-        # what every fused call starts with
-        self._head = (*self._tree.kernel_args, *self._ring_args, *self._policy.kernel_extra())
-        self._rounds = getattr(self._policy, "ROUNDS", 0)  # optimistic's unlocked draw rounds
+        if self._policy.fused_insert == fused.LAZY and self._policy.fused_apply != fused.APPLY_WHOLE:
+            raise ValueError(f"policy {handle.policy!r}: the LAZY insert protocol needs fused_apply APPLY_WHOLE (its "
+                             f"zero fill writes leaves and inner nodes together), got {self._policy.fused_apply!r}")
+        # The kernels' view of this object's state, built once (impl.concurrent.context): every
+        # fused call passes it, the tree's sums and mins, the caller's token and its own arguments.
+        self._ctx = KernelContext(self._tree.kernel_args, {k: a[k] for k in ring_arrays(handle.capacity)},
+                                  self._lockstats, self._storage.arena, self._storage.table,
+                                  resum_every=handle.resum_every, capacity=handle.capacity,
+                                  stratified=self.stratified, rounds=getattr(self._policy, "ROUNDS", 0),
+                                  sample_protocol=self._policy.fused_sample, insert_protocol=self._policy.fused_insert,
+                                  apply_mode=self._policy.fused_apply, eps=self.eps, alpha=self.alpha,
+                                  vmax=self._tree.max_leaf, extras=self._policy.kernel_extra())
+        self._cw, self._sums, self._mins = self._ctx.words, self._ctx.sums, self._ctx.mins
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -291,7 +302,8 @@ class SharedPrioritizedBuffer:
         arena = self._arena
         self._arena = self._tree = self._storage = self._ring = self._policy = None
         self._tree_lock = self._leaf_lock = None
-        self._ring_args = self._writers = self._head = None
+        # the kernel context's addresses die with the mapping: drop it first (no call is in flight)
+        self._ctx = self._cw = self._sums = self._mins = None
         arena.close()
 
     @property
@@ -397,6 +409,15 @@ class SharedPrioritizedBuffer:
 
     @property
     @guarded
+    def kernel_calls(self) -> int:
+        """Calls of this object that ran in a fused kernel (each kernel counts itself; a call the
+        kernel then handed to Python counts here and in :attr:`fallbacks`). A policy whose
+        operations all have kernels runs every call through one, so tests check the fused path,
+        not the Python one, is what they exercise."""
+        return int(self._lockstats[fused.KERNEL_CALLS])
+
+    @property
+    @guarded
     def lock_hold_seconds(self) -> float:
         """Seconds this object's callers held the tree lock exclusively (the lock every policy
         serialises its tree work on; the leaf lock is only taken inside it), in kernels and in
@@ -436,11 +457,18 @@ class SharedPrioritizedBuffer:
             vals = vals[n - keep:]
         protocol = self._policy.fused_insert
         if protocol is not None:
-            status, first, row = self._kernels.add(*self._add_args(protocol, vals, self._storage.as_bytes(arrays, n - keep,
-                                                                                                    keep), keep))
+            status, first, row = self._kernels.add(*self._add_args(vals, self._storage.as_bytes(arrays, n - keep, keep),
+                                                                   keep))
             if status == fused.STATUS_OK:
                 return self._ring.slots(first, keep)
             self._lockstats[fused.FALLBACKS] += 1
+            if status == fused.STATUS_LEAF_BUSY:  # reserved and copied, the tree lock still held: finish under it
+                try:
+                    self._policy.set_new_priorities(first, keep, vals)
+                    self._ring.publish(Reservation(first, row, 0), keep)
+                finally:
+                    fused.release_held(self._cw, my_token())
+                return self._ring.slots(first, keep)
             if status == fused.STATUS_PUBLISH_BUSY:  # reserved and copied: publish as the policy does
                 with self._tree_lock:
                     self._policy.set_new_priorities(first, keep, vals)
@@ -459,8 +487,8 @@ class SharedPrioritizedBuffer:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         out = make_sample_out(SharedSampleOut(), self, self._storage, int(batch_size))
         out.stamp = out["stamps"] = np.empty(int(batch_size), dtype=np.int64)
-        out.kernel_tail = (self._storage.arena, out.src_table, out.block, out.block_table, False, out.index, out.weight,
-                           out.stamp, out.scratch)
+        out.octx = out_context(out.block, out.block_table, out.index, out.weight, out.stamp, out.scratch,
+                               out.src_table, False)
         return out
 
     @guarded
@@ -491,8 +519,8 @@ class SharedPrioritizedBuffer:
                              + (f" for batch_size {out.batch_size}" if isinstance(out, SampleOut) else ""))
         protocol = self._policy.fused_sample
         if protocol is not None:  # the kernel says whether the buffer is empty (one load, no Python read)
-            status = self._kernels.sample(*self._head, my_token(), self._lockstats, protocol, self._rounds,
-                                  rng.bit_generator.random_raw() >> 1, self.stratified, beta, *out.kernel_tail)
+            status = self._kernels.sample(self._cw, self._sums, self._mins, my_token(),
+                                          rng.bit_generator.random_raw() >> 1, beta, out.octx)
             if status == fused.STATUS_OK:
                 return out
             if status != fused.STATUS_EMPTY:
@@ -597,20 +625,20 @@ class SharedPrioritizedBuffer:
     @guarded
     def kernel_args(self, op: str, out=None, beta: float | None = None, key: int = 0, indices=None,
                     priorities=None, stamps=None, batch=None) -> tuple:
-        """The argument tuple the fused kernel of ``op`` gets from the call, for measuring the
-        kernel alone (:func:`bench.concurrency_workers.shared_gil_share` runs it from a compiled loop):
-        ``"sample"`` into ``out`` (from :meth:`sample_out`) with ``key``; ``"update"`` of
-        ``indices`` to checked ``priorities`` (``stamps`` optional); ``"add"`` of ``batch``
-        (a dict of field arrays, at most ``capacity`` rows, new rows at the max priority).
-        ValueError for another op or a policy without that protocol, and for a policy with a
-        kernel set of its own (sharded: its kernels take more arguments than those of
-        :mod:`impl.concurrent.fused`, which the callers' compiled loops run)."""
-        if self._policy.kernels is not None:
-            raise ValueError(f"policy {self.handle.policy!r} runs a kernel set of its own, not impl.concurrent.fused's: "
-                             "measure its calls instead")
+        """The argument tuple the fused kernel of ``op`` gets from the call (the calling convention
+        of :mod:`impl.concurrent.context`), for measuring the kernel alone: run it as
+        ``buf.kernels.<op>(*args)`` or from a compiled loop (:mod:`bench.concurrency_workers`).
+        ``"sample"`` into ``out`` (from :meth:`sample_out`) with ``key``: ``(ctx, sums, mins,
+        token, key, beta, octx)``; ``"update"`` of ``indices`` to checked ``priorities``
+        (``stamps`` optional): ``(ctx, sums, mins, token, indices, values, sampled,
+        use_sampled)``; ``"add"`` of ``batch`` (a dict of field arrays, at most ``capacity``
+        rows, new rows at the max priority): ``(ctx, sums, mins, token, values, rows, keep)``.
+        The token is the calling thread's. The same for every policy, its own kernel set's too
+        (:attr:`kernels`). Valid while this object is open. ValueError for another op or a
+        policy without that protocol."""
         if op == "sample" and self._policy.fused_sample is not None and isinstance(out, SharedSampleOut):
-            return (*self._head, my_token(), self._lockstats, self._policy.fused_sample, self._rounds, int(key),
-                    self.stratified, float(self.beta if beta is None else beta), *out.kernel_tail)
+            return (self._cw, self._sums, self._mins, my_token(), int(key),
+                    float(self.beta if beta is None else beta), out.octx)
         if op == "update" and self._policy.fused_update:
             idx = as_indices(indices)
             st = None if stamps is None else np.asarray(stamps, dtype=np.int64)
@@ -619,25 +647,27 @@ class SharedPrioritizedBuffer:
             arrays, n = self._storage.check_batch(batch)
             if not 0 < n <= self.handle.capacity:
                 raise ValueError(f"batch must have 1 to capacity={self.handle.capacity} rows, got {n}")
-            return self._add_args(self._policy.fused_insert, None, self._storage.as_bytes(arrays, 0, n), n)
+            return self._add_args(None, self._storage.as_bytes(arrays, 0, n), n)
         raise ValueError(f"op must be 'sample' (with out from sample_out), 'update' or 'add' (with batch), for a "
                          f"policy with that fused protocol; got {op!r} for policy {self.handle.policy!r}")
+
+    @property
+    def kernels(self):
+        """The module (or namespace) whose ``sample``, ``add`` and ``update`` this object's fused
+        calls run: :mod:`impl.concurrent.fused`, or the policy's own set."""
+        return self._kernels
 
     # ------------------------------------------------------------------ helpers (unguarded: called inside calls)
     def _recover_tree_lock(self, dead_token: int) -> None:
         """The tree lock's recovery callback (:class:`SharedLock`): the policy's recovery."""
         self._policy.recover(dead_token)
 
-    def _add_args(self, protocol: int, vals, rows: tuple, keep: int) -> tuple:
-        st = self._storage
-        return (*self._head, self._writers, self.handle.resum_every, my_token(), self._lockstats, protocol,
-                self.handle.capacity, _NO_VALUES if vals is None else vals, self.eps, self.alpha, self._tree.max_leaf,
-                st.arena, st.table, rows, keep)
+    def _add_args(self, vals, rows: tuple, keep: int) -> tuple:
+        return (self._cw, self._sums, self._mins, my_token(), _NO_VALUES if vals is None else vals, rows, keep)
 
     def _update_args(self, idx: np.ndarray, vals: np.ndarray, stamps) -> tuple:
-        return (*self._head, self.handle.resum_every, my_token(), self._lockstats, idx, vals,
-                _NO_STAMPS if stamps is None else stamps, stamps is not None, self.eps, self.alpha,
-                self._tree.max_leaf)
+        return (self._cw, self._sums, self._mins, my_token(), idx, vals, _NO_STAMPS if stamps is None else stamps,
+                stamps is not None)
 
     def _len(self) -> int:
         return min(self._ring.inserted, self.handle.capacity)

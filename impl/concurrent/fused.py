@@ -8,8 +8,10 @@ then the descent, the gather, the weights, the update. The Python around a call 
 arguments and nothing else, so threads sharing one buffer overlap all but the checks.
 
 Which protocol a policy runs here is data on its class (:class:`impl.concurrent.policy.Policy`:
-``fused_sample``, ``fused_insert``, ``fused_update``; None keeps that operation on the
-policy's Python methods). The codes:
+``fused_sample``, ``fused_insert``, ``fused_update``, ``fused_apply``; None keeps that operation
+on the policy's Python methods). Every kernel takes the calling convention of
+:mod:`impl.concurrent.context` (the buffer object's context, ``sums``, ``mins``, the caller's
+token, the call's own arguments), which reads the protocol codes from the context. The codes:
 
 ==================  ============================================================================
 ``GATHER_LOCKED``   sample: draw and copy the rows under the tree lock (global-lock)
@@ -19,10 +21,19 @@ policy's Python methods). The codes:
 ``OPTIMISTIC``      sample: draw with no lock, validate (no zero leaf, no slot being written,
                     stamps unchanged after the copy); after ``rounds`` failed rounds, the
                     shared-locked draw (optimistic)
-``LOCKED``          add: reserve, copy, set priorities, publish, all under the lock (global-lock)
+``DRAIN_LOCKED``    sample: as DRAW_LOCKED while the queue of deferred leaf deltas is empty;
+                    otherwise take the lock exclusively, propagate the queue, draw (deferred)
+``LOCKED``          add: reserve, copy, set priorities, publish, all under the lock (global-lock,
+                    pal-locks, deferred)
 ``LAZY``            add: reserve at priority 0 under the lock, copy with no lock, publish under
                     the lock (lazy-writing, optimistic)
-update              one locked section: drop stale updates (stamps), write the tree, count
+update              one locked section: drop stale updates (stamps), change the tree, count
+``APPLY_WHOLE``     how add and update change the tree: one whole update of leaves and inner
+                    nodes (global-lock, lazy-writing, optimistic)
+``APPLY_SPLIT``     leaves under the leaf lock (``ctrl[LEAF_LOCK]``, taken inside the tree lock),
+                    released before the deltas climb the inner levels (pal-locks)
+``APPLY_QUEUED``    leaves written and their deltas queued for the next sample; a full queue
+                    drained first (deferred)
 ==================  ============================================================================
 
 The lock inside a kernel, and why the rest stays in Python
@@ -73,8 +84,9 @@ The same as the policy's Python protocol (:mod:`impl.concurrent.policy`'s guaran
 * no index read without the lock is used unchecked, and every stamp a decision rests on is
   read once (a value read twice can differ between the reads).
 
-Lock statistics: each kernel adds to the caller's ``lockstats`` (float64:
-``[wait s, hold s, acquisitions, contended, Python fallbacks]``, then two words of clock
+Lock statistics: each kernel counts itself (``KERNEL_CALLS``: what ran compiled, beside the
+``FALLBACKS`` that went on to Python) and adds to the caller's ``lockstats`` (float64:
+``[wait s, hold s, acquisitions, contended, Python fallbacks, kernel calls]``, then two words of clock
 scratch: :data:`LOCKSTATS_SIZE` in all, one array per buffer object) with two monotonic clock reads
 per acquisition (:func:`impl.concurrent.atomics.monotonic`, 30-150 ns each), so
 ``lock_wait_seconds`` and ``lock_hold_seconds`` of the buffer keep meaning what they meant.
@@ -94,16 +106,25 @@ from .. import fused_ops as fused
 from ..storage import gather_rows, write_rows
 from ..trees import kernels, ops
 from .atomics import acquire_fence, atomic_cas, atomic_read, cpu_relax, full_fence, monotonic, yield_core
-from .ring import (MAX_READERS, READERS_AT, TREE_LOCK, count_changes, count_redrawn, fresh_mask, max_priority,
-                   note_max, note_rebuild, publish_slots, reserve_slots, tickets)
+from .context import K as K_AT
+from .context import (ALPHA, APPLY, ARENA, CAPACITY, CTRL, EPS, FCTRL, INSERT_PROTOCOL, KIND, KSHIFT, LAY, LOCKSTATS as
+                      LOCKSTATS_AT, OUT, OUT_INDEX, OUT_STAMP, OUT_TABLE, OUT_WEIGHT, QUEUE_DELTA, QUEUE_IDX, RESUM_EVERY,
+                      ROUNDS, SAMPLE_PROTOCOL, SCRATCH, SRC_TABLE, STAMPS, STATE, STRATIFIED, TABLE, TOUCH_FROM,
+                      TOUCH_ROWS, VMAX, WRITERS, f64, mat_i64, vec_f32, vec_f64, vec_i64, vec_u8)
+from .ring import (LEAF_LOCK, MAX_READERS, READERS_AT, TREE_LOCK, count_changes, count_redrawn, drain_queue,
+                   enqueue_deltas, fresh_mask, max_priority, note_max, note_rebuild, publish_slots, queue_length,
+                   reserve_slots, tickets, uncount_stale)
 
-__all__ = ["GATHER_LOCKED", "DRAW_LOCKED", "OPTIMISTIC", "LOCKED", "LAZY", "LOCK_SPINS", "LOCK_PAUSES", "STATUS_OK",
+__all__ = ["GATHER_LOCKED", "DRAW_LOCKED", "OPTIMISTIC", "DRAIN_LOCKED", "LOCKED", "LAZY", "APPLY_WHOLE",
+           "APPLY_SPLIT", "APPLY_QUEUED", "STATUS_LEAF_BUSY", "release_held", "LOCK_SPINS", "LOCK_PAUSES", "STATUS_OK",
            "STATUS_BUSY", "STATUS_HELD", "STATUS_RESERVE", "STATUS_PUBLISH_BUSY", "STATUS_CHANGING", "STATUS_EMPTY",
            "MAX_CHANGED_ROUNDS", "LOCKSTATS", "LOCKSTATS_SIZE", "WAIT_S", "HOLD_S", "ACQUISITIONS", "CONTENDED",
+           "KERNEL_CALLS",
            "FALLBACKS", "sample", "add", "update", "acquire", "release", "acquire_shared", "release_shared"]
 
-GATHER_LOCKED, DRAW_LOCKED, OPTIMISTIC = 0, 1, 2  # sample protocols
+GATHER_LOCKED, DRAW_LOCKED, OPTIMISTIC, DRAIN_LOCKED = 0, 1, 2, 3  # sample protocols
 LOCKED, LAZY = 0, 1  # insert protocols
+APPLY_WHOLE, APPLY_SPLIT, APPLY_QUEUED = 0, 1, 2  # how inserts and updates change the tree (Policy.apply)
 
 #: Polls of a held lock before a kernel hands the call to Python (see the module docstring):
 #: the first LOCK_PAUSES after a ``pause`` each (a holder running on another core ends a short
@@ -122,10 +143,11 @@ STATUS_PUBLISH_BUSY = 23  # add: reserved and copied, but the publishing lock st
 STATUS_CHANGING = 24  # sample: rows kept changing during the copy for MAX_CHANGED_ROUNDS rounds
 _STATUS_WRITES = 25  # internal: a draw held shared reached a zero leaf; it is redone exclusively
 STATUS_EMPTY = 26  # sample: nothing was ever inserted; nothing was done (the caller raises)
+STATUS_LEAF_BUSY = 27  # add (APPLY_SPLIT): reserved and copied, the leaf lock stayed held; the tree lock is still held
 
-LOCKSTATS = 5  # statistics in a lockstats array
+LOCKSTATS = 6  # statistics in a lockstats array
 LOCKSTATS_SIZE = LOCKSTATS + 2  # ... followed by the clock's scratch (int64 seconds, nanoseconds)
-WAIT_S, HOLD_S, ACQUISITIONS, CONTENDED, FALLBACKS = range(LOCKSTATS)
+WAIT_S, HOLD_S, ACQUISITIONS, CONTENDED, FALLBACKS, KERNEL_CALLS = range(LOCKSTATS)
 
 #: Rounds of redrawing rows whose slot changed during the copy before a sample gives up.
 MAX_CHANGED_ROUNDS = 64
@@ -350,15 +372,19 @@ def _stamps_and_pmin(stamps, mins, lay, out_index, out_stamp):
 
 
 @njit(nogil=True, cache=True)
-def _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token, lockstats,
-          protocol, rounds, key, stratified, arena, table, out, out_table, touch_rows, out_index, prio, out_stamp):
+def _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, qidx, qdelta, resum_every, token,
+          lockstats, protocol, rounds, key, stratified, arena, table, out, out_table, touch_rows, out_index, prio,
+          out_stamp):
     """Positions ``0 .. n-1`` drawn by ``protocol``, with stamps and ``p_min`` (and, for
     GATHER_LOCKED, their rows copied under the lock): ``(status, p_min, touched)``.
 
     GATHER_LOCKED holds the tree lock exclusively (global-lock: one lock around everything);
     DRAW_LOCKED and optimistic's fallback hold it shared, so draws run together and only tree
     writers exclude them, and take it exclusively only for a draw that reached a zero leaf
-    (the same key: the same draw, now allowed to rebuild)."""
+    (the same key: the same draw, now allowed to rebuild). DRAIN_LOCKED (deferred) draws as
+    DRAW_LOCKED while the queue of leaf deltas is empty (read under the shared hold, which no
+    enqueuing writer can enter); otherwise it takes the lock exclusively, propagates the queue
+    (:func:`~impl.concurrent.ring.drain_queue`) and draws."""
     pmin = -1.0
     if protocol == OPTIMISTIC:
         pmin = _draw_unlocked(kind, sums, mins, lay, K, touch_from, stamps, key, stratified, rounds, out_index,
@@ -370,8 +396,11 @@ def _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stam
         status, slot = _acquire_shared(ctrl, token, lockstats)
         if status != STATUS_OK:
             return status, pmin, 0.0
-        status, touched = _draw_locked(kind, sums, mins, lay, K, touch_from, state, ctrl, fctrl, key, stratified,
-                                       False, out_index, prio)
+        if protocol == DRAIN_LOCKED and queue_length(ctrl) > 0:
+            status, touched = _STATUS_WRITES, 0.0
+        else:
+            status, touched = _draw_locked(kind, sums, mins, lay, K, touch_from, state, ctrl, fctrl, key, stratified,
+                                           False, out_index, prio)
         if status == STATUS_OK:
             pmin = _stamps_and_pmin(stamps, mins, lay, out_index, out_stamp)
         _release_shared(ctrl, slot, token)
@@ -380,6 +409,8 @@ def _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stam
     status, taken = _acquire(ctrl, TREE_LOCK, token, lockstats)
     if status != STATUS_OK:
         return status, pmin, 0.0
+    if protocol == DRAIN_LOCKED:
+        drain_queue(kind, sums, mins, lay, K, kshift, state, ctrl, fctrl, qidx, qdelta, resum_every)
     status, touched = _draw_locked(kind, sums, mins, lay, K, touch_from, state, ctrl, fctrl, key, stratified,
                                    True, out_index, prio)
     if status == STATUS_OK:
@@ -391,9 +422,9 @@ def _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stam
 
 
 @njit(nogil=True, cache=True)
-def _redraw_changed(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token,
-                    lockstats, protocol, rounds, key, stratified, arena, table, out, out_table, out_index, prio,
-                    out_stamp):
+def _redraw_changed(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, qidx, qdelta,
+                    resum_every, token, lockstats, protocol, rounds, key, stratified, arena, table, out, out_table,
+                    out_index, prio, out_stamp):
     """Seqlock check after a copy made outside the lock: a row whose slot's stamp changed is
     drawn again (by the same protocol) and copied into its position, until none changed.
 
@@ -420,9 +451,9 @@ def _redraw_changed(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, f
         p = np.empty(changed)
         s = np.empty(changed, dtype=np.int64)
         subkey = _subkey(key, 1 + r)
-        status, _, _ = _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token,
-                             lockstats, protocol, rounds, subkey, stratified, arena, table, out, out_table,
-                             False, j, p, s)
+        status, _, _ = _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, qidx, qdelta,
+                             resum_every, token, lockstats, protocol, rounds, subkey, stratified, arena, table, out,
+                             out_table, False, j, p, s)
         if status != STATUS_OK:
             return status
         acquire_fence()  # the new rows' stamps were read before their copy starts
@@ -435,38 +466,89 @@ def _redraw_changed(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, f
     return STATUS_CHANGING
 
 
+# ----------------------------------------------------------------------------- tree changes
+@njit(nogil=True, cache=True, inline="always")
+def _acquire_leaf(ctrl, token, lockstats):
+    """Under the tree lock: take the leaf lock ``ctrl[LEAF_LOCK]`` (exclusive; it has no shared
+    holders) within :data:`LOCK_SPINS` polls: True, or False with nothing taken. Its only other
+    takers hold it for a read of leaves (pal-locks' ``priorities``); a wait is counted in the
+    wait time, the hold is not (it sits inside the tree lock's, which is counted)."""
+    if atomic_cas(ctrl, LEAF_LOCK, 0, token) == 0:
+        return True
+    clk = lockstats[LOCKSTATS:].view(np.int64)
+    start = monotonic(clk)
+    lockstats[CONTENDED] += 1
+    for i in range(LOCK_SPINS):
+        _wait_round(i)
+        if atomic_read(ctrl, LEAF_LOCK) == 0 and atomic_cas(ctrl, LEAF_LOCK, 0, token) == 0:
+            lockstats[WAIT_S] += monotonic(clk) - start
+            return True
+    lockstats[WAIT_S] += monotonic(clk) - start
+    return False
+
+
+@njit(nogil=True, cache=True)
+def _apply(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, qidx, qdelta, resum_every, mode, token,
+           lockstats, idx, vals, n_valid, eps, alpha, vmax):
+    """Under the tree lock: leaves ``idx`` set to ``(vals + eps) ** alpha`` as apply ``mode``
+    says (the fused form of :meth:`impl.concurrent.policy.Policy.apply`), the changes counted
+    for re-summing when they reach the inner nodes. Returns ``(status, position, max set)``:
+    a check's status (nothing written), or :data:`STATUS_BUSY` (APPLY_SPLIT: the leaf lock
+    stayed held; nothing written).
+
+    * APPLY_WHOLE: one whole tree update (leaves and inner nodes).
+    * APPLY_SPLIT (pal-locks): the leaves written under the leaf lock, which is released
+      before the deltas climb the inner levels. O(n) under the leaf lock, O(n K D) in all.
+    * APPLY_QUEUED (deferred): the leaves written and their deltas queued; a full queue is
+      drained first, a batch larger than the whole queue propagated at once. O(n) unless it
+      drains.
+    """
+    n = idx.shape[0]
+    if mode == APPLY_WHOLE:
+        status, pos, pmax = ops.update(kind, sums, mins, lay, K, kshift, touch_from, state, idx, vals, n_valid, eps,
+                                       alpha, vmax)
+        if status == STATUS_OK:
+            count_changes(kind, sums, mins, lay, K, state, ctrl, fctrl, resum_every, n)
+        return status, pos, pmax
+    deltas = np.empty(n)
+    if mode == APPLY_SPLIT:
+        if not _acquire_leaf(ctrl, token, lockstats):
+            return STATUS_BUSY, -1, 0.0
+        status, pos, pmax = kernels.write_leaves(sums, mins, lay, idx, vals, n_valid, eps, alpha, vmax, deltas)
+        atomic_cas(ctrl, LEAF_LOCK, token, 0)  # seq_cst: the leaves are visible before the word
+        if status != STATUS_OK:
+            return status, pos, pmax
+        kernels.propagate_paths(sums, mins, lay, K, kshift, idx, deltas)
+        count_changes(kind, sums, mins, lay, K, state, ctrl, fctrl, resum_every, n)
+        return STATUS_OK, -1, pmax
+    status, pos, pmax = kernels.write_leaves(sums, mins, lay, idx, vals, n_valid, eps, alpha, vmax, deltas)
+    if status != STATUS_OK:
+        return status, pos, pmax
+    if not enqueue_deltas(ctrl, qidx, qdelta, idx, deltas):
+        drain_queue(kind, sums, mins, lay, K, kshift, state, ctrl, fctrl, qidx, qdelta, resum_every)
+        if not enqueue_deltas(ctrl, qidx, qdelta, idx, deltas):  # larger than the whole queue
+            kernels.propagate_paths(sums, mins, lay, K, kshift, idx, deltas)
+            count_changes(kind, sums, mins, lay, K, state, ctrl, fctrl, resum_every, n)
+    return STATUS_OK, -1, pmax
+
+
 # ----------------------------------------------------------------------------- operations
 @njit(nogil=True, cache=True)
-def sample(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token, lockstats,
-           protocol, rounds, key, stratified, beta, arena, table, out, out_table, touch_rows, out_index, out_weight,
-           out_stamp, scratch):
-    """One whole shared ``sample``; returns a status (``STATUS_*``; see the module docstring).
-
-    ``kind .. state``: the tree's kernel arguments; ``ctrl, fctrl, stamps``: the ring's arrays
-    (the tree lock is ``ctrl[0]``); ``token``: this thread's lock token; ``lockstats``: see
-    the module docstring; ``protocol, rounds``: the policy's sample protocol and optimistic's
-    unlocked rounds. The rest as :func:`impl.fused.sample`, plus ``out_stamp`` (int64, the
-    tickets the drawn slots held). Cost: O(n K D) descent + O(n * row bytes) copy, plus the
-    same again for rows that changed during the copy. On a non-OK status the outputs are
-    scratch and nothing in shared memory changed except statistics (and a rebuild of drifted
-    inner sums, which changes no leaf). A buffer nothing was ever inserted into returns
-    :data:`STATUS_EMPTY` before anything else (one load: the Python caller checks nothing
-    before the call).
-    """
-    if tickets(ctrl) == 0:
-        return STATUS_EMPTY
+def _sample(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, qidx, qdelta, resum_every,
+            token, lockstats, protocol, rounds, key, stratified, beta, arena, table, out, out_table, touch_rows,
+            out_index, out_weight, out_stamp, scratch):
     n = out_index.shape[0]
-    status, pmin, touched = _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token,
-                                  lockstats, protocol, rounds, key, stratified, arena, table, out,
-                                  out_table, touch_rows, out_index, scratch, out_stamp)
+    status, pmin, touched = _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, qidx,
+                                  qdelta, resum_every, token, lockstats, protocol, rounds, key, stratified, arena,
+                                  table, out, out_table, touch_rows, out_index, scratch, out_stamp)
     if status != STATUS_OK:
         return status
     if protocol != GATHER_LOCKED:
         acquire_fence()  # every stamp was read (optimistic's without the lock) before any row
         touched += gather_rows(arena, table, out_index, out, out_table, touch_rows)
-        status = _redraw_changed(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, token,
-                                 lockstats, protocol, rounds, key, stratified, arena, table, out,
-                                 out_table, out_index, scratch, out_stamp)
+        status = _redraw_changed(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, qidx,
+                                 qdelta, resum_every, token, lockstats, protocol, rounds, key, stratified, arena,
+                                 table, out, out_table, out_index, scratch, out_stamp)
         if status != STATUS_OK:
             return status
     for b in range(n):
@@ -477,29 +559,78 @@ def sample(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, sta
 
 
 @njit(nogil=True, cache=True)
-def _set_new(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, resum_every, capacity, t0, keep,
-             values, eps, alpha, vmax, max_priority):
-    """Under the tree lock: tickets ``t0 ..`` get ``(values + eps) ** alpha`` (checked by the
-    caller) or, with ``values`` empty, the max priority so far (one fill); counted."""
-    start = t0 % capacity
-    if values.shape[0] == 0:
-        ops.fill(kind, sums, mins, lay, K, kshift, touch_from, state, start, keep, capacity, max_priority)
-    else:
-        slots = fused.ring_slots(start, keep, capacity)
-        _, _, pmax = ops.update(kind, sums, mins, lay, K, kshift, touch_from, state, slots, values, capacity, eps,
-                                alpha, vmax)
-        note_max(fctrl, pmax)
-    count_changes(kind, sums, mins, lay, K, state, ctrl, fctrl, resum_every, keep)
+def sample(ctx, sums, mins, token, key, beta, octx):
+    """One whole shared ``sample`` into the arrays of ``octx``; returns a status (``STATUS_*``;
+    see the module docstring).
+
+    ``ctx``: the buffer object's :class:`~impl.concurrent.context.KernelContext` words (the
+    tree's and ring's arrays and constants, the lock statistics, the policy's protocol codes);
+    ``sums, mins``: the tree's arrays; ``token``: this thread's lock token; ``key``: the call's
+    random stream; ``beta``: the weights' exponent; ``octx``: the output context of one
+    ``sample_out`` object (:func:`~impl.concurrent.context.out_context`: rows, ``indices``,
+    ``weights``, ``stamps``, scratch). Cost: O(n K D) descent + O(n * row bytes) copy, plus the
+    same again for rows that changed during the copy (and, for DRAIN_LOCKED, O(q K D) for q
+    queued deltas). On a non-OK status the outputs are scratch and nothing in shared memory
+    changed except statistics (and a rebuild of drifted inner sums, which changes no leaf, or
+    a drain of deferred deltas, which changes no leaf either). A buffer nothing was ever
+    inserted into returns :data:`STATUS_EMPTY` before anything else (one load: the Python caller
+    checks nothing before the call).
+    """
+    ctrl = vec_i64(ctx, CTRL)
+    if tickets(ctrl) == 0:
+        return STATUS_EMPTY
+    lockstats = vec_f64(ctx, LOCKSTATS_AT)
+    lockstats[KERNEL_CALLS] += 1
+    return _sample(ctx[KIND], sums, mins, mat_i64(ctx, LAY), ctx[K_AT], ctx[KSHIFT], ctx[TOUCH_FROM], vec_f64(ctx, STATE),
+                   ctrl, vec_f64(ctx, FCTRL), vec_i64(ctx, STAMPS), vec_i64(ctx, QUEUE_IDX), vec_f64(ctx, QUEUE_DELTA),
+                   ctx[RESUM_EVERY], token, lockstats, ctx[SAMPLE_PROTOCOL], ctx[ROUNDS], key,
+                   ctx[STRATIFIED] != 0, beta, vec_u8(ctx, ARENA), mat_i64(octx, SRC_TABLE), vec_u8(octx, OUT),
+                   mat_i64(octx, OUT_TABLE), octx[TOUCH_ROWS] != 0, vec_i64(octx, OUT_INDEX),
+                   vec_f32(octx, OUT_WEIGHT), vec_i64(octx, OUT_STAMP), vec_f64(octx, SCRATCH))
 
 
 @njit(nogil=True, cache=True)
-def add(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, writers, resum_every, token,
-        lockstats, protocol, capacity, values, eps, alpha, vmax, arena, table, rows, keep):
+def _set_new(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, qidx, qdelta, resum_every, mode, token,
+             lockstats, capacity, t0, keep, values, eps, alpha, vmax, max_priority):
+    """Under the tree lock: tickets ``t0 ..`` get ``(values + eps) ** alpha`` (checked by the
+    caller) or, with ``values`` empty, the max priority so far (one fill, or for a split apply
+    mode the same value through :func:`_apply`, as :meth:`Policy.set_new_priorities`); counted.
+    Returns :func:`_apply`'s status (STATUS_BUSY: the leaf lock stayed held, nothing written)."""
+    start = t0 % capacity
+    if values.shape[0] == 0 and mode == APPLY_WHOLE:
+        ops.fill(kind, sums, mins, lay, K, kshift, touch_from, state, start, keep, capacity, max_priority)
+        count_changes(kind, sums, mins, lay, K, state, ctrl, fctrl, resum_every, keep)
+        return STATUS_OK
+    slots = fused.ring_slots(start, keep, capacity)
+    if values.shape[0] == 0:
+        status, _, _ = _apply(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, qidx, qdelta,
+                              resum_every, mode, token, lockstats, slots, np.full(keep, max_priority), capacity, 0.0,
+                              1.0, vmax)
+        return status
+    status, _, pmax = _apply(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, qidx, qdelta,
+                             resum_every, mode, token, lockstats, slots, values, capacity, eps, alpha, vmax)
+    if status == STATUS_OK:
+        note_max(fctrl, pmax)
+    return status
+
+
+@njit(nogil=True, cache=True)
+def add(ctx, sums, mins, token, values, rows, keep):
     """One whole shared ``add`` of ``keep`` rows (``rows``: :meth:`impl.storage.Storage.as_bytes`)
     with checked raw ``values`` (empty: the max priority). Returns ``(status, first ticket,
     in-flight row)``: on :data:`STATUS_PUBLISH_BUSY` the rows are reserved (priority 0) and
-    copied, and the caller publishes them under the lock. O(keep * (D + row bytes)).
+    copied, and the caller publishes them under the lock; on :data:`STATUS_LEAF_BUSY` they are
+    reserved and copied and the tree lock is *still held* by ``token``: the caller sets their
+    priorities, publishes and releases it (:func:`release_held`). O(keep * (D + row bytes)).
     """
+    kind, lay, K, kshift, touch_from = ctx[KIND], mat_i64(ctx, LAY), ctx[K_AT], ctx[KSHIFT], ctx[TOUCH_FROM]
+    state, ctrl, fctrl, stamps = vec_f64(ctx, STATE), vec_i64(ctx, CTRL), vec_f64(ctx, FCTRL), vec_i64(ctx, STAMPS)
+    qidx, qdelta, resum_every = vec_i64(ctx, QUEUE_IDX), vec_f64(ctx, QUEUE_DELTA), ctx[RESUM_EVERY]
+    writers, lockstats = mat_i64(ctx, WRITERS), vec_f64(ctx, LOCKSTATS_AT)
+    arena, table = vec_u8(ctx, ARENA), mat_i64(ctx, TABLE)
+    protocol, mode, capacity = ctx[INSERT_PROTOCOL], ctx[APPLY], ctx[CAPACITY]
+    eps, alpha, vmax = f64(ctx, EPS), f64(ctx, ALPHA), f64(ctx, VMAX)
+    lockstats[KERNEL_CALLS] += 1
     status, taken = _acquire(ctrl, TREE_LOCK, token, lockstats)
     if status != STATUS_OK:
         return status, -1, -1
@@ -509,11 +640,14 @@ def add(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps
         return STATUS_RESERVE, -1, -1
     if protocol == LOCKED:
         write_rows(arena, table, t0 % capacity, capacity, rows, keep)
-        _set_new(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, resum_every, capacity, t0, keep,
-                 values, eps, alpha, vmax, max_priority(fctrl))
+        status = _set_new(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, qidx, qdelta, resum_every,
+                          mode, token, lockstats, capacity, t0, keep, values, eps, alpha, vmax, max_priority(fctrl))
+        if status != STATUS_OK:  # the leaf lock stayed held: Python finishes under the tree lock still held
+            return STATUS_LEAF_BUSY, t0, row
         publish_slots(stamps, writers, row, t0, keep, capacity)
         _release(ctrl, TREE_LOCK, token, lockstats, taken)
         return STATUS_OK, t0, row
+    # LAZY (its apply mode is APPLY_WHOLE: the buffer refuses other pairs)
     ops.fill(kind, sums, mins, lay, K, kshift, touch_from, state, t0 % capacity, keep, capacity, 0.0)
     count_changes(kind, sums, mins, lay, K, state, ctrl, fctrl, resum_every, keep)
     _release(ctrl, TREE_LOCK, token, lockstats, taken)
@@ -521,30 +655,43 @@ def add(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps
     status, taken = _acquire(ctrl, TREE_LOCK, token, lockstats)
     if status != STATUS_OK:
         return STATUS_PUBLISH_BUSY, t0, row
-    _set_new(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, resum_every, capacity, t0, keep,
-             values, eps, alpha, vmax, max_priority(fctrl))
+    _set_new(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, qidx, qdelta, resum_every, mode, token,
+             lockstats, capacity, t0, keep, values, eps, alpha, vmax, max_priority(fctrl))
     publish_slots(stamps, writers, row, t0, keep, capacity)
     _release(ctrl, TREE_LOCK, token, lockstats, taken)
     return STATUS_OK, t0, row
 
 
 @njit(nogil=True, cache=True)
-def update(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, resum_every, token,
-           lockstats, indices, values, sampled, use_sampled, eps, alpha, vmax):
+def release_held(ctx, token):
+    """Release the tree lock a kernel left held for ``token`` (:data:`STATUS_LEAF_BUSY`), once
+    the caller has finished the insert under it. Its hold time is not counted (rare path)."""
+    atomic_cas(vec_i64(ctx, CTRL), TREE_LOCK, token, 0)
+
+
+@njit(nogil=True, cache=True)
+def update(ctx, sums, mins, token, indices, values, sampled, use_sampled):
     """One whole shared ``update_priorities``: every entry checked first (as the trees check:
     index in ``[0, n_valid)`` with ``n_valid`` the rows inserted so far, capped at the capacity,
     read here so the Python caller reads nothing; value finite and >= 0, ``(v + eps) ** alpha``
     not above ``vmax``, kept or stale), then under the lock the stale ones dropped
-    (:func:`impl.concurrent.ring.fresh_mask`), the rest written and counted. Returns
-    ``(status, position, applied)``: a check's status names the first bad entry, nothing was
-    written, and the third value is the ``n_valid`` it was checked against (for the error's
-    message). O(n D).
+    (:func:`impl.concurrent.ring.fresh_mask`), the rest written by the policy's apply mode
+    (:func:`_apply`) and counted. Returns ``(status, position, applied)``: a check's status
+    names the first bad entry, nothing was written, and the third value is the ``n_valid`` it
+    was checked against (for the error's message); STATUS_BUSY: a lock stayed held, nothing
+    was written (nor counted). O(n D).
 
     The transform runs before the lock is taken (it reads only the caller's arrays): the
     locked section writes stored priorities as they are (the tree's update with ``eps = 0``
     and ``alpha = 1``, which stores each value unchanged), so its length is the tree's writes
     and the stamps' reads, not ``n`` powers.
     """
+    kind, lay, K, kshift, touch_from = ctx[KIND], mat_i64(ctx, LAY), ctx[K_AT], ctx[KSHIFT], ctx[TOUCH_FROM]
+    state, ctrl, fctrl, stamps = vec_f64(ctx, STATE), vec_i64(ctx, CTRL), vec_f64(ctx, FCTRL), vec_i64(ctx, STAMPS)
+    qidx, qdelta, resum_every = vec_i64(ctx, QUEUE_IDX), vec_f64(ctx, QUEUE_DELTA), ctx[RESUM_EVERY]
+    lockstats, mode = vec_f64(ctx, LOCKSTATS_AT), ctx[APPLY]
+    eps, alpha, vmax = f64(ctx, EPS), f64(ctx, ALPHA), f64(ctx, VMAX)
+    lockstats[KERNEL_CALLS] += 1
     n_valid = min(tickets(ctrl), stamps.shape[0])
     status, pos = kernels.check_batch(indices, values, n_valid)
     if status != STATUS_OK:
@@ -563,12 +710,15 @@ def update(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, sta
         idx, vals = indices[keep], stored[keep]
     if kept:
         limit = min(tickets(ctrl), stamps.shape[0])  # as Policy.update: tickets handed out, capped at capacity
-        status, p, pmax = ops.update(kind, sums, mins, lay, K, kshift, touch_from, state, idx, vals, limit, 0.0,
-                                     1.0, vmax)
+        status, p, pmax = _apply(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, qidx, qdelta,
+                                 resum_every, mode, token, lockstats, idx, vals, limit, 0.0, 1.0, vmax)
+        if status == STATUS_BUSY:  # the leaf lock stayed held: nothing written; Python redoes the call
+            uncount_stale(ctrl, n - kept)
+            _release(ctrl, TREE_LOCK, token, lockstats, taken)
+            return status, -1, 0
         if status != STATUS_OK:  # an index past the tickets handed out: nothing was written
             _release(ctrl, TREE_LOCK, token, lockstats, taken)
             return status, np.flatnonzero(keep)[p] if kept < n else p, limit
         note_max(fctrl, pmax)
-        count_changes(kind, sums, mins, lay, K, state, ctrl, fctrl, resum_every, kept)
     _release(ctrl, TREE_LOCK, token, lockstats, taken)
     return STATUS_OK, -1, kept

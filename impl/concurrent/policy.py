@@ -40,7 +40,8 @@ __all__ = ["Parts", "Selection", "Policy", "register", "names", "get"]
 #: The methods whose work each fused protocol does (see :attr:`Policy.fused_sample`).
 _FUSED_COVERS = {"fused_sample": ("select", "draw", "flush"),
                  "fused_insert": ("insert", "apply", "set_new_priorities"),
-                 "fused_update": ("update", "apply")}
+                 "fused_update": ("update", "apply"),
+                 "fused_apply": ("apply", "flush")}
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,12 @@ class Policy:
     fused_sample: int | None = None
     fused_insert: int | None = None
     fused_update: bool = False
+    #: How the fused insert and update change the tree, the kernels' form of :meth:`apply`
+    #: (:data:`~impl.concurrent.fused.APPLY_WHOLE`: one whole tree update, the base class's;
+    #: ``APPLY_SPLIT``: leaves under the leaf lock, then the inner levels; ``APPLY_QUEUED``:
+    #: leaves, their deltas queued for the next sample). Only the LOCKED insert takes a split
+    #: mode (LAZY's zero fill writes the whole tree: the buffer refuses that pair).
+    fused_apply: int | None = 0
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -100,15 +107,34 @@ class Policy:
         for attr, methods in _FUSED_COVERS.items():
             if attr not in own and any(m in own for m in methods):
                 setattr(cls, attr, False if attr == "fused_update" else None)
+        if cls.fused_apply is None:  # an apply the kernels cannot stand for: no fused tree change at all
+            cls.fused_insert, cls.fused_update = None, False
 
     #: True when :meth:`apply` splits tree changes into ``write_leaves`` and ``propagate``;
     #: structures whose ``supports_split_updates`` is False are then refused.
     requires_split_updates = False
 
-    #: The module whose ``sample``, ``add`` and ``update`` run the fused protocols; None: the
-    #: shared one (:mod:`impl.concurrent.fused`). A policy that brings its own set keeps the
-    #: call shape: the buffer passes the tree's ``kernel_args``, the ring's arrays and then
-    #: :meth:`kernel_extra`, followed by the same arguments as for :mod:`~impl.concurrent.fused`.
+    #: The module (or namespace) whose ``sample``, ``add`` and ``update`` run the fused calls;
+    #: None: the shared one (:mod:`impl.concurrent.fused`). A policy's own set keeps the one
+    #: calling convention (:mod:`impl.concurrent.context`)::
+    #:
+    #:     sample(ctx, sums, mins, token, key, beta, octx)                      -> status
+    #:     add(ctx, sums, mins, token, values, rows, keep)                       -> (status, first ticket, row)
+    #:     update(ctx, sums, mins, token, indices, values, sampled, use_sampled) -> (status, position, applied)
+    #:
+    #: ``ctx`` is the buffer object's context (int64 words, built once per object): read its
+    #: arrays and constants with the accessors of :mod:`impl.concurrent.context`
+    #: (``mat_i64(ctx, LAY)``, ``vec_i64(ctx, CTRL)``, ``ctx[CAPACITY]``, ``f64(ctx, EPS)``, ...),
+    #: and what :meth:`kernel_extra` gave at ``extra(0)``, ``extra(1)``, ... ``sums`` and ``mins``
+    #: are the tree's arrays (:meth:`tree_for`'s ``kernel_args[1:3]``: 2-D for a composed tree).
+    #: Statuses are :mod:`~impl.concurrent.fused`'s: OK, a check's status (nothing written),
+    #: or one that hands the call to the Python methods. Each entry point counts itself,
+    #: ``vec_f64(ctx, LOCKSTATS)[fused.KERNEL_CALLS] += 1`` (a sample once it finds the buffer
+    #: non-empty): the stress and fuzz tests check every call reached a kernel. Adapting a module written for the old
+    #: positional shape (the tree's ``kernel_args``, the ring's ``ctrl, fctrl, stamps``,
+    #: :meth:`kernel_extra`, then the call's arguments) is mechanical: a thin entry point per
+    #: operation that unpacks ``ctx`` into those arguments and calls the old body (the
+    #: sharded module's ``sample``, ``add`` and ``update`` do just that).
     kernels = None
 
     #: Whether a fused sample draws exactly what the in-process buffer draws for the same key
@@ -189,7 +215,9 @@ class Policy:
         """Under the tree lock: bring the inner nodes up to date (only lagging policies work)."""
 
     def kernel_extra(self) -> tuple:
-        """Arguments the policy's own :attr:`kernels` take after the ring's arrays (none here)."""
+        """What the policy's own :attr:`kernels` need beyond the context's standard words: ints
+        or C-contiguous arrays (kept alive by the context), at ``extra(0)``, ``extra(1)``, ... of
+        the kernel context (:mod:`impl.concurrent.context`; at most ``N_EXTRA``). None here."""
         return ()
 
     def recover(self, dead_token: int) -> None:

@@ -30,13 +30,14 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from ..trees import ops
+from ..trees import kernels, ops
 from .atomics import atomic_cas, atomic_read
 from .locks import pid_alive, token_pid
 
 __all__ = ["SharedRing", "Reservation", "ring_arrays", "MAX_WRITERS", "MAX_READERS", "READERS_AT", "QUEUE_SIZE",
            "TREE_LOCK", "LEAF_LOCK", "reserve_slots", "publish_slots", "count_changes", "note_rebuild", "note_max",
-           "fresh_mask", "count_redrawn", "tickets", "max_priority", "counters_of", "note_max_atomic", "note_recovery"]
+           "fresh_mask", "count_redrawn", "tickets", "max_priority", "counters_of", "note_max_atomic", "note_recovery",
+           "queue_length", "enqueue_deltas", "drain_queue", "uncount_stale"]
 
 MAX_WRITERS = 64  # inserts in flight at once (one per writer thread or process)
 #: Kernels that may hold the tree lock shared at once (a sample's draw; one more waits for a slot
@@ -197,6 +198,47 @@ def count_redrawn(ctrl, n):
     ctrl[_REDRAWN] += n
 
 
+@njit(nogil=True, cache=True, inline="always")
+def uncount_stale(ctrl, n):
+    """Under the tree lock: take back ``n`` stale skips :func:`fresh_mask` counted for a call
+    that then wrote nothing (the Python path that redoes it counts them again)."""
+    ctrl[_STALE] -= n
+
+
+@njit(nogil=True, cache=True, inline="always")
+def queue_length(ctrl):
+    """Leaf deltas queued by the deferred policy, not yet in the inner nodes (read under the
+    tree lock, shared or exclusive: only an exclusive holder changes it)."""
+    return ctrl[_QUEUE_LEN]
+
+
+@njit(nogil=True, cache=True)
+def enqueue_deltas(ctrl, queue_idx, queue_delta, idx, deltas):
+    """Under the tree lock: :meth:`SharedRing.enqueue`'s append of leaf deltas; False (and
+    nothing appended) when they do not fit in the queue's room. O(n)."""
+    q = ctrl[_QUEUE_LEN]
+    n = idx.shape[0]
+    if q + n > queue_idx.shape[0]:
+        return False
+    for b in range(n):
+        queue_idx[q + b] = idx[b]
+        queue_delta[q + b] = deltas[b]
+    ctrl[_QUEUE_LEN] = q + n
+    return True
+
+
+@njit(nogil=True, cache=True)
+def drain_queue(kind, sums, mins, lay, K, kshift, state, ctrl, fctrl, queue_idx, queue_delta, resum_every):
+    """Under the tree lock (exclusive): the deferred policy's flush (:meth:`SharedRing.take_queue`,
+    then the tree's ``propagate`` and :meth:`SharedRing.count`): every queued delta added to the
+    inner nodes, the queue emptied, the changes counted for re-summing. O(q K D) for q queued."""
+    q = ctrl[_QUEUE_LEN]
+    ctrl[_QUEUE_LEN] = 0
+    if q > 0:
+        kernels.propagate_paths(sums, mins, lay, K, kshift, queue_idx[:q], queue_delta[:q])
+        count_changes(kind, sums, mins, lay, K, state, ctrl, fctrl, resum_every, q)
+
+
 def counters_of(ctrl: np.ndarray) -> dict:
     """The event counts of control block ``ctrl`` (a ring's, or one laid out as a ring's, such
     as a sharded policy's per-shard blocks): rebuilds, recoveries, stale updates, redrawn
@@ -217,6 +259,9 @@ class SharedRing:
     """
 
     def __init__(self, arrays: dict, tree, capacity: int, resum_every: int):
+        #: The shared arrays themselves, by :func:`ring_arrays` name (views of shared memory, for
+        #: compiled code: the kernel context, measurement loops, tests; valid while mapped).
+        self.arrays = dict(arrays)
         self.control = arrays["ctrl"]  # the lock words live here too
         self._fctrl = arrays["fctrl"]
         self._writers, self._stamps = arrays["writers"], arrays["stamps"]

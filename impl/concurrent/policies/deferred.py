@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..fused import APPLY_QUEUED, DRAIN_LOCKED, LOCKED
 from ..policy import Policy, Selection, register
 
 __all__ = ["Deferred"]
@@ -18,9 +19,20 @@ class Deferred(Policy):
     the minimum are stale, but every sample drains first, so a descent always sees a
     consistent tree. Data is copied under the lock, as cpprb does; samples copy rows outside
     it (stamp-checked).
+
+    All three operations run as fused kernels (:mod:`impl.concurrent.fused`): the sample by
+    DRAIN_LOCKED (the tree lock held shared, so draws overlap, while the queue is empty;
+    exclusively, to propagate the queue first, when it is not), inserts by LOCKED with
+    APPLY_QUEUED and updates with APPLY_QUEUED (leaves and the queue under the tree lock). The
+    methods below are the slow path for a lock held past a kernel's spins, which sleeps, times
+    out and recovers dead holders.
     """
 
     name = "deferred"
+    fused_sample = DRAIN_LOCKED
+    fused_insert = LOCKED
+    fused_update = True
+    fused_apply = APPLY_QUEUED
     requires_split_updates = True
 
     def apply(self, idx, vals, eps, alpha, n_valid=None) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..fused import DRAW_LOCKED
+from ..fused import APPLY_SPLIT, DRAW_LOCKED, LOCKED
 from ..policy import Policy, register
 
 __all__ = ["PalLocks"]
@@ -22,10 +22,18 @@ class PalLocks(Policy):
     one another, never a tree change), so they see a consistent tree, and copy their rows
     outside it (stamp-checked). Inserts copy data under the tree lock, as PAL does
     without lazy writing.
+
+    All three operations run as fused kernels (:mod:`impl.concurrent.fused`: DRAW_LOCKED,
+    LOCKED with APPLY_SPLIT, the update with APPLY_SPLIT), taking the same words in the same
+    order (tree, then leaf); the methods below are the slow path for a lock held past a
+    kernel's spins, which sleeps, times out and recovers dead holders.
     """
 
     name = "pal-locks"
     fused_sample = DRAW_LOCKED
+    fused_insert = LOCKED  # the data copy under the tree lock, as PAL without lazy writing
+    fused_update = True
+    fused_apply = APPLY_SPLIT  # the kernels' form of apply() below: leaf lock, then the inner levels
     requires_split_updates = True
 
     def apply(self, idx, vals, eps, alpha, n_valid=None) -> float:

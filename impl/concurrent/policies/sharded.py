@@ -13,9 +13,10 @@ from ... import fused_ops as fo
 from ...storage import gather_rows, write_rows
 from ...trees import kernels as tree_kernels
 from ...trees import ops
+from .. import context as cx
 from ..atomics import acquire_fence, atomic_cas
-from ..fused import (MAX_CHANGED_ROUNDS, STATUS_BUSY, STATUS_CHANGING, STATUS_EMPTY, STATUS_NO_MASS, STATUS_OK,
-                     STATUS_PUBLISH_BUSY, STATUS_RESERVE, acquire, acquire_shared, release, release_shared)
+from ..fused import (KERNEL_CALLS, MAX_CHANGED_ROUNDS, STATUS_BUSY, STATUS_CHANGING, STATUS_EMPTY, STATUS_NO_MASS,
+                     STATUS_OK, STATUS_PUBLISH_BUSY, STATUS_RESERVE, acquire, acquire_shared, release, release_shared)
 from ..locks import SharedLock, my_token, pid_alive, token_pid
 from ..policy import Policy, Selection, register
 from ..ring import (MAX_READERS, READERS_AT, TREE_LOCK, count_changes, count_redrawn, counters_of, fresh_mask,
@@ -175,11 +176,10 @@ def _draw(kind, sums, mins, lay, K, touch_from, stamps, S, B, sctrl, token, lock
 
 
 @njit(nogil=True, cache=True)
-def sample(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, S, B, sctrl, sfctrl, token,
+def _sample(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, S, B, sctrl, sfctrl, token,
            lockstats, protocol, rounds, key, stratified, beta, arena, table, out, out_table, touch_rows, out_index,
            out_weight, out_stamp, scratch):
-    """One whole sharded ``sample`` (:func:`impl.concurrent.fused.sample`'s call shape, with
-    ``S, B, sctrl, sfctrl`` after the ring's arrays): the draw (:func:`_draw`), the copy with no
+    """One whole sharded ``sample`` (unpacked by :func:`sample`): the draw (:func:`_draw`), the copy with no
     lock, the seqlock check that redraws rows whose stamp changed during the copy, and the
     weights ``(p_i r_i / p_min) ** -beta`` with ``r_i`` the shard's snapshot total over its
     total at the descent, so that the weight follows the draw's true probability
@@ -284,9 +284,9 @@ def _publish(kind, sums, mins, lay, K, kshift, touch_from, state, fctrl, stamps,
 
 
 @njit(nogil=True, cache=True)
-def add(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, S, B, sctrl, sfctrl, writers,
+def _add(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, S, B, sctrl, sfctrl, writers,
         resum_every, token, lockstats, protocol, capacity, values, eps, alpha, vmax, arena, table, rows, keep):
-    """One whole sharded ``add`` (:func:`impl.concurrent.fused.add`'s call shape): reserve under
+    """One whole sharded ``add`` (unpacked by :func:`add`): reserve under
     the ring lock (the tree lock word: tickets, stamps -1, the in-flight record; O(MAX_WRITERS
     + n), the only section every writer shares), copy with no lock, then per shard set the
     priorities and stamps under the shard's lock, and clear the in-flight record. Slots being
@@ -309,10 +309,10 @@ def add(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps
 
 
 @njit(nogil=True, cache=True)
-def update(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, S, B, sctrl, sfctrl,
+def _update(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, S, B, sctrl, sfctrl,
            resum_every, token, lockstats, indices, values, sampled, use_sampled, eps, alpha, vmax):
-    """One whole sharded ``update_priorities`` (:func:`impl.concurrent.fused.update`'s call
-    shape and checks, all before any lock): the entries grouped by shard, and each group
+    """One whole sharded ``update_priorities`` (unpacked by :func:`update`; the fused update's
+    checks, all before any lock): the entries grouped by shard, and each group
     written under its own shard's lock only (stale entries dropped there, counted in the
     shard's block). STATUS_BUSY when a shard's lock stays held: the Python path then applies
     the whole batch again (the groups already written get the same values). O(n D + S)."""
@@ -367,6 +367,50 @@ def update(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, sta
         atomic_cas(sc, TREE_LOCK, token, 0)
         applied += kept
     return STATUS_OK, -1, applied
+
+
+# ----------------------------------------------------------------------------- entry points
+# The calling convention of every shared kernel set (impl.concurrent.context): the context
+# words, the stacked trees' sums and mins, the token, the call's own arguments. The shard
+# count, block and the shards' control blocks are the policy's extras 0-3 (Sharded.kernel_extra).
+@njit(nogil=True, cache=True)
+def sample(ctx, sums, mins, token, key, beta, octx):
+    """A whole sharded sample (:func:`_sample`) in the shared calling convention."""
+    if tickets(cx.vec_i64(ctx, cx.CTRL)) == 0:
+        return STATUS_EMPTY
+    cx.vec_f64(ctx, cx.LOCKSTATS)[KERNEL_CALLS] += 1
+    return _sample(ctx[cx.KIND], sums, mins, cx.mat_i64(ctx, cx.LAY), ctx[cx.K], ctx[cx.KSHIFT], ctx[cx.TOUCH_FROM],
+                   cx.mat_f64(ctx, cx.STATE), cx.vec_i64(ctx, cx.CTRL), cx.vec_f64(ctx, cx.FCTRL),
+                   cx.vec_i64(ctx, cx.STAMPS), ctx[cx.extra(0)], ctx[cx.extra(1)], cx.mat_i64(ctx, cx.extra(2)),
+                   cx.mat_f64(ctx, cx.extra(3)), token, cx.vec_f64(ctx, cx.LOCKSTATS), ctx[cx.SAMPLE_PROTOCOL],
+                   ctx[cx.ROUNDS], key, ctx[cx.STRATIFIED] != 0, beta, cx.vec_u8(ctx, cx.ARENA),
+                   cx.mat_i64(octx, cx.SRC_TABLE), cx.vec_u8(octx, cx.OUT), cx.mat_i64(octx, cx.OUT_TABLE),
+                   octx[cx.TOUCH_ROWS] != 0, cx.vec_i64(octx, cx.OUT_INDEX), cx.vec_f32(octx, cx.OUT_WEIGHT),
+                   cx.vec_i64(octx, cx.OUT_STAMP), cx.vec_f64(octx, cx.SCRATCH))
+
+
+@njit(nogil=True, cache=True)
+def add(ctx, sums, mins, token, values, rows, keep):
+    """A whole sharded add (:func:`_add`) in the shared calling convention."""
+    cx.vec_f64(ctx, cx.LOCKSTATS)[KERNEL_CALLS] += 1
+    return _add(ctx[cx.KIND], sums, mins, cx.mat_i64(ctx, cx.LAY), ctx[cx.K], ctx[cx.KSHIFT], ctx[cx.TOUCH_FROM],
+                cx.mat_f64(ctx, cx.STATE), cx.vec_i64(ctx, cx.CTRL), cx.vec_f64(ctx, cx.FCTRL),
+                cx.vec_i64(ctx, cx.STAMPS), ctx[cx.extra(0)], ctx[cx.extra(1)], cx.mat_i64(ctx, cx.extra(2)),
+                cx.mat_f64(ctx, cx.extra(3)), cx.mat_i64(ctx, cx.WRITERS), ctx[cx.RESUM_EVERY], token,
+                cx.vec_f64(ctx, cx.LOCKSTATS), ctx[cx.INSERT_PROTOCOL], ctx[cx.CAPACITY], values,
+                cx.f64(ctx, cx.EPS), cx.f64(ctx, cx.ALPHA), cx.f64(ctx, cx.VMAX), cx.vec_u8(ctx, cx.ARENA),
+                cx.mat_i64(ctx, cx.TABLE), rows, keep)
+
+
+@njit(nogil=True, cache=True)
+def update(ctx, sums, mins, token, indices, values, sampled, use_sampled):
+    """A whole sharded update (:func:`_update`) in the shared calling convention."""
+    cx.vec_f64(ctx, cx.LOCKSTATS)[KERNEL_CALLS] += 1
+    return _update(ctx[cx.KIND], sums, mins, cx.mat_i64(ctx, cx.LAY), ctx[cx.K], ctx[cx.KSHIFT], ctx[cx.TOUCH_FROM],
+                   cx.mat_f64(ctx, cx.STATE), cx.vec_i64(ctx, cx.CTRL), cx.vec_f64(ctx, cx.FCTRL),
+                   cx.vec_i64(ctx, cx.STAMPS), ctx[cx.extra(0)], ctx[cx.extra(1)], cx.mat_i64(ctx, cx.extra(2)),
+                   cx.mat_f64(ctx, cx.extra(3)), ctx[cx.RESUM_EVERY], token, cx.vec_f64(ctx, cx.LOCKSTATS), indices,
+                   values, sampled, use_sampled, cx.f64(ctx, cx.EPS), cx.f64(ctx, cx.ALPHA), cx.f64(ctx, cx.VMAX))
 
 
 # ----------------------------------------------------------------------------- the policy
