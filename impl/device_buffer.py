@@ -367,8 +367,7 @@ class DeviceReplayBuffer:
             # name the first bad entry with the host checks (they raise)
             self.tree.checked_values(idx.cpu().numpy(), vals.cpu().numpy(), self._size, self.eps, self.alpha)
         self.tree.set_leaves(idx, p)
-        stored = float(np.float32(pmax)) if self.tree.torch_dtype == torch.float32 else pmax
-        self.max_priority = max(self.max_priority, stored)
+        self.max_priority = max(self.max_priority, pmax)  # before rounding to the dtype, as the host path
 
     def _device_batch(self, indices, priorities):
         """``indices`` (int64) and ``priorities`` (float64) as 1-D tensors on the device, or the
