@@ -13,6 +13,8 @@ on the device equal to the host output; updates from device tensors; the device'
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -241,3 +243,57 @@ def test_on_a_gpu_the_tree_and_the_rows_live_in_device_memory():
     out = buf.sample(256, rng=np.random.default_rng(0))
     assert all(v.is_cuda for v in out.values())
     buf.update_priorities(out["indices"], out["weights"].double())
+
+
+# ------------------------------------------------------------------------------ the gpu scenario
+def test_the_gpu_tree_suite_expands_and_its_cuda_cells_are_unavailable_without_a_gpu():
+    from replaybench.bench import driver, suites
+
+    suite = suites.load("gpu-tree-quick")
+    # TorchRL on the CPU is left out: its cell imports TorchRL (seconds) to see that it loads
+    suite["contestants"] = [c for c in suite["contestants"] if c != {"variant": "peer:torchrl", "device": "cpu"}]
+    plan = driver.plan(suite)
+    cells = [(c.columns["variant"], c.columns["params"]["device"], c.columns["params"]["batch_to"]) for c in plan.cells]
+    assert ("torch-kary", "cuda", "cuda") in cells and ("peer:torchrl", "cuda", "cuda") in cells
+    assert ("kary-aligned", "cpu", "cuda") in cells and ("torch-kary", "cpu", "cpu") in cells
+    assert all(c.columns["capacity"] == 2**20 and c.columns["batch"] == 256 for c in plan.cells)
+    for c in plan.cells:
+        if "cuda" in (c.columns["params"]["device"], c.columns["params"]["batch_to"]) and not HAS_CUDA:
+            assert c.skip_status == "unavailable" and "sees no CUDA device" in c.skip
+    composite = suites.load("gpu-quick")
+    assert composite["suites"] == ["training-gpu-quick", "gpu-tree-quick"]
+
+
+def test_the_gpu_scenario_runs_small_cells_and_names_what_it_cannot_run(tmp_path):
+    """A few calls at 2**10 leaves through the driver: the CPU cells "ok" with their seconds per
+    call, a CUDA cell one "unavailable" row where torch sees no GPU (else "ok")."""
+    from replaybench.bench import driver, results, suites
+
+    suite = suites.load("gpu-tree-quick")
+    suite.update(capacity=1024, warmup=1, calls=3, repeats=2,
+                 contestants=[{"variant": "torch-kary", "device": "cuda"}, {"variant": "torch-kary", "device": "cpu"},
+                              {"variant": "kary-aligned", "device": "cpu", "batch_to": "cuda"},
+                              {"variant": "kary-aligned", "device": "cpu"}])
+    run = driver.run(suite, out=tmp_path, run_id="gpu", progress=False, echo=lambda *a, **k: None)
+    rows = results.read_rows(run)
+    by_cell = {}
+    for r in rows:
+        params = json.loads(r["params"]) if isinstance(r["params"], str) else r["params"]
+        by_cell.setdefault((r["variant"], params["device"], params["batch_to"]), []).append(r)
+    assert len(by_cell) == 4
+    for (variant, device, batch_to), mine in by_cell.items():
+        if "cuda" in (device, batch_to) and not HAS_CUDA:
+            assert [r["status"] for r in mine] == ["unavailable"]
+        else:
+            assert [r["status"] for r in mine] == ["ok", "ok"] and all(r["value"] > 0 for r in mine)
+            assert all(r["op"] == "sample" and r["metric"] == "seconds_per_call" and r["loops"] == 3 for r in mine)
+
+
+def test_a_gpu_suite_with_a_bad_contestant_is_refused_before_running():
+    from replaybench.bench import driver, suites
+    from replaybench.bench.scenarios import SelectionError
+
+    suite = suites.load("gpu-tree-quick")
+    suite["contestants"] = [{"variant": "torch-kary", "device": "tpu"}]
+    with pytest.raises(SelectionError, match="device and batch_to must be one of"):
+        driver.plan(suite)
