@@ -35,7 +35,7 @@ rounded to float32), new rows at the largest ``p`` set so far, FIFO overwrite, b
 refused with an error naming them before anything changes.
 
 Costs: add O(n D K + n row bytes); sample O(B K D + B row bytes) on the device in about
-``8 D + 25`` tensor operations plus one per field, and one synchronisation; update
+``6 D + 25`` tensor operations plus one per field, and one synchronisation; update
 O(n K D). Thread-safety: none (one caller at a time, as the CPU buffers' writers).
 """
 

@@ -47,8 +47,9 @@ def cache(request, monkeypatch):
 #: conformance cases run by default. Its ``tiny-cache`` cases are marked too: that fixture
 #: changes the host storage and touch-pass choices, which a device buffer does not make, so
 #: they repeat the ``machine-cache`` cases.
-_SLOW_FOR_TORCH_KARY = {"test_random_updates_stay_within_documented_bound", "test_falling_total_keeps_relative_error_small",
-                        "test_traces_follow_the_real_kernels", "test_descent_on_every_boundary_matches_reference"}
+_SLOW_FOR_TORCH_KARY = {"test_random_updates_stay_within_documented_bound",
+                        "test_falling_total_keeps_relative_error_small", "test_traces_follow_the_real_kernels",
+                        "test_descent_on_every_boundary_matches_reference"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before the "-m 'not slow'" deselection

@@ -12,8 +12,9 @@ registry is listed.
 from replaybench.impl import registry
 
 
-def torch_kary_buffer(capacity, fields, *, K=32, dtype="float32", device="auto", output="host", alpha=0.6, beta=0.4,
-                      eps=1e-6, stratified=False, seed=None, storage="auto", hugepages=False, prefetch="auto"):
+def torch_kary_buffer(capacity, fields, *, K=32, dtype="float32", device="auto", output="host", alpha=0.6,
+                      beta=0.4, eps=1e-6, stratified=False, seed=None, storage="auto", hugepages=False,
+                      prefetch="auto"):
     """A :class:`~impl.device_buffer.DeviceReplayBuffer` (its docstring: parameters, costs,
     what crosses the bus)."""
     from replaybench.impl.device_buffer import DeviceReplayBuffer
@@ -26,5 +27,5 @@ def torch_kary_buffer(capacity, fields, *, K=32, dtype="float32", device="auto",
 registry.register(
     "torch-kary", torch_kary_buffer, structure="torch-kary",
     params={"K": 32, "dtype": "float32", "device": "auto", "output": "host"},
-    description="K-ary sum tree and rows as torch tensors on a device (GPU where present); samples stay there",
+    description="K-ary sum tree and rows as torch tensors on a device (a GPU where torch sees one)",
 )
