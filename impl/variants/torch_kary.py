@@ -5,8 +5,8 @@ Built by :class:`impl.device_buffer.DeviceReplayBuffer` over
 GPU and the CPU otherwise, so the conformance suite runs the same code on either.
 ``output="host"`` (the default here) returns NumPy arrays, as every variant does, so the
 variant drops into the suites, benchmarks and learners unchanged; ``output="device"`` returns
-the tensors on the device (a GPU learner's batch then never crosses the bus). torch is imported when a buffer is first built, not when the
-registry is listed.
+the tensors on the device (a GPU learner's batch then never crosses the bus). torch is
+imported when a buffer is first built, not when the registry is listed.
 """
 
 from replaybench.impl import registry
@@ -19,9 +19,9 @@ def torch_kary_buffer(capacity, fields, *, K=32, dtype="float32", device="auto",
     what crosses the bus)."""
     from replaybench.impl.device_buffer import DeviceReplayBuffer
 
-    return DeviceReplayBuffer(capacity, fields, K=K, dtype=dtype, device=device, output=output, alpha=alpha, beta=beta, eps=eps,
-                              stratified=stratified, seed=seed, storage=storage, hugepages=hugepages,
-                              prefetch=prefetch)
+    return DeviceReplayBuffer(capacity, fields, K=K, dtype=dtype, device=device, output=output, alpha=alpha,
+                              beta=beta, eps=eps, stratified=stratified, seed=seed, storage=storage,
+                              hugepages=hugepages, prefetch=prefetch)
 
 
 registry.register(
