@@ -297,3 +297,25 @@ def test_a_gpu_suite_with_a_bad_contestant_is_refused_before_running():
     suite["contestants"] = [{"variant": "torch-kary", "device": "tpu"}]
     with pytest.raises(SelectionError, match="device and batch_to must be one of"):
         driver.plan(suite)
+    suite["contestants"] = [{"variant": "peer:cpprb", "device": "cuda"}]
+    with pytest.raises(SelectionError, match=r"peer:cpprb cannot keep its rows on 'cuda'"):
+        driver.plan(suite)
+
+
+@pytest.mark.slow
+def test_the_gpu_scenario_times_torchrl_on_each_device_it_can(tmp_path):
+    """TorchRL's buffer through its peer module (``target(..., device=...)``): "ok" rows on the
+    CPU, and on CUDA where torch sees a GPU ("unavailable" otherwise); "unavailable" naming the
+    import error where TorchRL does not load."""
+    from replaybench.bench import driver, peers, results, suites
+
+    suite = suites.load("gpu-tree-quick")
+    suite.update(capacity=1024, warmup=1, calls=3, repeats=2,
+                 contestants=[{"variant": "peer:torchrl", "device": "cpu"},
+                              {"variant": "peer:torchrl", "device": "cuda"}])
+    run = driver.run(suite, out=tmp_path, run_id="gpu", progress=False, echo=lambda *a, **k: None)
+    loads, _ = peers.availability("peer:torchrl")
+    for r in results.read_rows(run):
+        params = json.loads(r["params"]) if isinstance(r["params"], str) else r["params"]
+        ok = loads and (params["device"] == "cpu" or HAS_CUDA)
+        assert r["status"] == ("ok" if ok else "unavailable"), r

@@ -21,7 +21,9 @@ Contestants:
   (``"batch_to": "cpu"``) or copied to the GPU (``"batch_to": "cuda"``).
 - ``peer:torchrl``: ``torchrl.data.PrioritizedReplayBuffer`` over
   ``LazyTensorStorage(capacity, device=...)`` (its sum tree is TorchRL's C++ one, on the
-  host; the rows on the device), the parameters of bench/peers/torchrl_peer.py.
+  host; the rows on the device): bench/peers/torchrl_peer.py's ``target(..., device=...)``,
+  filled with its ``fill_add`` and timed through its ``sample``. A peer takes the devices its
+  module's ``DEVICES`` lists (the CPU where it lists none).
 
 Rows: op "sample", metric "seconds_per_call" (s), one per repeat (``loops`` = calls),
 ``items_per_call`` = batch, capacity and batch as columns; params: device, batch_to,
@@ -78,8 +80,12 @@ class Gpu(Scenario):
             if selection.variants and variant not in selection.variants:
                 continue
             if peers.is_peer(variant):
-                peers.load(variant)  # UnknownName names the known peers
-                structure = peers.load(variant).STRUCTURE
+                module = peers.load(variant)  # UnknownName names the known peers
+                if device not in getattr(module, "DEVICES", ("cpu",)) or batch_to != device:
+                    raise SelectionError(f"suite {suite['name']!r}: {variant} cannot keep its rows on {device!r} "
+                                         f"and hand the batch to {batch_to!r} (its devices: "
+                                         f"{getattr(module, 'DEVICES', ('cpu',))})")
+                structure = module.STRUCTURE
             else:
                 structure = registry.get(variant).structure
             params = {"device": device, "batch_to": batch_to}
@@ -131,11 +137,12 @@ def _contestant(cell: Cell, suite: dict):
     rng = np.random.default_rng(int(suite["seed"]))
     rows = random_batch(fields, capacity, rng)
     priorities = rng.random(capacity) + 0.01
-    device = torch.device(params["device"])
     sync = torch.cuda.synchronize if "cuda" in (params["device"], params["batch_to"]) else (lambda: None)
     variant = cell.columns["variant"]
     if peers.is_peer(variant):
-        return _torchrl(capacity, rows, priorities, device, batch, rng), sync
+        target = peers.load(variant).target(capacity, fields, rng, device=params["device"])
+        target.fill_add(rows, priorities)
+        return (lambda: target.sample(batch)), sync
     extra = {"device": params["device"], "output": params["output"]} if variant == "torch-kary" else {}
     buf = registry.create(variant, capacity, fields, seed=int(suite["seed"]), **extra)
     buf.add(rows, priorities=priorities)
@@ -150,24 +157,6 @@ def _contestant(cell: Cell, suite: dict):
 
     feed = PinnedBatchFeed(out, [*fields, "weights"], torch.device(params["batch_to"]), slots=1)
     return (lambda: feed.stage(buf.sample(batch, rng=gen, out=out), 0)), sync
-
-
-def _torchrl(capacity, rows, priorities, device, batch, rng):
-    """TorchRL's PrioritizedReplayBuffer over a LazyTensorStorage on ``device``, filled; its
-    ``sample`` with the info TorchRL returns (indices and weights)."""
-    import torch
-    from tensordict import TensorDict
-    from torchrl.data import LazyTensorStorage, PrioritizedReplayBuffer
-
-    from replaybench.bench.peers import torchrl_peer
-
-    p = torchrl_peer.PARAMS
-    torch.manual_seed(int(rng.integers(2**31)))
-    rb = PrioritizedReplayBuffer(alpha=p["alpha"], beta=p["beta"], eps=p["eps"],
-                                 storage=LazyTensorStorage(capacity, device=device))
-    index = rb.extend(TensorDict({k: torch.from_numpy(v) for k, v in rows.items()}, batch_size=[capacity]))
-    rb.update_priority(index, torch.as_tensor(priorities, dtype=torch.float32))
-    return lambda: rb.sample(batch, return_info=True)
 
 
 SCENARIO = Gpu()
