@@ -46,6 +46,7 @@ import numbers
 import numpy as np
 import torch
 
+from . import machine
 from .buffers import check_buffer_params, check_number, check_priorities
 from .fused_ops import MAX_REDRAWS, REBUILD_AFTER
 from .storage import STORAGE_LAYOUTS, Storage, parse_schema
@@ -108,6 +109,9 @@ class DeviceStorage:
         self._names = frozenset(self.specs)
         self._shapes = {name: s.shape for name, s in self.specs.items()}
         self.torch_dtypes = {name: torch_dtype_of(name, s.dtype) for name, s in self.specs.items()}
+        if device.type == "cpu":  # a GPU's allocator raises its own out-of-memory error
+            machine.check_memory(self.capacity * sum(s.nbytes for s in self.specs.values()),
+                                 f"a device storage of capacity={self.capacity}")
         self.tensors = {name: torch.zeros((self.capacity, *s.shape), dtype=self.torch_dtypes[name], device=device)
                         for name, s in self.specs.items()}
 

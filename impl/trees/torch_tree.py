@@ -32,7 +32,9 @@ Costs
 - :meth:`descend` (``B`` draws): per level one gather of ``B`` rows of ``K`` running sums, a
   count of the sums each draw passes (compare and row sum), a gather and a subtraction: O(B K D)
   work in about ``6 D + 4`` tensor operations (three more per padded level); no host round trip.
-- :meth:`rebuild`: O(N). Memory: ``(8 + 2 * itemsize) * (N + N/K + ...)`` bytes.
+- :meth:`rebuild`: O(N). Memory: ``(8 + 2 * itemsize)`` bytes a node (running sums, values,
+  minima) over ``N + N/K + ...`` nodes, plus 8 bytes a leaf of scratch; on the CPU it is
+  checked against the memory available before anything is allocated.
 On a GPU each tensor operation is a kernel launch (a few microseconds), so the costs above are
 launch counts more than arithmetic at replay sizes: K = 32 gives D = 4 at 2**20 leaves.
 
@@ -59,6 +61,7 @@ import numbers
 import numpy as np
 import torch
 
+from .. import machine
 from . import kernels
 from .array_trees import check_capacity, check_K
 from .base import SumTree, as_indices, as_priorities, raise_for_status
@@ -148,6 +151,10 @@ class TorchSumTree(SumTree):
         # real nodes per depth, and the groups each level is stored in
         self._real = [-(-cap // K ** (D - d)) for d in range(D + 1)]
         dev, vt = self.device, self.torch_dtype
+        if dev.type == "cpu":  # a GPU's allocator raises its own out-of-memory error
+            nodes = 1 + sum(self._real[d - 1] * K for d in range(1, D + 1))
+            machine.check_memory(nodes * (8 + 2 * self.dtype.itemsize) + 8 * cap,
+                                 f"a TorchSumTree of capacity={cap} ({nodes} nodes)")
         self._values = [torch.zeros(1, dtype=vt, device=dev)]
         self._mins = [torch.full((1,), math.inf, dtype=vt, device=dev)]
         self._excl = [None]
