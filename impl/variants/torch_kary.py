@@ -11,6 +11,16 @@ imported when a buffer is first built, not when the registry is listed.
 
 from replaybench.impl import registry
 
+#: A process that ran torch ops must not fork (torch's thread pools do not survive it): the micro
+#: scenario's pyperf manager, which forks its workers, only runs :func:`preload` for this variant
+#: (bench/pyperf_worker.py), as for the torch-based peers (bench/peers/).
+FORK_AFTER_USE = False
+
+
+def preload() -> None:
+    """Import what a buffer of this variant needs (torch: seconds), running no torch op."""
+    import replaybench.impl.device_buffer  # noqa: F401
+
 
 def torch_kary_buffer(capacity, fields, *, K=32, dtype="float32", device="auto", output="host", alpha=0.6,
                       beta=0.4, eps=1e-6, stratified=False, seed=None, storage="auto", hugepages=False,
