@@ -14,7 +14,8 @@ manager imports what the target needs and runs the op once on a small buffer (:f
 so numpy, numba's cached kernels and a peer's library (TorchRL and Tianshou import torch: 3-6 s
 each time) are loaded once per item instead of once per worker. A library that does not survive
 a fork once used (torch's thread pools) is only imported there (``FORK_AFTER_USE`` in its peer
-module). Each worker is still a new
+module, or in a registered variant's module, whose ``preload()`` then imports what it needs:
+impl/variants/torch_kary.py). Each worker is still a new
 process with its own buffer, built, filled and warmed up in it; it runs pyperf's own worker
 code (``Runner`` in ``--worker`` mode) on the arguments pyperf gives it, writes to pyperf's
 pipe, and exits (both manager and workers are forked as multiprocessing Processes, see
@@ -76,15 +77,25 @@ def build_call(args, capacity: int | None = None, threads: int = 1):
 def preload(args) -> None:
     """In the manager: import the target's libraries and load (or compile) its kernels by
     running the op once on a small buffer, which is then dropped; a peer that must not fork
-    after use (:func:`bench.peers.fork_after_use`: torch) is only imported. Best effort: a
+    after use (:func:`bench.peers.fork_after_use`: torch) is only imported, and so is a variant
+    whose module sets ``FORK_AFTER_USE = False`` (its ``preload()`` imports). Best effort: a
     target that fails here fails again in the worker, which records the error (``--error-file``)."""
+    import importlib
+
     from replaybench.bench import peers
+    from replaybench.impl import registry
 
     if args.op == "empty":
         return
     try:
+        if peers.is_peer(args.target):
+            module = None
+        else:  # a registered variant's module may say the same as a peer's (impl/variants/torch_kary.py)
+            module = importlib.import_module(registry.get(args.target).origin)
         if peers.is_peer(args.target) and not peers.fork_after_use(args.target):
             peers.load(args.target).version()
+        elif module is not None and not getattr(module, "FORK_AFTER_USE", True):
+            getattr(module, "preload", lambda: None)()
         else:
             build_call(args, capacity=min(args.capacity, _PRELOAD_CAPACITY))
     except Exception:  # the worker reports it, with the real capacity

@@ -29,6 +29,10 @@ storage=LazyTensorStorage(capacity))`` and otherwise keeps TorchRL's defaults:
 - ``extend(TensorDict)`` adds a batch (torch tensors made from our NumPy arrays with
   ``torch.from_numpy``, no copy, inside the one wrapper); scalar fields keep shape ``(batch,)``.
 - Sampling draws positions with torch's global generator, seeded from the benchmark's.
+- ``target(..., device="cuda")`` puts the storage on the GPU (``LazyTensorStorage(capacity,
+  device=...)``): the rows live and are gathered there, while the sum and min trees stay
+  TorchRL's C++ ones in host memory. The gpu scenario (bench/scenarios/gpu.py) measures it
+  beside the GPU tree; :data:`DEVICES` lists what ``device`` takes.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import numpy as np
 
 from replaybench.bench.workloads import Target
 
-__all__ = ["NAME", "STRUCTURE", "PARAMS", "DESCRIPTION", "FORK_AFTER_USE", "version", "target"]
+__all__ = ["NAME", "STRUCTURE", "PARAMS", "DESCRIPTION", "FORK_AFTER_USE", "DEVICES", "version", "target"]
 
 NAME = "torchrl"
 STRUCTURE = "torchrl-segment-tree"
@@ -45,6 +49,8 @@ PARAMS = {"K": 2, "dtype": "float32", "alpha": 0.6, "beta": 0.4, "eps": 1e-8}
 DESCRIPTION = "torchrl.data.PrioritizedReplayBuffer over LazyTensorStorage (peer library)"
 #: A process that ran torch ops must not fork (workers are forked from an importing manager).
 FORK_AFTER_USE = False
+#: Where :func:`target` can put the storage (its ``device``).
+DEVICES = ("cpu", "cuda")
 
 
 def version() -> str:
@@ -61,14 +67,17 @@ def version() -> str:
     return f"torchrl {torchrl.__version__}"
 
 
-def target(capacity: int, fields: dict, rng: np.random.Generator) -> Target:
+def target(capacity: int, fields: dict, rng: np.random.Generator, device: str = "cpu") -> Target:
+    """The buffer's entry points; ``device`` (one of :data:`DEVICES`) is the storage's."""
     import torch
     from tensordict import TensorDict
     from torchrl.data import LazyTensorStorage, PrioritizedReplayBuffer
 
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
     torch.manual_seed(int(rng.integers(2**31)))
     rb = PrioritizedReplayBuffer(alpha=PARAMS["alpha"], beta=PARAMS["beta"], eps=PARAMS["eps"],
-                                 storage=LazyTensorStorage(capacity))
+                                 storage=LazyTensorStorage(capacity, device=torch.device(device)))
     extend, rb_sample, update = rb.extend, rb.sample, rb.update_priority
     from_numpy = torch.from_numpy
 

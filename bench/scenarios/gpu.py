@@ -1,0 +1,162 @@
+"""The gpu scenario: what one ``sample`` costs a GPU learner, per buffer, rows included.
+
+Issue 40's target for the GPU tree (variant ``torch-kary``): a sample of 256 at 2**20 leaves,
+the batch's rows gathered in device memory, at least as fast as TorchRL's prioritized buffer
+over a CUDA storage, in the same run. bench/suites/gpu-tree-quick.json is that comparison.
+
+Each cell builds one buffer (``contestants`` in the suite: a registered variant or
+``peer:torchrl``, the device its tree and rows live on, and where the learner wants the batch),
+fills it to ``capacity`` with random CartPole-sized rows and random priorities, makes
+``warmup`` calls, then times ``repeats`` blocks of ``calls`` calls of ``sample(batch)``. A call
+on a CUDA device ends in ``torch.cuda.synchronize()``, so its time includes the device work
+(a learner uses the batch at once); a CPU tree whose batch the learner wants on the GPU
+(``"batch_to": "cuda"``) copies it there through :class:`impl.rl.common.device_feed.PinnedBatchFeed`
+inside the call, as the training loop's learner does.
+
+Contestants:
+
+- ``torch-kary`` with ``device="cuda"``: tree and rows in GPU memory, ``output="device"``;
+  with ``device="cpu"``: the same code on the CPU (what the conformance suite runs).
+- the CPU trees (``kary-aligned``, ...): tree and rows in host memory, the batch left there
+  (``"batch_to": "cpu"``) or copied to the GPU (``"batch_to": "cuda"``).
+- ``peer:torchrl``: ``torchrl.data.PrioritizedReplayBuffer`` over
+  ``LazyTensorStorage(capacity, device=...)`` (its sum tree is TorchRL's C++ one, on the
+  host; the rows on the device): bench/peers/torchrl_peer.py's ``target(..., device=...)``,
+  filled with its ``fill_add`` and timed through its ``sample``. A peer takes the devices its
+  module's ``DEVICES`` lists (the CPU where it lists none).
+
+Rows: op "sample", metric "seconds_per_call" (s), one per repeat (``loops`` = calls),
+``items_per_call`` = batch, capacity and batch as columns; params: device, batch_to,
+output (torch-kary). A cell that needs CUDA where torch sees none, or TorchRL where it does
+not load, is one ``unavailable`` row naming the reason.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from replaybench.bench import peers
+from replaybench.bench.derive import SCHEMAS
+from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError
+from replaybench.bench.workloads import random_batch
+from replaybench.impl import registry
+
+__all__ = ["Gpu", "SCENARIO", "cuda_missing"]
+
+DEVICES = ("cpu", "cuda")
+
+
+def cuda_missing() -> str:
+    """Why CUDA cannot run here, or "" (imports torch)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return ""
+    return f"torch {torch.__version__} sees no CUDA device (torch.cuda.is_available() is False)"
+
+
+class Gpu(Scenario):
+    name = "gpu"
+    takes = frozenset({"variants"})
+    suite_keys = frozenset({"capacity", "batch", "transitions", "seed", "warmup", "calls", "repeats", "contestants"})
+
+    def cells(self, suite: dict, selection: Selection) -> list[Cell]:
+        capacity, batch = int(suite["capacity"]), int(suite["batch"])
+        if capacity < 1 or batch < 1:
+            raise SelectionError(f"suite {suite['name']!r}: capacity and batch must be positive, got "
+                                 f"{capacity} and {batch}")
+        if suite["transitions"] not in SCHEMAS:
+            raise SelectionError(f"suite {suite['name']!r}: transitions must be one of {sorted(SCHEMAS)}, "
+                                 f"got {suite['transitions']!r}")
+        missing_cuda = None
+        cells = []
+        for c in suite["contestants"]:
+            variant, device, batch_to = c["variant"], c.get("device", "cpu"), c.get("batch_to", c.get("device", "cpu"))
+            if device not in DEVICES or batch_to not in DEVICES:
+                raise SelectionError(f"suite {suite['name']!r}: device and batch_to must be one of {DEVICES}, "
+                                     f"got {c!r}")
+            if selection.variants and variant not in selection.variants:
+                continue
+            if peers.is_peer(variant):
+                module = peers.load(variant)  # UnknownName names the known peers
+                if device not in getattr(module, "DEVICES", ("cpu",)) or batch_to != device:
+                    raise SelectionError(f"suite {suite['name']!r}: {variant} cannot keep its rows on {device!r} "
+                                         f"and hand the batch to {batch_to!r} (its devices: "
+                                         f"{getattr(module, 'DEVICES', ('cpu',))})")
+                structure = module.STRUCTURE
+            else:
+                structure = registry.get(variant).structure
+            params = {"device": device, "batch_to": batch_to}
+            if variant == "torch-kary":
+                params["output"] = "device" if batch_to == device else "host"
+            skip = ""
+            if "cuda" in (device, batch_to):
+                if missing_cuda is None:
+                    missing_cuda = cuda_missing()
+                skip = missing_cuda
+            if not skip and peers.is_peer(variant):
+                ok, why = peers.availability(variant)
+                skip = "" if ok else why
+            columns = {"variant": variant, "structure": structure, "policy": "none", "params": params,
+                       "capacity": capacity, "batch": batch, "transitions": suite["transitions"], "op": "sample",
+                       "metric": "seconds_per_call", "unit": "s", "items_per_call": batch}
+            cells.append(Cell(f"{variant} on {device}, batch to {batch_to}", columns, spec=c, skip=skip,
+                              skip_status="unavailable"))
+        return cells
+
+    def meta(self, suite: dict, selection: Selection, cells: list[Cell]) -> dict:
+        return {"timing": "each call ends in torch.cuda.synchronize() where a CUDA device is involved; "
+                          f"{suite['warmup']} warm-up calls, then {suite['repeats']} blocks of {suite['calls']}"}
+
+    def measure(self, cell: Cell, run: RunState) -> list[dict]:
+        suite = run.meta["suite"]
+        sample, sync = _contestant(cell, suite)
+        for _ in range(int(suite["warmup"])):
+            sample()
+        sync()
+        rows = []
+        calls = int(suite["calls"])
+        for repeat in range(int(suite["repeats"])):
+            start = time.perf_counter()
+            for _ in range(calls):
+                sample()
+                sync()
+            rows.append(cell.row("ok", value=(time.perf_counter() - start) / calls, repeat=repeat, loops=calls))
+        return rows
+
+
+def _contestant(cell: Cell, suite: dict):
+    """``(sample, sync)`` for the cell's buffer, built and filled: ``sample()`` makes one call
+    (and the copy to the GPU where asked), ``sync()`` waits for the device (a no-op on the CPU)."""
+    import torch
+
+    capacity, batch, params = cell.columns["capacity"], cell.columns["batch"], cell.columns["params"]
+    fields = SCHEMAS[suite["transitions"]]
+    rng = np.random.default_rng(int(suite["seed"]))
+    rows = random_batch(fields, capacity, rng)
+    priorities = rng.random(capacity) + 0.01
+    sync = torch.cuda.synchronize if "cuda" in (params["device"], params["batch_to"]) else (lambda: None)
+    variant = cell.columns["variant"]
+    if peers.is_peer(variant):
+        target = peers.load(variant).target(capacity, fields, rng, device=params["device"])
+        target.fill_add(rows, priorities)
+        return (lambda: target.sample(batch)), sync
+    extra = {"device": params["device"], "output": params["output"]} if variant == "torch-kary" else {}
+    buf = registry.create(variant, capacity, fields, seed=int(suite["seed"]), **extra)
+    buf.add(rows, priorities=priorities)
+    gen = np.random.default_rng(int(suite["seed"]) + 1)
+    out = buf.sample_out(batch)
+    if params["batch_to"] == params["device"] or variant == "torch-kary":
+        if variant == "torch-kary" and params["batch_to"] != params["device"]:
+            raise ValueError(f"torch-kary keeps its batch on its device; batch_to={params['batch_to']!r} "
+                             f"with device={params['device']!r} is not a contestant")
+        return (lambda: buf.sample(batch, rng=gen, out=out)), sync
+    from replaybench.impl.rl.common.device_feed import PinnedBatchFeed
+
+    feed = PinnedBatchFeed(out, [*fields, "weights"], torch.device(params["batch_to"]), slots=1)
+    return (lambda: feed.stage(buf.sample(batch, rng=gen, out=out), 0)), sync
+
+
+SCENARIO = Gpu()
