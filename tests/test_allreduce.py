@@ -218,3 +218,13 @@ def test_one_learner_with_the_hook_is_bit_identical_to_one_without():
         plain.learn(b)
         hooked.learn(b)
     assert plain.digest() == hooked.digest()
+
+
+@pytest.mark.slow  # starts 4 processes (gloo's import and rendezvous): ~15 s on 2 cores
+def test_latency_bench_measures_both_methods():
+    from replaybench.bench import allreduce_latency
+
+    for method in ("shm", "gloo"):
+        assert 0 < allreduce_latency.measure(method, 2, 64, 5) < 5
+    with pytest.raises(ValueError, match="method"):
+        allreduce_latency.measure("mpi", 2, 64, 5)

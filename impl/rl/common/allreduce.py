@@ -7,11 +7,16 @@ block, with no socket, no rendezvous port and no collective library.
 
     inputs   [L, n] float32   rank r writes its gradient vector into row r       (phase 1)
     result   [n]    float32   rank r sums the chunk r of every row, in rank order (phase 2)
-    arrived  [L]    int64     rank r's count of finished phases (its only writer)
                               every rank copies the whole result back          (after phase 2)
+    arrived  [L]    int64     rank r's count of phases it reached (its only writer: diagnostics)
 
-A phase ends for rank r when every rank's ``arrived`` has reached r's: a barrier whose slots
-have one writer each, so no lock and no atomic read-modify-write. Single buffers suffice: rank r
+A phase ends with a barrier: under one lock a rank counts itself in (two counters, by the
+phase's parity, so a fast rank's next phase never takes a wake-up meant for a slow rank of
+this one); the last to arrive posts L - 1 times to the phase's semaphore; the others poll the
+semaphore a few hundred times (peers on cores of their own arrive within microseconds) and
+then block on it (futex: a peer that has to be scheduled first, on a machine with fewer cores
+than processes, wakes them at once, where a polling loop's sleeps would add up to a millisecond
+a phase). Single buffers suffice: rank r
 writes ``inputs[r]`` for the next call only after the phase-2 barrier of this one (every rank
 has read every row), and writes its chunk of ``result`` only after the next phase-1 barrier
 (every rank has copied the last result out).
@@ -20,8 +25,8 @@ Why not torch.distributed's gloo on localhost (what the process engine used befo
 the Ray engine still uses across machines): for the small networks the harness trains (DQN
 CartPole: ~4.7K parameters) an all-reduce is latency, not bandwidth; gloo's goes through TCP
 sockets (tens to hundreds of microseconds per call, each a system call per peer), this one is
-two barriers on shared cache lines (a few microseconds when the learners arrive together:
-``bench`` figures in docs/engines/process.md). gloo's rendezvous also needs a free port (a race
+two barriers on a lock and a semaphore (bench/allreduce_latency.py measures both; figures in
+docs/engines/process.md). gloo's rendezvous also needs a free port (a race
 with any other process on the machine) and its timeout ends in an error that does not say which
 peer is missing; here a wait past ``timeout_s`` raises :class:`AllreduceTimeout` naming the
 learners that did not arrive, and a stop flag (a dead peer seen by the parent) ends every wait.
@@ -32,14 +37,14 @@ after every step (the same optimizer step on the same gradients), run after run,
 order in which they arrive. With L = 1 the engine sets no hook at all: the one learner computes
 what it computed before this module existed, bit for bit.
 
-Memory order: a rank's stores (its row, its chunk) come before its store to ``arrived`` in
-program order, and a reader loads ``arrived`` before the data; x86-64 keeps stores in order
-(TSO), as the weight broadcast's seqlock (:mod:`impl.rl.common.shared_state`) also relies on.
+Memory order: a rank's stores (its row, its chunk) come before its barrier's lock release and
+semaphore post, and the readers' loads after their acquire: the lock and the semaphore (POSIX,
+futex-based) order them on every CPU.
 
 Cost per call, per rank: one copy of n floats in, n floats summed over L rows of one chunk
 (n reads + n/L writes), one copy of n floats out, two barriers. Memory: (L + 1) * n * 4 bytes
 plus 8 per learner, in ``multiprocessing.RawArray`` blocks (anonymous: nothing stays in
-/dev/shm whatever way the processes end).
+/dev/shm whatever way the processes end), one lock and two semaphores.
 """
 
 from __future__ import annotations
@@ -54,11 +59,11 @@ from replaybench.impl.ratelimit import Stopped
 
 __all__ = ["SharedAllreduce", "AllreduceTimeout", "SharedGradientAverager"]
 
-#: Busy polls of ``arrived`` before a waiting rank starts to sleep: learners that arrive together
-#: (the usual case: they run the same step on the same batch size) meet within these.
-_SPIN = 500
-#: The longest sleep between two polls once spinning is over.
-_MAX_SLEEP_S = 1e-3
+#: Non-blocking polls of the semaphore before a waiting rank blocks on it: learners that arrive
+#: together on cores of their own (they run the same step on the same batch size) meet within these.
+_SPIN = 200
+#: The longest a blocked rank waits before it checks the stop flag and its deadline again.
+_CHECK_EVERY_S = 0.05
 
 
 class AllreduceTimeout(RuntimeError):
@@ -100,6 +105,9 @@ class SharedAllreduce:
         self._inputs = ctx.RawArray(ctypes.c_float, world * size)
         self._result = ctx.RawArray(ctypes.c_float, size)
         self._arrived = ctx.RawArray(ctypes.c_int64, world)
+        self._count = ctx.RawArray(ctypes.c_int64, 2)  # ranks in, per phase parity (under _lock)
+        self._lock = ctx.Lock()
+        self._sems = (ctx.Semaphore(0), ctx.Semaphore(0))
         self.rank = None
         self._views()
 
@@ -107,12 +115,14 @@ class SharedAllreduce:
         self.inputs = np.frombuffer(self._inputs, dtype=np.float32).reshape(self.world, self.size)
         self.result = np.frombuffer(self._result, dtype=np.float32)
         self.arrived = np.frombuffer(self._arrived, dtype=np.int64)
+        self.count = np.frombuffer(self._count, dtype=np.int64)
         self._phase = 0
         self._stopped: Callable[[], bool] = lambda: False
 
     def __getstate__(self):
         return {"world": self.world, "size": self.size, "timeout_s": self.timeout_s, "_inputs": self._inputs,
-                "_result": self._result, "_arrived": self._arrived, "rank": None}
+                "_result": self._result, "_arrived": self._arrived, "_count": self._count, "_lock": self._lock,
+                "_sems": self._sems, "rank": None}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -132,28 +142,38 @@ class SharedAllreduce:
         per = -(-n // self.world)
         return slice(min(n, rank * per), min(n, (rank + 1) * per))
 
+    def _missing(self, phase: int) -> list[int]:
+        return [r for r in range(self.world) if int(self.arrived[r]) < phase]
+
     def _arrive_and_wait(self) -> None:
-        """End one phase: publish this rank's count, wait until every rank has reached it."""
+        """End one phase: count this rank in; the last one in wakes the others (module docstring)."""
         self._phase += 1
         phase = self._phase
-        arrived = self.arrived
-        arrived[self.rank] = phase
-        polls, sleep, deadline = 0, 1e-6, None
-        while int(arrived.min()) < phase:
-            polls += 1
-            if polls < _SPIN:
-                continue
+        parity = phase & 1
+        self.arrived[self.rank] = phase
+        if not self._lock.acquire(timeout=self.timeout_s):  # held for a few instructions, unless its holder died in them
+            raise AllreduceTimeout(self.rank, self._missing(phase), phase, self.timeout_s)
+        try:
+            self.count[parity] += 1
+            last = int(self.count[parity]) == self.world
+            if last:
+                self.count[parity] = 0
+        finally:
+            self._lock.release()
+        sem = self._sems[parity]
+        if last:
+            for _ in range(self.world - 1):
+                sem.release()
+            return
+        for _ in range(_SPIN):
+            if sem.acquire(False):
+                return
+        deadline = time.monotonic() + self.timeout_s
+        while not sem.acquire(timeout=_CHECK_EVERY_S):
             if self._stopped():
                 raise Stopped()
-            now = time.monotonic()
-            if deadline is None:
-                deadline = now + self.timeout_s
-            elif now > deadline:
-                missing = [r for r in range(self.world) if int(arrived[r]) < phase]
-                if missing:
-                    raise AllreduceTimeout(self.rank, missing, phase, self.timeout_s)
-            time.sleep(sleep)
-            sleep = min(_MAX_SLEEP_S, sleep * 2)
+            if time.monotonic() > deadline:
+                raise AllreduceTimeout(self.rank, self._missing(phase), phase, self.timeout_s)
 
     def mean(self, vector: np.ndarray) -> np.ndarray:
         """The element-wise mean of every rank's ``vector`` (float32, 1-D, at most ``size``
