@@ -893,6 +893,15 @@ def test_training_scaling_draws_speedup_against_workers_and_leaves_out_unreached
     assert len(one_learner) == 1
     assert training_scaling.unreached_tasks(plot.data) == ["dqn on CartPole-v1, 0.0625 updates/step"]
     assert set(plot.data.loc[plot.data["baseline"], "workers"]) == {1}
+    # a layout that never ran (skipped past the machine's cores) is no point, and no "not reached" mark
+    past = [{**r, "actors": 15, "learners": 1, "value": None, "status": "skipped",
+             "error": "16 workers (15 actors + 1 learner) past this machine's 2 usable cores"}
+            for r in rows if r["op"] == "summary" and r["actors"] == 1 and r["seed"] == 0]
+    run = write_run(tmp_path, "20300101T000001Z-training", "training", "training", rows + past)
+    again = training_scaling.build(load.load_runs([run]).table, {})
+    assert 16 not in set(again.data["workers"])
+    assert not [t for ax in again.figure.axes for t in ax.texts if t.get_text() == "not reached"
+                and not ax.get_ylabel().startswith("time")]
     outcome = render.render(res, tmp_path / "f", echo=lambda *_: None, only={"training_scaling"})
     text = report.build(res, outcome, tmp_path / "R.md")
     said = [line for line in text.splitlines() if line.startswith("The figure leaves out the time-to-threshold")]

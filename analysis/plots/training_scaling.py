@@ -15,7 +15,8 @@ rows stay in the CSV, which the report's table reads.
 Time to threshold: a seed that never reached the threshold has no time (its row's status is not
 ``ok``): the median is taken over the seeds that did, the point is labelled ``k/n`` when only k
 of n seeds reached it, and a configuration where none did is an ``x`` on the top edge labelled
-"not reached". A task in which **no** run (the baseline included) reached the threshold gets no
+"not reached". A configuration that never ran (a layout past the machine's cores, skipped; a
+device the machine lacks) is no point of the figure nor of its CSV. A task in which **no** run (the baseline included) reached the threshold gets no
 time panel at all (its row of panels is one shorter); the report says so in one line
 (:func:`unreached_tasks`). The CSV keeps ``n_reached``, ``n_seeds`` and ``workers`` for each point.
 """
@@ -46,11 +47,13 @@ _BUFFER_MARKERS = ["o", "s", "^", "D", "v", "P"]
 
 
 def unreached_tasks(data: pd.DataFrame | None) -> list[str]:
-    """The tasks of the figure's ``data`` whose time-to-threshold panel is left out: they have
-    time_to_threshold_s rows and no run of theirs (the baseline included) reached the threshold."""
+    """The tasks the figure draws (those with parallel rows) whose time-to-threshold panel is
+    left out: they have time_to_threshold_s rows and no run of theirs (the baseline included)
+    reached the threshold."""
     if data is None or data.empty or "n_reached" not in data:
         return []
-    ttt = data[data["metric"] == "time_to_threshold_s"]
+    drawn = set(data.loc[~data["baseline"].astype(bool) & data["actors"].notna(), "task"])
+    ttt = data[(data["metric"] == "time_to_threshold_s") & data["task"].isin(drawn)]
     reached = ttt.groupby("task")["n_reached"].max()
     return sorted(reached[reached == 0].index)
 
@@ -75,6 +78,12 @@ def build(table, metas) -> Plot:
     seeds = rows.groupby(keys, dropna=False)["seed"].nunique().rename("n_seeds").reset_index()
     data = seeds.merge(data, on=keys, how="left")
     data["n_reached"] = data["n"].fillna(0).astype(int)
+    # a configuration that never ran (skipped past the machine's cores, unavailable, failed) has
+    # no measured rate: it is no point of the figure (its rows stay in the results)
+    rates = data[data["metric"] != "time_to_threshold_s"]
+    ran = rates.groupby(keys[:-2] + ["baseline"], dropna=False)["n_reached"].max().rename("ran").reset_index()
+    data = data.merge(ran, on=keys[:-2] + ["baseline"], how="left")
+    data = data[data["ran"].fillna(0) > 0].drop(columns="ran")
     # workers: the processes that step envs or learn (the parent only watches); the sequential loop is one
     data["workers"] = [1 if b else int((0 if pd.isna(a) else a) + (0 if pd.isna(l_) else l_))
                        for a, l_, b in zip(data["actors"], data["learners"], data["baseline"])]
@@ -138,6 +147,8 @@ def build(table, metas) -> Plot:
                             color=colour, marker=marker, markersize=4, capsize=2, linewidth=1.4,
                             linestyle=dashes.get(engine, "-"))
                 for xi, (_, p) in zip(x, line.iterrows()):
+                    if metric != "time_to_threshold_s":
+                        continue
                     if p["n_reached"] == 0:  # drawn near the top edge, whatever the scale
                         ax.plot(xi, 0.92, marker="x", color=colour, transform=ax.get_xaxis_transform())
                         ax.annotate("not reached", (xi, 0.92), xycoords=ax.get_xaxis_transform(), fontsize=6,
@@ -216,7 +227,7 @@ def left_out_line(data: pd.DataFrame | None) -> list[str]:
     tasks = unreached_tasks(data)
     if not tasks:
         return []
-    return [f"The figure leaves out the time-to-threshold panel of {', '.join(tasks)}: no run of "
+    return [f"The figure leaves out the time-to-threshold panel of {'; '.join(tasks)}: no run of "
             f"{'that task' if len(tasks) == 1 else 'those tasks'} reached the reward threshold.", ""]
 
 
