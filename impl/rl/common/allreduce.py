@@ -23,7 +23,7 @@ has read every row), and writes its chunk of ``result`` only after the next phas
 
 Why not torch.distributed's gloo on localhost (what the process engine used before, and what
 the Ray engine still uses across machines): for the small networks the harness trains (DQN
-CartPole: ~4.7K parameters) an all-reduce is latency, not bandwidth; gloo's goes through TCP
+CartPole's preset: 17,410 parameters) an all-reduce is latency, not bandwidth; gloo's goes through TCP
 sockets (tens to hundreds of microseconds per call, each a system call per peer), this one is
 two barriers on a lock and a semaphore (bench/allreduce_latency.py measures both; figures in
 docs/engines/process.md). gloo's rendezvous also needs a free port (a race
