@@ -191,7 +191,7 @@ def _half(batch: dict, part: int) -> dict:
 def test_two_learners_on_half_batches_step_as_one_on_the_whole_batch():
     """PAL: L learners each sample B/L and average gradients. The mean of the halves' mean-loss
     gradients is the whole batch's: the weights agree to rounding with one learner's, and the
-    two learners agree bit for bit."""
+    two learners agree bit for bit after every step."""
     import torch
 
     torch.manual_seed(0)
@@ -203,8 +203,8 @@ def test_two_learners_on_half_batches_step_as_one_on_the_whole_batch():
     batches = [_batch(32, s) for s in range(6)]
     for b in batches:
         whole.learn(b)
-    _run_threads(lambda learner, r: [learner.learn(_half(b, r)) for b in batches], pair)
-    assert pair[0].digest() == pair[1].digest()
+        _run_threads(lambda learner, r: learner.learn(_half(b, r)), pair)
+        assert pair[0].digest() == pair[1].digest()  # after every step
     for p, q in zip(whole.q.parameters(), pair[0].q.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
     assert pair[0].grad_hook.calls == len(batches)
