@@ -384,8 +384,8 @@ def _layouts(value, max_workers=None) -> list[tuple[int, int]]:
                 and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in x))
 
     if not isinstance(value, list) or not value or not all(pair(x) for x in value):
-        raise ValueError(f"'layouts' must be \"cores\" or a non-empty list of [actors, learners] pairs of integers "
-                         f">= 0 ([0, 0]: the sequential baseline), got {value!r}")
+        raise ValueError(f"'layouts' must be a non-empty list of [actors, learners] pairs of integers >= 0 "
+                         f"([0, 0]: the sequential baseline) or \"cores\", got {value!r}")
     return [tuple(x) for x in value]
 
 
