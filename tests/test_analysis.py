@@ -869,6 +869,51 @@ def test_training_scaling_draws_one_line_per_engine_and_no_panel_for_baseline_on
     assert "ALE/Pong-v5" in " ".join(plot.data["task"])
 
 
+def test_training_scaling_draws_speedup_against_workers_and_leaves_out_unreached_time_panels(tmp_path):
+    """Issue 42.5: per task, speedup over the sequential loop against workers (actors + learners,
+    log2) with the ideal line through (1, 1) first; a task where no run reached the threshold
+    has no time panel (its row is one panel shorter) and the report says so in one line."""
+    rows = (training_rows(np.random.default_rng(1), updates_per_step=0.5)
+            + training_rows(np.random.default_rng(2), updates_per_step=0.0625))
+    for r in rows:  # the 1/16 task never reaches the threshold, the baseline neither
+        if r["params"].get("updates_per_step") == 0.0625 and r["metric"] == "time_to_threshold_s":
+            r.update(status="skipped", value=None, error="threshold not reached")
+    run = write_run(tmp_path, "20300101T000000Z-training", "training", "training", rows)
+    res = load.load_runs([run])
+    plot = training_scaling.build(res.table, res.metas)
+    panels = {}
+    for ax in plot.figure.axes:
+        if ax.get_title():
+            panels.setdefault(ax.get_title(), []).append(ax.get_ylabel())
+    assert panels == {"dqn on CartPole-v1\n0.5 updates/step": ["speedup over sequential (x)", "time to threshold (s)",
+                                                               "environment steps/s", "updates/s"],
+                      "dqn on CartPole-v1\n0.0625 updates/step": ["speedup over sequential (x)",
+                                                                  "environment steps/s", "updates/s"]}
+    speedup = next(ax for ax in plot.figure.axes if ax.get_ylabel().startswith("speedup"))
+    assert speedup.get_xscale() == "log"
+    ideal = [ln for ln in speedup.get_lines() if ln.get_linestyle() == "--"]
+    assert len(ideal) == 1 and list(ideal[0].get_xdata()) == list(ideal[0].get_ydata()) == [1, 2, 3, 4, 5]
+    one_learner = [ln for ln in speedup.get_lines()  # 1+1, 2+1, 4+1 (the caps of its bars are lines too)
+                   if ln.get_linestyle() == "-" and list(ln.get_xdata()) == [2.0, 3.0, 5.0]]
+    assert len(one_learner) == 1
+    assert training_scaling.unreached_tasks(plot.data) == ["dqn on CartPole-v1, 0.0625 updates/step"]
+    assert set(plot.data.loc[plot.data["baseline"], "workers"]) == {1}
+    # a layout that never ran (skipped past the machine's cores) is no point, and no "not reached" mark
+    past = [{**r, "actors": 15, "learners": 1, "value": None, "status": "skipped",
+             "error": "16 workers (15 actors + 1 learner) past this machine's 2 usable cores"}
+            for r in rows if r["op"] == "summary" and r["actors"] == 1 and r["seed"] == 0]
+    run = write_run(tmp_path, "20300101T000001Z-training", "training", "training", rows + past)
+    again = training_scaling.build(load.load_runs([run]).table, {})
+    assert 16 not in set(again.data["workers"])
+    assert not [t for ax in again.figure.axes for t in ax.texts if t.get_text() == "not reached"
+                and not ax.get_ylabel().startswith("time")]
+    outcome = render.render(res, tmp_path / "f", echo=lambda *_: None, only={"training_scaling"})
+    text = report.build(res, outcome, tmp_path / "R.md")
+    said = [line for line in text.splitlines() if line.startswith("The figure leaves out the time-to-threshold")]
+    assert said == ["The figure leaves out the time-to-threshold panel of dqn on CartPole-v1, 0.0625 updates/step: "
+                    "no run of that task reached the reward threshold."]
+
+
 def test_training_scaling_marks_each_buffer_when_there_are_several(tmp_path):
     """Two buffers with one learner on the process engine: one colour and one dash (the learner
     count and the engine), so each buffer gets a marker of its own (they once looked alike)."""

@@ -1,16 +1,24 @@
-"""Training: time to the reward threshold, speedup and rates against the number of actors.
+"""Training at scale: speedup over the sequential loop against workers, in the papers' shape.
 
-Rows: scenario ``training``, op ``summary``, newest run per cell; metrics
-``time_to_threshold_s``, ``speedup`` (over the sequential baseline of the same seed),
-``env_steps_per_s`` and ``updates_per_s``, one value per seed. Plotted: the median over seeds,
-min-max bars, against actors; one line per engine and number of learners (and per variant / policy
-when there are several), a line style per engine. Tasks without parallel rows (PAAC's batched
-runs, sequential only) get no panel; their rows stay in the CSV, which the report's table reads. The sequential baseline is the black dotted line.
+Rows: scenario ``training``, op ``summary``, newest run per cell; metrics ``speedup``
+(env_steps_per_s over the sequential baseline of the same run, seed and task),
+``time_to_threshold_s``, ``env_steps_per_s`` and ``updates_per_s``, one value per seed.
+Plotted, one row of panels per task (algorithm, environment, updates per env step, envs per
+actor): the median over seeds with min-max bars against **workers** (actor + learner processes)
+on a log2 axis, one line per engine and number of learners (and per variant / policy when there
+are several), a line style per engine. The speedup panel comes first, with the ideal line
+(speedup = workers) through the sequential loop's point (1 worker, 1x), as PAL's and the other
+papers' scaling figures draw it; the rate panels draw the sequential baseline as a black dotted
+line. Tasks without parallel rows (PAAC's batched runs, sequential only) get no panel; their
+rows stay in the CSV, which the report's table reads.
 
-A seed that never reached the threshold has no time (its row's status is not ``ok``): the
-median is taken over the seeds that did, the point is labelled ``k/n`` when only k of n seeds
-reached it, and a configuration where none did is drawn as an ``x`` on the top edge labelled
-"not reached". The CSV keeps ``n_reached`` and ``n_seeds`` for each point.
+Time to threshold: a seed that never reached the threshold has no time (its row's status is not
+``ok``): the median is taken over the seeds that did, the point is labelled ``k/n`` when only k
+of n seeds reached it, and a configuration where none did is an ``x`` on the top edge labelled
+"not reached". A configuration that never ran (a layout past the machine's cores, skipped; a
+device the machine lacks) is no point of the figure nor of its CSV. A task in which **no** run (the baseline included) reached the threshold gets no
+time panel at all (its row of panels is one shorter); the report says so in one line
+(:func:`unreached_tasks`). The CSV keeps ``n_reached``, ``n_seeds`` and ``workers`` for each point.
 """
 
 from __future__ import annotations
@@ -28,14 +36,34 @@ from replaybench.bench import contract
 
 NAME = "training_scaling"
 ORDER = 51
-TITLE = "Training: time to threshold and speedup"
+TITLE = "Training at scale: speedup over the sequential loop against workers"
 
-_METRICS = [("time_to_threshold_s", "time to threshold (s)"), ("speedup", "speedup over sequential (x)"),
+_METRICS = [("speedup", "speedup over sequential (x)"), ("time_to_threshold_s", "time to threshold (s)"),
             ("env_steps_per_s", "environment steps/s"), ("updates_per_s", "updates/s")]
 
 #: Line styles of the engines: solid for the process engine, then the others in the order of their names.
 _ENGINE_STYLES = ["-", "--", "-.", (0, (3, 1, 1, 1, 1, 1))]
 _BUFFER_MARKERS = ["o", "s", "^", "D", "v", "P"]
+
+
+def unreached_tasks(data: pd.DataFrame | None) -> list[str]:
+    """The tasks the figure draws (those with parallel rows) whose time-to-threshold panel is
+    left out: they have time_to_threshold_s rows and no run of theirs (the baseline included)
+    reached the threshold."""
+    if data is None or data.empty or "n_reached" not in data:
+        return []
+    drawn = set(data.loc[~data["baseline"].astype(bool) & data["actors"].notna(), "task"])
+    ttt = data[(data["metric"] == "time_to_threshold_s") & data["task"].isin(drawn)]
+    reached = ttt.groupby("task")["n_reached"].max()
+    return sorted(reached[reached == 0].index)
+
+
+def _panels(data: pd.DataFrame, task: str) -> list[tuple[str, str]]:
+    """The task's panels: every metric it has, time to threshold only when some run reached it."""
+    have = set(data.loc[data["task"] == task, "metric"])
+    unreached = set(unreached_tasks(data[data["task"] == task]))
+    return [(m, label) for m, label in _METRICS
+            if m in have and not (m == "time_to_threshold_s" and task in unreached)]
 
 
 def build(table, metas) -> Plot:
@@ -50,8 +78,16 @@ def build(table, metas) -> Plot:
     seeds = rows.groupby(keys, dropna=False)["seed"].nunique().rename("n_seeds").reset_index()
     data = seeds.merge(data, on=keys, how="left")
     data["n_reached"] = data["n"].fillna(0).astype(int)
-    metrics = [(m, label) for m, label in _METRICS if m in set(data["metric"])]
-    # a task is drawn against actors only when it has parallel rows with an actor count (PAAC's
+    # a configuration that never ran (skipped past the machine's cores, unavailable, failed) has
+    # no measured rate: it is no point of the figure (its rows stay in the results)
+    rates = data[data["metric"] != "time_to_threshold_s"]
+    ran = rates.groupby(keys[:-2] + ["baseline"], dropna=False)["n_reached"].max().rename("ran").reset_index()
+    data = data.merge(ran, on=keys[:-2] + ["baseline"], how="left")
+    data = data[data["ran"].fillna(0) > 0].drop(columns="ran")
+    # workers: the processes that step envs or learn (the parent only watches); the sequential loop is one
+    data["workers"] = [1 if b else int((0 if pd.isna(a) else a) + (0 if pd.isna(l_) else l_))
+                       for a, l_, b in zip(data["actors"], data["learners"], data["baseline"])]
+    # a task is drawn against workers only when it has parallel rows with an actor count (PAAC's
     # batched runs have none: their figures are paac_throughput and training_curves)
     parallel = data[~data["baseline"] & data["actors"].notna()]
     tasks = sorted(set(parallel["task"]))
@@ -65,26 +101,37 @@ def build(table, metas) -> Plot:
     # one dash) still differ where the legend is not beside them
     buffers = sorted({buffer_label(r) for _, r in parallel.iterrows()}) if several else []
     markers = {b: _BUFFER_MARKERS[i % len(_BUFFER_MARKERS)] for i, b in enumerate(buffers)}
-    fig, axes = new_figure(len(tasks), len(metrics), panel=(4.0, 3.2))
+    panels = {task: _panels(data, task) for task in tasks}
+    fig, axes = new_figure(len(tasks), max(len(p) for p in panels.values()), panel=(4.0, 3.2))
     handles = {}
     for r, task in enumerate(tasks):
-        for c, (metric, ylabel) in enumerate(metrics):
+        for c in range(len(panels[task]), axes.shape[1]):
+            axes[r, c].remove()  # a panel left out (no run reached the threshold): the row is shorter
+        for c, (metric, ylabel) in enumerate(panels[task]):
             ax = axes[r, c]
             cell = data[(data["task"] == task) & (data["metric"] == metric)]
             base = cell[cell["baseline"]]
             top = float(cell["max"].max()) if cell["max"].notna().any() else 1.0
-            if not base.empty and base["median"].notna().any():
+            xs = sorted(set(cell.loc[~cell["baseline"], "workers"].astype(int)))
+            if metric == "speedup":
+                # the papers' ideal: speedup = workers, through the sequential loop's (1, 1)
+                ideal = [1, *xs]
+                ax.plot(ideal, ideal, color="0.55", linestyle="--", linewidth=1.0)
+                ax.plot([1], [1.0], marker="o", color="black", markersize=4)
+                handles.setdefault("ideal", handle("ideal (speedup = workers)", "0.55", "", "--"))
+                handles.setdefault("sequential", handle("sequential loop (1 worker)", "black", "o", ""))
+                top = max(top, min(float(max(xs, default=1)), 2.0 * top))
+                xs = [1, *xs]
+            elif not base.empty and base["median"].notna().any():
                 ax.axhline(base["median"].median(), color="black", linestyle=":", linewidth=1.2)
                 handles.setdefault("sequential", handle("sequential baseline", "black", "", ":"))
             elif not base.empty:  # the baseline has rows but no value: it never reached the threshold
                 ax.text(0.02, 0.02, "sequential: not reached", transform=ax.transAxes, fontsize=7)
-            if metric == "speedup":
-                ax.axhline(1.0, color="0.6", linewidth=0.8)
             # one line per engine too: the engines' rates differ by design, and one line through
-            # the process engine's point at 1 actor and Ray's at 2 would draw a trend that no engine has
+            # the process engine's point at 2 workers and Ray's at 3 would draw a trend that no engine has
             group = (["variant", "K", "policy"] if several else []) + ["engine", "learners"]
             for key, line in cell[~cell["baseline"]].groupby(group, dropna=False, sort=True):
-                line = line.sort_values("actors")
+                line = line.sort_values("workers")
                 first = line.iloc[0]
                 colour = worker_colour(first["learners"], False)
                 marker = markers.get(buffer_label(first), "o") if several else "o"
@@ -92,7 +139,7 @@ def build(table, metas) -> Plot:
                 n = 0 if pd.isna(first["learners"]) else int(first["learners"])
                 label = (f"{n} learner{'s' * (n != 1)}" + (f" ({buffer_label(first)})" if several else "")
                          + (f", {engine} engine" if len(engines) > 1 and engine else ""))
-                x = line["actors"].astype(float).to_numpy()
+                x = line["workers"].astype(float).to_numpy()
                 reached = line["median"].notna().to_numpy()
                 med = line["median"].to_numpy(float)
                 ax.errorbar(x[reached], med[reached], yerr=[med[reached] - line["min"].to_numpy(float)[reached],
@@ -100,6 +147,8 @@ def build(table, metas) -> Plot:
                             color=colour, marker=marker, markersize=4, capsize=2, linewidth=1.4,
                             linestyle=dashes.get(engine, "-"))
                 for xi, (_, p) in zip(x, line.iterrows()):
+                    if metric != "time_to_threshold_s":
+                        continue
                     if p["n_reached"] == 0:  # drawn near the top edge, whatever the scale
                         ax.plot(xi, 0.92, marker="x", color=colour, transform=ax.get_xaxis_transform())
                         ax.annotate("not reached", (xi, 0.92), xycoords=ax.get_xaxis_transform(), fontsize=6,
@@ -108,22 +157,27 @@ def build(table, metas) -> Plot:
                         ax.annotate(f"{p['n_reached']}/{p['n_seeds']}", (xi, p["median"]), fontsize=6, color=colour,
                                     xytext=(3, 3), textcoords="offset points")
                 handles.setdefault(label, handle(label, colour, marker, linestyle=dashes.get(engine, "-")))
-            xs = sorted(set(cell.loc[~cell["baseline"], "actors"].dropna().astype(int)))
+            ax.set_xscale("log", base=2)
             if xs:
                 ax.set_xticks(xs, [str(v) for v in xs])
+                ax.set_xlim(min(xs) / 1.3, max(xs) * 1.3)  # room for the k/n labels
+            ax.minorticks_off()
             ax.set_ylim(0, top * 1.12)
-            ax.margins(x=0.12)  # room for the k/n labels
             ax.grid(alpha=0.3)
-            ax.set_xlabel("actors")
+            ax.set_xlabel("workers (actor + learner processes)")
             ax.set_ylabel(ylabel)
             # the task on two lines ("dqn on CartPole-v1" over its ratio and envs): on one line the
             # longest ("..., 0.015625 updates/step, 16 envs/actor") ran into the next panel's title
             ax.set_title(task.replace(", ", "\n", 1), fontsize=9)
-    fig.suptitle("Training at scale: median over seeds, bars = min-max; dotted: sequential baseline", fontsize=10)
+    left_out = unreached_tasks(data)
+    fig.suptitle("Training at scale: median over seeds, bars = min-max; speedup over the sequential loop of the "
+                 "same run" + ("; time-to-threshold panels left out where no run reached it" if left_out else ""),
+                 fontsize=10)
     legend(fig, list(handles.values()), title="learners")
     data = data.sort_values(["task", "metric", "learners", "actors"]).reset_index(drop=True)
-    return Plot(fig, data, "Time to the reward threshold, speedup over the sequential baseline and rates, "
-                           "against actors, one line per number of learners.")
+    return Plot(fig, data, "Speedup over the sequential loop (same run), time to the reward threshold and rates, "
+                           "against workers (actor + learner processes, log2), one line per number of learners; "
+                           "dashed: the ideal speedup.")
 
 
 def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFrame]) -> list[str]:
@@ -160,11 +214,21 @@ def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFr
     body = [line for _, line in sorted(rows, key=lambda r: r[0])]
     return (["## Training", "", "Per task (algorithm, environment, gradient updates per environment step) and buffer, "
              "the sequential baseline first, then each parallel configuration, one row per engine that ran it "
-             "(docs/engines/). Medians over seeds; time to threshold "
+             "(docs/engines/); workers = actor + learner processes. Medians over seeds; time to threshold "
              "over the seeds that reached it (k/n = k of n seeds reached it); speedup over the sequential baseline "
              "of the same task and seed.", ""]
             + md.table(["task", "engine", "variant / policy", "workers", "time to threshold (s)", "speedup",
-                        "env steps/s", "updates/s"], body) + [""] + bounds_section(res))
+                        "env steps/s", "updates/s"], body) + [""] + left_out_line(data) + bounds_section(res))
+
+
+def left_out_line(data: pd.DataFrame | None) -> list[str]:
+    """One line naming the tasks whose time-to-threshold panel the figure leaves out (no run of
+    theirs reached the threshold), then a blank line; ``[]`` when every panel is drawn."""
+    tasks = unreached_tasks(data)
+    if not tasks:
+        return []
+    return [f"The figure leaves out the time-to-threshold panel of {'; '.join(tasks)}: no run of "
+            f"{'that task' if len(tasks) == 1 else 'those tasks'} reached the reward threshold.", ""]
 
 
 #: The summary metrics of :func:`bounds_section`: (metric, the ``training_bounds`` target's key, at least?).

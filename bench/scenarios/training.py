@@ -61,7 +61,9 @@ name or the CPU's model), per run:
 A run that fails (a worker raised, a timeout) is one row (op "summary", metric
 env_steps_per_s) with status "failed" and the error; the suite goes on with the next run. A
 run on a device this machine lacks (``devices: ["cpu", "cuda"]`` without a GPU) is one such
-row with status "unavailable" and the reason.
+row with status "unavailable" and the reason. A parallel layout of a ``"layouts": "cores"``
+grid with more workers (actors + learners) than the machine's usable cores is one such row
+with status "skipped", the reason, and params.cores (bench/suites/training-cores.json).
 
 A suite's ``devices`` runs its grid once per learner device, and ``parts`` (a list of grids,
 each the suite's keys with its own in their place) puts several algorithms or environments in
@@ -87,7 +89,7 @@ from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, Sel
 
 __all__ = ["SUMMARY_UNITS", "REPLAY_PART_UNITS", "WRITE_EVERY_S", "run_base", "episode_rows", "result_rows",
            "replay_part_rows", "EpisodeRows", "ProgressBar",
-           "format_table", "suite_configs", "Training", "SCENARIO", "run_configs"]
+           "format_table", "suite_configs", "suite_grid", "core_layouts", "Training", "SCENARIO", "run_configs"]
 
 #: Seconds between two writes of a run's new episode rows while it trains (:class:`EpisodeRows`):
 #: what a failure at the end can lose at most, against an fsync per write in the loop's process.
@@ -335,30 +337,75 @@ def format_table(rows: list[dict]) -> str:
 
 # ------------------------------------------------------------------------------------------ suite
 #: The keys of a training suite's grid (:func:`suite_configs`), which a part may set.
-GRID_KEYS = ("algo", "env", "steps", "seeds", "buffers", "layouts", "ratios", "envs_per_actor", "backends",
-             "devices", "overrides", "insert_batch", "weight_sync_every", "ratio_tolerance", "timeout_s",
+GRID_KEYS = ("algo", "env", "steps", "seeds", "buffers", "layouts", "max_workers", "ratios", "envs_per_actor",
+             "backends", "devices", "overrides", "insert_batch", "weight_sync_every", "ratio_tolerance", "timeout_s",
              "start_method")
 
 
-def _layouts(value) -> list[tuple[int, int]]:
+def core_layouts(max_workers: int) -> list[tuple[int, int]]:
+    """The ``"cores"`` layouts: the sequential baseline, then at every worker count ``w`` in
+    2, 4, 8, ... up to ``max_workers`` (and ``max_workers`` itself when it is not a power of
+    two) the splits of ``w`` processes into ``w - L`` actors and ``L`` learners for L = 1, 2,
+    4, ... while ``L <= w / 2`` (the actors, which bound a run at a low update ratio, never
+    fewer than the learners): 2 -> (1, 1); 4 -> (3, 1), (2, 2); 8 -> (7, 1), (6, 2), (4, 4);
+    ... A worker is one process (the parent only watches)."""
+    if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 2:
+        raise ValueError(f"max_workers must be an integer >= 2, got {max_workers!r}")
+    counts = [1 << k for k in range(1, max_workers.bit_length()) if 1 << k <= max_workers]
+    counts += [max_workers] if counts[-1] != max_workers else []
+    out = [(0, 0)]
+    for w in counts:
+        learners = 1
+        while learners <= w // 2:
+            out.append((w - learners, learners))
+            learners *= 2
+    return out
+
+
+def _layouts(value, max_workers=None) -> list[tuple[int, int]]:
     """The suite's ``layouts`` as ``(actors, learners)`` pairs, or a ValueError naming the value:
-    a list of two-item lists of integers >= 0 (``"2,1"`` or ``[2, 1]`` is not one)."""
+    a list of two-item lists of integers >= 0 (``"2,1"`` or ``[2, 1]`` is not one), or
+    ``"cores"``: :func:`core_layouts` up to the larger of ``max_workers`` (an integer, or
+    ``"cores"``: no more than the machine's) and this machine's usable cores
+    (:func:`impl.machine.usable_cores`)."""
+    if value == "cores":
+        from replaybench.impl.machine import usable_cores
+
+        if max_workers is None or max_workers == "cores":
+            max_workers = usable_cores()
+        elif isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 2:
+            raise ValueError(f"'max_workers' must be an integer >= 2 or \"cores\", got {max_workers!r}")
+        return core_layouts(max(2, max_workers, usable_cores()))
+    if max_workers is not None:
+        raise ValueError(f"'max_workers' goes with 'layouts': \"cores\", not with layouts {value!r}")
+
     def pair(x) -> bool:
         return (isinstance(x, (list, tuple)) and len(x) == 2
                 and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in x))
 
     if not isinstance(value, list) or not value or not all(pair(x) for x in value):
         raise ValueError(f"'layouts' must be a non-empty list of [actors, learners] pairs of integers >= 0 "
-                         f"([0, 0]: the sequential baseline), got {value!r}")
+                         f"([0, 0]: the sequential baseline) or \"cores\", got {value!r}")
     return [tuple(x) for x in value]
 
 
 def suite_configs(suite: dict, variants: list[str] | None = None) -> list:
-    """The suite's grid as TrainConfigs: seeds x buffers x layouts, each buffer's baseline first.
+    """The suite's grid as TrainConfigs: seeds x buffers x layouts, each buffer's baseline first
+    (:func:`suite_grid` without the cores each run may use)."""
+    return [cfg for cfg, _ in suite_grid(suite, variants)]
+
+
+def suite_grid(suite: dict, variants: list[str] | None = None) -> list[tuple]:
+    """The suite's grid as ``(TrainConfig, cores)`` pairs: seeds x buffers x layouts, each
+    buffer's baseline first; ``cores`` is this machine's usable cores for a grid whose layouts
+    are ``"cores"`` (a run of more workers is a skipped row, :func:`cells_for`), else None.
 
     ``suite`` keys: algo, env, steps, seeds, buffers (list of {"variant", "policy", "params"}),
     layouts (list of [actors, learners]; [0, 0] = the sequential baseline, and the only layout
-    of an algorithm with its own engine, e.g. a2c on PAAC), and optionally
+    of an algorithm with its own engine, e.g. a2c on PAAC; or ``"cores"``: :func:`core_layouts`
+    up to ``max_workers`` or the machine's usable cores, whichever is more, those past the usable
+    cores listed as skipped rows so that a small machine's run names the cells it could not
+    measure: bench/suites/training-cores.json), and optionally
     ratios (updates_per_step values, each a grid point with its own baseline; default: the
     algorithm's preset), envs_per_actor (E values, each a grid point with its own sequential
     baseline stepping E envs too; default [1]), backends (engines of the parallel layouts,
@@ -381,7 +428,7 @@ def suite_configs(suite: dict, variants: list[str] | None = None) -> list:
             if unknown:
                 raise ValueError(f"a part may set {list(GRID_KEYS)}, not {unknown}")
             whole = {k: v for k, v in suite.items() if k != "parts"}
-            configs += suite_configs({**whole, **part}, variants)
+            configs += suite_grid({**whole, **part}, variants)
         return configs
     from replaybench.impl.rl import TrainConfig
 
@@ -392,7 +439,13 @@ def suite_configs(suite: dict, variants: list[str] | None = None) -> list:
     if variants is not None and not buffers:
         known = sorted({b["variant"] for b in suite["buffers"]})
         raise ValueError(f"no buffer of suite {suite['name']!r} is among {variants}; the suite has {known}")
-    layouts = sorted(_layouts(suite["layouts"]), key=lambda al: (al[0] * al[1] != 0, al))
+    layouts = sorted(_layouts(suite["layouts"], suite.get("max_workers")), key=lambda al: (al[0] * al[1] != 0, al))
+    if suite["layouts"] == "cores":
+        from replaybench.impl.machine import usable_cores
+
+        cores = usable_cores()
+    else:
+        cores = None
     overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in (suite.get("overrides") or {}).items()}
     extra = {k: suite[k] for k in ("insert_batch", "weight_sync_every", "ratio_tolerance", "timeout_s",
                                     "start_method") if k in suite}
@@ -407,13 +460,13 @@ def suite_configs(suite: dict, variants: list[str] | None = None) -> list:
                     for b in buffers:
                         for actors, learners in layouts:
                             for backend in (["process"] if actors * learners == 0 else backends):
-                                configs.append(TrainConfig(algo=suite["algo"], env=suite["env"], buffer=b["variant"],
-                                                           policy=b.get("policy", "lazy-writing"),
-                                                           buffer_params=dict(b.get("params") or {}), actors=actors,
-                                                           learners=learners, steps=suite["steps"], seed=seed,
-                                                           envs_per_actor=envs,
-                                                           overrides={**overrides, **ratio_override},
-                                                           backend=backend, device=device, **extra))
+                                configs.append((TrainConfig(algo=suite["algo"], env=suite["env"], buffer=b["variant"],
+                                                            policy=b.get("policy", "lazy-writing"),
+                                                            buffer_params=dict(b.get("params") or {}), actors=actors,
+                                                            learners=learners, steps=suite["steps"], seed=seed,
+                                                            envs_per_actor=envs,
+                                                            overrides={**overrides, **ratio_override},
+                                                            backend=backend, device=device, **extra), cores))
     return configs
 
 
@@ -445,16 +498,19 @@ def _resolved(cfg) -> dict:
 
 
 def cells_for(configs: list) -> list[Cell]:
-    """One cell per TrainConfig, each checked (SelectionError naming the run). A run whose
-    ``device`` this machine lacks (``cuda`` where torch sees no GPU) is an ``unavailable`` cell
-    naming the reason; the rest of its config is checked all the same."""
+    """One cell per TrainConfig (or ``(TrainConfig, cores)`` pair, :func:`suite_grid`), each
+    checked (SelectionError naming the run). A run whose ``device`` this machine lacks (``cuda``
+    where torch sees no GPU) is an ``unavailable`` cell naming the reason; a parallel run of more
+    workers (actors + learners) than ``cores`` a ``skipped`` cell saying so; the rest of its
+    config is checked all the same."""
     import dataclasses
 
     from replaybench.impl.rl import algorithms
     from replaybench.impl.rl.common.device import DEVICES, unavailable_reason
 
     cells = []
-    for cfg in configs:
+    for item in configs:
+        cfg, cores = item if isinstance(item, tuple) else (item, None)
         own = algorithms.ALGORITHMS.get(cfg.algo).engine if cfg.algo in algorithms.ALGORITHMS else None
         if own is not None:  # an algorithm's own engine: no buffer, no layout
             label = f"{cfg.algo} {cfg.env} {own} seed={cfg.seed}"
@@ -473,8 +529,15 @@ def cells_for(configs: list) -> list[Cell]:
         except ValueError as err:
             raise SelectionError(f"training run {label}: {err}") from None
         columns = {**run_base(cfg, acfg, {}), "op": "summary", "metric": "env_steps_per_s", "unit": "steps/s"}
-        cells.append(Cell(label, columns, cfg, skip=f"device {cfg.device!r}: {missing}" if missing else "",
-                          skip_status="unavailable"))
+        if missing:
+            cells.append(Cell(label, columns, cfg, skip=f"device {cfg.device!r}: {missing}", skip_status="unavailable"))
+        elif cores is not None and not cfg.sequential and cfg.actors + cfg.learners > cores:
+            cells.append(Cell(label, {**columns, "params": {**columns["params"], "cores": cores}}, cfg,
+                              skip=f"{cfg.actors + cfg.learners} workers ({cfg.actors} actors + {cfg.learners} "
+                                   f"learner{'s' * (cfg.learners != 1)}) past this machine's {cores} usable "
+                                   f"core{'s' * (cores != 1)}", skip_status="skipped"))
+        else:
+            cells.append(Cell(label, columns, cfg))
     return cells
 
 
@@ -482,14 +545,15 @@ class Training(Scenario):
     """Training runs end to end (see the module docstring)."""
 
     name = "training"
-    suite_keys = frozenset({"algo", "env", "steps", "seeds", "buffers", "layouts", "ratios", "envs_per_actor",
+    suite_keys = frozenset({"algo", "env", "steps", "seeds", "buffers", "layouts", "max_workers", "ratios",
+                            "envs_per_actor",
                             "backends", "overrides", "insert_batch", "weight_sync_every", "ratio_tolerance",
                             "timeout_s", "start_method", "devices", "parts"})
     unit = "run"
 
     def cells(self, suite: dict, selection: Selection) -> list[Cell]:
         with suite_errors(suite):
-            configs = suite_configs(suite, selection.variants)
+            configs = suite_grid(suite, selection.variants)
         return cells_for(configs)
 
     def meta(self, suite: dict, selection: Selection, cells: list[Cell]) -> dict:

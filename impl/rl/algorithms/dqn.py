@@ -150,8 +150,9 @@ class DQNLearner(Learner):
     :class:`~impl.rl.algorithms.base.Learner`; ``seed`` seeds torch, so equal seeds give equal networks).
 
     ``grad_hook(params)``, when set, is called between backward and the optimizer step: the
-    parallel loop sets it to a :class:`~impl.rl.algorithms.nets.GradientAverager` so L learners apply the
-    same averaged gradient. ``device`` (:mod:`impl.rl.common.device`) holds both networks and
+    parallel loops set it to a gradient averager (the process engine's
+    :class:`~impl.rl.common.allreduce.SharedGradientAverager`, Ray's
+    :class:`~impl.rl.algorithms.nets.GradientAverager`) so L learners apply the same averaged gradient. ``device`` (:mod:`impl.rl.common.device`) holds both networks and
     Adam's state; they are built on the CPU from ``seed`` and moved there. Cost per ``learn``:
     forward of 3 networks (online on obs and next_obs, target on next_obs), one backward, one
     Adam step, and off the CPU one host-to-device copy per field given as a numpy array plus

@@ -67,7 +67,9 @@ def params_digest(*modules: nn.Module) -> str:
 
 
 class GradientAverager:
-    """Averages gradients across the learners of a torch.distributed process group.
+    """Averages gradients across the learners of a torch.distributed process group (the Ray
+    engine's learners, which may span machines; the process engine's, on one machine, use
+    :class:`~impl.rl.common.allreduce.SharedGradientAverager`).
 
     ``averager(params)`` flattens the gradients of ``params`` into one buffer, all-reduces it
     (sum) and divides by the world size: one collective per call, however many tensors.

@@ -9,7 +9,8 @@
        │     sends its finished episodes to the parent's log in one message per 50 ms
        │     (impl.rl.common.episode_outbox), the rest on every exit
        └── learner r (L of them)    waits on the rate limiter, samples batch_size // L,
-             learn() with gradients all-reduced over gloo (L > 1) on TrainConfig.device
+             learn() with gradients averaged across the learners (L > 1: PAL's scheme, over
+             shared memory, impl.rl.common.allreduce) on TrainConfig.device
              (samples reach it through pinned memory: impl.rl.common.device_feed),
              update_priorities;
              learner 0 publishes the policy weights every weight_sync_every updates; after the
@@ -25,6 +26,17 @@ passes ``ratio_tolerance``; both record the time they waited. Learners do exactl
 Seeds: :class:`~impl.rl.common.seeding.RunSeeds` gives each actor its env, exploration and
 buffer-handle streams, each learner its buffer-handle stream, and every learner the same torch
 seed. Only ``TrainConfig`` travels to the workers; each derives its own seeds from it.
+
+Learners (L > 1): every learner starts from the same seeded weights (learner 0's are broadcast
+to make sure), samples its own batch of ``batch_size // L`` rows from the shared buffer, writes
+its own priority updates to it, and averages its gradients with the others' before each
+optimizer step (:class:`~impl.rl.common.allreduce.SharedAllreduce`: a reduce-scatter in rank
+order, so every learner gets the same bits and all hold identical weights after every update).
+Learner 0 publishes the weights the actors read. A learner that dies is seen by the parent,
+which stops the run: its peers leave the all-reduce's wait on the stop flag; a learner that
+hangs makes the others' wait end after ``max(60, join_timeout_s)`` seconds with
+:class:`~impl.rl.common.allreduce.AllreduceTimeout` naming it. With L = 1 there is no hook:
+the learner runs exactly as it did before the all-reduce existed.
 
 Exit paths: each worker reports ``done`` (or ``error`` with its traceback) on a queue and
 closes its attachment to the buffer. The parent watches the queue and the processes' exit
@@ -64,7 +76,8 @@ from replaybench.impl.rl.common.envs import (
 from replaybench.impl.rl.common.episode_outbox import EpisodeOutbox
 from replaybench.impl.rl.common.errors import ConfigError, InjectedFailure, WorkerFailed
 from replaybench.impl.rl.common.local_replay import buffer_kwargs
-from replaybench.impl.rl.common.processes import PROGRESS_EVERY_S, free_port, share
+from replaybench.impl.rl.common.allreduce import SharedAllreduce, SharedGradientAverager
+from replaybench.impl.rl.common.processes import PROGRESS_EVERY_S, share
 from replaybench.impl.rl.common.profiler import SectionProfiler
 from replaybench.impl.rl.common.replay_timing import ALONE_BUDGET_S, ALONE_CALLS, ReplayParts, replay_alone
 from replaybench.impl.rl.common.result import TrainResult, total_updates
@@ -81,7 +94,7 @@ if TYPE_CHECKING:  # the config module imports the engines to check a run agains
 
 __all__ = ["run_parallel", "run_workers", "Role", "WorkerRun", "worker_result"]
 
-STARTUP_TIMEOUT_S = 180.0  # imports, numba cache loads and gloo rendezvous, on a loaded 2-core machine
+STARTUP_TIMEOUT_S = 180.0  # imports and numba cache loads, on a loaded 2-core machine
 
 
 
@@ -149,8 +162,8 @@ def _actor_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: S
                 env.close()
 
 
-def _replay_alone(cfg, rank: int, world: int, buf, state: SharedState, batch_size: int, beta: float, priorities,
-                  n_updates: int, learner, pause_s: float) -> dict | None:
+def _replay_alone(cfg, rank: int, group: SharedAllreduce | None, buf, state: SharedState, batch_size: int,
+                  beta: float, priorities, n_updates: int, learner, pause_s: float) -> dict | None:
     """The learner's replay calls timed alone (:func:`~impl.rl.common.replay_timing.replay_alone`),
     after the timed part: once every actor has inserted its last step (waited for at most
     ``ALONE_BUDGET_S``; the stop flag ends the wait), and one learner after another (a barrier
@@ -158,27 +171,27 @@ def _replay_alone(cfg, rank: int, world: int, buf, state: SharedState, batch_siz
     ``learner``'s own gradient step between each sample and its update, and ``pause_s`` (its
     mean wait per update in the run) before each call. Those steps change the learner's weights
     (read its digest before) and run without the gradient all-reduce (its peers wait at the
-    barrier meanwhile; the weights are not used after this). None without updates."""
-    import torch.distributed as dist
-
+    barrier meanwhile; the weights are not used after this). None without updates.
+    ``group``: the learners' all-reduce, whose barrier separates the turns (None: one learner)."""
     deadline = time.monotonic() + ALONE_BUDGET_S
     while state.env_steps() < cfg.steps and not state.stopped and time.monotonic() < deadline:
         time.sleep(0.001)
     alone = None
-    for turn in range(world):  # every rank meets every barrier, stopped or not: one leaving early hangs its peers
+    for turn in range(1 if group is None else group.world):  # every rank meets every barrier
         if turn == rank and priorities is not None and n_updates > 0 and not state.stopped:
             learner.grad_hook = None
             alone = replay_alone(buf, batch_size, beta, priorities, min(ALONE_CALLS, n_updates),
                                  learn=lambda batch: learner.learn(batch)[1], pause_s=pause_s)
-        if world > 1:
-            dist.barrier()
+        if group is not None:
+            group.barrier()
     return alone
 
 
 def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: SharedWeights, out, *,
-                  port: int) -> dict:
-    import torch.distributed as dist
-    from replaybench.impl.rl.algorithms.nets import GradientAverager
+                  group: SharedAllreduce | None = None) -> dict:
+    """Learner ``rank``'s updates (module docstring); ``group``: the learners' all-reduce, None
+    for one learner."""
+    import torch
 
     algo = algorithms.get(cfg.algo)
     acfg = cfg.algo_config()
@@ -187,85 +200,77 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
     env.close()
     world = state.learners
     if world > 1:
-        from datetime import timedelta
+        group.bind(rank, stopped=lambda: state.stopped)
+    device = resolve_device(cfg.device)
+    learner = algo.learner_cls(spaces, acfg, RunSeeds(cfg.seed).networks,  # every rank: same initial weights
+                               device=device)
+    if world > 1:
+        for module in learner.modules():  # and make sure of it: learner 0's, bit for bit
+            for p in module.parameters():
+                flat = p.data.reshape(-1).to("cpu", torch.float32, copy=True)
+                p.data.copy_(torch.from_numpy(group.broadcast(flat.numpy())).view_as(p.data))
+        learner.grad_hook = SharedGradientAverager(group)
+    if rank == 0:
+        weights.publish(learner.get_flat_weights())
+    limiter = RateLimiter(state, acfg.updates_per_step, acfg.learning_starts, cfg.ratio_tolerance,
+                          stage_rows(cfg.insert_batch, cfg.envs_per_actor))
+    fail_at = cfg.failure_point("learner", rank)
+    n_updates = total_updates(cfg.steps, acfg.updates_per_step, acfg.learning_starts)
+    batch_size = acfg.batch_size // world
+    actor_ids = np.zeros(state.actors, dtype=np.int64)
+    prof = SectionProfiler()
+    replay, sgd = prof.section("replay"), prof.section("sgd")
+    buf.warm_up()
+    out.put(("ready", f"learner-{rank}"))
+    t0 = state.wait_for_go()
+    prof.restart()
 
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                                timeout=timedelta(seconds=max(60.0, cfg.join_timeout_s)))
+    parts = ReplayParts(buf)
+    parts.start()
+    priorities = None
+    paced_wait = 0.0  # the waits for updates 2..n: the run's pace, without the wait for learning_starts
+    draw = _SampleSource(cfg, rank, buf, batch_size, device)
     try:
-        device = resolve_device(cfg.device)
-        learner = algo.learner_cls(spaces, acfg, RunSeeds(cfg.seed).networks,  # every rank: same initial weights
-                                   device=device)
-        if world > 1:
-            for module in learner.modules():  # and make sure of it
-                for p in module.parameters():
-                    dist.broadcast(p.data, src=0)
-            learner.grad_hook = GradientAverager(world)
-        if rank == 0:
-            weights.publish(learner.get_flat_weights())
-        limiter = RateLimiter(state, acfg.updates_per_step, acfg.learning_starts, cfg.ratio_tolerance,
-                              stage_rows(cfg.insert_batch, cfg.envs_per_actor))
-        fail_at = cfg.failure_point("learner", rank)
-        n_updates = total_updates(cfg.steps, acfg.updates_per_step, acfg.learning_starts)
-        batch_size = acfg.batch_size // world
-        actor_ids = np.zeros(state.actors, dtype=np.int64)
-        prof = SectionProfiler()
-        replay, sgd = prof.section("replay"), prof.section("sgd")
-        buf.warm_up()
-        out.put(("ready", f"learner-{rank}"))
-        t0 = state.wait_for_go()
-        prof.restart()
-
-        parts = ReplayParts(buf)
-        parts.start()
-        priorities = None
-        paced_wait = 0.0  # the waits for updates 2..n: the run's pace, without the wait for learning_starts
-        draw = _SampleSource(cfg, rank, buf, batch_size, device)
-        try:
-            for u in range(n_updates):
-                waited = limiter.wait_update(rank, u)
-                prof.add("wait", waited)
-                if u > 0:
-                    paced_wait += waited
-                if state.stopped:
-                    raise Stopped()
-                beta = acfg.beta(state.env_steps())  # bookkeeping (a sum over the actors' counters), not replay
-                with replay:
-                    s0, c0 = time.perf_counter(), time.thread_time()
-                    batch = draw.take(beta, u + 1 < n_updates)
-                    c1 = time.thread_time()
-                    parts.sample_s += time.perf_counter() - s0
-                with sgd:
-                    _, priorities = learner.learn(batch)
-                with replay:
-                    c2 = time.thread_time()
-                    buf.update_priorities(batch["indices"], priorities, batch["stamps"])
-                    parts.cpu_s += (c1 - c0) + (time.thread_time() - c2)
-                actor_ids += np.bincount(batch["actor"], minlength=state.actors)[: state.actors]
-                state.learner_updates[rank] = u + 1
-                if rank == 0 and (u + 1) % cfg.weight_sync_every == 0:
-                    weights.publish(learner.get_flat_weights())
-                if fail_at is not None and u + 1 >= fail_at:
-                    raise InjectedFailure(f"learner {rank}: injected failure at update {u + 1}")
-        finally:
-            lock_wait = draw.close()
-        if world > 1:
-            dist.barrier()  # nobody tears the group down while a peer still talks to it
-        end = time.monotonic() - t0
-        profile = prof.breakdown()
-        in_run = parts.finish(profile["replay"])
-        if rank > 0:  # the redraw count is the buffer's, not this learner's: learner 0 reports it for all
-            in_run["redrawn_rows"] = 0
-        lock_wait += buf.lock_wait_seconds
-        digest = learner.digest()  # before the calls alone: their gradient steps change the weights
-        alone = _replay_alone(cfg, rank, world, buf, state, batch_size, acfg.beta(state.env_steps()), priorities,
-                              n_updates, learner, paced_wait / (n_updates - 1) if n_updates > 1 else 0.0)
-        return {"role": "learner", "rank": rank, "updates": n_updates, "end_s": end, "profile": profile,
-                "wait_s": float(state.learner_wait[rank]), "lock_wait_s": lock_wait,
-                "sample_s": in_run["sample"], "replay_parts": in_run, "replay_alone": alone,
-                "digest": digest, "actor_ids": actor_ids.tolist()}
+        for u in range(n_updates):
+            waited = limiter.wait_update(rank, u)
+            prof.add("wait", waited)
+            if u > 0:
+                paced_wait += waited
+            if state.stopped:
+                raise Stopped()
+            beta = acfg.beta(state.env_steps())  # bookkeeping (a sum over the actors' counters), not replay
+            with replay:
+                s0, c0 = time.perf_counter(), time.thread_time()
+                batch = draw.take(beta, u + 1 < n_updates)
+                c1 = time.thread_time()
+                parts.sample_s += time.perf_counter() - s0
+            with sgd:
+                _, priorities = learner.learn(batch)
+            with replay:
+                c2 = time.thread_time()
+                buf.update_priorities(batch["indices"], priorities, batch["stamps"])
+                parts.cpu_s += (c1 - c0) + (time.thread_time() - c2)
+            actor_ids += np.bincount(batch["actor"], minlength=state.actors)[: state.actors]
+            state.learner_updates[rank] = u + 1
+            if rank == 0 and (u + 1) % cfg.weight_sync_every == 0:
+                weights.publish(learner.get_flat_weights())
+            if fail_at is not None and u + 1 >= fail_at:
+                raise InjectedFailure(f"learner {rank}: injected failure at update {u + 1}")
     finally:
-        if world > 1 and dist.is_initialized():
-            dist.destroy_process_group()
+        lock_wait = draw.close()
+    end = time.monotonic() - t0
+    profile = prof.breakdown()
+    in_run = parts.finish(profile["replay"])
+    if rank > 0:  # the redraw count is the buffer's, not this learner's: learner 0 reports it for all
+        in_run["redrawn_rows"] = 0
+    lock_wait += buf.lock_wait_seconds
+    digest = learner.digest()  # before the calls alone: their gradient steps change the weights
+    alone = _replay_alone(cfg, rank, group, buf, state, batch_size, acfg.beta(state.env_steps()), priorities,
+                          n_updates, learner, paced_wait / (n_updates - 1) if n_updates > 1 else 0.0)
+    return {"role": "learner", "rank": rank, "updates": n_updates, "end_s": end, "profile": profile,
+            "wait_s": float(state.learner_wait[rank]), "lock_wait_s": lock_wait,
+            "sample_s": in_run["sample"], "replay_parts": in_run, "replay_alone": alone,
+            "digest": digest, "actor_ids": actor_ids.tolist()}
 
 
 class _SampleSource:
@@ -509,8 +514,11 @@ def run_workers(cfg: TrainConfig, acfg, actor_side: Role, progress=None) -> Work
     env = make_env(cfg.env, algo)
     fields = transition_fields(env)
     env.close()
-    policy_size = algo.learner_cls((env.observation_space, env.action_space), acfg,
-                                   seeds.networks).get_flat_weights().numel()
+    probe = algo.learner_cls((env.observation_space, env.action_space), acfg, seeds.networks)
+    policy_size = probe.get_flat_weights().numel()
+    # the most floats one gradient all-reduce may carry: every parameter of every network
+    grad_size = sum(p.numel() for module in probe.modules() for p in module.parameters())
+    del probe
 
     ctx = mp.get_context(cfg.start_method)
     if cfg.start_method == "forkserver":  # imported once
@@ -524,8 +532,9 @@ def run_workers(cfg: TrainConfig, acfg, actor_side: Role, progress=None) -> Work
         state = SharedState(ctx, cfg.actors, cfg.learners)
         weights = SharedWeights(ctx, state, policy_size)
         out = ctx.Queue()
-        port = free_port() if cfg.learners > 1 else 0
-        learners = Role("learner", cfg.learners, functools.partial(_learner_loop, port=port))
+        group = (SharedAllreduce(ctx, cfg.learners, grad_size, timeout_s=max(60.0, cfg.join_timeout_s))
+                 if cfg.learners > 1 else None)
+        learners = Role("learner", cfg.learners, functools.partial(_learner_loop, group=group))
         for role in (learners, actor_side):
             for rank in range(role.count):
                 procs.append(ctx.Process(target=_worker, name=f"{role.name}-{rank}", daemon=role.daemon,

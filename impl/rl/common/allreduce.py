@@ -1,0 +1,255 @@
+"""Gradient averaging between the learner processes of one machine, over shared memory.
+
+PAL's learners (context/papers.md, section 1) each sample B/L, compute gradients, average them
+behind a barrier and take the same optimizer step. :class:`SharedAllreduce` is that average for
+the process engine's L learners: a reduce-scatter and an all-gather over one shared-memory
+block, with no socket, no rendezvous port and no collective library.
+
+    inputs   [L, n] float32   rank r writes its gradient vector into row r       (phase 1)
+    result   [n]    float32   rank r sums the chunk r of every row, in rank order (phase 2)
+                              every rank copies the whole result back          (after phase 2)
+    arrived  [L]    int64     rank r's count of phases it reached (its only writer: diagnostics)
+
+A phase ends with a barrier: under one lock a rank counts itself in (two counters, by the
+phase's parity, so a fast rank's next phase never takes a wake-up meant for a slow rank of
+this one); the last to arrive posts L - 1 times to the phase's semaphore; the others poll the
+semaphore a few hundred times (peers on cores of their own arrive within microseconds) and
+then block on it (futex: a peer that has to be scheduled first, on a machine with fewer cores
+than processes, wakes them at once, where a polling loop's sleeps would add up to a millisecond
+a phase). Single buffers suffice: rank r
+writes ``inputs[r]`` for the next call only after the phase-2 barrier of this one (every rank
+has read every row), and writes its chunk of ``result`` only after the next phase-1 barrier
+(every rank has copied the last result out).
+
+Why not torch.distributed's gloo on localhost (what the process engine used before, and what
+the Ray engine still uses across machines): for the small networks the harness trains (DQN
+CartPole's preset: 17,410 parameters) an all-reduce is latency, not bandwidth; gloo's goes through TCP
+sockets (tens to hundreds of microseconds per call, each a system call per peer), this one is
+two barriers on a lock and a semaphore (bench/allreduce_latency.py measures both; figures in
+docs/engines/process.md). gloo's rendezvous also needs a free port (a race
+with any other process on the machine) and its timeout ends in an error that does not say which
+peer is missing; here a wait past ``timeout_s`` raises :class:`AllreduceTimeout` naming the
+learners that did not arrive, and a stop flag (a dead peer seen by the parent) ends every wait.
+
+Determinism: every element of the mean is summed by one rank, in rank order 0..L-1, in float32,
+then divided by L; every rank copies those same bits. So the L learners hold identical weights
+after every step (the same optimizer step on the same gradients), run after run, whatever the
+order in which they arrive. With L = 1 the engine sets no hook at all: the one learner computes
+what it computed before this module existed, bit for bit.
+
+Memory order: a rank's stores (its row, its chunk) come before its barrier's lock release and
+semaphore post, and the readers' loads after their acquire: the lock and the semaphore (POSIX,
+futex-based) order them on every CPU.
+
+Cost per call, per rank: one copy of n floats in, n floats summed over L rows of one chunk
+(n reads + n/L writes), one copy of n floats out, two barriers. Memory: (L + 1) * n * 4 bytes
+plus 8 per learner, in ``multiprocessing.RawArray`` blocks (anonymous: nothing stays in
+/dev/shm whatever way the processes end), one lock and two semaphores.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from replaybench.impl.ratelimit import Stopped
+
+__all__ = ["SharedAllreduce", "AllreduceTimeout", "SharedGradientAverager"]
+
+#: Non-blocking polls of the semaphore before a waiting rank blocks on it: learners that arrive
+#: together on cores of their own (they run the same step on the same batch size) meet within these.
+_SPIN = 200
+#: The longest a blocked rank waits before it checks the stop flag and its deadline again.
+_CHECK_EVERY_S = 0.05
+
+
+class AllreduceTimeout(RuntimeError):
+    """A learner waited longer than the all-reduce's ``timeout_s`` for its peers;
+    ``missing`` lists the ranks that had not arrived."""
+
+    def __init__(self, rank: int, missing: list[int], phase: int, timeout_s: float):
+        names = ", ".join(f"learner-{m}" for m in missing)
+        super().__init__(f"learner-{rank} waited {timeout_s:g} s at gradient all-reduce phase {phase} for {names}, "
+                         f"which did not arrive (stuck or dead)")
+        self.rank = rank
+        self.missing = missing
+        self.phase = phase
+
+
+class SharedAllreduce:
+    """The mean of L float32 vectors of up to ``size`` elements, one per learner process.
+
+    Built once by the parent (``ctx``: a multiprocessing context) and passed to the learner
+    processes as a Process argument; each calls :meth:`bind` with its rank, then every rank
+    calls the same sequence of :meth:`mean` (with vectors of equal length) and :meth:`barrier`.
+
+    ``stopped``: a callable polled while waiting (the run's stop flag): when it returns True the
+    wait raises ``Stopped`` (:mod:`impl.ratelimit`), so a peer that died, which the parent sees
+    and stops the run for, never leaves the others waiting. ``timeout_s``: a wait longer than
+    this raises :class:`AllreduceTimeout` naming the ranks that did not arrive.
+    Thread-safety: one thread per rank.
+    """
+
+    def __init__(self, ctx, world: int, size: int, timeout_s: float = 60.0):
+        for name, value, low in (("world", world, 1), ("size", size, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+        self.world = world
+        self.size = size
+        self.timeout_s = float(timeout_s)
+        self._inputs = ctx.RawArray(ctypes.c_float, world * size)
+        self._result = ctx.RawArray(ctypes.c_float, size)
+        self._arrived = ctx.RawArray(ctypes.c_int64, world)
+        self._count = ctx.RawArray(ctypes.c_int64, 2)  # ranks in, per phase parity (under _lock)
+        self._lock = ctx.Lock()
+        self._sems = (ctx.Semaphore(0), ctx.Semaphore(0))
+        self.rank = None
+        self._views()
+
+    def _views(self) -> None:
+        self.inputs = np.frombuffer(self._inputs, dtype=np.float32).reshape(self.world, self.size)
+        self.result = np.frombuffer(self._result, dtype=np.float32)
+        self.arrived = np.frombuffer(self._arrived, dtype=np.int64)
+        self.count = np.frombuffer(self._count, dtype=np.int64)
+        self._phase = 0
+        self._stopped: Callable[[], bool] = lambda: False
+
+    def __getstate__(self):
+        return {"world": self.world, "size": self.size, "timeout_s": self.timeout_s, "_inputs": self._inputs,
+                "_result": self._result, "_arrived": self._arrived, "_count": self._count, "_lock": self._lock,
+                "_sems": self._sems, "rank": None}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._views()
+
+    def bind(self, rank: int, stopped: Callable[[], bool] | None = None) -> SharedAllreduce:
+        """Make this (a learner process's) copy rank ``rank``; returns self."""
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.world:
+            raise ValueError(f"rank must be an integer in [0, {self.world}), got {rank!r}")
+        self.rank = rank
+        self._phase = int(self.arrived[rank])
+        if stopped is not None:
+            self._stopped = stopped
+        return self
+
+    def _chunk(self, n: int, rank: int) -> slice:
+        per = -(-n // self.world)
+        return slice(min(n, rank * per), min(n, (rank + 1) * per))
+
+    def _missing(self, phase: int) -> list[int]:
+        return [r for r in range(self.world) if int(self.arrived[r]) < phase]
+
+    def _arrive_and_wait(self) -> None:
+        """End one phase: count this rank in; the last one in wakes the others (module docstring)."""
+        self._phase += 1
+        phase = self._phase
+        parity = phase & 1
+        self.arrived[self.rank] = phase
+        if not self._lock.acquire(timeout=self.timeout_s):  # held for a few instructions, unless its holder died in them
+            raise AllreduceTimeout(self.rank, self._missing(phase), phase, self.timeout_s)
+        try:
+            self.count[parity] += 1
+            last = int(self.count[parity]) == self.world
+            if last:
+                self.count[parity] = 0
+        finally:
+            self._lock.release()
+        sem = self._sems[parity]
+        if last:
+            for _ in range(self.world - 1):
+                sem.release()
+            return
+        for _ in range(_SPIN):
+            if sem.acquire(False):
+                return
+        deadline = time.monotonic() + self.timeout_s
+        while not sem.acquire(timeout=_CHECK_EVERY_S):
+            if self._stopped():
+                raise Stopped()
+            if time.monotonic() > deadline:
+                raise AllreduceTimeout(self.rank, self._missing(phase), phase, self.timeout_s)
+
+    def mean(self, vector: np.ndarray) -> np.ndarray:
+        """The element-wise mean of every rank's ``vector`` (float32, 1-D, at most ``size``
+        elements, the same length on every rank), written into ``vector`` and returned.
+        Identical bits on every rank. Raises Stopped or :class:`AllreduceTimeout` (above)."""
+        if self.rank is None:
+            raise RuntimeError("SharedAllreduce.mean before bind(rank)")
+        n = vector.shape[0]
+        if vector.ndim != 1 or vector.dtype != np.float32 or n > self.size:
+            raise ValueError(f"vector must be 1-D float32 of at most {self.size} elements, got "
+                             f"{vector.dtype} of shape {vector.shape}")
+        if self.world == 1:
+            return vector
+        self.inputs[self.rank, :n] = vector
+        self._arrive_and_wait()
+        part = self._chunk(n, self.rank)
+        if part.start < part.stop:
+            rows = self.inputs[:, part]
+            acc = rows[0].copy()
+            for r in range(1, self.world):  # rank order: the same bits whoever arrived first
+                acc += rows[r]
+            acc /= np.float32(self.world)
+            self.result[part] = acc
+        self._arrive_and_wait()
+        vector[:] = self.result[:n]
+        return vector
+
+    def broadcast(self, vector: np.ndarray, root: int = 0) -> np.ndarray:
+        """Rank ``root``'s ``vector`` (1-D float32, at most ``size`` elements, the same length on
+        every rank) copied into every rank's ``vector``, which is returned. Two barriers."""
+        if self.rank is None:
+            raise RuntimeError("SharedAllreduce.broadcast before bind(rank)")
+        n = vector.shape[0]
+        if vector.ndim != 1 or vector.dtype != np.float32 or n > self.size:
+            raise ValueError(f"vector must be 1-D float32 of at most {self.size} elements, got "
+                             f"{vector.dtype} of shape {vector.shape}")
+        if self.world == 1:
+            return vector
+        self._arrive_and_wait()  # nobody still reads the last result
+        if self.rank == root:
+            self.result[:n] = vector
+        self._arrive_and_wait()
+        vector[:] = self.result[:n]
+        return vector
+
+    def barrier(self) -> None:
+        """Wait until every rank has called this (the same raises as :meth:`mean`)."""
+        if self.rank is None:
+            raise RuntimeError("SharedAllreduce.barrier before bind(rank)")
+        if self.world > 1:
+            self._arrive_and_wait()
+
+
+class SharedGradientAverager:
+    """A learner's ``grad_hook``: replaces the gradients of ``params`` by their mean over the
+    learners (:meth:`SharedAllreduce.mean` on one flat float32 vector: one all-reduce per call,
+    however many tensors), on whatever device they live (a GPU's go through one host copy each
+    way). Every rank must call it the same number of times with parameters of the same shapes.
+    Cost: O(parameters) copies plus one :meth:`SharedAllreduce.mean`."""
+
+    def __init__(self, allreduce: SharedAllreduce):
+        self.allreduce = allreduce
+        self.calls = 0
+        self.seconds = 0.0
+
+    def __call__(self, params: Iterable) -> None:
+        import torch
+
+        t0 = time.perf_counter()
+        grads = [p.grad for p in params if p.grad is not None]
+        flat = torch.cat([g.reshape(-1) for g in grads]).to("cpu", torch.float32)
+        averaged = torch.from_numpy(self.allreduce.mean(flat.numpy()))
+        offset = 0
+        for g in grads:
+            n = g.numel()
+            g.copy_(averaged[offset : offset + n].view_as(g))
+            offset += n
+        self.calls += 1
+        self.seconds += time.perf_counter() - t0

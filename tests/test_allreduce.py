@@ -1,0 +1,230 @@
+"""The learners' gradient all-reduce over shared memory (impl.rl.common.allreduce).
+
+What it promises, checked: the mean of every rank's vector, the same bits on every rank (the
+sum in rank order, whoever arrives first), across processes as well as threads; a peer that
+never arrives ends the wait with an error naming it, and a stop flag ends it at once; bad
+arguments are refused naming them. And PAL's scheme with it: L learners each on 1/L of a batch
+with averaged gradients take (to rounding) the step one learner takes on the whole batch, and
+stay bitwise identical; with one learner the hook changes nothing, bit for bit.
+"""
+
+from __future__ import annotations
+
+import copy
+import multiprocessing as mp
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from replaybench.impl.ratelimit import Stopped
+from replaybench.impl.rl.common.allreduce import AllreduceTimeout, SharedAllreduce, SharedGradientAverager
+
+
+def _ranks(group: SharedAllreduce, stopped=None) -> list[SharedAllreduce]:
+    """One bound copy per rank over the same shared arrays (for threads of one process)."""
+    return [copy.copy(group).bind(r, stopped) for r in range(group.world)]
+
+
+def _run_threads(fn, ranks):
+    out, errors = [None] * len(ranks), []
+
+    def body(r):
+        try:
+            out[r] = fn(ranks[r], r)
+        except BaseException as err:  # reported to the test's thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=body, args=(r,)) for r in range(len(ranks))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not any(t.is_alive() for t in threads), "a rank is still waiting"
+    if errors:
+        raise errors[0]
+    return out
+
+
+def _vectors(world: int, rounds: int, size: int) -> list[list[np.ndarray]]:
+    rng = np.random.default_rng(7)
+    lengths = rng.integers(1, size + 1, rounds)  # the length changes between calls (TD3: critic, then actor)
+    return [[rng.standard_normal(n).astype(np.float32) * np.float32(10.0 ** rng.integers(-3, 3)) for _ in range(world)]
+            for n in lengths]
+
+
+def _expected(vectors: list[np.ndarray]) -> np.ndarray:
+    acc = vectors[0].copy()
+    for v in vectors[1:]:
+        acc += v
+    return acc / np.float32(len(vectors))
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 5])
+def test_mean_is_the_rank_order_sum_on_every_rank_in_threads(world):
+    rounds, size = 40, 37
+    data = _vectors(world, rounds, size)
+    group = SharedAllreduce(mp.get_context("spawn"), world, size, timeout_s=20)
+
+    def body(g, r):
+        got = []
+        for k in range(rounds):
+            if (k + r) % 3 == 0:
+                time.sleep(0.001)  # ranks arrive in a different order each round
+            got.append(g.mean(data[k][r].copy()))
+            if k % 7 == 0:
+                g.barrier()
+        return got
+
+    results = _run_threads(body, _ranks(group))
+    for k in range(rounds):
+        want = _expected(data[k])
+        for r in range(world):
+            assert np.array_equal(results[r][k], want), (k, r)
+        np.testing.assert_allclose(want, np.mean(np.stack(data[k]), axis=0, dtype=np.float64), rtol=1e-5, atol=1e-6)
+
+
+def _process_rank(group, rank, data, out):
+    group.bind(rank)
+    vec = np.empty(0, np.float32)
+    for round_ in data:
+        vec = group.mean(round_[rank].copy())
+        if rank == 0:
+            time.sleep(0.002)  # learner 0 is late every round
+    out.put((rank, vec.tobytes()))
+
+
+def test_mean_across_processes_gives_every_rank_the_same_bits():
+    ctx = mp.get_context("fork")  # numpy only in the children: fork is safe and starts in milliseconds
+    world, data = 3, _vectors(3, 25, 101)
+    group = SharedAllreduce(ctx, world, 101, timeout_s=60)
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_process_rank, args=(group, r, data, out)) for r in range(world)]
+    for p in procs:
+        p.start()
+    try:
+        got = dict(out.get(timeout=90) for _ in range(world))
+    finally:
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+    assert all(p.exitcode == 0 for p in procs)
+    want = _expected(data[-1]).tobytes()
+    assert got == {r: want for r in range(world)}
+
+
+def test_a_peer_that_never_arrives_is_named_after_the_timeout():
+    group = SharedAllreduce(mp.get_context("spawn"), 3, 8, timeout_s=0.3)
+    ranks = _ranks(group)
+    t0 = time.monotonic()
+    with pytest.raises(AllreduceTimeout) as info:
+        # ranks 0 and 1 meet, rank 2 never comes
+        _run_threads(lambda g, r: g.mean(np.ones(8, np.float32)), ranks[:2])
+    assert info.value.missing == [2] and "learner-2" in str(info.value)
+    assert time.monotonic() - t0 < 10
+
+
+def test_the_stop_flag_ends_the_wait():
+    stop = threading.Event()
+    group = SharedAllreduce(mp.get_context("spawn"), 2, 4, timeout_s=60)
+    g0 = copy.copy(group).bind(0, stopped=stop.is_set)
+    threading.Timer(0.1, stop.set).start()
+    t0 = time.monotonic()
+    with pytest.raises(Stopped):
+        g0.mean(np.ones(4, np.float32))
+    assert time.monotonic() - t0 < 5
+
+
+def test_broadcast_copies_the_roots_vector():
+    group = SharedAllreduce(mp.get_context("spawn"), 3, 5, timeout_s=20)
+    got = _run_threads(lambda g, r: g.broadcast(np.full(5, r + 1, np.float32), root=1), _ranks(group))
+    assert all(np.array_equal(v, np.full(5, 2, np.float32)) for v in got)
+
+
+@pytest.mark.parametrize("kwargs,name", [(dict(world=0, size=4), "world"), (dict(world=2, size=0), "size"),
+                                         (dict(world=True, size=4), "world"),
+                                         (dict(world=2, size=4, timeout_s=0), "timeout_s")])
+def test_bad_arguments_are_refused_by_name(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        SharedAllreduce(mp.get_context("spawn"), **kwargs)
+
+
+def test_bad_rank_and_vector_are_refused_by_name():
+    group = SharedAllreduce(mp.get_context("spawn"), 2, 4)
+    with pytest.raises(RuntimeError, match="bind"):
+        group.mean(np.ones(4, np.float32))
+    with pytest.raises(ValueError, match="rank must be"):
+        group.bind(2)
+    g = copy.copy(group).bind(0)
+    for bad in (np.ones(5, np.float32), np.ones(4, np.float64), np.ones((2, 2), np.float32)):
+        with pytest.raises(ValueError, match="vector must be"):
+            g.mean(bad)
+
+
+# ------------------------------------------------------------------------------------- PAL's scheme
+def _dqn(seed=5):
+    import gymnasium as gym
+
+    from replaybench.impl.rl.algorithms.dqn import DQNConfig, DQNLearner
+
+    env = gym.make("CartPole-v1")
+    spaces = (env.observation_space, env.action_space)
+    env.close()
+    return DQNLearner(spaces, DQNConfig(hidden=(16, 16), batch_size=32, max_grad_norm=None), seed=seed)
+
+
+def _batch(rows: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    return {"obs": rng.standard_normal((rows, 4)).astype(np.float32),
+            "next_obs": rng.standard_normal((rows, 4)).astype(np.float32),
+            "action": rng.integers(0, 2, rows).astype(np.int64), "reward": rng.standard_normal(rows).astype(np.float32),
+            "done": (rng.random(rows) < 0.1), "weights": rng.uniform(0.5, 1.0, rows).astype(np.float32)}
+
+
+def _half(batch: dict, part: int) -> dict:
+    n = len(batch["reward"]) // 2
+    return {k: v[part * n:(part + 1) * n] for k, v in batch.items()}
+
+
+def test_two_learners_on_half_batches_step_as_one_on_the_whole_batch():
+    """PAL: L learners each sample B/L and average gradients. The mean of the halves' mean-loss
+    gradients is the whole batch's: the weights agree to rounding with one learner's, and the
+    two learners agree bit for bit after every step."""
+    import torch
+
+    torch.manual_seed(0)
+    whole = _dqn()
+    pair = [_dqn(), _dqn()]
+    group = SharedAllreduce(mp.get_context("spawn"), 2, sum(p.numel() for p in whole.q.parameters()), timeout_s=20)
+    for learner, g in zip(pair, _ranks(group)):
+        learner.grad_hook = SharedGradientAverager(g)
+    batches = [_batch(32, s) for s in range(6)]
+    for b in batches:
+        whole.learn(b)
+        _run_threads(lambda learner, r: learner.learn(_half(b, r)), pair)
+        assert pair[0].digest() == pair[1].digest()  # after every step
+    for p, q in zip(whole.q.parameters(), pair[0].q.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    assert pair[0].grad_hook.calls == len(batches)
+
+
+def test_one_learner_with_the_hook_is_bit_identical_to_one_without():
+    plain, hooked = _dqn(), _dqn()
+    hooked.grad_hook = SharedGradientAverager(SharedAllreduce(mp.get_context("spawn"), 1, 10_000).bind(0))
+    for s in range(5):
+        b = _batch(32, s)
+        plain.learn(b)
+        hooked.learn(b)
+    assert plain.digest() == hooked.digest()
+
+
+@pytest.mark.slow  # starts 4 processes (gloo's import and rendezvous): ~15 s on 2 cores
+def test_latency_bench_measures_both_methods():
+    from replaybench.bench import allreduce_latency
+
+    for method in ("shm", "gloo"):
+        assert 0 < allreduce_latency.measure(method, 2, 64, 5) < 5
+    with pytest.raises(ValueError, match="method"):
+        allreduce_latency.measure("mpi", 2, 64, 5)
