@@ -22,6 +22,7 @@ from replaybench.analysis import load
 from replaybench.analysis.__main__ import main as analysis_main
 from replaybench.bench import contract, results
 from replaybench.bench.derive import LF_WORKLOADS as WORKLOADS
+from replaybench.bench.load_speed import expand_to_csv
 from replaybench.cli import main as replaybench_main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -89,7 +90,9 @@ DAMAGE = {
 def two_runs(tmp_path):
     """(intact run, copy to damage), both under tmp_path/results."""
     good = shutil.copytree(GOOD, tmp_path / "results" / "good")
-    bad = shutil.copytree(DAMAGED, tmp_path / "results" / "bad")
+    # the damage is done to a rows.csv (a run still open, or one left uncompacted): the stored
+    # run's rows, written back as the harness writes them
+    bad = expand_to_csv(DAMAGED, tmp_path / "results").rename(tmp_path / "results" / "bad")
     return good, bad
 
 
@@ -202,7 +205,8 @@ def test_two_runs_sharing_a_run_id_are_not_merged(two_runs, tmp_path, capsys, wh
         assert _run_cli("report", [good, twin], tmp_path) == 0
         assert f"warning: run left out: {twin}: run_id {expected!r}" in capsys.readouterr().err
         # every stem's count of values is the intact run's own: the twin's rows were not pooled in
-        counts = Counter(_lf_cell(r, r["variant"]) for r in csv.DictReader(open(GOOD / "rows.csv", newline=""))
+        good_csv = expand_to_csv(GOOD, tmp_path / "as-csv") / "rows.csv"
+        counts = Counter(_lf_cell(r, r["variant"]) for r in csv.DictReader(open(good_csv, newline=""))
                          if r["status"] == "ok" and r["metric"] == WORKLOADS[r["op"]][1])  # the metric drawn
         drawn = list(csv.DictReader(open(tmp_path / "figs" / "lf.csv", newline="")))
         assert drawn and all(int(r["n"]) == counts[_lf_cell(r, r["backend"])] for r in drawn)
