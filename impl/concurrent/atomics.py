@@ -30,7 +30,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 __all__ = ["atomic_add", "atomic_cas", "atomic_load", "atomic_xchg", "cas", "fetch_add", "load", "exchange",
-           "atomic_read", "acquire_fence", "full_fence", "first_nonzero", "cpu_relax", "monotonic", "yield_core"]
+           "atomic_read", "acquire_fence", "full_fence", "first_nonzero", "cpu_relax", "monotonic", "yield_core",
+           "prefetch_write"]
 
 _X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
 _CLOCK_MONOTONIC = 1  # Linux's clock id
@@ -165,6 +166,28 @@ def cpu_relax(typingctx):
         return context.get_dummy_value()
 
     return types.none(), codegen
+
+
+@intrinsic
+def prefetch_write(typingctx, arr, index):
+    """Ask for ``arr[index]``'s line in the state a write needs (``llvm.prefetch``, write intent,
+    high locality; x86 ``prefetchw``): a hint, no load. Kernels issue one per item before a
+    loop of locked instructions, which would otherwise take their misses one at a time (a
+    locked instruction waits for every load before it, so no later miss starts early);
+    prefetches are not held back that way. Does nothing to the value, never faults."""
+    if not isinstance(arr, types.Array) or arr.ndim != 1 or not isinstance(index, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ptr = _element_pointer(context, builder, signature.args[0], args[0], args[1])
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                            "llvm.prefetch.p0i8")
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(1), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return types.none(arr, index), codegen
 
 
 @intrinsic

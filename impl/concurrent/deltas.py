@@ -46,7 +46,7 @@ from numba import njit
 from .. import fused_ops as fo
 from ..trees import ops
 from ..trees.kernels import addr, min_of_children, narrow_levels, parent, summed_by_parent
-from .atomics import atomic_add, atomic_cas, atomic_read, atomic_xchg
+from .atomics import atomic_add, atomic_cas, atomic_read, atomic_xchg, prefetch_write
 
 __all__ = ["depth", "leaf_slot", "exchange_leaves", "add_deltas", "settle_mins", "set_leaves", "draw",
            "DRAW_ROUNDS"]
@@ -78,6 +78,8 @@ def exchange_leaves(kind, sums, lay, indices, values, delta):
     exchange returned (0 where equal). The inner nodes are not touched: :func:`add_deltas`
     brings them up to date. O(n)."""
     D = depth(kind, lay)
+    for b in range(indices.shape[0]):  # the lines in flight together (see prefetch_write)
+        prefetch_write(sums, leaf_slot(kind, lay, D, indices[b]))
     for b in range(indices.shape[0]):
         old = atomic_xchg(sums, leaf_slot(kind, lay, D, indices[b]), values[b])
         delta[b] = values[b] - old
@@ -143,10 +145,13 @@ def add_deltas(kind, sums, lay, K, kshift, indices, delta):
 
 @njit(nogil=True, cache=True, inline="always")
 def _settle(mins, bits, scratch, kind, sums, lay, K, D, d, j):
-    """The agreement loop on min slot ``(d, j)``: True when this call swapped a value in."""
+    """The agreement loop on min slot ``(d, j)``: ``(swapped, value before this call's last swap,
+    value it swapped in)`` (the last two meaningful only when it swapped)."""
     a = addr(lay, d, j)
     sbits = scratch.view(np.int64)
     swapped = False
+    before = 0.0
+    after = 0.0
     while True:
         seen = atomic_read(bits, a)  # acquire: the children are read after the node
         if d == D:
@@ -156,37 +161,60 @@ def _settle(mins, bits, scratch, kind, sums, lay, K, D, d, j):
             scratch[0] = min_of_children(mins, lay, K, d, j)
         want = sbits[0]
         if want == seen:
-            return swapped
+            return swapped, before, after
         if atomic_cas(bits, a, seen, want) == seen:
             swapped = True
+            after = scratch[0]
+            sbits[0] = seen
+            before = scratch[0]
 
 
 @njit(nogil=True, cache=True)
 def settle_mins(kind, sums, mins, lay, K, kshift, indices):
     """Bring the minima above leaves ``indices`` (already exchanged) up to date with the
-    agreement loop of the module docstring, level by level over the batch (neighbours with
-    one parent settled once). Typical cost: the leaf's slot and one sibling group per item."""
+    agreement loop of the module docstring, level by level over the batch.
+
+    A writer that changed a child's minimum from ``old`` to ``new`` (its last swap there) first
+    reads the parent alone: when ``old > parent`` and ``new >= parent`` its change cannot move
+    the parent, and it stops (the parent's minimum came from another child, whose writers
+    settle it; a parent that rose past ``new`` from a stale read of this child is corrected by
+    that reader's own agreement loop, which reads the children after its swap). Otherwise it
+    runs the agreement loop, once per node for neighbours with one parent. Typical cost, as
+    :func:`impl.trees.kernels.propagate_mins`: the leaf's min slot and its parent's, so about
+    one miss an item; a whole sibling group only where the minimum moves."""
     D = depth(kind, lay)
     bits = mins.view(np.int64)
     scratch = np.empty(1)
+    sbits = scratch.view(np.int64)
+    m = indices.shape[0]
     j = indices.copy()
-    m = j.shape[0]
+    old = np.empty(m)
+    new = np.empty(m)
     for d in range(D, -1, -1):
+        for q in range(m):  # every item's slot at this level in flight together (see prefetch_write)
+            prefetch_write(mins, addr(lay, d, j[q]))
         w = 0
+        last = -1  # the node of the last agreement loop run at this level
         for q in range(m):
-            if (w == 0 or j[w - 1] != j[q]) and _settle(mins, bits, scratch, kind, sums, lay, K, D, d, j[q]):
-                j[w] = j[q]
+            node = j[q]
+            if d < D:
+                sbits[0] = atomic_read(bits, addr(lay, d, node))
+                if old[q] > scratch[0] and new[q] >= scratch[0]:
+                    continue
+            if node == last:
+                continue  # its loop ran after this item's child changed: the same reads
+            last = node
+            swapped, before, after = _settle(mins, bits, scratch, kind, sums, lay, K, D, d, node)
+            if swapped:
+                j[w] = node
+                old[w] = before
+                new[w] = after
                 w += 1
         if w == 0 or d == 0:
             return
         m = w
-        w = 0
-        for q in range(m):  # parents, neighbours merged
-            p = parent(j[q], K, kshift)
-            if w == 0 or j[w - 1] != p:
-                j[w] = p
-                w += 1
-        m = w
+        for q in range(m):
+            j[q] = parent(j[q], K, kshift)
 
 
 @njit(nogil=True, cache=True)
