@@ -30,6 +30,9 @@ Minima (:func:`settle_mins`)
     found agreement stops. So the last swap on any node is followed by a read of its children
     after every change below it, and once writers stop, every node holds its children's
     minimum (a plain "lower by atomic min, raise by recompute" loses raises to stale lowers).
+    Before the loop a writer reads the parent alone and skips it when its child's change
+    (``old`` to ``new``) cannot move it (``old > parent <= new``), as the locked
+    :func:`impl.trees.kernels.propagate_mins` does; :func:`settle_mins` says why that is safe.
     While writers run, the root minimum may be off by the batches in flight.
 
 Draws (:func:`draw`)
