@@ -206,3 +206,45 @@ def test_writers_at_once_leave_exact_minima_and_sums(variant, capacity):
     ops.rebuild(kind, sums, mins, lay, K, state)
     np.testing.assert_array_equal(got_mins, mins)
     np.testing.assert_allclose(got_sums, sums, rtol=0, atol=1e-9)
+
+
+# ----------------------------------------------------------------------------- a writer killed mid-write
+def _die_mid_write(handle, slots):
+    """Process target: hold the policy's lock shared, as a writer does, exchange some leaves
+    (their deltas never sent), and die there."""
+    import signal
+
+    from replaybench.impl.concurrent import fused
+    from replaybench.impl.concurrent.locks import my_token
+
+    buf = SharedPrioritizedBuffer.attach(handle)
+    lctrl = buf._policy.kernel_extra()[0]
+    status, _ = fused.acquire_shared(lctrl, my_token(), np.zeros(fused.LOCKSTATS_SIZE))
+    assert status == 0
+    kind, sums, _, lay, _, _, _, _ = buf.tree.kernel_args
+    exchange_leaves(kind, sums, lay, slots, np.full(slots.size, 50.0), np.empty(slots.size))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_writer_killed_mid_write_is_repaired_by_the_next_rebuild():
+    """A writer that dies between its leaf exchange and its deltas leaves the inner nodes
+    short of its changes, and its token in a reader word. The next due rebuild cannot take the
+    lock in the kernel (the dead word holds it off): the update goes to the Python path, whose
+    lock clears the dead word and rebuilds from the leaves (counted as a recovery)."""
+    with SharedPrioritizedBuffer.create(1024, FIELDS, policy="atomic-deltas", seed=0, resum_every=3000) as buf:
+        C.prefill(buf, 1024, NB)
+        proc = mp.get_context("fork").Process(target=_die_mid_write, args=(buf.handle, np.arange(100, 110)))
+        proc.start()
+        proc.join(120)
+        assert proc.exitcode == -9
+        assert buf.total() < buf.tree.leaves().sum() - 400  # 10 leaves at 50: their deltas never arrived
+        rng = np.random.default_rng(0)
+        for _ in range(40):
+            idx = rng.integers(0, 1024, 64)
+            assert buf.update_priorities(idx, rng.random(64) + 0.1) == 64
+            if buf.fallbacks:
+                break
+        assert buf.fallbacks == 1 and buf.counters()["recoveries"] == 1
+        assert buf.total() == pytest.approx(float(buf.tree.leaves().sum()), rel=1e-12)
+        out = buf.sample(256)
+        assert np.all(C.intact_rows(out)) and np.all(out["stamps"] >= 0)

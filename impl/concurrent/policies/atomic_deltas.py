@@ -60,16 +60,19 @@ def _count(kind, sums, lay, lctrl, lfctrl, n, resum_every):
 @njit(nogil=True, cache=True)
 def _rebuild(kind, sums, mins, lay, K, state, lctrl, lfctrl, token, lockstats, resum_every):
     """The exact rebuild, under the policy's lock held exclusively (every atomic writer out), if
-    still due once it is held; skipped when the lock stays busy (the next writer retries)."""
+    still due once it is held: whether the lock was taken. Not taken (a rebuild in progress, or
+    the word of a shared holder that died mid-write and holds it off), an update hands its
+    call to the Python path, whose lock waits, clears a dead holder's word and rebuilds."""
     status, taken = acquire(lctrl, TREE_LOCK, token, lockstats)
     if status != STATUS_OK:
-        return
+        return False
     total = np.float64(sums[lay[0, 0]])
     since, t_max = note_changes_atomic(lctrl, lfctrl, 0, total)
     if rebuild_due(since, t_max, total, depth(kind, lay), resum_every):
         ops.rebuild(kind, sums, mins, lay, K, state)
         note_rebuild(lctrl, lfctrl, np.float64(sums[lay[0, 0]]))
     release(lctrl, TREE_LOCK, token, lockstats, taken)
+    return True
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -145,7 +148,8 @@ def add(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps
     share); the slots' leaves set to 0 with atomics; the copy; the priorities (``values``
     transformed, or the max priority) set with atomics and the stamps published; the record
     cleared. Returns ``(status, first ticket, in-flight row)``: on STATUS_PUBLISH_BUSY the rows
-    are copied and the caller publishes them (the policy's lock stayed held exclusively)."""
+    are copied and the caller publishes them (the policy's lock stayed held exclusively). A
+    due rebuild that cannot take the lock is left to the next update."""
     status, taken = acquire(ctrl, TREE_LOCK, token, lockstats)
     if status != STATUS_OK:
         return status, -1, -1
@@ -215,8 +219,8 @@ def update(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, sta
         for b in range(kept):
             pmax = max(pmax, vals[b])
         note_max_atomic(fctrl, pmax)
-    if due:
-        _rebuild(kind, sums, mins, lay, K, state, lctrl, lfctrl, token, lockstats, resum_every)
+    if due and not _rebuild(kind, sums, mins, lay, K, state, lctrl, lfctrl, token, lockstats, resum_every):
+        return STATUS_BUSY, -1, kept  # the Python path applies the batch again (the same values) and rebuilds
     return STATUS_OK, -1, kept
 
 
@@ -261,7 +265,17 @@ class AtomicDeltas(Policy):
 
     An update racing with inserts that lap its slot within the call (the ring coming round a
     whole capacity between its stamp check and its exchange) may land on the new row, as an
-    update without stamps would. Locks: ring lock, then the policy's lock; the kernels hold
+    update without stamps would.
+
+    Crash recovery: a writer that dies holding the ring lock is recovered as under every policy
+    (its in-flight slots voided, the tree rebuilt). One that dies inside a tree write, holding
+    the policy's lock shared, may leave leaves exchanged whose deltas never arrived: the root
+    is then short of (or over) those changes, and its reader word holds off the kernels' exact
+    rebuild, so the next due rebuild sends an update to the Python path, whose lock clears
+    the dead word and rebuilds the inner nodes from the leaves (a recovery). Until then
+    samples are stale by that one batch, as beside a live writer.
+
+    Locks: ring lock, then the policy's lock; the kernels hold
     one at a time. The Python paths (a lock held past a kernel's spins, a sample that keeps
     meeting slots being written, recovery) hold the ring lock and the policy's lock
     exclusively, and may sleep and recover dead holders. Lock hold time counts the ring
@@ -295,7 +309,8 @@ class AtomicDeltas(Policy):
         self._leaf32 = self.tree.leaf_dtype == np.float32
         self.tree_writes = SharedLock(self._lctrl, TREE_LOCK, "tree writes", on_recover=self._recover_writes,
                                       timeout=parts.tree_lock.timeout,
-                                      readers=range(READERS_AT, READERS_AT + MAX_READERS))
+                                      readers=range(READERS_AT, READERS_AT + MAX_READERS),
+                                      on_dead_reader=self._recover_readers)
 
     def kernel_extra(self) -> tuple:
         return (self._lctrl, self._lfctrl, self._leaf32)
@@ -403,6 +418,12 @@ class AtomicDeltas(Policy):
     def recover(self, dead_token: int) -> None:
         with self.tree_writes:  # voiding writes leaves and rebuilds
             self.ring.recover(dead_token)
+
+    def _recover_readers(self, dead_tokens: list) -> None:
+        """Held exclusively, every reader drained: writers that died holding the lock shared may
+        have exchanged leaves whose deltas never reached the inner nodes; the leaves are whole
+        words, so the inner nodes are rebuilt from them."""
+        self._recover_writes(dead_tokens[0])
 
     def _recover_writes(self, dead_token: int) -> None:
         """The policy's lock was held exclusively by a process that died (in a rebuild or a Python
