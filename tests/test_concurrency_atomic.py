@@ -137,9 +137,10 @@ def test_with_no_writer_in_flight_a_sample_is_exact():
 def test_with_a_batch_in_flight_a_sample_is_stale_by_that_batch_only():
     """A writer stopped between its leaf exchange and its deltas (the widest window a batch
     has): leaf group 1 changed (8 leaves to 0, 8 raised fourfold), the inner nodes not yet.
-    Every slot outside that group is drawn with its probability in the tree before the batch,
-    ``p_i / T_old``; the group as a whole gets its mass before the batch, ``G_old / T_old``,
-    and never a leaf the batch set to 0. Once the deltas arrive, draws are exact again."""
+    Every slot outside that group is drawn in proportion to its priority; the group as a whole
+    gets the smaller of its mass before and after the batch (here the one before: the batch
+    raises it), and never a leaf the batch set to 0. Once the deltas arrive, draws are exact
+    again."""
     with _quiet_buffer() as buf:
         kind, sums, mins, lay, K, kshift, _, _ = buf.tree.kernel_args
         old = buf.tree.leaves()
@@ -151,8 +152,10 @@ def test_with_a_batch_in_flight_a_sample_is_stale_by_that_batch_only():
         assert counts[16:24].sum() == 0
         total = counts.sum()
         outside = np.setdiff1d(np.arange(CAPACITY), group)
-        t_old = old.sum()
-        expected = np.append(total * old[outside] / t_old, total * old[group].sum() / t_old)
+        reach = min(old[group].sum(), new.sum())
+        assert reach == old[group].sum()
+        t_old = old[outside].sum() + reach
+        expected = np.append(total * old[outside] / t_old, total * reach / t_old)
         observed = np.append(counts[outside], counts[group].sum())
         assert stats.chisquare(observed, expected).pvalue > 1e-3
         add_deltas(kind, sums, lay, K, kshift, group, delta)  # the batch returns
@@ -248,3 +251,18 @@ def test_a_writer_killed_mid_write_is_repaired_by_the_next_rebuild():
         assert buf.total() == pytest.approx(float(buf.tree.leaves().sum()), rel=1e-12)
         out = buf.sample(256)
         assert np.all(C.intact_rows(out)) and np.all(out["stamps"] >= 0)
+
+
+def test_a_draw_that_overshoots_a_lagging_node_is_drawn_again():
+    """A batch in flight that lowers a whole leaf group (every leaf halved, the parent not yet):
+    a draw that lands in the group's missing mass overshoots (the scan's last child would
+    take it) and is drawn again, so every slot, the group's last included, is drawn in
+    proportion to its priority as the leaves now hold it."""
+    with _quiet_buffer() as buf:
+        kind, sums, mins, lay, K, kshift, _, _ = buf.tree.kernel_args
+        group = np.arange(32, 48)
+        exchange_leaves(kind, sums, lay, group, buf.tree.leaves()[group] / 2.0, np.empty(16))  # deltas never sent
+        leaves = buf.tree.leaves()
+        counts = _counts(buf)
+        assert stats.chisquare(counts, counts.sum() * leaves / leaves.sum()).pvalue > 1e-3
+        assert buf.fallbacks == 0

@@ -36,9 +36,12 @@ Minima (:func:`settle_mins`)
     While writers run, the root minimum may be off by the batches in flight.
 
 Draws (:func:`draw`)
-    A descent reads each node once; a node that lags its children sends the draw to the last
-    child (an overshoot, clamped: the scan's last child takes what is left), and a reached
-    leaf that is 0 or whose slot is being written (stamp -1) is drawn again.
+    A descent reads each node once, its mass clamped below the root total it read. A node
+    that lags a decrease below it sends the draw past its children (an overshoot: the scan's
+    last child takes what is left, and the mass left at the leaf is not below the leaf's
+    value); such a draw is drawn again, as is one that reaches a leaf that is 0 or whose slot
+    is being written (stamp -1). A node that lags an increase leaves the new mass out of reach
+    until the delta arrives.
 """
 
 from __future__ import annotations
@@ -238,6 +241,18 @@ def _clamped(u, total):
     return min(max(u, 0.0), top)
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _reject_overshoot(residual, index, prio):
+    """A descent leaves in ``residual`` the mass left at its leaf, in ``[0, p)`` when every node
+    it read was its children's sum. One past its leaf overshot: a node on its path lagged a
+    decrease below it (deltas in flight), and the scan's last child took what was left. Such
+    a draw is marked for drawing again (index -1) instead of giving that child the mass of
+    the leaves whose decrease is in flight."""
+    for b in range(index.shape[0]):
+        if index[b] >= 0 and not residual[b] < prio[b]:
+            index[b] = -1
+
+
 @njit(nogil=True, cache=True)
 def draw(kind, sums, mins, lay, K, touch_from, stamps, key, stratified, redraw_tag, out_index, prio, out_stamp):
     """Positions ``0 .. n-1`` drawn with no lock: ``p_min`` (> 0) when every position reached a
@@ -258,10 +273,12 @@ def draw(kind, sums, mins, lay, K, touch_from, stamps, key, stratified, redraw_t
         return -1.0
     if redraw_tag != 0:
         key = np.int64(fo.uniform01(key, (1 << 40) + redraw_tag) * 4.0e18)
+    u = np.empty(n)
     for b in range(n):
-        prio[b] = _clamped(fo.mass(key, b, b, n, total, stratified), total)
-    ops.descend(kind, sums, lay, K, touch_from, prio, out_index)
+        u[b] = _clamped(fo.mass(key, b, b, n, total, stratified), total)
+    ops.descend(kind, sums, lay, K, touch_from, u, out_index)
     ops.read_leaves(kind, sums, lay, touch_from, out_index, prio)
+    _reject_overshoot(u, out_index, prio)
     pos = np.empty(n, dtype=np.int64)
     for r in range(DRAW_ROUNDS + 1):
         bad = 0
@@ -286,6 +303,7 @@ def draw(kind, sums, mins, lay, K, touch_from, stamps, key, stratified, redraw_t
             u[k] = _clamped(fo.uniform01(key, (_REDRAW_BASE + r) * n + pos[k]) * total, total)
         ops.descend(kind, sums, lay, K, touch_from, u, jj)
         ops.read_leaves(kind, sums, lay, touch_from, jj, pp)
+        _reject_overshoot(u, jj, pp)
         for k in range(bad):
             out_index[pos[k]] = jj[k]
             prio[pos[k]] = pp[k]

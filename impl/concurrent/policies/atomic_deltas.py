@@ -242,17 +242,19 @@ class AtomicDeltas(Policy):
       the slots' leaves set to 0 with atomics; the copy with no lock; the priorities set with
       atomics and the stamps published; the record cleared with a compare-and-swap.
     * **Sample**: no lock. One descent of the tree as it is read, clamped below the root total
-      read once (a node that lags its children sends the draw to the last child); a reached
-      leaf that is 0 or whose slot is being written (stamp -1) is drawn again; rows copied and
-      stamp-checked (seqlock).
+      read once; a draw that overshoots its leaf (a node on its path lags a decrease), or
+      reaches a leaf that is 0 or a slot being written (stamp -1), is drawn again; rows
+      copied and stamp-checked (seqlock).
 
     What a sampler may see: **stale by at most one batch** per writer in flight. Each write
     is a leaf exchange followed by its deltas reaching the ancestors; a descent that runs
     beside it reads every node it passes once, each holding the sum of its leaves up to the
     deltas of the batches in flight not yet added. So a draw follows the tree as of the
-    batches that have returned, except inside the subtrees an in-flight batch touches, whose
-    mass is that of the tree before the batch, shared among the leaves as they are now; a
-    sample made with no writer in flight is exact (``P(i) = p_i / total``, up to the drift
+    batches that have returned, except inside the subtrees an in-flight batch touches: there
+    it reaches the leaves as they are now, within the smaller of the subtree's mass before and
+    after the batch (a draw that overshoots a subtree whose decrease is in flight is drawn
+    again, the rest of the tree keeping ``P(i)`` proportional to ``p_i``); a sample made with
+    no writer in flight is exact (``P(i) = p_i / total``, up to the drift
     bound below). Never a slot being written, a torn row, or a zero leaf. ``p_min`` is the root
     minimum read after the draw, lowered to the smallest priority drawn, so no weight
     exceeds 1 (tests/test_concurrency_atomic.py checks both statements).
