@@ -233,8 +233,9 @@ def test_a_writer_killed_mid_write_is_repaired_by_the_next_rebuild():
     """A writer that dies between its leaf exchange and its deltas leaves the inner nodes
     short of its changes, and its token in a reader word. The next due rebuild cannot take the
     lock in the kernel (the dead word holds it off): the update goes to the Python path, whose
-    lock clears the dead word and rebuilds from the leaves (counted as a recovery)."""
-    with SharedPrioritizedBuffer.create(1024, FIELDS, policy="atomic-deltas", seed=0, resum_every=3000) as buf:
+    lock clears the dead word and rebuilds from the leaves (counted as a recovery). The rebuild
+    is made due by a fall of the total (every slot set 10**6 times lower)."""
+    with SharedPrioritizedBuffer.create(1024, FIELDS, policy="atomic-deltas", seed=0, alpha=1.0, eps=0.0) as buf:
         C.prefill(buf, 1024, NB)
         proc = mp.get_context("fork").Process(target=_die_mid_write, args=(buf.handle, np.arange(100, 110)))
         proc.start()
@@ -242,9 +243,9 @@ def test_a_writer_killed_mid_write_is_repaired_by_the_next_rebuild():
         assert proc.exitcode == -9
         assert buf.total() < buf.tree.leaves().sum() - 400  # 10 leaves at 50: their deltas never arrived
         rng = np.random.default_rng(0)
-        for _ in range(40):
-            idx = rng.integers(0, 1024, 64)
-            assert buf.update_priorities(idx, rng.random(64) + 0.1) == 64
+        for k in range(0, 1024, 64):
+            idx = np.arange(k, k + 64)
+            assert buf.update_priorities(idx, rng.uniform(1e-6, 2e-6, 64)) == 64
             if buf.fallbacks:
                 break
         assert buf.fallbacks == 1 and buf.counters()["recoveries"] == 1

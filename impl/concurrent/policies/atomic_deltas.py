@@ -43,22 +43,23 @@ def drift_bound(since, t_max, D):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def rebuild_due(since, t_max, total, D, resum_every):
-    """Whether the drift bound passed :data:`DRIFT_TOLERANCE` of the current ``total`` (or
-    ``resum_every`` changes were counted, the buffer's own re-summing period)."""
-    return since >= resum_every or drift_bound(since, t_max, D) > DRIFT_TOLERANCE * total
+def rebuild_due(since, t_max, total, D):
+    """Whether the drift bound passed :data:`DRIFT_TOLERANCE` of the current ``total``. (The
+    buffer's ``resum_every``, a float32 tree's re-summing period, does not apply: the inner
+    nodes are float64, and a float64 tree's own default is never.)"""
+    return drift_bound(since, t_max, D) > DRIFT_TOLERANCE * total
 
 
 @njit(nogil=True, cache=True)
-def _count(kind, sums, lay, lctrl, lfctrl, n, resum_every):
+def _count(kind, sums, lay, lctrl, lfctrl, n):
     """Held shared: count ``n`` leaf changes; whether a rebuild is due."""
     total = np.float64(sums[lay[0, 0]])
     since, t_max = note_changes_atomic(lctrl, lfctrl, n, total)
-    return rebuild_due(since, t_max, total, depth(kind, lay), resum_every)
+    return rebuild_due(since, t_max, total, depth(kind, lay))
 
 
 @njit(nogil=True, cache=True)
-def _rebuild(kind, sums, mins, lay, K, state, lctrl, lfctrl, token, lockstats, resum_every):
+def _rebuild(kind, sums, mins, lay, K, state, lctrl, lfctrl, token, lockstats):
     """The exact rebuild, under the policy's lock held exclusively (every atomic writer out), if
     still due once it is held: whether the lock was taken. Not taken (a rebuild in progress, or
     the word of a shared holder that died mid-write and holds it off), an update hands its
@@ -68,7 +69,7 @@ def _rebuild(kind, sums, mins, lay, K, state, lctrl, lfctrl, token, lockstats, r
         return False
     total = np.float64(sums[lay[0, 0]])
     since, t_max = note_changes_atomic(lctrl, lfctrl, 0, total)
-    if rebuild_due(since, t_max, total, depth(kind, lay), resum_every):
+    if rebuild_due(since, t_max, total, depth(kind, lay)):
         ops.rebuild(kind, sums, mins, lay, K, state)
         note_rebuild(lctrl, lfctrl, np.float64(sums[lay[0, 0]]))
     release(lctrl, TREE_LOCK, token, lockstats, taken)
@@ -162,7 +163,7 @@ def add(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps
     status, rslot = acquire_shared(lctrl, token, lockstats)
     if status == STATUS_OK:  # else the slots keep their old priority until published; draws skip them (stamp -1)
         set_leaves(kind, sums, mins, lay, K, kshift, slots, np.zeros(keep))
-        due = _count(kind, sums, lay, lctrl, lfctrl, keep, resum_every)
+        due = _count(kind, sums, lay, lctrl, lfctrl, keep)
         release_shared(lctrl, rslot, token)
     write_rows(arena, table, t0 % capacity, capacity, rows, keep)
     if values.shape[0] == 0:
@@ -177,11 +178,11 @@ def add(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps
     set_leaves(kind, sums, mins, lay, K, kshift, slots, p)
     for k in range(keep):
         stamps[slots[k]] = t0 + k
-    due = _count(kind, sums, lay, lctrl, lfctrl, keep, resum_every) or due
+    due = _count(kind, sums, lay, lctrl, lfctrl, keep) or due
     release_shared(lctrl, rslot, token)
     atomic_cas(writers[row], 0, token, 0)  # the record is this writer's own: no lock
     if due:
-        _rebuild(kind, sums, mins, lay, K, state, lctrl, lfctrl, token, lockstats, resum_every)
+        _rebuild(kind, sums, mins, lay, K, state, lctrl, lfctrl, token, lockstats)
     return STATUS_OK, t0, row
 
 
@@ -212,14 +213,14 @@ def update(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, sta
     due = False
     if kept:
         set_leaves(kind, sums, mins, lay, K, kshift, idx, vals)
-        due = _count(kind, sums, lay, lctrl, lfctrl, kept, resum_every)
+        due = _count(kind, sums, lay, lctrl, lfctrl, kept)
     release_shared(lctrl, rslot, token)
     if kept:
         pmax = 0.0
         for b in range(kept):
             pmax = max(pmax, vals[b])
         note_max_atomic(fctrl, pmax)
-    if due and not _rebuild(kind, sums, mins, lay, K, state, lctrl, lfctrl, token, lockstats, resum_every):
+    if due and not _rebuild(kind, sums, mins, lay, K, state, lctrl, lfctrl, token, lockstats):
         return STATUS_BUSY, -1, kept  # the Python path applies the batch again (the same values) and rebuilds
     return STATUS_OK, -1, kept
 
@@ -261,9 +262,10 @@ class AtomicDeltas(Policy):
 
     Drift: every atomic add rounds (float64), so the root drifts from the exact sum of its
     leaves by at most :func:`drift_bound` (``(D + 3) m 2**-53 T_max`` after ``m`` changes); once
-    that bound passes :data:`DRIFT_TOLERANCE` of the current total (or the buffer's
-    ``resum_every`` changes were counted), the writer that sees it rebuilds the inner nodes
-    exactly from the leaves, under the policy's lock held exclusively.
+    that bound passes :data:`DRIFT_TOLERANCE` of the current total, the writer that sees it
+    rebuilds the inner nodes exactly from the leaves, under the policy's lock held
+    exclusively. The buffer's ``resum_every`` (a float32 tree's period) does not apply. The
+    kernels' ``resum_every`` argument is kept for the shared call shape and not read.
 
     An update racing with inserts that lap its slot within the call (the ring coming round a
     whole capacity between its stamp check and its exchange) may land on the new row, as an
@@ -340,7 +342,7 @@ class AtomicDeltas(Policy):
         kind, sums, mins, lay, K, _, _, state = self.tree.kernel_args
         total = self.tree.total()
         since, t_max = note_changes_atomic(self._lctrl, self._lfctrl, n, total)
-        if rebuild_due(since, t_max, total, int(depth(kind, lay)), self.ring.resum_every):
+        if rebuild_due(since, t_max, total, int(depth(kind, lay))):
             self.tree.rebuild()
             note_rebuild(self._lctrl, self._lfctrl, self.tree.total())
 
