@@ -11,9 +11,10 @@ from ... import fused_ops as fo
 from ...storage import gather_rows, write_rows
 from ...trees import kernels as tree_kernels
 from ...trees import ops
+from .. import context as cx
 from ..atomics import acquire_fence, atomic_cas
 from ..deltas import depth, draw, set_leaves
-from ..fused import (MAX_CHANGED_ROUNDS, STATUS_BUSY, STATUS_CHANGING, STATUS_EMPTY, STATUS_OK, STATUS_PUBLISH_BUSY,
+from ..fused import (KERNEL_CALLS, MAX_CHANGED_ROUNDS, STATUS_BUSY, STATUS_CHANGING, STATUS_EMPTY, STATUS_OK, STATUS_PUBLISH_BUSY,
                      STATUS_RESERVE, acquire, acquire_shared, release, release_shared)
 from ..locks import SharedLock, my_token, token_pid
 from ..policy import Policy, Selection, register
@@ -88,11 +89,11 @@ def _leaf_values(p, leaf32):
 
 # ----------------------------------------------------------------------------- kernels
 @njit(nogil=True, cache=True)
-def sample(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, lctrl, lfctrl, leaf32, token,
+def _sample(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, lctrl, lfctrl, leaf32, token,
            lockstats, protocol, rounds, key, stratified, beta, arena, table, out, out_table, touch_rows, out_index,
            out_weight, out_stamp, scratch):
-    """One whole ``sample`` with no lock (:func:`impl.concurrent.fused.sample`'s call shape, with
-    ``lctrl, lfctrl, leaf32`` after the ring's arrays): the draw (:func:`impl.concurrent.deltas.draw`),
+    """One whole ``sample`` with no lock (the tree's ``kernel_args``, the ring's arrays, then
+    ``lctrl, lfctrl, leaf32``, then the call's own arguments): the draw (:func:`impl.concurrent.deltas.draw`),
     the copy, the seqlock check that draws again the rows whose stamp changed during the copy,
     the weights ``(p_i / p_min) ** -beta``. STATUS_BUSY when the draw kept reaching zero leaves
     or slots being written (the Python path waits for writers). O(n K D + n row bytes)."""
@@ -142,9 +143,9 @@ def sample(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, sta
 
 
 @njit(nogil=True, cache=True)
-def add(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, lctrl, lfctrl, leaf32, writers,
+def _add(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, lctrl, lfctrl, leaf32, writers,
         resum_every, token, lockstats, protocol, capacity, values, eps, alpha, vmax, arena, table, rows, keep):
-    """One whole ``add`` (:func:`impl.concurrent.fused.add`'s call shape): tickets, stamps -1 and
+    """One whole ``add`` (unpacked as :func:`_sample`'s): tickets, stamps -1 and
     the in-flight record under the ring lock (O(MAX_WRITERS + n), the one section inserts
     share); the slots' leaves set to 0 with atomics; the copy; the priorities (``values``
     transformed, or the max priority) set with atomics and the stamps published; the record
@@ -187,10 +188,10 @@ def add(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps
 
 
 @njit(nogil=True, cache=True)
-def update(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, lctrl, lfctrl, leaf32,
+def _update(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, lctrl, lfctrl, leaf32,
            resum_every, token, lockstats, indices, values, sampled, use_sampled, eps, alpha, vmax):
-    """One whole ``update_priorities`` (:func:`impl.concurrent.fused.update`'s call shape and
-    checks, all before anything is written): stale entries dropped, the rest set with atomics
+    """One whole ``update_priorities`` (unpacked as :func:`_sample`'s; the checks of
+    :func:`impl.concurrent.fused.update`, all before anything is written): stale entries dropped, the rest set with atomics
     under the policy's lock held shared (only a rebuild or a Python path excludes it).
     O(n D) atomics."""
     n_valid = min(tickets(ctrl), stamps.shape[0])
@@ -223,6 +224,52 @@ def update(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, sta
     if due and not _rebuild(kind, sums, mins, lay, K, state, lctrl, lfctrl, token, lockstats):
         return STATUS_BUSY, -1, kept  # the Python path applies the batch again (the same values) and rebuilds
     return STATUS_OK, -1, kept
+
+
+# ----------------------------------------------------------------------------- entry points
+# The calling convention of every shared kernel set (impl.concurrent.context): the context
+# words, the tree's sums and mins, the token, the call's own arguments. The policy's control
+# block, its float words and whether the leaves are float32 are its extras 0-2
+# (AtomicDeltas.kernel_extra). Each entry point counts itself (a sample once the buffer is
+# not empty), as the shared kernels do.
+@njit(nogil=True, cache=True)
+def sample(ctx, sums, mins, token, key, beta, octx):
+    """A whole lock-free sample (:func:`_sample`) in the shared calling convention."""
+    if tickets(cx.vec_i64(ctx, cx.CTRL)) == 0:
+        return STATUS_EMPTY
+    cx.vec_f64(ctx, cx.LOCKSTATS)[KERNEL_CALLS] += 1
+    return _sample(ctx[cx.KIND], sums, mins, cx.mat_i64(ctx, cx.LAY), ctx[cx.K], ctx[cx.KSHIFT], ctx[cx.TOUCH_FROM],
+                   cx.vec_f64(ctx, cx.STATE), cx.vec_i64(ctx, cx.CTRL), cx.vec_f64(ctx, cx.FCTRL),
+                   cx.vec_i64(ctx, cx.STAMPS), cx.vec_i64(ctx, cx.extra(0)), cx.vec_f64(ctx, cx.extra(1)),
+                   ctx[cx.extra(2)] != 0, token, cx.vec_f64(ctx, cx.LOCKSTATS), ctx[cx.SAMPLE_PROTOCOL],
+                   ctx[cx.ROUNDS], key, ctx[cx.STRATIFIED] != 0, beta, cx.vec_u8(ctx, cx.ARENA),
+                   cx.mat_i64(octx, cx.SRC_TABLE), cx.vec_u8(octx, cx.OUT), cx.mat_i64(octx, cx.OUT_TABLE),
+                   octx[cx.TOUCH_ROWS] != 0, cx.vec_i64(octx, cx.OUT_INDEX), cx.vec_f32(octx, cx.OUT_WEIGHT),
+                   cx.vec_i64(octx, cx.OUT_STAMP), cx.vec_f64(octx, cx.SCRATCH))
+
+
+@njit(nogil=True, cache=True)
+def add(ctx, sums, mins, token, values, rows, keep):
+    """A whole atomic add (:func:`_add`) in the shared calling convention."""
+    cx.vec_f64(ctx, cx.LOCKSTATS)[KERNEL_CALLS] += 1
+    return _add(ctx[cx.KIND], sums, mins, cx.mat_i64(ctx, cx.LAY), ctx[cx.K], ctx[cx.KSHIFT], ctx[cx.TOUCH_FROM],
+                cx.vec_f64(ctx, cx.STATE), cx.vec_i64(ctx, cx.CTRL), cx.vec_f64(ctx, cx.FCTRL),
+                cx.vec_i64(ctx, cx.STAMPS), cx.vec_i64(ctx, cx.extra(0)), cx.vec_f64(ctx, cx.extra(1)),
+                ctx[cx.extra(2)] != 0, cx.mat_i64(ctx, cx.WRITERS), ctx[cx.RESUM_EVERY], token,
+                cx.vec_f64(ctx, cx.LOCKSTATS), ctx[cx.INSERT_PROTOCOL], ctx[cx.CAPACITY], values,
+                cx.f64(ctx, cx.EPS), cx.f64(ctx, cx.ALPHA), cx.f64(ctx, cx.VMAX), cx.vec_u8(ctx, cx.ARENA),
+                cx.mat_i64(ctx, cx.TABLE), rows, keep)
+
+
+@njit(nogil=True, cache=True)
+def update(ctx, sums, mins, token, indices, values, sampled, use_sampled):
+    """A whole atomic update (:func:`_update`) in the shared calling convention."""
+    cx.vec_f64(ctx, cx.LOCKSTATS)[KERNEL_CALLS] += 1
+    return _update(ctx[cx.KIND], sums, mins, cx.mat_i64(ctx, cx.LAY), ctx[cx.K], ctx[cx.KSHIFT], ctx[cx.TOUCH_FROM],
+                   cx.vec_f64(ctx, cx.STATE), cx.vec_i64(ctx, cx.CTRL), cx.vec_f64(ctx, cx.FCTRL),
+                   cx.vec_i64(ctx, cx.STAMPS), cx.vec_i64(ctx, cx.extra(0)), cx.vec_f64(ctx, cx.extra(1)),
+                   ctx[cx.extra(2)] != 0, ctx[cx.RESUM_EVERY], token, cx.vec_f64(ctx, cx.LOCKSTATS), indices,
+                   values, sampled, use_sampled, cx.f64(ctx, cx.EPS), cx.f64(ctx, cx.ALPHA), cx.f64(ctx, cx.VMAX))
 
 
 # ----------------------------------------------------------------------------- the policy
@@ -317,7 +364,7 @@ class AtomicDeltas(Policy):
                                       on_dead_reader=self._recover_readers)
 
     def kernel_extra(self) -> tuple:
-        return (self._lctrl, self._lfctrl, self._leaf32)
+        return (self._lctrl, self._lfctrl, int(self._leaf32))
 
     def counters(self) -> dict:
         total = self.ring.counters()
