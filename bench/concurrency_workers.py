@@ -332,9 +332,9 @@ _LOOPS: dict = {}  # id(kernel set) -> (the set, kept alive so its id stays uniq
 def _kernel_loops(kernels):
     """The compiled loops of the measurements below over one kernel set's ``sample``, ``add`` and
     ``update`` (:attr:`~impl.concurrent.SharedPrioritizedBuffer.kernels`: the shared one, or a
-    policy's own, as sharded's), made on first use per set: every registered policy runs through
-    the same calling convention (:mod:`impl.concurrent.context`), so the same loops measure all of
-    them. bench/ loads numba only when a measurement needs it."""
+    policy's own, as sharded's and atomic-deltas'), made on first use per set: every registered
+    policy runs through the same calling convention (:mod:`impl.concurrent.context`), so the same
+    loops measure all of them. bench/ loads numba only when a measurement needs it."""
     got = _LOOPS.get(id(kernels))
     if got is not None:
         return got[1]
@@ -542,7 +542,8 @@ def shared_kernel_scaling(policy: str, capacity: int, *, variant: str = "kary-al
     thread's end); ``ratio = 2 * one / two``. Returns ``{"policy", "variant", "capacity",
     "batch", "steps", "shared", "ratio", "ratio_min", "ratio_max", "retries"}`` (median and range over
     ``repeats``; ``retries``: the busy-lock retries of the two-thread runs, summed). Every
-    registered policy, sharded included, runs through the same loop (:func:`_kernel_loops`).
+    registered policy, sharded and atomic-deltas included, runs through the same loop
+    (:func:`_kernel_loops`).
 
     Not a strict bound of the Python figure: the Python between the calls also thins the
     contention there. It says which mechanism stops two learner threads: a policy that does not

@@ -420,8 +420,8 @@ def test_create_refuses_impossible_parameters(kw, match):
 def test_policies_are_discovered_from_their_folder():
     from replaybench.impl.concurrent import policy
 
-    assert concurrent.names() == sorted(["deferred", "global-lock", "lazy-writing", "optimistic", "pal-locks",
-                                         "sharded"])
+    assert concurrent.names() == sorted(["atomic-deltas", "deferred", "global-lock", "lazy-writing", "optimistic",
+                                         "pal-locks", "sharded"])
     assert all(issubclass(concurrent.get(n), concurrent.Policy) and concurrent.get(n).name == n
                for n in concurrent.names())
     with pytest.raises(ValueError, match="unknown policy 'nope'; known: "):
@@ -478,8 +478,8 @@ def test_one_file_policy_example_works(scratch_policies):
     impl/concurrent/policies/ would be: it registers, stores what the plain buffer stores,
     keeps every guarantee under a threaded stress run, and its main() runs."""
     example = load_example("policy_chunked_updates", "replaybench.impl.concurrent.policies.example_chunked_updates")
-    (name,) = set(concurrent.names()) - {"deferred", "global-lock", "lazy-writing", "optimistic", "pal-locks",
-                                         "sharded"}
+    (name,) = set(concurrent.names()) - {"atomic-deltas", "deferred", "global-lock", "lazy-writing", "optimistic",
+                                         "pal-locks", "sharded"}
     assert name == "chunked-updates"
     test_single_thread_matches_the_plain_buffer(name, np.random.default_rng(0))
     _stress(name, "threads")

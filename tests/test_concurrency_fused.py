@@ -228,7 +228,7 @@ def test_shared_gil_share_measures_both_learner_calls():
     res = C.shared_gil_share("lazy-writing", 2048, batch=32, calls=20, repeats=1)
     for op in ("sample", "update", "add", "step"):
         assert 0 < res[op]["kernel_s"] and 0 < res[op]["call_s"] and 0.0 <= res[op]["gil_share"] < 1.0
-    for policy in ("deferred", "pal-locks", "sharded"):
+    for policy in ("deferred", "pal-locks", "sharded", "atomic-deltas"):
         res = C.shared_gil_share(policy, 256, batch=8, calls=2, repeats=1)
         assert all(0 < res[op]["kernel_s"] for op in ("sample", "update", "add"))
     with pytest.raises(ValueError, match="op must be 'sample'"):

@@ -167,7 +167,7 @@ def test_shared_kernel_scaling_runs_learner_steps_in_two_threads(monkeypatch):
     own = shared_kernel_scaling("optimistic", 4096, batch=32, steps=50, repeats=2, shared=False)
     assert not own["shared"] and own["retries"] == 0 and 0 < own["ratio_min"] <= own["ratio"] <= own["ratio_max"]
     assert len(attached) == 2 and attached[0] != attached[1]  # each thread on a buffer of its own
-    for policy in ("deferred", "pal-locks", "sharded"):  # one calling convention: every policy runs in the loop
+    for policy in ("deferred", "pal-locks", "sharded", "atomic-deltas"):  # one calling convention: every policy runs in the loop
         got = shared_kernel_scaling(policy, 1024, batch=8, steps=2, repeats=1)
         assert got["steps"] == 2 and got["ratio"] > 0
 
@@ -201,6 +201,10 @@ def test_learner_step_measurements_run_without_the_periodic_re_sum(monkeypatch):
     W.step_over_local("optimistic", 1024, batch=16, calls=2, repeats=2)
     # the in-process buffer is created first (the shared one makes a private one of its own after it)
     assert seen[0][0] == "local" and seen[0][1].tree.resum_every == W.NO_RESUM and ("shared", W.NO_RESUM) in seen
+    for policy in ("sharded", "atomic-deltas"):  # a policy's own kernel set, paired the same way
+        seen.clear()
+        got = W.step_over_local(policy, 1024, batch=8, calls=2, repeats=1)
+        assert got["ratio"] > 0 and got["shared_s"] > 0 and ("shared", W.NO_RESUM) in seen
 
 
 def test_auto_workers_cover_one_to_twice_the_cores():
@@ -230,14 +234,15 @@ def test_core_workers_double_up_to_the_cores_in_three_splits():
 
 def test_cores_suite_runs_every_policy_at_the_usable_cores(monkeypatch):
     """concurrency-cores computes its splits from the usable cores when the run is planned, and
-    measures every registered policy (sharded included)."""
+    measures every registered policy (sharded and atomic-deltas included)."""
     from replaybench.bench.scenarios import Selection
     from replaybench.bench.scenarios import concurrency as scenario
     from replaybench.impl import concurrent
 
     monkeypatch.setattr(scenario, "usable_cores", lambda: 16)
     cells = driver.plan(suites.load("concurrency-cores"), Selection()).cells
-    assert {c.columns["policy"] for c in cells} == set(concurrent.names()) and "sharded" in concurrent.names()
+    assert {c.columns["policy"] for c in cells} == set(concurrent.names())
+    assert {"sharded", "atomic-deltas"} <= set(concurrent.names())
     splits = {(c.columns["actors"], c.columns["learners"]) for c in cells}
     assert splits == {tuple(s) for s in scenario.core_workers(16)}
     assert len(cells) == 14 * len(concurrent.names()) and {c.columns["mode"] for c in cells} == {"processes"}

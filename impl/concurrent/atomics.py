@@ -29,8 +29,9 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["atomic_add", "atomic_cas", "atomic_load", "cas", "fetch_add", "load", "atomic_read", "acquire_fence",
-           "full_fence", "first_nonzero", "cpu_relax", "monotonic", "yield_core"]
+__all__ = ["atomic_add", "atomic_cas", "atomic_load", "atomic_xchg", "cas", "fetch_add", "load", "exchange",
+           "atomic_read", "acquire_fence", "full_fence", "first_nonzero", "cpu_relax", "monotonic", "yield_core",
+           "prefetch_write"]
 
 _X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
 _CLOCK_MONOTONIC = 1  # Linux's clock id
@@ -48,7 +49,11 @@ def _element_pointer(context, builder, arr_type, arr_value, index_value):
 def atomic_add(typingctx, arr, index, value):
     """``old = arr[index]; arr[index] += value`` atomically; returns ``old``.
 
-    Integer arrays use ``atomicrmw add``, float32/float64 arrays ``atomicrmw fadd``.
+    Integer arrays use ``atomicrmw add``, float32/float64 arrays ``atomicrmw fadd`` (on x86-64 a
+    ``lock cmpxchg`` loop that LLVM emits: the add is rounded once, as ``+=`` would round it, and
+    no add is lost between threads or between processes that map the same memory; a sum of
+    exactly representable values whose partial sums are exact, such as small multiples of a
+    power of 2, is therefore exact: tests/test_concurrency_atomic.py checks it across processes).
     """
     if not isinstance(arr, types.Array) or arr.ndim != 1 or not isinstance(index, types.Integer):
         return None
@@ -83,6 +88,34 @@ def atomic_cas(typingctx, arr, index, expected, new):
 
 
 @intrinsic
+def atomic_xchg(typingctx, arr, index, value):
+    """``old = arr[index]; arr[index] = value`` atomically (``atomicrmw xchg``); returns ``old``.
+
+    Any integer or float array: a float element is exchanged as the integer of its width (the
+    same bits), so it works on every LLVM version. Two writers that exchange the same word see
+    a chain of values, each taking the one the other left: ``new - old`` summed over all the
+    exchanges of a word is exactly its last value minus its first (a leaf's deltas add up)."""
+    if not isinstance(arr, types.Array) or arr.ndim != 1 or not isinstance(index, types.Integer):
+        return None
+    dtype = arr.dtype
+    if not isinstance(dtype, (types.Integer, types.Float)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        arr_value, index_value, value_value = args
+        ptr = _element_pointer(context, builder, signature.args[0], arr_value, index_value)
+        val = context.cast(builder, value_value, signature.args[2], dtype)
+        if isinstance(dtype, types.Float):
+            word = ir.IntType(dtype.bitwidth)
+            old = builder.atomic_rmw("xchg", builder.bitcast(ptr, word.as_pointer()), builder.bitcast(val, word),
+                                     "seq_cst")
+            return builder.bitcast(old, context.get_value_type(dtype))
+        return builder.atomic_rmw("xchg", ptr, val, "seq_cst")
+
+    return dtype(arr, index, value), codegen
+
+
+@intrinsic
 def atomic_load(typingctx, arr, index):
     """``arr[index]`` read with an atomic (sequentially consistent) load (integers only)."""
     if not isinstance(arr, types.Array) or arr.ndim != 1 or not isinstance(arr.dtype, types.Integer):
@@ -110,6 +143,12 @@ def fetch_add(arr, index, value):
 
 
 @njit(nogil=True, cache=True)
+def exchange(arr, index, value):
+    """Atomically store ``value`` in ``arr[index]``; returns the value before."""
+    return atomic_xchg(arr, index, value)
+
+
+@njit(nogil=True, cache=True)
 def load(arr, index):
     """Atomic load of ``arr[index]`` (integers)."""
     return atomic_load(arr, index)
@@ -127,6 +166,28 @@ def cpu_relax(typingctx):
         return context.get_dummy_value()
 
     return types.none(), codegen
+
+
+@intrinsic
+def prefetch_write(typingctx, arr, index):
+    """Ask for ``arr[index]``'s line in the state a write needs (``llvm.prefetch``, write intent,
+    high locality; x86 ``prefetchw``): a hint, no load. Kernels issue one per item before a
+    loop of locked instructions, which would otherwise take their misses one at a time (a
+    locked instruction waits for every load before it, so no later miss starts early);
+    prefetches are not held back that way. Does nothing to the value, never faults."""
+    if not isinstance(arr, types.Array) or arr.ndim != 1 or not isinstance(index, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ptr = _element_pointer(context, builder, signature.args[0], args[0], args[1])
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                            "llvm.prefetch.p0i8")
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(1), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return types.none(arr, index), codegen
 
 
 @intrinsic

@@ -106,7 +106,8 @@ class SharedLock:
     """
 
     def __init__(self, words: np.ndarray, index: int, name: str, *, on_recover=None,
-                 timeout: float = 120.0, check_every: float = 0.02, readers: range | None = None):
+                 timeout: float = 120.0, check_every: float = 0.02, readers: range | None = None,
+                 on_dead_reader=None):
         if words.dtype != np.int64 or words.ndim != 1:
             raise TypeError(f"lock words must be a 1-d int64 array, got {words.dtype} {words.shape}")
         if readers is not None and (index in readers or not 0 <= readers.start <= readers.stop <= words.shape[0]):
@@ -115,6 +116,10 @@ class SharedLock:
         self.words, self.index, self.name = words, int(index), name
         self.readers = readers if readers is not None else range(0)
         self.on_recover = on_recover
+        # Called with the dead tokens once the readers have drained, holding the word, when a
+        # dead shared holder's word was cleared: for shared holders that write (atomic-deltas'
+        # writers), whose death may leave a write half done. None: nothing to recover.
+        self.on_dead_reader = on_dead_reader
         self.timeout, self.check_every = float(timeout), float(check_every)
         self.wait_seconds = 0.0  # total time spent waiting (uncontended acquisitions add 0)
         self.hold_seconds = 0.0  # total time from acquisition to release
@@ -180,6 +185,7 @@ class SharedLock:
         and TimeoutError names the reader."""
         words, first, stop = self.words, self.readers.start, self.readers.stop
         waited = False
+        dead = []
         while (r := first_nonzero(words, first, stop)) >= 0:
             if not waited:
                 waited = True
@@ -197,13 +203,21 @@ class SharedLock:
                 if now - last_check >= self.check_every:
                     last_check = now
                     if not pid_alive(token_pid(reader)):
-                        cas(words, r, reader, 0)  # a draw changes nothing: its word is simply cleared
+                        if cas(words, r, reader, 0) == reader:  # a draw changes nothing: its word is simply cleared
+                            dead.append(reader)
                         continue
                     if now - start > self.timeout:
                         cas(words, self.index, my_token(), restore)
                         self.wait_seconds += now - start
                         raise TimeoutError(f"lock {self.name!r} not acquired in {self.timeout:g} s: a shared "
                                            f"holder, pid {token_pid(reader)} (token {reader}), did not leave")
+        if dead and self.on_dead_reader is not None:
+            self.recoveries += 1
+            try:
+                self.on_dead_reader(dead)
+            except BaseException:
+                cas(words, self.index, my_token(), restore)
+                raise
         return waited
 
     def _recover(self, dead_token: int) -> None:

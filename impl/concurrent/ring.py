@@ -31,13 +31,13 @@ import numpy as np
 from numba import njit
 
 from ..trees import kernels, ops
-from .atomics import atomic_cas, atomic_read
+from .atomics import atomic_add, atomic_cas, atomic_read
 from .locks import pid_alive, token_pid
 
 __all__ = ["SharedRing", "Reservation", "ring_arrays", "MAX_WRITERS", "MAX_READERS", "READERS_AT", "QUEUE_SIZE",
            "TREE_LOCK", "LEAF_LOCK", "reserve_slots", "publish_slots", "count_changes", "note_rebuild", "note_max",
            "fresh_mask", "count_redrawn", "tickets", "max_priority", "counters_of", "note_max_atomic", "note_recovery",
-           "queue_length", "enqueue_deltas", "drain_queue", "uncount_stale"]
+           "queue_length", "enqueue_deltas", "drain_queue", "uncount_stale", "note_changes_atomic"]
 
 MAX_WRITERS = 64  # inserts in flight at once (one per writer thread or process)
 #: Kernels that may hold the tree lock shared at once (a sample's draw; one more waits for a slot
@@ -156,6 +156,29 @@ def note_max_atomic(fctrl, pmax):
         seen = atomic_read(bits, _MAX_PRIORITY)
         if new <= seen or atomic_cas(bits, _MAX_PRIORITY, seen, new) == seen:
             return
+
+
+@njit(nogil=True, cache=True)
+def note_changes_atomic(ctrl, fctrl, n, total):
+    """:func:`count_changes`'s bookkeeping for writers that do not exclude one another (the
+    atomic-deltas policy's, each holding its tree lock *shared*): ``n`` leaf changes added to
+    the count since the last rebuild with an atomic add, the largest total since raised to
+    ``total`` by a compare-and-swap loop. Returns ``(changes since the last rebuild, largest
+    total since)``; the caller decides whether to rebuild (under the lock held exclusively,
+    where :func:`note_rebuild` restarts both). O(1) unless it races."""
+    since = atomic_add(ctrl, _SINCE_REBUILD, n) + n
+    bits = fctrl.view(np.int64)
+    word = np.empty(1)  # float <-> bits of the T_max word
+    word_bits = word.view(np.int64)
+    word[0] = total
+    new = word_bits[0]
+    while True:
+        seen = atomic_read(bits, _T_MAX)
+        word_bits[0] = seen
+        if not total > word[0]:
+            return since, word[0]
+        if atomic_cas(bits, _T_MAX, seen, new) == seen:
+            return since, total
 
 
 def note_recovery(ctrl: np.ndarray) -> None:

@@ -26,6 +26,7 @@ float64 sums have the same bound with ``2**-53`` and never need a rebuild in pra
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -120,6 +121,9 @@ class ArraySumTree(SumTree):
         self.capacity = capacity
         self.K = K
         self.dtype = _check_dtype(dtype)
+        #: The precision of the values the leaves hold: :attr:`dtype`, except in a tree made by
+        #: :meth:`widened`, whose slots are float64 and whose leaves hold the narrower values.
+        self.leaf_dtype = self.dtype
         self.hugepages = _check_flag("hugepages", hugepages)
         self._lay = lay
         self._kshift = K.bit_length() - 1 if layouts.is_power_of_two(K) else -1
@@ -231,6 +235,25 @@ class ArraySumTree(SumTree):
     def propagate(self, indices: np.ndarray, deltas: np.ndarray) -> None:
         """Add leaf ``deltas`` (from :meth:`write_leaves`) to the inner nodes. O(n K D)."""
         kernels.propagate_paths(self._sums, self._mins, self._lay, self.K, self._kshift, indices, deltas)
+
+    def widened(self) -> "ArraySumTree":
+        """A tree of the same class, layout, capacity and parameters whose sums and minima are
+        float64 (a copy of this one's state), that refuses the same leaf values as this one
+        (:attr:`max_leaf` kept). For a policy that adds into the inner nodes with atomic float
+        adds, each rounded on its own (:mod:`impl.concurrent.policies.atomic_deltas`): float64
+        makes that drift 2**29 times smaller than float32. The leaves hold whatever values the
+        caller writes (that policy writes each one rounded to :attr:`leaf_dtype`, this tree's
+        dtype, first). O(size)."""
+        tree = copy.copy(self)
+        tree.leaf_dtype = self.dtype
+        tree.dtype = np.dtype(np.float64)
+        tree._sums = layouts.aligned_empty(self._sums.size, np.float64, 0.0, self.hugepages)
+        tree._mins = layouts.aligned_empty(self._mins.size, np.float64, np.inf, self.hugepages)
+        tree._sums[:] = self._sums
+        tree._mins[:] = self._mins
+        tree._state = self._state.copy()
+        tree.prefetch = self._prefetch  # the touch depth follows the wider slots; binds the kernel arguments
+        return tree
 
     def shared_arrays(self) -> dict[str, np.ndarray]:
         """The arrays that hold the tree's whole state (for placing it in shared memory)."""

@@ -1,0 +1,484 @@
+"""atomic-deltas: one float64 tree written with atomics; no lock on the sample path."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+from numba import njit
+
+from ... import fused_ops as fo
+from ...storage import gather_rows, write_rows
+from ...trees import kernels as tree_kernels
+from ...trees import ops
+from .. import context as cx
+from ..atomics import acquire_fence, atomic_cas
+from ..deltas import depth, draw, set_leaves
+from ..fused import (KERNEL_CALLS, MAX_CHANGED_ROUNDS, STATUS_BUSY, STATUS_CHANGING, STATUS_EMPTY, STATUS_OK, STATUS_PUBLISH_BUSY,
+                     STATUS_RESERVE, acquire, acquire_shared, release, release_shared)
+from ..locks import SharedLock, my_token, token_pid
+from ..policy import Policy, Selection, register
+from ..ring import (MAX_READERS, READERS_AT, TREE_LOCK, count_redrawn, counters_of, fresh_mask, max_priority,
+                    note_changes_atomic, note_max_atomic, note_rebuild, note_recovery, reserve_slots, tickets)
+from .lazy_writing import Backoff
+
+__all__ = ["AtomicDeltas", "DRIFT_TOLERANCE", "drift_bound", "rebuild_due"]
+
+#: The relative drift of the root (against the exact sum of the leaves) the policy lets its
+#: bound reach before an exact rebuild: 2**-30, about 9.3e-10 (see :func:`drift_bound`); at a
+#: steady total and depth 5, a rebuild per about 1e6 leaf changes (2**18 leaves: 15 ms measured on
+#: a loaded 2-core VM, so under 4 us of serial time per learner step of 256).
+DRIFT_TOLERANCE = 2.0**-30
+_CONTROL_WORDS = READERS_AT + MAX_READERS  # the policy's control block is laid out as the ring's
+
+
+# ----------------------------------------------------------------------------- drift
+@njit(nogil=True, cache=True, inline="always")
+def drift_bound(since, t_max, D):
+    """Bound on ``|root - sum of leaves|`` after ``since`` leaf changes since the last rebuild,
+    with ``t_max`` the largest total seen since, in a float64 tree of depth ``D``: each change's
+    delta is rounded once (``new - old``), summed per node in float64 at most ``D`` times on
+    its way up, and added to the root once: at most ``D + 3`` roundings of at most
+    ``2**-53 T_max`` each."""
+    return since * (D + 3) * 2.0**-53 * t_max
+
+
+@njit(nogil=True, cache=True, inline="always")
+def rebuild_due(since, t_max, total, D):
+    """Whether the drift bound passed :data:`DRIFT_TOLERANCE` of the current ``total``. (The
+    buffer's ``resum_every``, a float32 tree's re-summing period, does not apply: the inner
+    nodes are float64, and a float64 tree's own default is never.)"""
+    return drift_bound(since, t_max, D) > DRIFT_TOLERANCE * total
+
+
+@njit(nogil=True, cache=True)
+def _count(kind, sums, lay, lctrl, lfctrl, n):
+    """Held shared: count ``n`` leaf changes; whether a rebuild is due."""
+    total = np.float64(sums[lay[0, 0]])
+    since, t_max = note_changes_atomic(lctrl, lfctrl, n, total)
+    return rebuild_due(since, t_max, total, depth(kind, lay))
+
+
+@njit(nogil=True, cache=True)
+def _rebuild(kind, sums, mins, lay, K, state, lctrl, lfctrl, token, lockstats):
+    """The exact rebuild, under the policy's lock held exclusively (every atomic writer out), if
+    still due once it is held: whether the lock was taken. Not taken (a rebuild in progress, or
+    the word of a shared holder that died mid-write and holds it off), an update hands its
+    call to the Python path, whose lock waits, clears a dead holder's word and rebuilds."""
+    status, taken = acquire(lctrl, TREE_LOCK, token, lockstats)
+    if status != STATUS_OK:
+        return False
+    total = np.float64(sums[lay[0, 0]])
+    since, t_max = note_changes_atomic(lctrl, lfctrl, 0, total)
+    if rebuild_due(since, t_max, total, depth(kind, lay)):
+        ops.rebuild(kind, sums, mins, lay, K, state)
+        note_rebuild(lctrl, lfctrl, np.float64(sums[lay[0, 0]]))
+    release(lctrl, TREE_LOCK, token, lockstats, taken)
+    return True
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _leaf_values(p, leaf32):
+    """Stored priorities as the variant's leaves hold them: rounded to float32 for a float32
+    variant (the float64 tree then holds the very values the variant's tree would)."""
+    if leaf32:
+        for b in range(p.shape[0]):
+            p[b] = np.float64(np.float32(p[b]))
+    return p
+
+
+# ----------------------------------------------------------------------------- kernels
+@njit(nogil=True, cache=True)
+def _sample(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, lctrl, lfctrl, leaf32, token,
+           lockstats, protocol, rounds, key, stratified, beta, arena, table, out, out_table, touch_rows, out_index,
+           out_weight, out_stamp, scratch):
+    """One whole ``sample`` with no lock (the tree's ``kernel_args``, the ring's arrays, then
+    ``lctrl, lfctrl, leaf32``, then the call's own arguments): the draw (:func:`impl.concurrent.deltas.draw`),
+    the copy, the seqlock check that draws again the rows whose stamp changed during the copy,
+    the weights ``(p_i / p_min) ** -beta``. STATUS_BUSY when the draw kept reaching zero leaves
+    or slots being written (the Python path waits for writers). O(n K D + n row bytes)."""
+    if tickets(ctrl) == 0:
+        return STATUS_EMPTY
+    n = out_index.shape[0]
+    pmin = draw(kind, sums, mins, lay, K, touch_from, stamps, key, stratified, 0, out_index, scratch, out_stamp)
+    if not pmin > 0.0:
+        return STATUS_BUSY
+    acquire_fence()  # every stamp was read before any row
+    touched = gather_rows(arena, table, out_index, out, out_table, touch_rows)
+    pos = np.empty(n, dtype=np.int64)
+    row_table = out_table.copy()
+    clean = False
+    for r in range(MAX_CHANGED_ROUNDS):
+        acquire_fence()  # the copy's loads are done before the stamps are read again
+        changed = 0
+        for b in range(n):
+            if stamps[out_index[b]] != out_stamp[b]:
+                pos[changed] = b
+                changed += 1
+        if changed == 0:
+            clean = True
+            break
+        count_redrawn(ctrl, changed)
+        j = np.empty(changed, dtype=np.int64)
+        p = np.empty(changed)
+        st = np.empty(changed, dtype=np.int64)
+        pm = draw(kind, sums, mins, lay, K, touch_from, stamps, key, stratified, 1 + r, j, p, st)
+        if not pm > 0.0:
+            return STATUS_BUSY
+        pmin = min(pmin, pm)
+        acquire_fence()  # the new rows' stamps were read before their copy starts
+        for k in range(changed):
+            b = pos[k]
+            out_index[b], scratch[b], out_stamp[b] = j[k], p[k], st[k]
+            for f in range(out_table.shape[0]):
+                row_table[f, 0] = out_table[f, 0] + b * out_table[f, 1]
+            gather_rows(arena, table, j[k:k + 1], out, row_table, False)
+    if not clean:
+        return STATUS_CHANGING
+    for b in range(n):
+        out_weight[b] = (scratch[b] / pmin) ** -beta
+    if n > 0:
+        out_weight[0] += 0.0 * touched  # keeps the touch passes' loads (see impl.fused.sample)
+    return STATUS_OK
+
+
+@njit(nogil=True, cache=True)
+def _add(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, lctrl, lfctrl, leaf32, writers,
+        resum_every, token, lockstats, protocol, capacity, values, eps, alpha, vmax, arena, table, rows, keep):
+    """One whole ``add`` (unpacked as :func:`_sample`'s): tickets, stamps -1 and
+    the in-flight record under the ring lock (O(MAX_WRITERS + n), the one section inserts
+    share); the slots' leaves set to 0 with atomics; the copy; the priorities (``values``
+    transformed, or the max priority) set with atomics and the stamps published; the record
+    cleared. Returns ``(status, first ticket, in-flight row)``: on STATUS_PUBLISH_BUSY the rows
+    are copied and the caller publishes them (the policy's lock stayed held exclusively). A
+    due rebuild that cannot take the lock is left to the next update."""
+    status, taken = acquire(ctrl, TREE_LOCK, token, lockstats)
+    if status != STATUS_OK:
+        return status, -1, -1
+    t0, row, _ = reserve_slots(ctrl, writers, stamps, keep, token, capacity, True)
+    release(ctrl, TREE_LOCK, token, lockstats, taken)
+    if row < 0:
+        return STATUS_RESERVE, -1, -1
+    slots = fo.ring_slots(t0 % capacity, keep, capacity)
+    due = False
+    status, rslot = acquire_shared(lctrl, token, lockstats)
+    if status == STATUS_OK:  # else the slots keep their old priority until published; draws skip them (stamp -1)
+        set_leaves(kind, sums, mins, lay, K, kshift, slots, np.zeros(keep))
+        due = _count(kind, sums, lay, lctrl, lfctrl, keep)
+        release_shared(lctrl, rslot, token)
+    write_rows(arena, table, t0 % capacity, capacity, rows, keep)
+    if values.shape[0] == 0:
+        p = np.full(keep, max_priority(fctrl))
+    else:
+        p, pmax, _ = tree_kernels.transform(values, eps, alpha, vmax)  # checked by the caller
+        note_max_atomic(fctrl, pmax)
+    _leaf_values(p, leaf32)
+    status, rslot = acquire_shared(lctrl, token, lockstats)
+    if status != STATUS_OK:
+        return STATUS_PUBLISH_BUSY, t0, row
+    set_leaves(kind, sums, mins, lay, K, kshift, slots, p)
+    for k in range(keep):
+        stamps[slots[k]] = t0 + k
+    due = _count(kind, sums, lay, lctrl, lfctrl, keep) or due
+    release_shared(lctrl, rslot, token)
+    atomic_cas(writers[row], 0, token, 0)  # the record is this writer's own: no lock
+    if due:
+        _rebuild(kind, sums, mins, lay, K, state, lctrl, lfctrl, token, lockstats)
+    return STATUS_OK, t0, row
+
+
+@njit(nogil=True, cache=True)
+def _update(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, lctrl, lfctrl, leaf32,
+           resum_every, token, lockstats, indices, values, sampled, use_sampled, eps, alpha, vmax):
+    """One whole ``update_priorities`` (unpacked as :func:`_sample`'s; the checks of
+    :func:`impl.concurrent.fused.update`, all before anything is written): stale entries dropped, the rest set with atomics
+    under the policy's lock held shared (only a rebuild or a Python path excludes it).
+    O(n D) atomics."""
+    n_valid = min(tickets(ctrl), stamps.shape[0])
+    status, pos = tree_kernels.check_batch(indices, values, n_valid)
+    if status != STATUS_OK:
+        return status, pos, n_valid
+    stored, _, pos = tree_kernels.transform(values, eps, alpha, vmax)
+    if pos >= 0:
+        return tree_kernels.STATUS_OVERFLOW, pos, n_valid
+    _leaf_values(stored, leaf32)
+    status, rslot = acquire_shared(lctrl, token, lockstats)
+    if status != STATUS_OK:
+        return status, -1, 0
+    n = indices.shape[0]
+    keep = np.empty(n, dtype=np.bool_)
+    kept = fresh_mask(ctrl, stamps, indices, sampled, use_sampled, keep)
+    idx, vals = indices, stored
+    if kept < n:
+        idx, vals = indices[keep], stored[keep]
+    due = False
+    if kept:
+        set_leaves(kind, sums, mins, lay, K, kshift, idx, vals)
+        due = _count(kind, sums, lay, lctrl, lfctrl, kept)
+    release_shared(lctrl, rslot, token)
+    if kept:
+        pmax = 0.0
+        for b in range(kept):
+            pmax = max(pmax, vals[b])
+        note_max_atomic(fctrl, pmax)
+    if due and not _rebuild(kind, sums, mins, lay, K, state, lctrl, lfctrl, token, lockstats):
+        return STATUS_BUSY, -1, kept  # the Python path applies the batch again (the same values) and rebuilds
+    return STATUS_OK, -1, kept
+
+
+# ----------------------------------------------------------------------------- entry points
+# The calling convention of every shared kernel set (impl.concurrent.context): the context
+# words, the tree's sums and mins, the token, the call's own arguments. The policy's control
+# block, its float words and whether the leaves are float32 are its extras 0-2
+# (AtomicDeltas.kernel_extra). Each entry point counts itself (a sample once the buffer is
+# not empty), as the shared kernels do.
+@njit(nogil=True, cache=True)
+def sample(ctx, sums, mins, token, key, beta, octx):
+    """A whole lock-free sample (:func:`_sample`) in the shared calling convention."""
+    if tickets(cx.vec_i64(ctx, cx.CTRL)) == 0:
+        return STATUS_EMPTY
+    cx.vec_f64(ctx, cx.LOCKSTATS)[KERNEL_CALLS] += 1
+    return _sample(ctx[cx.KIND], sums, mins, cx.mat_i64(ctx, cx.LAY), ctx[cx.K], ctx[cx.KSHIFT], ctx[cx.TOUCH_FROM],
+                   cx.vec_f64(ctx, cx.STATE), cx.vec_i64(ctx, cx.CTRL), cx.vec_f64(ctx, cx.FCTRL),
+                   cx.vec_i64(ctx, cx.STAMPS), cx.vec_i64(ctx, cx.extra(0)), cx.vec_f64(ctx, cx.extra(1)),
+                   ctx[cx.extra(2)] != 0, token, cx.vec_f64(ctx, cx.LOCKSTATS), ctx[cx.SAMPLE_PROTOCOL],
+                   ctx[cx.ROUNDS], key, ctx[cx.STRATIFIED] != 0, beta, cx.vec_u8(ctx, cx.ARENA),
+                   cx.mat_i64(octx, cx.SRC_TABLE), cx.vec_u8(octx, cx.OUT), cx.mat_i64(octx, cx.OUT_TABLE),
+                   octx[cx.TOUCH_ROWS] != 0, cx.vec_i64(octx, cx.OUT_INDEX), cx.vec_f32(octx, cx.OUT_WEIGHT),
+                   cx.vec_i64(octx, cx.OUT_STAMP), cx.vec_f64(octx, cx.SCRATCH))
+
+
+@njit(nogil=True, cache=True)
+def add(ctx, sums, mins, token, values, rows, keep):
+    """A whole atomic add (:func:`_add`) in the shared calling convention."""
+    cx.vec_f64(ctx, cx.LOCKSTATS)[KERNEL_CALLS] += 1
+    return _add(ctx[cx.KIND], sums, mins, cx.mat_i64(ctx, cx.LAY), ctx[cx.K], ctx[cx.KSHIFT], ctx[cx.TOUCH_FROM],
+                cx.vec_f64(ctx, cx.STATE), cx.vec_i64(ctx, cx.CTRL), cx.vec_f64(ctx, cx.FCTRL),
+                cx.vec_i64(ctx, cx.STAMPS), cx.vec_i64(ctx, cx.extra(0)), cx.vec_f64(ctx, cx.extra(1)),
+                ctx[cx.extra(2)] != 0, cx.mat_i64(ctx, cx.WRITERS), ctx[cx.RESUM_EVERY], token,
+                cx.vec_f64(ctx, cx.LOCKSTATS), ctx[cx.INSERT_PROTOCOL], ctx[cx.CAPACITY], values,
+                cx.f64(ctx, cx.EPS), cx.f64(ctx, cx.ALPHA), cx.f64(ctx, cx.VMAX), cx.vec_u8(ctx, cx.ARENA),
+                cx.mat_i64(ctx, cx.TABLE), rows, keep)
+
+
+@njit(nogil=True, cache=True)
+def update(ctx, sums, mins, token, indices, values, sampled, use_sampled):
+    """A whole atomic update (:func:`_update`) in the shared calling convention."""
+    cx.vec_f64(ctx, cx.LOCKSTATS)[KERNEL_CALLS] += 1
+    return _update(ctx[cx.KIND], sums, mins, cx.mat_i64(ctx, cx.LAY), ctx[cx.K], ctx[cx.KSHIFT], ctx[cx.TOUCH_FROM],
+                   cx.vec_f64(ctx, cx.STATE), cx.vec_i64(ctx, cx.CTRL), cx.vec_f64(ctx, cx.FCTRL),
+                   cx.vec_i64(ctx, cx.STAMPS), cx.vec_i64(ctx, cx.extra(0)), cx.vec_f64(ctx, cx.extra(1)),
+                   ctx[cx.extra(2)] != 0, ctx[cx.RESUM_EVERY], token, cx.vec_f64(ctx, cx.LOCKSTATS), indices,
+                   values, sampled, use_sampled, cx.f64(ctx, cx.EPS), cx.f64(ctx, cx.ALPHA), cx.f64(ctx, cx.VMAX))
+
+
+# ----------------------------------------------------------------------------- the policy
+@register
+class AtomicDeltas(Policy):
+    """One tree, float64, written with atomics by every writer at once; samples take no lock.
+
+    * **Tree**: the variant's layout with float64 sums and minima
+      (:meth:`impl.trees.ArraySumTree.widened`); a leaf holds its priority rounded to the
+      variant's dtype, so the leaves are the values the variant's own tree would hold.
+    * **Update**: checked and transformed first; then, under the policy's lock held *shared*
+      (it excludes only the exact rebuild and the Python paths, never another writer or a
+      sampler): stale entries dropped by stamp, leaves set by atomic exchange, each node's
+      share of the batch's deltas summed and added with one atomic float add, minima settled
+      by compare-and-swap (:mod:`impl.concurrent.deltas`).
+    * **Insert**: tickets, stamps -1 and the in-flight record under the ring lock (the tree lock
+      word: O(MAX_WRITERS + n), no tree work, the only section inserts share, as sharded's);
+      the slots' leaves set to 0 with atomics; the copy with no lock; the priorities set with
+      atomics and the stamps published; the record cleared with a compare-and-swap.
+    * **Sample**: no lock. One descent of the tree as it is read, clamped below the root total
+      read once; a draw that overshoots its leaf (a node on its path lags a decrease), or
+      reaches a leaf that is 0 or a slot being written (stamp -1), is drawn again; rows
+      copied and stamp-checked (seqlock).
+
+    What a sampler may see: **stale by at most one batch** per writer in flight. Each write
+    is a leaf exchange followed by its deltas reaching the ancestors; a descent that runs
+    beside it reads every node it passes once, each holding the sum of its leaves up to the
+    deltas of the batches in flight not yet added. So a draw follows the tree as of the
+    batches that have returned, except inside the subtrees an in-flight batch touches: there
+    it reaches the leaves as they are now, within the smaller of the subtree's mass before and
+    after the batch (a draw that overshoots a subtree whose decrease is in flight is drawn
+    again, the rest of the tree keeping ``P(i)`` proportional to ``p_i``); a sample made with
+    no writer in flight is exact (``P(i) = p_i / total``, up to the drift
+    bound below). Never a slot being written, a torn row, or a zero leaf. ``p_min`` is the root
+    minimum read after the draw, lowered to the smallest priority drawn, so no weight
+    exceeds 1 (tests/test_concurrency_atomic.py checks both statements).
+
+    Drift: every atomic add rounds (float64), so the root drifts from the exact sum of its
+    leaves by at most :func:`drift_bound` (``(D + 3) m 2**-53 T_max`` after ``m`` changes); once
+    that bound passes :data:`DRIFT_TOLERANCE` of the current total, the writer that sees it
+    rebuilds the inner nodes exactly from the leaves, under the policy's lock held
+    exclusively. The buffer's ``resum_every`` (a float32 tree's period) does not apply. The
+    kernels' ``resum_every`` argument is kept for the shared call shape and not read.
+
+    An update racing with inserts that lap its slot within the call (the ring coming round a
+    whole capacity between its stamp check and its exchange) may land on the new row, as an
+    update without stamps would.
+
+    Crash recovery: a writer that dies holding the ring lock is recovered as under every policy
+    (its in-flight slots voided, the tree rebuilt). One that dies inside a tree write, holding
+    the policy's lock shared, may leave leaves exchanged whose deltas never arrived: the root
+    is then short of (or over) those changes, and its reader word holds off the kernels' exact
+    rebuild, so the next due rebuild sends an update to the Python path, whose lock clears
+    the dead word and rebuilds the inner nodes from the leaves (a recovery). Until then
+    samples are stale by that one batch, as beside a live writer.
+
+    Locks: ring lock, then the policy's lock; the kernels hold
+    one at a time. The Python paths (a lock held past a kernel's spins, a sample that keeps
+    meeting slots being written, recovery) hold the ring lock and the policy's lock
+    exclusively, and may sleep and recover dead holders. Lock hold time counts the ring
+    lock and the exclusive rebuilds: the shared holds exclude no other worker.
+    """
+
+    name = "atomic-deltas"
+    fused_sample = 0  # its own kernels (above); the protocol code is not read by them
+    fused_insert = 0
+    fused_update = True
+    draws_as_one_tree = False  # one descent, but of float64 sums: indices may differ at the float32 tree's ties
+    kernels = SimpleNamespace(sample=sample, add=add, update=update)
+
+    @classmethod
+    def tree_for(cls, tree, make_tree, capacity: int, shards: int):
+        return tree.widened()
+
+    @classmethod
+    def check_structure(cls, tree) -> None:
+        if not hasattr(tree, "widened"):
+            raise NotImplementedError(f"policy {cls.name!r} cannot wrap {type(tree).__name__}: it needs an array tree "
+                                      "with float64 inner nodes (ArraySumTree.widened)")
+
+    @classmethod
+    def shared_arrays(cls, capacity: int, shards: int) -> dict:
+        return {"ctrl": ((_CONTROL_WORDS,), np.int64), "fctrl": ((4,), np.float64)}
+
+    def __init__(self, parts):
+        super().__init__(parts)
+        self._lctrl, self._lfctrl = parts.arrays["ctrl"], parts.arrays["fctrl"]
+        self._leaf32 = self.tree.leaf_dtype == np.float32
+        self.tree_writes = SharedLock(self._lctrl, TREE_LOCK, "tree writes", on_recover=self._recover_writes,
+                                      timeout=parts.tree_lock.timeout,
+                                      readers=range(READERS_AT, READERS_AT + MAX_READERS),
+                                      on_dead_reader=self._recover_readers)
+
+    def kernel_extra(self) -> tuple:
+        return (self._lctrl, self._lfctrl, int(self._leaf32))
+
+    def counters(self) -> dict:
+        total = self.ring.counters()
+        for name, value in counters_of(self._lctrl).items():
+            total[name] += value
+        return total
+
+    # ------------------------------------------------------------------ the Python paths
+    def _stored(self, vals, n: int) -> tuple[np.ndarray, float]:
+        """Stored priorities of raw ``vals`` (None: the max priority), rounded to the leaves'
+        precision, and the largest before rounding (what the max priority follows)."""
+        if vals is None:
+            p = np.full(n, self.ring.max_priority)
+        else:
+            v = np.asarray(vals, dtype=np.float64) + self.eps
+            p = v if self.alpha == 1.0 else v ** self.alpha
+        pmax = float(p.max()) if p.size else 0.0
+        return (p.astype(np.float32).astype(np.float64) if self._leaf32 else p), pmax
+
+    def _count(self, n: int) -> None:
+        """Held exclusively: count ``n`` changes and rebuild at once if due."""
+        kind, sums, mins, lay, K, _, _, state = self.tree.kernel_args
+        total = self.tree.total()
+        since, t_max = note_changes_atomic(self._lctrl, self._lfctrl, n, total)
+        if rebuild_due(since, t_max, total, int(depth(kind, lay))):
+            self.tree.rebuild()
+            note_rebuild(self._lctrl, self._lfctrl, self.tree.total())
+
+    def select(self, n: int, rng) -> Selection:
+        backoff = Backoff(self.tree_lock.timeout)
+        while True:
+            with self.tree_lock, self.tree_writes:
+                self.ring.void_dead_writers()
+                sel = self._draw_published(n, rng)
+                if sel is not None:
+                    return sel
+                writers = self.ring.in_flight()
+                if not writers:
+                    return self.draw(n, rng)  # nothing is coming: the tree's own refusal
+            token = writers[0][0]
+            backoff.pause(lambda waited: f"sample of {n} rows waited {waited:.3g} s for a sampleable slot: the slots "
+                                         f"with priority are being written by inserts in flight (pid "
+                                         f"{token_pid(token)}, token {token}, among {len(writers)}), alive but not "
+                                         "progressing")
+
+    def _draw_published(self, n: int, rng) -> Selection | None:
+        """Held exclusively: an exact draw whose slots all hold published rows, or None."""
+        if not self.tree.total() > 0.0:
+            return None
+        idx, prio = self.tree.sample(n, rng, self.stratified)
+        for _ in range(32):
+            stamps = self.ring.stamps_at(idx)
+            bad = np.flatnonzero(stamps < 0)
+            if bad.size == 0:
+                return Selection(idx, prio, stamps, self.tree.min())
+            idx[bad], prio[bad] = self.tree.sample(bad.size, rng)
+        return None
+
+    def insert(self, arrays, n, vals) -> int:
+        token = my_token()
+        backoff = Backoff(self.tree_lock.timeout)
+        while True:
+            with self.tree_lock, self.tree_writes:  # reserving may void dead writers' slots
+                res = self.ring.reserve(n, token, wait_for_lapped=True)
+            if res.row >= 0:
+                break
+            backoff.pause(lambda waited: f"insert of {n} rows waited {waited:.3g} s for ring slots still being "
+                                         f"written by pid {token_pid(res.blocker)} (token {res.blocker}), which "
+                                         "is alive but not progressing")
+        self.storage.write(res.first % self.ring.capacity, arrays, n)
+        with self.tree_writes:
+            self._set_new(res.first, n, vals)
+            self.ring.publish(res, n)
+        return res.first
+
+    def set_new_priorities(self, first: int, n: int, vals) -> None:
+        with self.tree_writes:
+            self._set_new(first, n, vals)
+
+    def _set_new(self, first: int, n: int, vals) -> None:
+        p, pmax = self._stored(vals, n)
+        self.tree.update(self.ring.slots(first, n), p)
+        if vals is not None:
+            self.ring.note_max(pmax)
+        self._count(n)
+
+    def update(self, idx, vals, stamps) -> int:
+        with self.tree_writes:
+            keep = self.ring.fresh(idx, stamps)
+            idx, vals = idx[keep], vals[keep]
+            if idx.size:
+                p, pmax = self._stored(vals, idx.size)
+                self.tree.update(idx, p, n_valid=self.ring.inserted)
+                self.ring.note_max(pmax)
+                self._count(idx.size)
+        return int(idx.size)
+
+    def read_priorities(self, idx) -> np.ndarray:
+        return self.tree.get(idx)  # each leaf is one aligned word: never torn, no lock needed
+
+    # ------------------------------------------------------------------ recovery
+    def recover(self, dead_token: int) -> None:
+        with self.tree_writes:  # voiding writes leaves and rebuilds
+            self.ring.recover(dead_token)
+
+    def _recover_readers(self, dead_tokens: list) -> None:
+        """Held exclusively, every reader drained: writers that died holding the lock shared may
+        have exchanged leaves whose deltas never reached the inner nodes; the leaves are whole
+        words, so the inner nodes are rebuilt from them."""
+        self._recover_writes(dead_tokens[0])
+
+    def _recover_writes(self, dead_token: int) -> None:
+        """The policy's lock was held exclusively by a process that died (in a rebuild or a Python
+        path's tree write): its leaves are whole words, so the inner nodes are rebuilt from them."""
+        note_recovery(self._lctrl)
+        self.tree.rebuild()
+        note_rebuild(self._lctrl, self._lfctrl, self.tree.total())
