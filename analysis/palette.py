@@ -34,6 +34,9 @@ POLICY_COLOURS = {
     "lazy-writing": "#009E73",
     "deferred": "#E69F00",
     "lock-free": "#D55E00",
+    "optimistic": "#8C6D31",
+    "sharded": "#843C39",
+    "atomic-deltas": "#CC79A7",
     "none": "#7F7F7F",
 }
 
