@@ -17,7 +17,8 @@ TITLE = "Sample cost per transition"
 
 def build(table, metas) -> Plot:
     plain = [run for run, meta in metas.items() if not stats.grid_keys(meta)]  # runs that swept no parameter
-    rows = stats.timings(load.latest_per_cell(table[table["run_id"].isin(plain)]))  # ok timings, newest run
+    micro = table[table["run_id"].isin(plain) & (table["scenario"] == "micro")]  # not another scenario's samples
+    rows = stats.timings(load.latest_per_cell(micro))  # ok timings, newest run
     rows = rows[rows["op"] == "sample"]
     if rows.empty:
         raise NoRows("no sample timings (replaybench run --suite micro)")

@@ -961,11 +961,7 @@ def test_the_committed_reference_runs_plot(tmp_path):
     assert not res.problems, [str(p) for p in res.problems]
     outcome = render.render(res, tmp_path, echo=lambda *_: None)
     assert not outcome.failed, outcome.failed
-    # figures whose rows no committed run holds yet: each skipped with the reason it gives
-    pending = {} if (REPO / "results" / "reference-frameworks-a2c-pong").exists() else \
-        {"pong_reference": "no rows for Stable-Baselines3 A2C"}
-    assert set(outcome.written) == {m.NAME for m in modules()} - set(pending)
-    assert all(outcome.skipped[name].startswith(why) for name, why in pending.items()), outcome.skipped
+    assert set(outcome.written) == {m.NAME for m in modules()}  # the pong figure draws the sides it has
     for name, paths in outcome.written.items():
         assert all(p.stat().st_size > 0 for p in paths), name
     figure = pd.read_csv(tmp_path / "capacity.csv")
