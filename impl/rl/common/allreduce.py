@@ -175,16 +175,22 @@ class SharedAllreduce:
             if time.monotonic() > deadline:
                 raise AllreduceTimeout(self.rank, self._missing(phase), phase, self.timeout_s)
 
-    def mean(self, vector: np.ndarray) -> np.ndarray:
-        """The element-wise mean of every rank's ``vector`` (float32, 1-D, at most ``size``
-        elements, the same length on every rank), written into ``vector`` and returned.
-        Identical bits on every rank. Raises Stopped or :class:`AllreduceTimeout` (above)."""
+    def _checked(self, vector: np.ndarray, call: str) -> int:
+        """The length of ``vector`` once it is a 1-D float32 vector of at most ``size``
+        elements and this object is bound to a rank; RuntimeError / ValueError otherwise."""
         if self.rank is None:
-            raise RuntimeError("SharedAllreduce.mean before bind(rank)")
+            raise RuntimeError(f"SharedAllreduce.{call} before bind(rank)")
         n = vector.shape[0]
         if vector.ndim != 1 or vector.dtype != np.float32 or n > self.size:
             raise ValueError(f"vector must be 1-D float32 of at most {self.size} elements, got "
                              f"{vector.dtype} of shape {vector.shape}")
+        return n
+
+    def mean(self, vector: np.ndarray) -> np.ndarray:
+        """The element-wise mean of every rank's ``vector`` (float32, 1-D, at most ``size``
+        elements, the same length on every rank), written into ``vector`` and returned.
+        Identical bits on every rank. Raises Stopped or :class:`AllreduceTimeout` (above)."""
+        n = self._checked(vector, "mean")
         if self.world == 1:
             return vector
         self.inputs[self.rank, :n] = vector
@@ -204,12 +210,7 @@ class SharedAllreduce:
     def broadcast(self, vector: np.ndarray, root: int = 0) -> np.ndarray:
         """Rank ``root``'s ``vector`` (1-D float32, at most ``size`` elements, the same length on
         every rank) copied into every rank's ``vector``, which is returned. Two barriers."""
-        if self.rank is None:
-            raise RuntimeError("SharedAllreduce.broadcast before bind(rank)")
-        n = vector.shape[0]
-        if vector.ndim != 1 or vector.dtype != np.float32 or n > self.size:
-            raise ValueError(f"vector must be 1-D float32 of at most {self.size} elements, got "
-                             f"{vector.dtype} of shape {vector.shape}")
+        n = self._checked(vector, "broadcast")
         if self.world == 1:
             return vector
         self._arrive_and_wait()  # nobody still reads the last result
