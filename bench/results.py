@@ -204,10 +204,16 @@ def git_state(root: Path = REPO_ROOT) -> dict:
     """``{"sha": ..., "dirty": ...}`` of the checkout holding the code; None when not a git tree.
 
     ``dirty``: a change to the code, tracked or new, outside results/: the runs a run (or the
-    earlier parts of a composite suite) writes there are measurements, not code."""
+    earlier parts of a composite suite) writes there are measurements, not code.
+
+    A copy of a checkout without its .git (the device machine's, ../shared/device/README.md)
+    takes both from ``REPLAYBENCH_GIT_SHA`` and ``REPLAYBENCH_GIT_DIRTY`` ("0" or "1"), which
+    whoever made the copy read from the checkout it copied; unset, both are None."""
     sha = _run(["git", "rev-parse", "HEAD"], cwd=root)
     if sha is None:
-        return {"sha": None, "dirty": None}
+        stated = os.environ.get("REPLAYBENCH_GIT_SHA") or None
+        dirty = {"0": False, "1": True}.get(os.environ.get("REPLAYBENCH_GIT_DIRTY", ""))
+        return {"sha": stated, "dirty": dirty if stated else None}
     status = _run(["git", "status", "--porcelain", "--", ".", ":(exclude)results"], cwd=root)
     return {"sha": sha.strip(), "dirty": None if status is None else bool(status.strip())}
 

@@ -429,3 +429,22 @@ def test_writer_is_atomic_and_summary_computes_ratios(tmp_path):
     text = summary.format_run(tmp_path / "r1")
     fast_line = next(line for line in text.splitlines() if " fast " in line)
     assert fast_line.split()[-1] == "2.00"  # twice binary's throughput (no peer: no peer columns)
+
+
+def test_a_copy_without_git_names_the_commit_its_copier_stated(tmp_path, monkeypatch):
+    """Outside a git tree (the device machine's copy of the checkout) the sha and dirty flag
+    come from REPLAYBENCH_GIT_SHA / REPLAYBENCH_GIT_DIRTY; unset, both are None; inside a git
+    tree the variables are ignored."""
+    from replaybench.bench import results
+
+    monkeypatch.delenv("REPLAYBENCH_GIT_SHA", raising=False)
+    monkeypatch.delenv("REPLAYBENCH_GIT_DIRTY", raising=False)
+    assert results.git_state(tmp_path) == {"sha": None, "dirty": None}
+    monkeypatch.setenv("REPLAYBENCH_GIT_SHA", "abc123")
+    monkeypatch.setenv("REPLAYBENCH_GIT_DIRTY", "0")
+    assert results.git_state(tmp_path) == {"sha": "abc123", "dirty": False}
+    monkeypatch.setenv("REPLAYBENCH_GIT_DIRTY", "1")
+    assert results.git_state(tmp_path) == {"sha": "abc123", "dirty": True}
+    monkeypatch.setenv("REPLAYBENCH_GIT_DIRTY", "maybe")
+    assert results.git_state(tmp_path) == {"sha": "abc123", "dirty": None}
+    assert results.git_state()["sha"] != "abc123"  # this checkout is a git tree

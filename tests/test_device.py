@@ -260,6 +260,56 @@ def test_host_arrays_makes_one_copy_of_float32_tensors():
         host_arrays(torch.arange(3, device="cuda"))
 
 
+def _dqn_batches(n_batches: int, n: int = 64, seed: int = 0) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    return [{"obs": rng.normal(size=(n, 4)).astype(np.float32), "action": rng.integers(2, size=n),
+             "reward": rng.normal(size=n).astype(np.float32), "next_obs": rng.normal(size=(n, 4)).astype(np.float32),
+             "done": rng.random(n) < 0.1, "weights": rng.random(n).astype(np.float32)} for _ in range(n_batches)]
+
+
+def test_a_bad_cuda_graph_setting_is_refused_naming_the_field():
+    from replaybench.impl.rl.algorithms.dqn import DQNConfig
+
+    with pytest.raises(ConfigError, match="cuda_graph") as err:
+        DQNConfig(cuda_graph="yes").validate()
+    assert err.value.field == "cuda_graph"
+
+
+def test_a_graphed_step_refuses_a_bad_warmup_before_any_cuda_call():
+    from replaybench.impl.rl.common.cuda_graph import GraphedStep
+
+    for bad in (0, -1, 1.5, None):
+        with pytest.raises(ValueError, match="warmup"):
+            GraphedStep(lambda inputs: (), warmup=bad)
+
+
+@cuda
+@needs_cuda
+def test_a_graphed_dqn_learner_computes_what_the_eager_one_does():
+    """Twelve updates on the same batches, eager against captured (3 eager, the capture, then
+    replays): the same losses, priorities and weights to float32 rounding; the graph was
+    captured and replayed; with a gradient hook set the learner goes back to eager updates."""
+    from replaybench.impl.rl.algorithms.dqn import DQNConfig, DQNLearner
+
+    env = gym.make("CartPole-v1")
+    spaces = (env.observation_space, env.action_space)
+    eager, graphed = (DQNLearner(spaces, DQNConfig.for_env("CartPole-v1", cuda_graph=g), 3, device="cuda")
+                      for g in (False, True))
+    assert eager._graphed is None and graphed._graphed is not None
+    for i, batch in enumerate(_dqn_batches(12)):
+        on_gpu = {k: torch.from_numpy(np.asarray(v)).cuda() for k, v in batch.items()}
+        (l_e, p_e), (l_g, p_g) = eager.learn(batch), graphed.learn(on_gpu)
+        assert l_g == pytest.approx(l_e, rel=1e-4), i
+        np.testing.assert_allclose(p_g, p_e, rtol=1e-4, atol=1e-5, err_msg=f"update {i}")
+    assert graphed._graphed.captured and graphed._graphed.calls == 12
+    np.testing.assert_allclose(graphed.get_flat_weights().numpy(), eager.get_flat_weights().numpy(),
+                               rtol=1e-4, atol=1e-6)
+    hooked = []
+    graphed.grad_hook = lambda params: hooked.append(len(list(params)))
+    graphed.learn(_dqn_batches(1, seed=1)[0])
+    assert hooked == [6] and graphed._graphed.calls == 12
+
+
 _SMALL = dict(hidden=(16, 16), batch_size=16, learning_starts=100, buffer_capacity=1024)
 
 
@@ -301,10 +351,14 @@ def test_the_gpu_suite_expands_to_cpu_and_cuda_cells_and_the_cuda_ones_are_unava
     plan = driver.plan(suites.load("training-gpu-quick"))
     cells = plan.cells
     grid = [(c.spec.algo, c.spec.env, c.spec.actors, c.spec.device) for c in cells]
-    assert grid == [("dqn", "CartPole-v1", 0, "cpu"), ("dqn", "CartPole-v1", 6, "cpu"), ("dqn", "CartPole-v1", 14, "cpu"),
-                    ("dqn", "CartPole-v1", 0, "cuda"), ("dqn", "CartPole-v1", 6, "cuda"),
-                    ("dqn", "CartPole-v1", 14, "cuda"),
-                    ("a2c", "ALE/Pong-v5", 0, "cpu"), ("a2c", "ALE/Pong-v5", 0, "cuda")]
+    grid = [(*g, c.spec.learner_prefetch, c.spec.overrides.get("cuda_graph", True)) for g, c in zip(grid, cells)]
+    assert grid == [("dqn", "CartPole-v1", 0, "cpu", False, True), ("dqn", "CartPole-v1", 6, "cpu", False, True),
+                    ("dqn", "CartPole-v1", 14, "cpu", False, True),
+                    ("dqn", "CartPole-v1", 0, "cuda", False, True), ("dqn", "CartPole-v1", 6, "cuda", False, True),
+                    ("dqn", "CartPole-v1", 14, "cuda", False, True),
+                    ("dqn", "CartPole-v1", 14, "cuda", True, True),  # the learner prefetching
+                    ("dqn", "CartPole-v1", 0, "cuda", False, False), ("dqn", "CartPole-v1", 14, "cuda", False, False),
+                    ("a2c", "ALE/Pong-v5", 0, "cpu", False, True), ("a2c", "ALE/Pong-v5", 0, "cuda", False, True)]
     assert len({c.label for c in cells}) == len(cells)
     for c in cells:
         params = c.columns["params"]
@@ -335,11 +389,13 @@ def test_the_gpu_suite_runs_with_tiny_steps_its_cuda_cells_as_unavailable_rows_h
 
     suite = suites.load("training-gpu-quick")
     suite["parts"][0].update(steps=3000, layouts=[[0, 0], [1, 1]])
-    suite["parts"][1].update(steps=320)
+    suite["parts"][1].update(steps=3000, layouts=[[1, 1]])
+    suite["parts"][2].update(steps=3000, layouts=[[0, 0], [1, 1]])
+    suite["parts"][3].update(steps=320)
     run_dir = driver.run(suite, out=tmp_path, run_id="gpu-quick", progress=False, echo=lambda *a, **k: None)
     rows = results.read_rows(run_dir)
     summary = [r for r in rows if r["op"] == "summary" and r["metric"] == "env_steps_per_s"]
-    assert len(summary) == 6
+    assert len(summary) == 9
     for r in summary:
         params = json.loads(r["params"]) if isinstance(r["params"], str) else r["params"]
         if params["device"] == "cpu" or HAS_CUDA:

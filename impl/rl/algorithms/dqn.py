@@ -25,10 +25,14 @@ import torch
 import torch.nn.functional as F
 from replaybench.impl.rl.algorithms.base import Actor, AlgoConfig, Learner, check_range
 from replaybench.impl.rl.algorithms.nets import load_flat_params, mlp, update_target
+from replaybench.impl.rl.common.cuda_graph import GraphedStep
 from replaybench.impl.rl.common.device import host_arrays, on_device
+from replaybench.impl.rl.common.errors import ConfigError
 from torch import nn
 
 __all__ = ["DQNConfig", "build_q_network", "DQNActor", "DQNLearner"]
+
+_INPUTS = ("obs", "action", "reward", "next_obs", "done", "weights")  # the batch fields an update reads
 
 
 @dataclass
@@ -57,6 +61,11 @@ class DQNConfig(AlgoConfig):
     """Select the next action with the online network, evaluate it with the target network."""
     max_grad_norm: float | None = 10.0
     """Clip the gradient's global norm (None: no clipping)."""
+    cuda_graph: bool = True
+    """On a CUDA device, replay each update as one captured CUDA graph after 3 eager ones
+    (:mod:`impl.rl.common.cuda_graph`: one launch instead of ~60, the same arithmetic).
+    Ignored on the CPU and while a ``grad_hook`` (L > 1 learners) is set: the hook runs on the
+    host between backward and the step."""
 
     PRESETS = {}  # filled below the class: env id -> overrides
 
@@ -69,6 +78,8 @@ class DQNConfig(AlgoConfig):
         check_range(self, "tau", 0.0, 1.0, low_open=True)
         check_range(self, "eps_start", 0.0, 1.0)
         check_range(self, "eps_end", 0.0, 1.0)
+        if not isinstance(self.cuda_graph, bool):
+            raise ConfigError("cuda_graph", self.cuda_graph, f"cuda_graph must be True or False, got {self.cuda_graph!r}")
 
     def epsilon(self, env_steps: int) -> float:
         frac = min(1.0, env_steps / max(1, self.eps_decay_steps))
@@ -168,7 +179,10 @@ class DQNLearner(Learner):
         self.target = build_q_network(obs_dim, n_actions, cfg.hidden).to(self.device)
         self.target.load_state_dict(self.q.state_dict())
         self.target.requires_grad_(False)
-        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=cfg.lr, fused=True)  # fused: ~3x faster on CPU
+        graphed = self.device.type == "cuda" and cfg.cuda_graph
+        # fused: ~3x faster on CPU; capturable: Adam's step count on the device, as a graph needs
+        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=cfg.lr, fused=True, capturable=graphed)
+        self._graphed = GraphedStep(self._step) if graphed else None
         self.grad_hook = None
         self.updates = 0
 
@@ -184,13 +198,25 @@ class DQNLearner(Learner):
         up with ``batch["indices"]``.
         """
         cfg, dev = self.cfg, self.device
-        obs = on_device(batch["obs"], dev)
-        actions = on_device(batch["action"], dev).long().unsqueeze(1)
-        rewards = on_device(batch["reward"], dev)
-        next_obs = on_device(batch["next_obs"], dev)
-        not_done = 1.0 - on_device(batch["done"], dev).float()
-        weights = on_device(batch["weights"], dev)
+        inputs = {f: on_device(batch[f], dev) for f in _INPUTS}
+        if self._graphed is not None and self.grad_hook is None:
+            loss, td = self._graphed(inputs)
+        else:
+            loss, td = self._step(inputs)
+        self.updates += 1
+        if self.updates % cfg.target_update_every == 0:
+            update_target(self.target, self.q, cfg.tau)
+        loss_h, td_h = host_arrays(loss, td)  # one device-to-host copy off the CPU
+        return float(loss_h), td_h.astype(np.float64)
 
+    def _step(self, inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """The gradient step on device tensors: (loss, |TD errors|), both detached. Capture-safe
+        (:class:`~impl.rl.common.cuda_graph.GraphedStep`) when ``grad_hook`` is None: no host
+        synchronisation, no branch on the data."""
+        cfg = self.cfg
+        obs, next_obs, rewards, weights = inputs["obs"], inputs["next_obs"], inputs["reward"], inputs["weights"]
+        actions = inputs["action"].long().unsqueeze(1)
+        not_done = 1.0 - inputs["done"].float()
         with torch.no_grad():
             if cfg.double_q:
                 next_actions = self.q(next_obs).argmax(1, keepdim=True)
@@ -201,19 +227,14 @@ class DQNLearner(Learner):
         q = self.q(obs).gather(1, actions).squeeze(1)
         loss = (weights * F.smooth_l1_loss(q, td_target, reduction="none")).mean()
 
-        self.optimizer.zero_grad()
+        self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.grad_hook is not None:
             self.grad_hook(self.q.parameters())
         if cfg.max_grad_norm is not None:
             nn.utils.clip_grad_norm_(self.q.parameters(), cfg.max_grad_norm)
         self.optimizer.step()
-
-        self.updates += 1
-        if self.updates % cfg.target_update_every == 0:
-            update_target(self.target, self.q, cfg.tau)
-        loss_h, td = host_arrays(loss, (td_target - q).detach().abs())  # one device-to-host copy off the CPU
-        return float(loss_h), td.astype(np.float64)
+        return loss.detach(), (td_target - q).detach().abs()
 
     @property
     def policy_net(self) -> nn.Module:
