@@ -384,7 +384,8 @@ class A2CLearner:
     states plus one forward over the ``n_envs`` bootstrap states. ``device`` holds the network
     and the optimizer state (the network is built on the CPU from ``seed``, then moved): off the
     CPU, :meth:`act` copies the observations there and its logits and values back in one copy,
-    :meth:`update` copies the rollout there and its statistics back in one copy. Thread-safety:
+    :meth:`update` copies the rollout there and its statistics back in one copy; on a CUDA
+    device it turns on ``torch.backends.cudnn.benchmark`` for the process. Thread-safety:
     none.
     """
 
@@ -392,6 +393,10 @@ class A2CLearner:
                  device=torch.device("cpu")):
         self.cfg = cfg
         self.device = torch.device(device)
+        if self.device.type == "cuda":
+            # the shapes repeat (n_envs for act, t_max * n_envs for the update): let cuDNN time
+            # its convolution algorithms once per shape and keep the fastest (process-wide)
+            torch.backends.cudnn.benchmark = True
         torch.manual_seed(seed)
         self.net = make_network(obs_space, action_space, cfg).to(self.device)  # a move keeps channels-last
         # what act, the update and the bootstrap values call: the module, or its compiled graph

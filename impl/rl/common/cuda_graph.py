@@ -11,11 +11,14 @@ its inputs into the graph's fixed input tensors.
 - the first ``warmup`` calls run ``fn`` eagerly on a side stream (CUDA's capture rules: the
   allocator and libraries such as cuBLAS must have made their workspaces before a capture);
   each is a real call, with its effects (an optimizer step is taken);
-- the next call copies its inputs into static tensors it keeps, captures ``fn`` into a graph
-  (capture runs no kernel) and replays it: again one real call;
-- every later call copies its inputs into the static tensors (device-to-device, enqueued) and
-  replays. The outputs are the same tensors every call, overwritten by the next replay: copy
-  out what you keep (the learners copy them to the host at once).
+- the next call captures ``fn`` into a graph over the tensors it was given (capture runs no
+  kernel; the graph keeps them as its inputs) and replays it: again one real call;
+- every later call copies each input into the graph's input of that name (device-to-device,
+  enqueued), except an input that IS that tensor (same memory, shape, dtype and strides),
+  and replays. A caller that hands over the same buffers every call, refilled in stream order
+  (:class:`~impl.rl.common.device_feed.PinnedBatchFeed`'s device slots), pays no copy. The
+  outputs are the same tensors every call, overwritten by the next replay: copy out what you
+  keep (the learners copy them to the host at once).
 
 Contract on ``fn``: capture-safe, i.e. no synchronisation with the host (no ``.item()``, no
 ``.cpu()``, no data-dependent Python branching), the same shapes and dtypes every call, and its
@@ -67,19 +70,22 @@ class GraphedStep:
             if inputs.keys() != self._inputs.keys():
                 raise ValueError(f"inputs {sorted(inputs)} differ from the captured ones {sorted(self._inputs)}")
             for name, value in inputs.items():
-                self._inputs[name].copy_(value, non_blocking=True)
+                static = self._inputs[name]
+                if value.shape != static.shape or value.dtype != static.dtype:
+                    raise ValueError(f"input {name!r} is {value.dtype} {tuple(value.shape)}, the graph was captured "
+                                     f"for {static.dtype} {tuple(static.shape)}")
+                if value.data_ptr() != static.data_ptr() or value.stride() != static.stride():
+                    static.copy_(value, non_blocking=True)
             self.graph.replay()
             return self._outputs
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())  # the inputs' copies were enqueued there
         if self.calls <= self.warmup:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())  # the inputs' copies were enqueued there
             with torch.cuda.stream(side):
                 out = self.fn(inputs)
             torch.cuda.current_stream().wait_stream(side)
             return out
-        with torch.cuda.stream(side):
-            self._inputs = {name: value.clone() for name, value in inputs.items()}
-        torch.cuda.current_stream().wait_stream(side)
+        self._inputs = dict(inputs)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             self._outputs = self.fn(self._inputs)
