@@ -285,21 +285,21 @@ def test_a_graphed_step_refuses_a_bad_warmup_before_any_cuda_call():
 
 @cuda
 @needs_cuda
-def test_a_graphed_step_reads_buffers_refilled_in_place_and_copies_new_ones():
-    """After the warm-up and the capture, an input that is the captured tensor is read in place
-    (its new contents, no copy), a new tensor is copied in, and a shape the graph was not
-    captured for is refused by name."""
+def test_a_graphed_step_replays_on_its_own_copies_of_each_call_s_inputs():
+    """After the warm-up and the capture, each call's inputs (refilled in place or new) are
+    copied into the graph's own inputs before the replay; a later write to the caller's buffer
+    does not reach the graph; a shape the graph was not captured for is refused by name."""
     from replaybench.impl.rl.common.cuda_graph import GraphedStep
 
     step = GraphedStep(lambda inputs: (inputs["x"] * 2 + inputs["w"],), warmup=1)
     x, w = torch.ones(8, device="cuda"), torch.zeros(8, device="cuda")
-    for _ in range(2):  # warm-up, then the capture over x and w
+    for _ in range(2):  # warm-up, then the capture
         (y,) = step({"x": x, "w": w})
-    assert step.captured and step._inputs["x"] is x and y.tolist() == [2.0] * 8
+    assert step.captured and step._inputs["x"] is not x and y.tolist() == [2.0] * 8
     x.fill_(3.0)  # refilled in place, as the pinned feed's device slots are
     assert step({"x": x, "w": w})[0].tolist() == [6.0] * 8
     assert step({"x": torch.full((8,), 5.0, device="cuda"), "w": w})[0].tolist() == [10.0] * 8
-    assert x.tolist() == [5.0] * 8  # the new tensor was copied into the graph's input
+    assert x.tolist() == [3.0] * 8 and step._inputs["x"].tolist() == [5.0] * 8
     with pytest.raises(ValueError, match="input 'w' is torch.float32 \\(4,\\)"):
         step({"x": x, "w": torch.zeros(4, device="cuda")})
 

@@ -11,14 +11,13 @@ its inputs into the graph's fixed input tensors.
 - the first ``warmup`` calls run ``fn`` eagerly on a side stream (CUDA's capture rules: the
   allocator and libraries such as cuBLAS must have made their workspaces before a capture);
   each is a real call, with its effects (an optimizer step is taken);
-- the next call captures ``fn`` into a graph over the tensors it was given (capture runs no
-  kernel; the graph keeps them as its inputs) and replays it: again one real call;
+- the next call copies its inputs into tensors of its own, captures ``fn`` into a graph over
+  them (capture runs no kernel) and replays it: again one real call;
 - every later call copies each input into the graph's input of that name (device-to-device,
-  enqueued), except an input that IS that tensor (same memory, shape, dtype and strides),
-  and replays. A caller that hands over the same buffers every call, refilled in stream order
-  (:class:`~impl.rl.common.device_feed.PinnedBatchFeed`'s device slots), pays no copy. The
-  outputs are the same tensors every call, overwritten by the next replay: copy out what you
-  keep (the learners copy them to the host at once).
+  enqueued) and replays. The graph's inputs are its own, not the caller's buffers: a caller
+  that refills its buffers from another thread (the learner's prefetch) cannot race a replay.
+  The outputs are the same tensors every call, overwritten by the next replay: copy out what
+  you keep (the learners copy them to the host at once).
 
 Contract on ``fn``: capture-safe, i.e. no synchronisation with the host (no ``.item()``, no
 ``.cpu()``, no data-dependent Python branching), the same shapes and dtypes every call, and its
@@ -74,8 +73,7 @@ class GraphedStep:
                 if value.shape != static.shape or value.dtype != static.dtype:
                     raise ValueError(f"input {name!r} is {value.dtype} {tuple(value.shape)}, the graph was captured "
                                      f"for {static.dtype} {tuple(static.shape)}")
-                if value.data_ptr() != static.data_ptr() or value.stride() != static.stride():
-                    static.copy_(value, non_blocking=True)
+                static.copy_(value, non_blocking=True)
             self.graph.replay()
             return self._outputs
         if self.calls <= self.warmup:
@@ -85,7 +83,7 @@ class GraphedStep:
                 out = self.fn(inputs)
             torch.cuda.current_stream().wait_stream(side)
             return out
-        self._inputs = dict(inputs)
+        self._inputs = {name: value.clone() for name, value in inputs.items()}  # torch.cuda.graph syncs first
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             self._outputs = self.fn(self._inputs)

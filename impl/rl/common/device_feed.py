@@ -14,9 +14,7 @@ both allocated once, each field a view into them at a 64-byte-aligned offset:
        stamps, actor ids, stay host arrays for the priority update)
 
 One copy per batch instead of one per field: each enqueued copy costs the CPU a launch, which
-is what a GPU learner's loop is bound by. The device views are the same tensors every time a
-slot is used, so a learner that replays a captured CUDA graph
-(:mod:`impl.rl.common.cuda_graph`) reads them in place, with no copy into its graph's inputs.
+is what a GPU learner's loop is bound by; and no device allocation per batch.
 
 Before pinned slot ``s`` is written again (sample n + slots) the feed waits for the event of
 its last copy: the DMA must have read it. Device slot ``s`` is overwritten by that next copy,
