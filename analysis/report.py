@@ -17,6 +17,8 @@ from the figure modules' ``report_section`` (:mod:`analysis.plots`), collected i
 
 from __future__ import annotations
 
+import math
+
 import os
 from fractions import Fraction
 from functools import partial
@@ -223,8 +225,8 @@ def _paac(res) -> list[str]:
             s=("value", "sum"), params=("params", "first")).reset_index()
         # s sums the acting processes' seconds (params "processes": the actors, or a dataflow run's server)
         procs = [contract.params_of(p).get("processes") or a for p, a in zip(acting["params"], acting["actors"])]
-        acting["value"] = [contract.params_of(p)["steps"] * max(1, int(n or 0)) / s if s > 0 else None
-                           for p, n, s in zip(acting["params"], procs, acting["s"])]
+        acting["value"] = [contract.params_of(p).get("steps", math.nan) * max(1, int(n or 0)) / s if s > 0 else None
+                           for p, n, s in zip(acting["params"], procs, acting["s"])]  # no steps recorded: NaN
         acting = acting.groupby([*keys, "envs_per_actor"], dropna=False)["value"].median().rename("acting")
         med = steps.groupby([*keys, "envs_per_actor"], dropna=False)["value"].agg(["median", "min", "max"])
         med = med.join(acting).reset_index()

@@ -304,6 +304,13 @@ def paac_rows():
     return [{k: v for k, v in r.items() if k != "run_id"} for r in results.read_rows(REPO / "results" / "reference-paac")]
 
 
+def gpu_rows(run_id: str, ops=None):
+    """A stored run of the 16-core + H200 machine (its ops ``ops``, or every row) as the gpu
+    figure reads it: the training summaries of training-gpu-quick, gpu-tree-quick's samples."""
+    return [{k: v for k, v in r.items() if k != "run_id"} for r in results.read_rows(REPO / "results" / run_id)
+            if ops is None or r["op"] in ops]
+
+
 def lf_rows(rng):
     """The LF scenario's cells: lock-step, parallel Q-learning and multi-agent, Ray beside the others."""
     rows = []
@@ -342,7 +349,13 @@ def synthetic(tmp_path_factory):
     write_run(root, "20300101T000900Z-training-pong", "training-pong", "training", pong_rows("training"))
     write_run(root, "20300101T001000Z-frameworks-a2c-pong", "frameworks-a2c-pong", "frameworks",
               pong_rows("frameworks"))
+    write_run(root, "20300101T001100Z-training-gpu-quick", "training-gpu-quick", "training",
+              gpu_rows(GPU_TRAINING_RUN, ops={"summary"}))
+    write_run(root, "20300101T001200Z-gpu-tree-quick", "gpu-tree-quick", "gpu", gpu_rows(GPU_TREE_RUN))
     return root
+
+
+GPU_TRAINING_RUN, GPU_TREE_RUN = "device-training-gpu-quick-090911", "device-gpu-tree-quick-091610"
 
 
 @pytest.fixture(scope="module")
@@ -375,6 +388,33 @@ def test_every_figure_is_drawn_as_png_svg_and_csv(drawn):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000, name
         assert "<svg" in svg.read_text()[:2000], name
         assert len(pd.read_csv(data)) > 0, name
+
+
+def test_gpu_figure_draws_each_cell_of_the_newest_cuda_runs_as_measured(drawn):
+    """The gpu figure: the learner bars are the training run's process cells' updates/s (one per
+    device and way of running the CUDA learner), the tree bars the medians of each contestant's
+    seconds per call in microseconds, each panel from one run."""
+    res, outcome, out = drawn
+    data = pd.read_csv(out / "gpu.csv")
+    assert set(data["panel"]) == {"learner", "steps", "tree"}
+    assert data.groupby("panel")["run_id"].nunique().eq(1).all()
+    rows = gpu_rows(GPU_TRAINING_RUN, ops={"summary"})
+    want = sorted(r["value"] for r in rows if r["metric"] == "updates_per_s" and r["engine"] == "process"
+                  and r["status"] == "ok")
+    learner = data[data["panel"] == "learner"]
+    assert sorted(learner["median"]) == pytest.approx(want)
+    assert any(lab.endswith("cuda eager") for lab in learner["label"])
+    assert any(lab.endswith("cuda graph prefetch") for lab in learner["label"])
+    tree = data[data["panel"] == "tree"]
+    by_contestant = defaultdict(list)
+    for r in gpu_rows(GPU_TREE_RUN):
+        if r["metric"] == "seconds_per_call" and r["status"] == "ok":
+            p = contract.params_of(r["params"])
+            by_contestant[(r["variant"], p["device"], p.get("batch_to", p["device"]))].append(r["value"] * 1e6)
+    assert len(tree) == len(by_contestant)
+    for (variant, device, batch_to), values in by_contestant.items():
+        got = tree[tree["label"] == f"{variant} ({device} tree, batch on {batch_to})"]
+        assert float(got["median"].iloc[0]) == pytest.approx(statistics.median(values))
 
 
 def test_capacity_csv_medians_equal_medians_of_the_rows(drawn, synthetic):

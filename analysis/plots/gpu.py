@@ -1,0 +1,125 @@
+"""Learners and the sum tree on a GPU against the CPU (issue 40), one run per panel.
+
+Rows, from the newest run of each kind that holds a measured CUDA row:
+
+- scenario ``training`` (suite training-gpu-quick), op ``summary``: per cell, metric
+  ``updates_per_s`` of the replay learners (engine ``process``: DQN's learner on the CPU,
+  on CUDA replaying a graph, eager, or prefetching) and ``env_steps_per_s`` of every cell
+  (the sequential baselines, the parallel layouts, PAAC); the cell's ``device`` and its
+  algorithm overrides come from params;
+- scenario ``gpu`` (suite gpu-tree-quick): ``seconds_per_call`` of one sample of 256 at 2**20
+  per contestant (variant, tree device, where the batch lands), median and min-max of its
+  repeats, in microseconds.
+
+Bars, not lines: each bar is one cell of one run, so no line joins two runs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.ticker import FuncFormatter, NullFormatter
+
+from replaybench.analysis import load, stats
+from replaybench.analysis.plots import NoRows, Plot
+from replaybench.analysis.plots._common import handle, legend, new_figure
+from replaybench.bench import contract
+
+NAME = "gpu"
+ORDER = 58
+TITLE = "GPU: learners and the sum tree against the CPU"
+
+DEVICE_COLOURS = {"cpu": "#0072B2", "cuda": "#009E73"}
+PANELS = (("learner", "replay learner: updates/s"), ("steps", "training: env steps/s"),
+          ("tree", "sample of 256 at 2^20: us per call"))
+
+
+def _newest_run_with_cuda(rows: pd.DataFrame, devices: pd.Series) -> pd.DataFrame:
+    """``rows`` of the newest run (by meta's start, then id) that measured a CUDA cell."""
+    measured = rows[(rows["status"] == contract.MEASURED) & (devices.loc[rows.index] == "cuda")]
+    if measured.empty:
+        return rows.iloc[0:0]
+    latest = load.latest_per_cell(measured.assign(cell="x"), ("cell",))["run_id"].iloc[0]
+    return rows[rows["run_id"] == latest]
+
+
+def _training(table: pd.DataFrame) -> pd.DataFrame:
+    rows = table[(table["scenario"] == "training") & (table["op"] == "summary")
+                 & table["metric"].isin(["updates_per_s", "env_steps_per_s"])]
+    if rows.empty:
+        return rows
+    params = pd.Series([contract.params_of(p) for p in rows["params"]], index=rows.index)
+    rows = _newest_run_with_cuda(rows, params.map(lambda p: p.get("device")))
+    rows = rows[(rows["status"] == contract.MEASURED) & rows["value"].notna()]
+    out = []
+    for idx, r in rows.iterrows():
+        p = params[idx]
+        device = p.get("device")
+        overrides = p.get("overrides") or {}
+        parallel = r["engine"] == "process"
+        if r["metric"] == "updates_per_s" and not parallel:
+            continue
+        layout = f"{int(r['actors'])}+{int(r['learners'])}" if parallel else r["engine"]
+        how = ""
+        if device == "cuda" and r["algo"] == "dqn":
+            how = " eager" if overrides.get("cuda_graph") is False else " graph"
+        how += " prefetch" if p.get("learner_prefetch") else ""
+        label = f"{r['algo'].upper()} {r['env'].split('/')[-1]} {layout}, {device}{how}"
+        out.append({"panel": "learner" if r["metric"] == "updates_per_s" else "steps", "run_id": r["run_id"],
+                    "label": label, "device": device, "median": float(r["value"]), "min": float(r["value"]),
+                    "max": float(r["value"]), "unit": r["unit"]})
+    return pd.DataFrame(out)
+
+
+def _tree(table: pd.DataFrame) -> pd.DataFrame:
+    rows = table[(table["scenario"] == "gpu") & (table["metric"] == "seconds_per_call")]
+    if rows.empty:
+        return rows
+    params = pd.Series([contract.params_of(p) for p in rows["params"]], index=rows.index)
+    rows = _newest_run_with_cuda(rows, params.map(lambda p: p.get("device")))
+    rows = rows[(rows["status"] == contract.MEASURED) & rows["value"].notna()]
+    if rows.empty:
+        return rows
+    rows = rows.assign(device=[params[i].get("device") for i in rows.index],
+                       batch_to=[params[i].get("batch_to", params[i].get("device")) for i in rows.index],
+                       us=rows["value"] * 1e6)
+    data = stats.spread(rows, ["run_id", "variant", "device", "batch_to"], "us")
+    data["label"] = [f"{v} ({d} tree, batch on {b})" for v, d, b in zip(data["variant"], data["device"],
+                                                                     data["batch_to"])]
+    return data.assign(panel="tree", unit="us")[["panel", "run_id", "label", "device", "median", "min", "max", "unit"]]
+
+
+def build(table, metas) -> Plot:
+    parts = [d for d in (_training(table), _tree(table)) if not d.empty]
+    if not parts:
+        raise NoRows("no run with a measured CUDA cell (suites training-gpu-quick, gpu-tree-quick)")
+    data = pd.concat(parts, ignore_index=True)
+    panels = [(key, title) for key, title in PANELS if key in set(data["panel"])]
+    tallest = max(int((data["panel"] == key).sum()) for key, _ in panels)
+    fig, axes = new_figure(1, len(panels), panel=(4.6, 0.9 + 0.3 * tallest))
+    for ax, (key, title) in zip(axes[0], panels):
+        mine = data[data["panel"] == key].sort_values("median", ascending=key == "tree", kind="stable")
+        y = np.arange(len(mine))
+        colours = [DEVICE_COLOURS.get(d, "#999999") for d in mine["device"]]
+        err = np.vstack([mine["median"] - mine["min"], mine["max"] - mine["median"]])
+        ax.barh(y, mine["median"], xerr=np.clip(err, 0, None), color=colours, height=0.7, capsize=2)
+        for yy, v, right in zip(y, mine["median"], mine["max"]):  # the median, written past its error bar
+            ax.text(right, yy, f" {v:,.0f}" if v >= 100 else f" {v:.3g}", va="center", fontsize=7)
+        ax.set_yticks(y, mine["label"], fontsize=7.5)
+        ax.invert_yaxis()
+        if key != "learner":  # decades apart: a log axis, ticks written plainly
+            ax.set_xscale("log")
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.10g}"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.margins(x=0.15)
+        ax.set_xlabel(mine["unit"].iloc[0])
+        ax.set_title(f"{title}\n(run {mine['run_id'].iloc[0]})", fontsize=8.5)
+        ax.grid(alpha=0.3, axis="x")
+    legend(fig, [handle(d, c, "s", "") for d, c in DEVICE_COLOURS.items()], title="device")
+    caption = ("One bar per cell of one run. Learners: DQN CartPole's learner updates/s with the learner on one CPU "
+               "thread or on CUDA (graph: each update one captured CUDA graph; eager: one launch per kernel; "
+               "prefetch: the next sample drawn beside the update). Env steps/s: every training cell, the sequential "
+               "baselines included (the 10x target is over the sequential loop). Tree: one sample of 256 at 2^20 "
+               "rows, the rows included, median and min-max of the repeats; 'batch on cuda' is what a GPU learner "
+               "reads. Bars of a panel come from one run on one machine.")
+    return Plot(fig, data, caption)
