@@ -609,8 +609,22 @@ def _stress(policy, mode, variant="kary-aligned", nbytes=NB, capacity=2048, wind
         buf.close()
 
 
-@pytest.mark.parametrize("mode", ["threads", "processes"])
-@pytest.mark.parametrize("policy", concurrent.names())
+#: Policies whose stress run with processes stays in ``make test`` (4 spawned workers, 4-7 s
+#: each): lazy-writing (the training loop's default; it copies rows outside the lock) and
+#: atomic-deltas (its atomics are the only synchronisation, on memory mapped by several
+#: processes). Every policy's stress run with threads stays too, and every policy is
+#: exercised from a second process by test_concurrency_fuzz.py and the kill tests below; the
+#: other processes cases run in ``make test-slow``.
+_STRESS_PROCESSES_BY_DEFAULT = {"lazy-writing", "atomic-deltas"}
+
+
+def _stress_param(policy, mode):
+    slow = mode == "processes" and policy not in _STRESS_PROCESSES_BY_DEFAULT
+    return pytest.param(policy, mode, marks=pytest.mark.slow if slow else (), id=f"{policy}-{mode}")
+
+
+@pytest.mark.parametrize("policy,mode", [_stress_param(p, m) for p in concurrent.names()
+                                         for m in ("threads", "processes")])
 def test_stress_nothing_lost_torn_or_deadlocked(policy, mode):
     _stress(policy, mode)
 

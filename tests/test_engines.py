@@ -68,7 +68,7 @@ from replaybench.impl.rl import TrainConfig, WorkerFailed, engines, train
 
 def main():
     engine = engines.get(sys.argv[1])
-    timeout = {"timeout_s": 8.0} if sys.argv[3] == "timeout" else {}
+    timeout = {"timeout_s": float(sys.argv[4])} if sys.argv[3] == "timeout" else {}
     cfg = TrainConfig(**{**engine.smoke, "env": "_stepping_envs:HangAt-v0", "seed": 1, **timeout})
     try:
         train(cfg)
@@ -81,6 +81,12 @@ def main():
 if __name__ == "__main__":  # the engines' forkserver children import this file as __mp_main__
     main()
 """
+
+
+#: The time limit of the hung run, by engine (default 8 s). The sequential engine counts it from
+#: its first env step (so the hang at the 5th step comes well within 2 s); the others start
+#: worker processes within their limit.
+_HANG_LIMIT_S = {"sequential": 2.0}
 
 
 @pytest.mark.parametrize("how", ["timeout", "SIGINT"])
@@ -115,7 +121,8 @@ def test_every_engine_ends_a_run_whose_env_hangs_leaving_nothing(name, how, tmp_
     env = {**os.environ, "TMPDIR": str(tmp), "REPLAYBENCH_HUNG_RUN": mark, "HANG_FLAG": str(flag), "PYTHONPATH": path}
     script = tmp_path / "hung_run.py"
     script.write_text(_HUNG_RUN)
-    proc = subprocess.Popen([sys.executable, str(script), name, str(Path(__file__).parent), how], env=env,
+    limit = str(_HANG_LIMIT_S.get(name, 8.0))
+    proc = subprocess.Popen([sys.executable, str(script), name, str(Path(__file__).parent), how, limit], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
     try:
@@ -131,6 +138,7 @@ def test_every_engine_ends_a_run_whose_env_hangs_leaving_nothing(name, how, tmp_
     output = stdout + stderr
     ended = "ENDED" in stdout and "limit" in stdout if how == "timeout" else "INTERRUPTED" in stdout
     assert proc.returncode == 0 and ended, output
+    assert flag.exists(), output  # the run ended while the env's step hung, not before it got there
 
     def marked() -> list[int]:
         found = []

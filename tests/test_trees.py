@@ -339,7 +339,13 @@ PARITY_SETTINGS = settings(
 )
 
 
+# The tiny-cache cases (the state machine with touch passes over every level) run in ``make
+# test-slow``: a touch pass only reads ahead of a descent and changes no state, and every
+# layout's descents with touch passes are checked against the oracle in ``make test`` by
+# test_random_batches_match_reference and test_descent_on_every_boundary_matches_reference.
 @pytest.mark.parametrize("factory", TREE_FACTORIES, ids=TREE_IDS)
+@pytest.mark.parametrize("cache", ["machine-cache", pytest.param("tiny-cache", marks=pytest.mark.slow)],
+                         indirect=True)  # nearest the function: ids stay "<cache>-<tree>"
 def test_parity_with_reference(factory, cache):
     """With the tiny cache, the trees are built with prefetch=True and touch every level."""
     if cache == "tiny-cache":
