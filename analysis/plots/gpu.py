@@ -2,7 +2,7 @@
 
 Rows, from the newest run of each kind that holds a measured CUDA row:
 
-- scenario ``training`` (suite training-gpu-quick), op ``summary``: per cell, metric
+- scenario ``training`` (suites training-gpu, training-gpu-quick), op ``summary``: per cell, metric
   ``updates_per_s`` of the replay learners (engine ``process``: DQN's learner on the CPU,
   on CUDA replaying a graph, eager, or prefetching) and ``env_steps_per_s`` of every cell
   (the sequential baselines, the parallel layouts, PAAC); the cell's ``device`` and its
@@ -92,7 +92,7 @@ def _tree(table: pd.DataFrame) -> pd.DataFrame:
 def build(table, metas) -> Plot:
     parts = [d for d in (_training(table), _tree(table)) if not d.empty]
     if not parts:
-        raise NoRows("no run with a measured CUDA cell (suites training-gpu-quick, gpu-tree-quick)")
+        raise NoRows("no run with a measured CUDA cell (suites training-gpu, gpu-tree-quick)")
     data = pd.concat(parts, ignore_index=True)
     panels = [(key, title) for key, title in PANELS if key in set(data["panel"])]
     tallest = max(int((data["panel"] == key).sum()) for key, _ in panels)

@@ -504,13 +504,18 @@ def cells_for(configs: list) -> list[Cell]:
     checked (SelectionError naming the run). A run whose ``device`` this machine lacks (``cuda``
     where torch sees no GPU) is an ``unavailable`` cell naming the reason; a parallel run of more
     workers (actors + learners) than ``cores`` a ``skipped`` cell saying so; the rest of its
-    config is checked all the same."""
+    config is checked all the same. A cell's label names the algorithm overrides that differ
+    between the cells (e.g. ``cuda_graph=False``)."""
     import dataclasses
 
     from replaybench.impl.rl import algorithms
     from replaybench.impl.rl.common.device import DEVICES, unavailable_reason
 
     cells = []
+    plain = [item[0] if isinstance(item, tuple) else item for item in configs]
+    # the algorithm overrides that tell cells apart (their labels name them); the ratio has its own key
+    varying = {k for cfg in plain for k in cfg.overrides
+               if k != "updates_per_step" and len({repr(c.overrides.get(k)) for c in plain}) > 1}
     for item in configs:
         cfg, cores = item if isinstance(item, tuple) else (item, None)
         own = algorithms.ALGORITHMS.get(cfg.algo).engine if cfg.algo in algorithms.ALGORITHMS else None
@@ -524,7 +529,7 @@ def cells_for(configs: list) -> list[Cell]:
             label += f" E={cfg.envs_per_actor}"
         if cfg.learner_prefetch and not cfg.sequential and own is None:
             label += " prefetch"
-        label += "".join(f" {k}={v}" for k, v in sorted(cfg.overrides.items()) if k != "updates_per_step")
+        label += "".join(f" {k}={v}" for k, v in sorted(cfg.overrides.items()) if k in varying)
         if cfg.device != "cpu":
             label += f" device={cfg.device}"
         missing = unavailable_reason(cfg.device) if cfg.device in DEVICES else None
