@@ -1,6 +1,8 @@
 """Learners and the sum tree on a GPU against the CPU (issue 40), one run per panel.
 
-Rows, from the newest run of each kind that holds a measured CUDA row:
+Rows, from the newest run of each kind that holds a measured CUDA row (for the tree, where no
+run has one, the newest run of the ``gpu`` scenario: a machine without a GPU compares its
+trees on the CPU):
 
 - scenario ``training`` (suites training-gpu, training-gpu-quick), op ``summary``: per cell, metric
   ``updates_per_s`` of the replay learners (engine ``process``: DQN's learner on the CPU,
@@ -34,9 +36,12 @@ PANELS = (("learner", "replay learner: updates/s"), ("steps", "training: env ste
           ("tree", "sample of 256 at 2^20: us per call"))
 
 
-def _newest_run_with_cuda(rows: pd.DataFrame, devices: pd.Series) -> pd.DataFrame:
-    """``rows`` of the newest run (by meta's start, then id) that measured a CUDA cell."""
-    measured = rows[(rows["status"] == contract.MEASURED) & (devices.loc[rows.index] == "cuda")]
+def _newest_run_with_cuda(rows: pd.DataFrame, devices: pd.Series, or_any: bool = False) -> pd.DataFrame:
+    """``rows`` of the newest run (by meta's start, then id) that measured a CUDA cell; with
+    ``or_any``, where none did, of the newest run that measured any cell."""
+    measured = rows[rows["status"] == contract.MEASURED]
+    with_cuda = measured[devices.loc[measured.index] == "cuda"]
+    measured = with_cuda if not with_cuda.empty or not or_any else measured
     if measured.empty:
         return rows.iloc[0:0]
     latest = load.latest_per_cell(measured.assign(cell="x"), ("cell",))["run_id"].iloc[0]
@@ -76,7 +81,8 @@ def _tree(table: pd.DataFrame) -> pd.DataFrame:
     if rows.empty:
         return rows
     params = pd.Series([contract.params_of(p) for p in rows["params"]], index=rows.index)
-    rows = _newest_run_with_cuda(rows, params.map(lambda p: p.get("device")))
+    # a machine without a GPU still compares its trees (the CUDA cells are unavailable rows there)
+    rows = _newest_run_with_cuda(rows, params.map(lambda p: p.get("device")), or_any=True)
     rows = rows[(rows["status"] == contract.MEASURED) & rows["value"].notna()]
     if rows.empty:
         return rows
@@ -92,7 +98,7 @@ def _tree(table: pd.DataFrame) -> pd.DataFrame:
 def build(table, metas) -> Plot:
     parts = [d for d in (_training(table), _tree(table)) if not d.empty]
     if not parts:
-        raise NoRows("no run with a measured CUDA cell (suites training-gpu, gpu-tree-quick)")
+        raise NoRows("no training run with a measured CUDA cell (suite training-gpu) and no gpu-tree-quick run")
     data = pd.concat(parts, ignore_index=True)
     panels = [(key, title) for key, title in PANELS if key in set(data["panel"])]
     tallest = max(int((data["panel"] == key).sum()) for key, _ in panels)
