@@ -224,7 +224,7 @@ from replaybench.impl.rl import TrainConfig, train
 tiny = dict(hidden=(16, 16), batch_size=16, learning_starts=100, buffer_capacity=1024, updates_per_step=0.25)
 cfg = TrainConfig(algo="dqn", env="CartPole-v1", steps=200_000, seed=3, overrides=tiny, backend="ray", actors=2,
                   learners=1, timeout_s=600)
-train(cfg, lambda steps, updates, recent: print("progress", steps, updates, flush=True))
+train(cfg, lambda steps, updates, recent, episodes: print("progress", steps, updates, flush=True))
 """
 
 
