@@ -372,14 +372,17 @@ def test_the_gpu_suite_expands_to_cpu_and_cuda_cells_and_the_cuda_ones_are_unava
     plan = driver.plan(suites.load("training-gpu-quick"))
     cells = plan.cells
     grid = [(c.spec.algo, c.spec.env, c.spec.actors, c.spec.device) for c in cells]
-    grid = [(*g, c.spec.learner_prefetch, c.spec.overrides.get("cuda_graph", True)) for g, c in zip(grid, cells)]
-    assert grid == [("dqn", "CartPole-v1", 0, "cpu", False, True), ("dqn", "CartPole-v1", 6, "cpu", False, True),
-                    ("dqn", "CartPole-v1", 14, "cpu", False, True),
-                    ("dqn", "CartPole-v1", 0, "cuda", False, True), ("dqn", "CartPole-v1", 6, "cuda", False, True),
-                    ("dqn", "CartPole-v1", 14, "cuda", False, True),
-                    ("dqn", "CartPole-v1", 14, "cuda", True, True),  # the learner prefetching
-                    ("dqn", "CartPole-v1", 0, "cuda", False, False), ("dqn", "CartPole-v1", 14, "cuda", False, False),
-                    ("a2c", "ALE/Pong-v5", 0, "cpu", False, True), ("a2c", "ALE/Pong-v5", 0, "cuda", False, True)]
+    grid = [(*g, c.spec.learner_prefetch, c.spec.overrides.get("cuda_graph", True), c.spec.priority_lag)
+            for g, c in zip(grid, cells)]
+    assert grid == [("dqn", "CartPole-v1", 0, "cpu", False, True, 0), ("dqn", "CartPole-v1", 6, "cpu", False, True, 0),
+                    ("dqn", "CartPole-v1", 14, "cpu", False, True, 0),
+                    ("dqn", "CartPole-v1", 0, "cuda", False, True, 0), ("dqn", "CartPole-v1", 6, "cuda", False, True, 0),
+                    ("dqn", "CartPole-v1", 14, "cuda", False, True, 0),
+                    ("dqn", "CartPole-v1", 14, "cuda", True, True, 0),  # the learner prefetching
+                    ("dqn", "CartPole-v1", 0, "cuda", False, False, 0),
+                    ("dqn", "CartPole-v1", 14, "cuda", False, False, 0),
+                    ("a2c", "ALE/Pong-v5", 0, "cpu", False, True, 0), ("a2c", "ALE/Pong-v5", 0, "cuda", False, True, 0),
+                    ("dqn", "CartPole-v1", 14, "cuda", False, True, 1)]  # priorities one update late
     assert len({c.label for c in cells}) == len(cells)
     for c in cells:
         params = c.columns["params"]
@@ -413,10 +416,11 @@ def test_the_gpu_suite_runs_with_tiny_steps_its_cuda_cells_as_unavailable_rows_h
     suite["parts"][1].update(steps=3000, layouts=[[1, 1]])
     suite["parts"][2].update(steps=3000, layouts=[[0, 0], [1, 1]])
     suite["parts"][3].update(steps=320)
+    suite["parts"][4].update(steps=3000, layouts=[[1, 1]])
     run_dir = driver.run(suite, out=tmp_path, run_id="gpu-quick", progress=False, echo=lambda *a, **k: None)
     rows = results.read_rows(run_dir)
     summary = [r for r in rows if r["op"] == "summary" and r["metric"] == "env_steps_per_s"]
-    assert len(summary) == 9
+    assert len(summary) == 10
     for r in summary:
         params = json.loads(r["params"]) if isinstance(r["params"], str) else r["params"]
         if params["device"] == "cpu" or HAS_CUDA:

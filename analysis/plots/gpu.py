@@ -69,6 +69,7 @@ def _training(table: pd.DataFrame) -> pd.DataFrame:
         if device == "cuda" and r["algo"] == "dqn":
             how = " eager" if overrides.get("cuda_graph") is False else " graph"
         how += " prefetch" if p.get("learner_prefetch") else ""
+        how += f" lag {p['priority_lag']}" if p.get("priority_lag") else ""
         label = f"{r['algo'].upper()} {r['env'].split('/')[-1]} {layout}, {device}{how}"
         out.append({"panel": "learner" if r["metric"] == "updates_per_s" else "steps", "run_id": r["run_id"],
                     "label": label, "device": device, "median": float(r["value"]), "min": float(r["value"]),

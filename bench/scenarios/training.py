@@ -150,6 +150,8 @@ def run_base(cfg, acfg, base: dict) -> dict:
         params.update(weight_sync_every=cfg.weight_sync_every, ratio_tolerance=cfg.ratio_tolerance)
         if cfg.learner_prefetch:
             params["learner_prefetch"] = True
+        if cfg.priority_lag:
+            params["priority_lag"] = cfg.priority_lag
     if cfg.overrides:
         params["overrides"] = {key: list(v) if isinstance(v, tuple) else v for key, v in cfg.overrides.items()}
     return {**base, "scenario": "training", "variant": cfg.buffer, "structure": structure, "K": k,
@@ -341,7 +343,7 @@ def format_table(rows: list[dict]) -> str:
 #: The keys of a training suite's grid (:func:`suite_configs`), which a part may set.
 GRID_KEYS = ("algo", "env", "steps", "seeds", "buffers", "layouts", "max_workers", "ratios", "envs_per_actor",
              "backends", "devices", "overrides", "insert_batch", "weight_sync_every", "ratio_tolerance", "timeout_s",
-             "start_method", "learner_prefetch")
+             "start_method", "learner_prefetch", "priority_lag")
 
 
 def core_layouts(max_workers: int) -> list[tuple[int, int]]:
@@ -414,7 +416,7 @@ def suite_grid(suite: dict, variants: list[str] | None = None) -> list[tuple]:
     "process", "ray" and/or "dataflow"; default ["process"]; the baseline runs once), devices
     (the learners' ``TrainConfig.device`` values, each a grid point with its own baseline;
     default ["cpu"]), overrides (algorithm config), insert_batch, weight_sync_every,
-    ratio_tolerance, timeout_s, start_method, learner_prefetch.
+    ratio_tolerance, timeout_s, start_method, learner_prefetch, priority_lag.
 
     ``parts`` (optional): a list of objects, each a grid of its own made of the suite's keys with
     its own (any of :data:`GRID_KEYS`) in their place, run in order: several algorithms or
@@ -450,7 +452,7 @@ def suite_grid(suite: dict, variants: list[str] | None = None) -> list[tuple]:
         cores = None
     overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in (suite.get("overrides") or {}).items()}
     extra = {k: suite[k] for k in ("insert_batch", "weight_sync_every", "ratio_tolerance", "timeout_s",
-                                    "start_method", "learner_prefetch") if k in suite}
+                                    "start_method", "learner_prefetch", "priority_lag") if k in suite}
     ratios = suite.get("ratios") or [None]
     backends = sorted(suite.get("backends") or ["process"], key=lambda b: b != "process")  # process runs first
     configs = []
@@ -529,6 +531,8 @@ def cells_for(configs: list) -> list[Cell]:
             label += f" E={cfg.envs_per_actor}"
         if cfg.learner_prefetch and not cfg.sequential and own is None:
             label += " prefetch"
+        if cfg.priority_lag and not cfg.sequential and own is None:
+            label += f" lag={cfg.priority_lag}"
         label += "".join(f" {k}={v}" for k, v in sorted(cfg.overrides.items()) if k in varying)
         if cfg.device != "cpu":
             label += f" device={cfg.device}"
@@ -558,7 +562,8 @@ class Training(Scenario):
     suite_keys = frozenset({"algo", "env", "steps", "seeds", "buffers", "layouts", "max_workers", "ratios",
                             "envs_per_actor",
                             "backends", "overrides", "insert_batch", "weight_sync_every", "ratio_tolerance",
-                            "timeout_s", "start_method", "devices", "parts", "learner_prefetch"})
+                            "timeout_s", "start_method", "devices", "parts", "learner_prefetch",
+                            "priority_lag"})
     unit = "run"
 
     def cells(self, suite: dict, selection: Selection) -> list[Cell]:

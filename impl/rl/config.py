@@ -84,6 +84,16 @@ class TrainConfig:
     hide. The sample then predates update ``n``'s new priorities and the rate limiter's check
     for update ``n + 1`` (one update of staleness, as Ape-X's and PAL's learners prefetch).
     False: each sample is drawn just before its update (outputs preallocated either way)."""
+    priority_lag: int = 0
+    """Process backend's learners: updates by which an update's new priorities may reach the
+    buffer late, 0 or 1. With 1 the learner queues update ``n + 1`` (its sample drawn and
+    staged, its step launched) before it waits for update ``n``'s priorities and writes them
+    (:meth:`~impl.rl.algorithms.base.Learner.learn_async`), so a learner on a GPU does not
+    wait for its device at every update: the host's sample, staging and priority write run
+    while the device computes. Sample ``n + 1`` then predates update ``n``'s priorities (one
+    update of staleness, as with ``learner_prefetch``); the last update's are written before
+    the learner returns. On the CPU the step is done when it returns, so 1 only reorders the
+    writes. 0: each update's priorities are written before the next sample (today's order)."""
     device: str = "cpu"
     """Where the learners compute (:mod:`impl.rl.common.device`): "cpu", "cuda" or "auto" (a GPU
     when torch sees one, else the CPU). The network, its optimizer state and its targets live
@@ -169,6 +179,9 @@ class TrainConfig:
         if not isinstance(self.learner_prefetch, bool):
             raise ConfigError("learner_prefetch", self.learner_prefetch,
                               f"learner_prefetch must be True or False, got {self.learner_prefetch!r}")
+        if not isinstance(self.priority_lag, int) or isinstance(self.priority_lag, bool) or self.priority_lag not in (0, 1):
+            raise ConfigError("priority_lag", self.priority_lag,
+                              f"priority_lag must be 0 or 1 (updates), got {self.priority_lag!r}")
         if self.start_method not in START_METHODS:
             raise ConfigError("start_method", self.start_method,
                               f"start_method must be one of {START_METHODS}, got {self.start_method!r} (a forked "

@@ -178,6 +178,21 @@ LEARNER_FIELDS = ("obs", "action", "reward", "next_obs", "done", "weights")
 ``stamps``, ``actor``, serve the priority update and the statistics)."""
 
 
+class PendingLearn:
+    """One update's ``(loss, priorities)`` (:meth:`Learner.learn_async`): ``done``, already on the
+    host, or ``host``, a :class:`~impl.rl.common.device.PendingHost` of the loss and the |TD
+    errors' float32 tensors; :meth:`result` gives ``(float loss, float64 priorities)``."""
+
+    def __init__(self, done: tuple | None = None, host=None):
+        self._done, self._host = done, host
+
+    def result(self) -> tuple[float, np.ndarray]:
+        if self._done is None:
+            loss, td = self._host.result()
+            self._done = (float(loss), td.astype(np.float64))
+        return self._done
+
+
 class Learner(Protocol):
     """The learning half: networks, optimizers and one update per :meth:`learn` call.
 
@@ -202,6 +217,15 @@ class Learner(Protocol):
         device); returns (loss, new priorities lined up with ``batch["indices"]``), brought to
         the host in one device-to-host copy (:func:`~impl.rl.common.device.host_arrays`)."""
         ...
+
+    def learn_async(self, batch: dict) -> "PendingLearn":
+        """:meth:`learn` whose result may still be on its way from the device: the update is
+        queued (on the CPU: done) and ``.result()`` of the returned object gives what
+        :meth:`learn` returns, waiting for the device only then. Until ``.result()`` is called
+        at most one more update may be queued (the learners keep two results in flight). This
+        default runs :meth:`learn`; a learner off the CPU overrides it so that the host does not
+        wait for its device at every update (:class:`~impl.rl.common.device.HostCopies`)."""
+        return PendingLearn(done=self.learn(batch))
 
     def modules(self) -> list[nn.Module]:
         """Every network whose weights the learners must agree on."""

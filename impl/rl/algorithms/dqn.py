@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from replaybench.impl.rl.algorithms.base import Actor, AlgoConfig, Learner, check_range
+from replaybench.impl.rl.algorithms.base import Actor, AlgoConfig, Learner, PendingLearn, check_range
 from replaybench.impl.rl.algorithms.nets import load_flat_params, mlp, update_target
 from replaybench.impl.rl.common.cuda_graph import GraphedStep
-from replaybench.impl.rl.common.device import host_arrays, on_device
+from replaybench.impl.rl.common.device import HostCopies, on_device
 from replaybench.impl.rl.common.errors import ConfigError
 from torch import nn
 
@@ -183,6 +183,7 @@ class DQNLearner(Learner):
         # fused: ~3x faster on CPU; capturable: Adam's step count on the device, as a graph needs
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=cfg.lr, fused=True, capturable=graphed)
         self._graphed = GraphedStep(self._step) if graphed else None
+        self._to_host = HostCopies(self.device, 1 + cfg.batch_size)  # a loss and the batch's |TD errors|
         self.grad_hook = None
         self.updates = 0
 
@@ -197,6 +198,11 @@ class DQNLearner(Learner):
         weights), numpy arrays or tensors on the learner's device; the returned priorities line
         up with ``batch["indices"]``.
         """
+        return self.learn_async(batch).result()
+
+    def learn_async(self, batch: dict) -> PendingLearn:
+        """:meth:`learn` with its result still on its way from the device (one queued
+        device-to-host copy; on the CPU the update is done and nothing is copied)."""
         cfg, dev = self.cfg, self.device
         inputs = {f: on_device(batch[f], dev) for f in _INPUTS}
         if self._graphed is not None and self.grad_hook is None:
@@ -206,8 +212,7 @@ class DQNLearner(Learner):
         self.updates += 1
         if self.updates % cfg.target_update_every == 0:
             update_target(self.target, self.q, cfg.tau)
-        loss_h, td_h = host_arrays(loss, td)  # one device-to-host copy off the CPU
-        return float(loss_h), td_h.astype(np.float64)
+        return PendingLearn(host=self._to_host.start(loss, td))
 
     def _step(self, inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """The gradient step on device tensors: (loss, |TD errors|), both detached. Capture-safe

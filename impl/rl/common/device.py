@@ -12,6 +12,10 @@ there. Actors always run CPU copies of the policy.
 
 :func:`host_arrays` brings a learner's results back to numpy with ONE device-to-host copy (a
 copy synchronises with the device, so a learner pays one wait per update, not one per value).
+:class:`HostCopies` starts that copy without waiting for it, so that a learner whose
+priorities may arrive one update late (:attr:`TrainConfig.priority_lag
+<impl.rl.config.TrainConfig.priority_lag>`) waits for update ``n`` only after it has queued
+update ``n + 1``.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from replaybench.impl.machine import cpu_model
 from replaybench.impl.rl.common.errors import ConfigError
 
 __all__ = ["DEVICES", "check_device", "unavailable_reason", "resolve_device", "device_name", "on_device",
-           "host_arrays"]
+           "host_arrays", "HostCopies", "PendingHost"]
 
 DEVICES = ("cpu", "cuda", "auto")
 
@@ -89,3 +93,90 @@ def host_arrays(*tensors: torch.Tensor) -> list[np.ndarray]:
         out.append(flat[offset: offset + t.numel()].reshape(t.shape))
         offset += t.numel()
     return out
+
+
+class PendingHost:
+    """Tensors on their way to the host (:meth:`HostCopies.start`): :meth:`result` waits for
+    their copy and returns them as numpy arrays, once."""
+
+    def __init__(self, arrays=None, *, owner=None, slot: int = -1, event=None, shapes=()):
+        self._arrays, self._owner, self._slot, self._event, self._shapes = arrays, owner, slot, event, shapes
+
+    def result(self) -> list[np.ndarray]:
+        """The tensors as numpy arrays of their shapes, in order (as :func:`host_arrays` gives
+        them). Off the CPU: waits for this copy only (not for later work on the device) and
+        copies the values out of the pinned slot, which is then free. RuntimeError on a second
+        call there."""
+        if self._owner is None:
+            return self._arrays
+        if self._event is None:
+            raise RuntimeError("this copy's result was taken already: its pinned slot has been reused")
+        self._event.synchronize()
+        self._event = None
+        flat = self._owner._slots[self._slot].numpy()
+        out, offset = [], 0
+        for shape in self._shapes:
+            size = int(np.prod(shape, dtype=np.int64))
+            out.append(flat[offset: offset + size].reshape(shape).copy())
+            offset += size
+        self._owner._open[self._slot] = False
+        return out
+
+
+class HostCopies:
+    """Device-to-host copies of a learner's float32 results that do not wait for the device.
+
+    :meth:`start` queues ONE copy of its tensors (flattened together on the device) into a
+    page-locked host slot, on the current stream behind the work that computes them, and
+    returns a :class:`PendingHost` at once; its ``result()`` waits for that copy alone. So a
+    learner can queue update ``n + 1`` before it waits for update ``n``'s priorities, and the
+    device computes while the host samples and writes priorities. ``slots`` copies may be in
+    flight; a slot is free again once its result was taken (RuntimeError when :meth:`start`
+    finds every slot still owed: take results in order, at most ``slots`` behind).
+
+    On the CPU nothing is copied: :meth:`start` returns the tensors' own memory, as
+    :func:`host_arrays` does (bit for bit what the learner computed). Each slot holds
+    ``capacity`` float32 values, allocated once (again, larger, for a larger call made with no
+    copy owed). Thread-safety: one thread.
+    """
+
+    def __init__(self, device: torch.device, capacity: int, slots: int = 2):
+        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
+            raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+        if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
+            raise ValueError(f"slots must be a positive int, got {slots!r}")
+        self.device = torch.device(device)
+        self.capacity = capacity
+        on_host = self.device.type == "cpu"
+        self._slots = [] if on_host else [torch.empty(capacity, dtype=torch.float32, pin_memory=True)
+                                          for _ in range(slots)]
+        self._open = [False] * len(self._slots)
+        self._next = 0
+
+    def start(self, *tensors: torch.Tensor) -> PendingHost:
+        """Queue the copy of ``tensors`` (detached; float32 off the CPU) and return its
+        :class:`PendingHost`. TypeError for a tensor that is not float32, ValueError for more than
+        ``capacity`` values while a copy is owed, before anything is queued."""
+        if not self._slots:  # a CPU learner's: its own memory
+            return PendingHost(host_arrays(*tensors))
+        for t in tensors:
+            if t.dtype != torch.float32:
+                raise TypeError(f"HostCopies takes float32 tensors off the CPU, got {t.dtype}")
+        size = sum(t.numel() for t in tensors)
+        slot = self._next
+        if size > self.capacity and not any(self._open):  # a bigger batch than the config's: grow (rare)
+            self.capacity = size
+            self._slots = [torch.empty(size, dtype=torch.float32, pin_memory=True) for _ in self._slots]
+        if size > self.capacity:
+            raise ValueError(f"the tensors hold {size} values, more than this copier's {self.capacity} while copies "
+                             "are owed: take their results first")
+        if self._open[slot]:
+            raise RuntimeError(f"every one of the {len(self._slots)} pinned slots still holds a copy whose result "
+                               "was not taken: take results in order, at most that many behind")
+        self._next = (slot + 1) % len(self._slots)
+        flat = torch.cat([t.detach().reshape(-1) for t in tensors])
+        self._slots[slot][:size].copy_(flat, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        self._open[slot] = True
+        return PendingHost(owner=self, slot=slot, event=event, shapes=[tuple(t.shape) for t in tensors])

@@ -12,7 +12,8 @@
              learn() with gradients averaged across the learners (L > 1: PAL's scheme, over
              shared memory, impl.rl.common.allreduce) on TrainConfig.device
              (samples reach it through pinned memory: impl.rl.common.device_feed),
-             update_priorities;
+             update_priorities (with TrainConfig.priority_lag, once the next update is queued:
+             impl.rl.common.priority_writeback);
              learner 0 publishes the policy weights every weight_sync_every updates; after the
              last update (the clock stopped) it times its replay calls alone, at its own pace
              in the run (its gradient step and its mean wait between them, untimed), once the
@@ -77,6 +78,7 @@ from replaybench.impl.rl.common.episode_outbox import EpisodeOutbox
 from replaybench.impl.rl.common.errors import ConfigError, InjectedFailure, WorkerFailed
 from replaybench.impl.rl.common.local_replay import buffer_kwargs
 from replaybench.impl.rl.common.allreduce import SharedAllreduce, SharedGradientAverager
+from replaybench.impl.rl.common.priority_writeback import PriorityWriteBack
 from replaybench.impl.rl.common.processes import PROGRESS_EVERY_S, share
 from replaybench.impl.rl.common.profiler import SectionProfiler
 from replaybench.impl.rl.common.replay_timing import ALONE_BUDGET_S, ALONE_CALLS, ReplayParts, replay_alone
@@ -227,9 +229,9 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
 
     parts = ReplayParts(buf)
     parts.start()
-    priorities = None
     paced_wait = 0.0  # the waits for updates 2..n: the run's pace, without the wait for learning_starts
     draw = _SampleSource(cfg, rank, buf, batch_size, device)
+    writeback = PriorityWriteBack(buf, cfg.priority_lag, sgd, replay, parts)
     try:
         for u in range(n_updates):
             waited = limiter.wait_update(rank, u)
@@ -242,20 +244,18 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
             with replay:
                 s0, c0 = time.perf_counter(), time.thread_time()
                 batch = draw.take(beta, u + 1 < n_updates)
-                c1 = time.thread_time()
+                parts.cpu_s += time.thread_time() - c0
                 parts.sample_s += time.perf_counter() - s0
             with sgd:
-                _, priorities = learner.learn(batch)
-            with replay:
-                c2 = time.thread_time()
-                buf.update_priorities(batch["indices"], priorities, batch["stamps"])
-                parts.cpu_s += (c1 - c0) + (time.thread_time() - c2)
+                pending = learner.learn_async(batch)
+            writeback.push(batch, pending)  # this update's priorities, or (priority_lag) the last one's
             actor_ids += np.bincount(batch["actor"], minlength=state.actors)[: state.actors]
             state.learner_updates[rank] = u + 1
             if rank == 0 and (u + 1) % cfg.weight_sync_every == 0:
                 weights.publish(learner.get_flat_weights())
             if fail_at is not None and u + 1 >= fail_at:
                 raise InjectedFailure(f"learner {rank}: injected failure at update {u + 1}")
+        writeback.flush()  # the last update's, with priority_lag
     finally:
         lock_wait = draw.close()
     end = time.monotonic() - t0
@@ -263,6 +263,7 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
     in_run = parts.finish(profile["replay"])
     if rank > 0:  # the redraw count is the buffer's, not this learner's: learner 0 reports it for all
         in_run["redrawn_rows"] = 0
+    priorities = writeback.last
     lock_wait += buf.lock_wait_seconds
     digest = learner.digest()  # before the calls alone: their gradient steps change the weights
     alone = _replay_alone(cfg, rank, group, buf, state, batch_size, acfg.beta(state.env_steps()), priorities,
