@@ -374,7 +374,8 @@ def test_the_gpu_suite_expands_to_cpu_and_cuda_cells_and_the_cuda_ones_are_unava
     grid = [(c.spec.algo, c.spec.env, c.spec.actors, c.spec.device) for c in cells]
     grid = [(*g, c.spec.learner_prefetch, c.spec.overrides.get("cuda_graph", True), c.spec.priority_lag)
             for g, c in zip(grid, cells)]
-    assert grid == [("dqn", "CartPole-v1", 0, "cpu", False, True, 0), ("dqn", "CartPole-v1", 6, "cpu", False, True, 0),
+    assert grid == [("dqn", "CartPole-v1", 0, "cpu", False, True, 0),
+                    ("dqn", "CartPole-v1", 6, "cpu", False, True, 0),
                     ("dqn", "CartPole-v1", 14, "cpu", False, True, 0),
                     ("dqn", "CartPole-v1", 0, "cuda", False, True, 0), ("dqn", "CartPole-v1", 6, "cuda", False, True, 0),
                     ("dqn", "CartPole-v1", 14, "cuda", False, True, 0),

@@ -93,7 +93,8 @@ class TrainConfig:
     while the device computes. Sample ``n + 1`` then predates update ``n``'s priorities (one
     update of staleness, as with ``learner_prefetch``); the last update's are written before
     the learner returns. On the CPU the step is done when it returns, so 1 only reorders the
-    writes. 0: each update's priorities are written before the next sample (today's order)."""
+    writes. 0: each update's priorities are written before the next sample (today's order; the
+    other engines always write so)."""
     device: str = "cpu"
     """Where the learners compute (:mod:`impl.rl.common.device`): "cpu", "cuda" or "auto" (a GPU
     when torch sees one, else the CPU). The network, its optimizer state and its targets live
@@ -179,7 +180,8 @@ class TrainConfig:
         if not isinstance(self.learner_prefetch, bool):
             raise ConfigError("learner_prefetch", self.learner_prefetch,
                               f"learner_prefetch must be True or False, got {self.learner_prefetch!r}")
-        if not isinstance(self.priority_lag, int) or isinstance(self.priority_lag, bool) or self.priority_lag not in (0, 1):
+        lag = self.priority_lag
+        if not isinstance(lag, int) or isinstance(lag, bool) or lag not in (0, 1):
             raise ConfigError("priority_lag", self.priority_lag,
                               f"priority_lag must be 0 or 1 (updates), got {self.priority_lag!r}")
         if self.start_method not in START_METHODS:
