@@ -16,7 +16,9 @@ from replaybench.bench import concurrency_workers as C
 from replaybench.impl.concurrent import SharedPrioritizedBuffer, leaked_segments
 from replaybench.impl.concurrent.atomics import atomic_add, atomic_xchg
 from replaybench.impl.concurrent.deltas import add_deltas, exchange_leaves, set_leaves, settle_mins
+from replaybench.impl.concurrent.locks import _PID_SHIFT, token_pid
 from replaybench.impl.concurrent.policies.atomic_deltas import DRIFT_TOLERANCE, drift_bound
+from replaybench.impl.concurrent.ring import MAX_WRITERS, release_record, reserve_unlocked, ring_arrays
 from replaybench.impl.concurrent.shm import SharedArena
 
 NB = C.TRANSITIONS["cartpole"]
@@ -267,3 +269,120 @@ def test_a_draw_that_overshoots_a_lagging_node_is_drawn_again():
         counts = _counts(buf)
         assert stats.chisquare(counts, counts.sum() * leaves / leaves.sum()).pvalue > 1e-3
         assert buf.fallbacks == 0
+
+
+# ----------------------------------------------------------------------------- inserts with no lock
+_CAP = 1 << 12
+
+
+@njit(nogil=True)
+def _reserve_and_release(ctrl, writers, stamps, token, n, rounds, firsts, given_up):
+    """Reserve ``n`` tickets and release the record, ``rounds`` times, trying again after a range
+    given up (a writer descheduled a lap behind); ``firsts[r]`` gets the first ticket of round
+    ``r``, ``given_up`` the first tickets of the ranges given up (-1 past the last), or -2
+    where no record was free."""
+    g = 0
+    for r in range(rounds):
+        while True:
+            t0, row, blocker = reserve_unlocked(ctrl, writers, stamps, n, token, stamps.shape[0])
+            if row >= 0:
+                firsts[r] = t0
+                release_record(writers, row, token)
+                break
+            if blocker < 0:
+                firsts[r] = -2
+                break
+            if g < given_up.shape[0]:
+                given_up[g] = t0
+            g += 1
+
+
+def _reserver(spec, w, rounds):
+    arena = SharedArena.attach(spec)
+    try:
+        a = arena.arrays
+        _reserve_and_release(a["ctrl"], a["writers"], a["stamps"], 1000 + w, 1 + w, rounds, a[f"firsts{w}"],
+                             a[f"given_up{w}"])
+    finally:
+        arena.close()
+
+
+def _ring_arena(**extra):
+    arrays = {k: v for k, v in ring_arrays(_CAP).items() if k in ("ctrl", "writers", "stamps")}
+    return SharedArena.create({**arrays, **extra})
+
+
+def test_inserts_reserving_with_no_lock_across_processes_get_disjoint_tickets():
+    """Processes reserve (n = 1 + their number) and release records at once: every ticket is
+    handed out exactly once, in a reservation or a range given up because a descheduled
+    writer was a lap behind (a lost or torn ticket add would hand one out twice or skip one),
+    every round found a record, and every record is free at the end."""
+    rounds = 20_000
+    arena = _ring_arena(**{f"firsts{w}": ((rounds,), np.int64) for w in range(WORKERS)},
+                        **{f"given_up{w}": ((rounds,), np.int64) for w in range(WORKERS)})
+    try:
+        a = arena.arrays
+        a["stamps"][:] = -1
+        for w in range(WORKERS):
+            a[f"given_up{w}"][:] = -1
+        _reserve_and_release(np.zeros(64, np.int64), np.zeros((MAX_WRITERS, 3), np.int64), np.zeros(8, np.int64),
+                             1, 1, 1, np.zeros(1, np.int64), np.zeros(1, np.int64))  # compiled here, before the fork
+        ctx = mp.get_context("fork")
+        procs = [ctx.Process(target=_reserver, args=(arena.spec, w, rounds)) for w in range(WORKERS)]
+        [p.start() for p in procs]
+        [p.join(120) for p in procs]
+        assert [p.exitcode for p in procs] == [0] * WORKERS
+        covered = np.zeros(int(a["ctrl"][2]), dtype=np.int64)  # word 2: the ticket
+        for w in range(WORKERS):
+            firsts, given_up = a[f"firsts{w}"], a[f"given_up{w}"]
+            assert firsts.min() >= 0
+            for t0 in np.concatenate([firsts, given_up[given_up >= 0]]):
+                covered[t0: t0 + 1 + w] += 1
+        assert np.all(covered == 1)
+        assert not a["writers"][:, [0, 2]].any()  # every record free (a freed one keeps its stale first ticket)
+    finally:
+        arena.close()
+
+
+def test_a_reservation_that_would_lap_a_writer_in_flight_gives_its_tickets_up():
+    """The record states of reserve_unlocked: a whole record a lap behind blocks (the tickets are
+    taken and given up, nothing written, the record freed); so does a provisional one (count
+    -1, from its first ticket at most); a claimed one (count 0) does not (its tickets come
+    after); a full table takes nothing."""
+    ctrl, writers = np.zeros(64, np.int64), np.zeros((MAX_WRITERS, 3), np.int64)
+    stamps = np.arange(_CAP, dtype=np.int64)
+    ctrl[2] = 3 * _CAP  # the ticket: three laps in
+    writers[5] = (77, 2 * _CAP + 10, 8)  # in flight a lap behind, on slots 10 .. 17
+    t0, row, blocker = reserve_unlocked(ctrl, writers, stamps, 16, 88, _CAP)
+    assert (t0, row, blocker) == (3 * _CAP, -1, 5)
+    others = [r for r in range(MAX_WRITERS) if r != 5]
+    assert ctrl[2] == 3 * _CAP + 16 and not writers[others][:, [0, 2]].any()  # freed: no token, no count
+    assert np.array_equal(stamps, np.arange(_CAP))  # nothing written
+    writers[5] = (77, 2 * _CAP + 10, -1)  # provisional: still a lap behind
+    assert reserve_unlocked(ctrl, writers, stamps, 16, 88, _CAP)[2] == 5
+    writers[5] = (77, 0, 0)  # claimed only: ignored
+    t0, row, blocker = reserve_unlocked(ctrl, writers, stamps, 16, 88, _CAP)
+    assert (t0, row, blocker) == (3 * _CAP + 32, 0, -1)
+    assert writers[0].tolist() == [88, t0, 16] and np.all(stamps[32:48] == -1) and stamps[48] == 48
+    writers[:, 0] = 99
+    assert reserve_unlocked(ctrl, writers, stamps, 16, 88, _CAP) == (-1, -1, -1)
+    assert ctrl[2] == t0 + 16
+
+
+def test_a_dead_insert_whose_record_was_not_whole_voids_nothing():
+    """An insert that died between its claim (or its ticket) and its whole record leaves its
+    slots as they were: voiding frees its record and touches no slot."""
+    with SharedPrioritizedBuffer.create(256, FIELDS, policy="atomic-deltas", seed=0) as buf:
+        C.prefill(buf, 256, NB)
+        proc = mp.get_context("fork").Process(target=lambda: None)
+        proc.start()
+        proc.join(30)
+        dead = (proc.pid << _PID_SHIFT) | 1  # a token of that (now dead) pid
+        assert token_pid(dead) == proc.pid
+        writers = buf.ring.arrays["writers"]
+        writers[3] = (dead, buf.inserted - 8, -1)
+        stamps, total = buf.ring.stamps_snapshot(), buf.total()
+        with buf.tree_lock:
+            assert buf.ring.void_dead_writers() == 0
+        assert not writers.any() and np.array_equal(buf.ring.stamps_snapshot(), stamps) and buf.total() == total
+        assert buf.counters()["voided_slots"] == 0

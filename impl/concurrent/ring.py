@@ -31,11 +31,12 @@ import numpy as np
 from numba import njit
 
 from ..trees import kernels, ops
-from .atomics import atomic_add, atomic_cas, atomic_read
+from .atomics import atomic_add, atomic_cas, atomic_read, atomic_xchg
 from .locks import pid_alive, token_pid
 
 __all__ = ["SharedRing", "Reservation", "ring_arrays", "MAX_WRITERS", "MAX_READERS", "READERS_AT", "QUEUE_SIZE",
-           "TREE_LOCK", "LEAF_LOCK", "reserve_slots", "publish_slots", "count_changes", "note_rebuild", "note_max",
+           "TREE_LOCK", "LEAF_LOCK", "reserve_slots", "reserve_unlocked", "release_record", "publish_slots",
+           "count_changes", "note_rebuild", "note_max",
            "fresh_mask", "count_redrawn", "tickets", "max_priority", "counters_of", "note_max_atomic", "note_recovery",
            "queue_length", "enqueue_deltas", "drain_queue", "uncount_stale", "note_changes_atomic"]
 
@@ -101,11 +102,75 @@ def reserve_slots(ctrl, writers, stamps, n, token, capacity, guard_lapping):
 
 
 @njit(nogil=True, cache=True)
+def reserve_unlocked(ctrl, writers, stamps, n, token, capacity):
+    """:func:`reserve_slots` with no lock, for writers that exclude no one (the atomic-deltas
+    policy's): ``(t0, row, -1)`` on success (tickets ``t0 .. t0+n-1`` recorded in ``row``,
+    their stamps -1); ``(t0, -1, r)`` when the range would overtake in-flight row ``r`` (the
+    tickets from ``t0`` were taken and are given up: their slots keep the rows they hold, the
+    caller tries again once ``r`` is gone); ``(-1, -1, -1)`` when no row is free (nothing
+    taken).
+
+    A record goes through three states, each store sequentially consistent: claimed (token
+    swapped into a free row, count 0: scans ignore it, as its tickets are not taken yet),
+    provisional (first ticket at most the one it will get, count -1: scans treat it as in
+    flight from there, a recovery voids nothing), and whole (first ticket, count). So a
+    writer's lapping check, made after its own tickets were taken, sees every writer whose
+    tickets come before its own (one that took its tickets after is ahead, never a lap behind).
+    A writer that dies between its ticket and its whole record leaves its tickets unused: their
+    slots keep their rows and stamps. O(MAX_WRITERS + n); the one word all writers share is the
+    ticket, taken with one atomic add."""
+    row = -1
+    for r in range(writers.shape[0]):
+        if atomic_read(writers[r], 0) == 0 and atomic_cas(writers[r], 0, 0, token) == 0:
+            row = r
+            break
+    if row < 0:
+        return -1, -1, -1
+    rec = writers[row]
+    atomic_xchg(rec, 1, atomic_read(ctrl, _TICKET))
+    atomic_xchg(rec, 2, -1)
+    t0 = atomic_add(ctrl, _TICKET, n)
+    atomic_xchg(rec, 1, t0)
+    atomic_xchg(rec, 2, n)
+    lapped = _lapped_row(writers, row, t0 + n - capacity)
+    if lapped >= 0:
+        release_record(writers, row, token)
+        return t0, -1, lapped
+    for k in range(n):
+        stamps[(t0 + k) % capacity] = -1
+    return t0, row, -1
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _lapped_row(writers, own, limit):
+    """A row other than ``own`` in flight from a ticket before ``limit`` (its slots may be ones a
+    range ending a lap after ``limit`` overtakes), or -1. The count is read before the first
+    ticket (see :func:`reserve_unlocked`'s states)."""
+    for r in range(writers.shape[0]):
+        if r == own or atomic_read(writers[r], 0) == 0:
+            continue
+        if atomic_read(writers[r], 2) != 0 and atomic_read(writers[r], 1) < limit:
+            return r
+    return -1
+
+
+@njit(nogil=True, cache=True, inline="always")
+def release_record(writers, row, token):
+    """Clear in-flight record ``row`` of ``token``: its count first, so a scan that still sees
+    the token sees a record that voids nothing, then the token (a compare-and-swap: the record
+    is the writer's own)."""
+    atomic_xchg(writers[row], 2, 0)
+    atomic_cas(writers[row], 0, token, 0)
+
+
+@njit(nogil=True, cache=True)
 def publish_slots(stamps, writers, row, t0, n, capacity):
-    """Under the tree lock: :meth:`SharedRing.publish`'s stamps and in-flight record."""
+    """Under the tree lock: :meth:`SharedRing.publish`'s stamps and in-flight record (its count
+    cleared before its token, as :func:`release_record` does)."""
     for k in range(n):
         stamps[(t0 + k) % capacity] = t0 + k
-    writers[row, 0] = 0
+    atomic_xchg(writers[row], 2, 0)
+    atomic_xchg(writers[row], 0, 0)
 
 
 @njit(nogil=True, cache=True)
@@ -424,10 +489,13 @@ class SharedRing:
             if pid_alive(token_pid(w[row, 0])):
                 continue
             t0, n = int(w[row, 1]), int(w[row, 2])
-            self._stamps[self.slots(t0, n)] = -1
-            self.tree.fill(t0 % self.capacity, n, 0.0)  # leaves and inner nodes (rebuilt after)
-            w[row] = 0
-            voided += n
+            if n > 0:  # 0 or -1: a record not whole yet (reserve_unlocked), whose slots were not touched
+                self._stamps[self.slots(t0, n)] = -1
+                self.tree.fill(t0 % self.capacity, n, 0.0)  # leaves and inner nodes (rebuilt after)
+                voided += n
+            w[row, 2] = 0  # the count before the token, as release_record: a writer may claim the row at once
+            w[row, 1] = 0
+            w[row, 0] = 0
         if voided:
             self.control[_VOIDED] += voided
             self.rebuild()

@@ -12,14 +12,15 @@ from ...storage import gather_rows, write_rows
 from ...trees import kernels as tree_kernels
 from ...trees import ops
 from .. import context as cx
-from ..atomics import acquire_fence, atomic_cas
+from ..atomics import acquire_fence
 from ..deltas import depth, draw, set_leaves
 from ..fused import (KERNEL_CALLS, MAX_CHANGED_ROUNDS, STATUS_BUSY, STATUS_CHANGING, STATUS_EMPTY, STATUS_OK, STATUS_PUBLISH_BUSY,
                      STATUS_RESERVE, acquire, acquire_shared, release, release_shared)
-from ..locks import SharedLock, my_token, token_pid
+from ..locks import SharedLock, my_token, pid_alive, token_pid
 from ..policy import Policy, Selection, register
-from ..ring import (MAX_READERS, READERS_AT, TREE_LOCK, count_redrawn, counters_of, fresh_mask, max_priority,
-                    note_changes_atomic, note_max_atomic, note_rebuild, note_recovery, reserve_slots, tickets)
+from ..ring import (MAX_READERS, MAX_WRITERS, READERS_AT, TREE_LOCK, Reservation, count_redrawn, counters_of,
+                    fresh_mask, max_priority, note_changes_atomic, note_max_atomic, note_rebuild, note_recovery,
+                    release_record, reserve_unlocked, tickets)
 from .lazy_writing import Backoff
 
 __all__ = ["AtomicDeltas", "DRIFT_TOLERANCE", "drift_bound", "rebuild_due"]
@@ -145,18 +146,17 @@ def _sample(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, st
 @njit(nogil=True, cache=True)
 def _add(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, lctrl, lfctrl, leaf32, writers,
         resum_every, token, lockstats, protocol, capacity, values, eps, alpha, vmax, arena, table, rows, keep):
-    """One whole ``add`` (unpacked as :func:`_sample`'s): tickets, stamps -1 and
-    the in-flight record under the ring lock (O(MAX_WRITERS + n), the one section inserts
-    share); the slots' leaves set to 0 with atomics; the copy; the priorities (``values``
-    transformed, or the max priority) set with atomics and the stamps published; the record
-    cleared. Returns ``(status, first ticket, in-flight row)``: on STATUS_PUBLISH_BUSY the rows
-    are copied and the caller publishes them (the policy's lock stayed held exclusively). A
-    due rebuild that cannot take the lock is left to the next update."""
-    status, taken = acquire(ctrl, TREE_LOCK, token, lockstats)
-    if status != STATUS_OK:
-        return status, -1, -1
-    t0, row, _ = reserve_slots(ctrl, writers, stamps, keep, token, capacity, True)
-    release(ctrl, TREE_LOCK, token, lockstats, taken)
+    """One whole ``add`` (unpacked as :func:`_sample`'s): tickets (one atomic add), the
+    in-flight record and stamps -1 with no lock (:func:`impl.concurrent.ring.reserve_unlocked`:
+    O(MAX_WRITERS + n), no section inserts share); the slots' leaves set to 0 with atomics; the
+    copy; the priorities (``values`` transformed, or the max priority) set with atomics and the
+    stamps published; the record cleared. Returns ``(status, first ticket, in-flight row)``:
+    STATUS_RESERVE with nothing written when no record is free or the range would overtake a
+    writer still in flight a lap behind (the Python path waits for it, or voids it); on
+    STATUS_PUBLISH_BUSY the rows are copied and the caller publishes them (the policy's lock
+    stayed held exclusively). A due rebuild that cannot take the lock is left to the next
+    update."""
+    t0, row, _ = reserve_unlocked(ctrl, writers, stamps, keep, token, capacity)
     if row < 0:
         return STATUS_RESERVE, -1, -1
     slots = fo.ring_slots(t0 % capacity, keep, capacity)
@@ -181,7 +181,7 @@ def _add(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamp
         stamps[slots[k]] = t0 + k
     due = _count(kind, sums, lay, lctrl, lfctrl, keep) or due
     release_shared(lctrl, rslot, token)
-    atomic_cas(writers[row], 0, token, 0)  # the record is this writer's own: no lock
+    release_record(writers, row, token)
     if due:
         _rebuild(kind, sums, mins, lay, K, state, lctrl, lfctrl, token, lockstats)
     return STATUS_OK, t0, row
@@ -285,10 +285,12 @@ class AtomicDeltas(Policy):
       sampler): stale entries dropped by stamp, leaves set by atomic exchange, each node's
       share of the batch's deltas summed and added with one atomic float add, minima settled
       by compare-and-swap (:mod:`impl.concurrent.deltas`).
-    * **Insert**: tickets, stamps -1 and the in-flight record under the ring lock (the tree lock
-      word: O(MAX_WRITERS + n), no tree work, the only section inserts share, as sharded's);
-      the slots' leaves set to 0 with atomics; the copy with no lock; the priorities set with
-      atomics and the stamps published; the record cleared with a compare-and-swap.
+    * **Insert**: no lock. An in-flight record claimed by compare-and-swap, the tickets taken
+      with one atomic add, the record completed, a check that no writer a lap behind still
+      writes the slots (else the tickets are given up and the call waits for it, or voids a
+      dead one), stamps -1 (:func:`impl.concurrent.ring.reserve_unlocked`: O(MAX_WRITERS + n),
+      the ticket the one word every insert writes); the slots' leaves set to 0 with atomics;
+      the copy; the priorities set with atomics and the stamps published; the record cleared.
     * **Sample**: no lock. One descent of the tree as it is read, clamped below the root total
       read once; a draw that overshoots its leaf (a node on its path lags a decrease), or
       reaches a leaf that is 0 or a slot being written (stamp -1), is drawn again; rows
@@ -318,19 +320,21 @@ class AtomicDeltas(Policy):
     whole capacity between its stamp check and its exchange) may land on the new row, as an
     update without stamps would.
 
-    Crash recovery: a writer that dies holding the ring lock is recovered as under every policy
-    (its in-flight slots voided, the tree rebuilt). One that dies inside a tree write, holding
+    Crash recovery: an insert that dies with its record whole is voided as under every policy
+    (its slots' priority 0 and stamps -1, the tree rebuilt) by the next call that needs a
+    record or waits for it, or by a recovery; one that dies before (its tickets taken or not)
+    leaves its slots as they were. One that dies inside a tree write, holding
     the policy's lock shared, may leave leaves exchanged whose deltas never arrived: the root
     is then short of (or over) those changes, and its reader word holds off the kernels' exact
     rebuild, so the next due rebuild sends an update to the Python path, whose lock clears
     the dead word and rebuilds the inner nodes from the leaves (a recovery). Until then
     samples are stale by that one batch, as beside a live writer.
 
-    Locks: ring lock, then the policy's lock; the kernels hold
-    one at a time. The Python paths (a lock held past a kernel's spins, a sample that keeps
-    meeting slots being written, recovery) hold the ring lock and the policy's lock
-    exclusively, and may sleep and recover dead holders. Lock hold time counts the ring
-    lock and the exclusive rebuilds: the shared holds exclude no other worker.
+    Locks: ring lock, then the policy's lock; the kernels take the policy's lock alone (shared,
+    or exclusively for a rebuild). The Python paths (a lock held past a kernel's spins, a
+    sample that keeps meeting slots being written, recovery) hold the ring lock and the
+    policy's lock exclusively, and may sleep and recover dead holders. Lock hold time counts
+    the exclusive holds: the shared ones exclude no other worker.
     """
 
     name = "atomic-deltas"
@@ -424,21 +428,39 @@ class AtomicDeltas(Policy):
         return None
 
     def insert(self, arrays, n, vals) -> int:
-        token = my_token()
-        backoff = Backoff(self.tree_lock.timeout)
-        while True:
-            with self.tree_lock, self.tree_writes:  # reserving may void dead writers' slots
-                res = self.ring.reserve(n, token, wait_for_lapped=True)
-            if res.row >= 0:
-                break
-            backoff.pause(lambda waited: f"insert of {n} rows waited {waited:.3g} s for ring slots still being "
-                                         f"written by pid {token_pid(res.blocker)} (token {res.blocker}), which "
-                                         "is alive but not progressing")
+        res = self._reserve(n)
         self.storage.write(res.first % self.ring.capacity, arrays, n)
         with self.tree_writes:
             self._set_new(res.first, n, vals)
             self.ring.publish(res, n)
         return res.first
+
+    def _reserve(self, n: int) -> Reservation:
+        """Tickets for ``n`` rows as the kernel takes them (:func:`reserve_unlocked`, no lock);
+        when no record is free or a writer a lap behind is still in flight: dead writers voided
+        (under the locks), a live one waited for. RuntimeError when every record is held by a
+        live writer."""
+        token = my_token()
+        writers = self.ring.arrays["writers"]
+        backoff = Backoff(self.tree_lock.timeout)
+        while True:
+            t0, row, blocker = reserve_unlocked(self.ring.control, writers, self.ring.arrays["stamps"], n, token,
+                                                self.ring.capacity)
+            if row >= 0:
+                return Reservation(int(t0), int(row), 0)
+            if blocker >= 0:  # a writer a lap behind: wait for it while it lives
+                holder = int(writers[blocker, 0])
+                if holder == 0:
+                    continue  # it has finished
+                if pid_alive(token_pid(holder)):
+                    backoff.pause(lambda waited: f"insert of {n} rows waited {waited:.3g} s for ring slots still "
+                                                 f"being written by pid {token_pid(holder)} (token {holder}), which "
+                                                 "is alive but not progressing")
+                    continue
+            with self.tree_lock, self.tree_writes:  # voiding writes leaves and rebuilds
+                voided = self.ring.void_dead_writers()
+            if blocker < 0 and not voided and np.all(writers[:, 0] != 0):
+                raise RuntimeError(f"more than {MAX_WRITERS} inserts in flight at once")
 
     def set_new_priorities(self, first: int, n: int, vals) -> None:
         with self.tree_writes:
