@@ -14,7 +14,7 @@ from scipy import stats
 
 from replaybench.bench import concurrency_workers as C
 from replaybench.impl.concurrent import SharedPrioritizedBuffer, leaked_segments
-from replaybench.impl.concurrent.atomics import atomic_add, atomic_xchg
+from replaybench.impl.concurrent.atomics import atomic_add, atomic_xchg, yield_core
 from replaybench.impl.concurrent.deltas import add_deltas, exchange_leaves, set_leaves, settle_mins
 from replaybench.impl.concurrent.locks import _PID_SHIFT, token_pid
 from replaybench.impl.concurrent.policies.atomic_deltas import DRIFT_TOLERANCE, drift_bound
@@ -278,9 +278,10 @@ _CAP = 1 << 12
 @njit(nogil=True)
 def _reserve_and_release(ctrl, writers, stamps, token, n, rounds, firsts, given_up):
     """Reserve ``n`` tickets and release the record, ``rounds`` times, trying again after a range
-    given up (a writer descheduled a lap behind); ``firsts[r]`` gets the first ticket of round
-    ``r``, ``given_up`` the first tickets of the ranges given up (-1 past the last), or -2
-    where no record was free."""
+    given up (a writer descheduled a lap behind: this core is yielded to it first, as the
+    buffer's Python path backs off); ``firsts[r]`` gets the first ticket of round ``r`` (-2
+    where no record was free), ``given_up[1:]`` the first tickets of the ranges given up (-1
+    past the last) and ``given_up[0]`` how many there were."""
     g = 0
     for r in range(rounds):
         while True:
@@ -292,9 +293,11 @@ def _reserve_and_release(ctrl, writers, stamps, token, n, rounds, firsts, given_
             if blocker < 0:
                 firsts[r] = -2
                 break
+            g += 1
+            given_up[0] = g
             if g < given_up.shape[0]:
                 given_up[g] = t0
-            g += 1
+            yield_core()
 
 
 def _reserver(spec, w, rounds):
@@ -319,12 +322,13 @@ def test_inserts_reserving_with_no_lock_across_processes_get_disjoint_tickets():
     every round found a record, and every record is free at the end."""
     rounds = 20_000
     arena = _ring_arena(**{f"firsts{w}": ((rounds,), np.int64) for w in range(WORKERS)},
-                        **{f"given_up{w}": ((rounds,), np.int64) for w in range(WORKERS)})
+                        **{f"given_up{w}": ((1 + rounds,), np.int64) for w in range(WORKERS)})
     try:
         a = arena.arrays
         a["stamps"][:] = -1
         for w in range(WORKERS):
             a[f"given_up{w}"][:] = -1
+            a[f"given_up{w}"][0] = 0
         _reserve_and_release(np.zeros(64, np.int64), np.zeros((MAX_WRITERS, 3), np.int64), np.zeros(8, np.int64),
                              1, 1, 1, np.zeros(1, np.int64), np.zeros(1, np.int64))  # compiled here, before the fork
         ctx = mp.get_context("fork")
@@ -334,8 +338,8 @@ def test_inserts_reserving_with_no_lock_across_processes_get_disjoint_tickets():
         assert [p.exitcode for p in procs] == [0] * WORKERS
         covered = np.zeros(int(a["ctrl"][2]), dtype=np.int64)  # word 2: the ticket
         for w in range(WORKERS):
-            firsts, given_up = a[f"firsts{w}"], a[f"given_up{w}"]
-            assert firsts.min() >= 0
+            firsts, given_up = a[f"firsts{w}"], a[f"given_up{w}"][1:]
+            assert firsts.min() >= 0 and a[f"given_up{w}"][0] <= rounds  # every range given up was recorded
             for t0 in np.concatenate([firsts, given_up[given_up >= 0]]):
                 covered[t0: t0 + 1 + w] += 1
         assert np.all(covered == 1)

@@ -214,3 +214,25 @@ def test_sharded_refuses_a_bad_shard_count_by_name():
         SharedPrioritizedBuffer.create(64, FIELDS, policy="sharded", shards=0)
     with pytest.raises(ValueError, match="shards must be None or 1 for policy 'lazy-writing'"):
         SharedPrioritizedBuffer.create(64, FIELDS, policy="lazy-writing", shards=4)
+
+
+def test_an_unlocked_draw_that_overshoots_a_lagging_node_is_drawn_again():
+    """optimistic's unlocked draw beside a tree write caught half way: a whole leaf group halved,
+    its parent not yet. A draw that lands in the group's missing mass overshoots (the scan's
+    last child would take it, and did before overshoots were redrawn); drawn again, every slot,
+    the group's last included, is drawn in proportion to its leaf as the leaves now hold it."""
+    from replaybench.impl.concurrent.deltas import depth, leaf_slot
+
+    with SharedPrioritizedBuffer.create(CAPACITY, FIELDS, policy="optimistic", seed=0, alpha=1.0, eps=0.0) as buf:
+        slots = np.arange(CAPACITY)
+        buf.add(C.make_batch(slots, NB), 0.5 + (slots * 37 % 17) / 4.0)
+        kind, sums, _, lay, *_ = buf.tree.kernel_args
+        D = depth(kind, lay)
+        for i in range(32, 48):  # the leaves written, the deltas never sent up
+            sums[leaf_slot(kind, lay, D, i)] /= 2
+        leaves = buf.tree.leaves().astype(np.float64)
+        counts = np.zeros(CAPACITY, dtype=np.int64)
+        for _ in range(300):
+            np.add.at(counts, buf.sample(64)["indices"], 1)
+        assert stats.chisquare(counts, counts.sum() * leaves / leaves.sum()).pvalue > 1e-3
+        assert buf.fallbacks == 0  # every draw was the kernel's unlocked one

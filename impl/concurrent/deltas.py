@@ -55,7 +55,7 @@ from ..trees.kernels import addr, min_of_children, parent, summed_by_parent
 from .atomics import atomic_add, atomic_cas, atomic_read, atomic_xchg, prefetch_write
 
 __all__ = ["depth", "leaf_slot", "exchange_leaves", "summed_levels", "add_deltas", "settle_mins", "set_leaves",
-           "draw", "DRAW_ROUNDS"]
+           "reject_overshoot", "draw", "DRAW_ROUNDS"]
 
 #: Rounds of redrawing positions that reached a zero leaf or a slot being written before a draw
 #: gives up (the caller then takes the Python path, which waits for writers and rebuilds).
@@ -260,7 +260,7 @@ def _clamped(u, total):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _reject_overshoot(residual, index, prio):
+def reject_overshoot(residual, index, prio):
     """A descent leaves in ``residual`` the mass left at its leaf, in ``[0, p)`` when every node
     it read was its children's sum. One past its leaf overshot: a node on its path lagged a
     decrease below it (deltas in flight), and the scan's last child took what was left. Such
@@ -296,7 +296,7 @@ def draw(kind, sums, mins, lay, K, touch_from, stamps, key, stratified, redraw_t
         u[b] = _clamped(fo.mass(key, b, b, n, total, stratified), total)
     ops.descend(kind, sums, lay, K, touch_from, u, out_index)
     ops.read_leaves(kind, sums, lay, touch_from, out_index, prio)
-    _reject_overshoot(u, out_index, prio)
+    reject_overshoot(u, out_index, prio)
     pos = np.empty(n, dtype=np.int64)
     for r in range(DRAW_ROUNDS + 1):
         bad = 0
@@ -321,7 +321,7 @@ def draw(kind, sums, mins, lay, K, touch_from, stamps, key, stratified, redraw_t
             u[k] = _clamped(fo.uniform01(key, (_REDRAW_BASE + r) * n + pos[k]) * total, total)
         ops.descend(kind, sums, lay, K, touch_from, u, jj)
         ops.read_leaves(kind, sums, lay, touch_from, jj, pp)
-        _reject_overshoot(u, jj, pp)
+        reject_overshoot(u, jj, pp)
         for k in range(bad):
             out_index[pos[k]] = jj[k]
             prio[pos[k]] = pp[k]

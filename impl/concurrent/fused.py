@@ -106,6 +106,7 @@ from .. import fused_ops as fused
 from ..storage import gather_rows, write_rows
 from ..trees import kernels, ops
 from .atomics import acquire_fence, atomic_cas, atomic_read, cpu_relax, full_fence, monotonic, yield_core
+from .deltas import reject_overshoot
 from .context import K as K_AT
 from .context import (ALPHA, APPLY, ARENA, CAPACITY, CTRL, EPS, FCTRL, INSERT_PROTOCOL, KIND, KSHIFT, LAY, LOCKSTATS as
                       LOCKSTATS_AT, OUT, OUT_INDEX, OUT_STAMP, OUT_TABLE, OUT_WEIGHT, QUEUE_DELTA, QUEUE_IDX, RESUM_EVERY,
@@ -319,16 +320,21 @@ def _draw_unlocked(kind, sums, mins, lay, K, touch_from, stamps, key, stratified
 
     Writers may change the tree during the descent: every node read is a value it really held
     (aligned loads), so the descent reaches a real leaf; a leaf read as 0 or a slot stamped -1
-    is drawn again (not stratified, as the tree's redraw), with a fresh total."""
+    is drawn again (not stratified, as the tree's redraw), with a fresh total. So is a draw
+    that overshot its leaf (the mass left there not below the leaf: a node on its path, or the
+    total, was read before a decrease below it reached the nodes read after), which would
+    otherwise go to the last child of the group where the descent ran out of mass."""
     n = out_index.shape[0]
     root = lay[0, 0]
     total = np.float64(sums[root])
     if not total > 0.0:
         return -1.0
+    left = np.empty(n)  # each draw's mass, then what is left of it at its leaf
     for b in range(n):
-        prio[b] = fused.mass(key, b, b, n, total, stratified)
-    ops.descend(kind, sums, lay, K, touch_from, prio, out_index)
+        left[b] = fused.mass(key, b, b, n, total, stratified)
+    ops.descend(kind, sums, lay, K, touch_from, left, out_index)
     ops.read_leaves(kind, sums, lay, touch_from, out_index, prio)
+    reject_overshoot(left, out_index, prio)
     for r in range(rounds):
         bad = 0
         for b in range(n):
@@ -356,10 +362,12 @@ def _draw_unlocked(kind, sums, mins, lay, K, touch_from, stamps, key, stratified
             u[k] = fused.uniform01(key, (_UNLOCKED_BASE + r) * n + pos[k]) * total
         ops.descend(kind, sums, lay, K, touch_from, u, j)
         ops.read_leaves(kind, sums, lay, touch_from, j, p)
+        reject_overshoot(u, j, p)
         for k in range(bad):
             out_index[pos[k]] = j[k]
             prio[pos[k]] = p[k]
     return -1.0
+
 
 
 @njit(nogil=True, cache=True, inline="always")

@@ -19,7 +19,9 @@ class Optimistic(LazyWriting):
     at a time. A sample descends while writers may be changing the tree: every node it reads
     is a value that node really held (aligned float loads are atomic), so it always reaches a
     real leaf; a leaf read as 0 (reserved, or mid-update) is drawn again, and so is a slot whose
-    stamp says it is being written or changed during the copy. What a sampler may observe:
+    stamp says it is being written or changed during the copy, and a draw that overshot its
+    leaf (a node on its path read before a decrease below it arrived: the scan's last child
+    would otherwise take that mass). What a sampler may observe:
     the probabilities of one draw are off by the deltas in flight at that moment (at most the
     priority changes of one batch), and ``p_min`` for the weights may be one update old. If
     draws keep failing (heavy drift), it falls back to the locked draw, which may rebuild.
