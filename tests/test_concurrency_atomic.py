@@ -17,7 +17,7 @@ from replaybench.impl.concurrent import SharedPrioritizedBuffer, leaked_segments
 from replaybench.impl.concurrent.atomics import atomic_add, atomic_xchg, yield_core
 from replaybench.impl.concurrent.deltas import add_deltas, exchange_leaves, set_leaves, settle_mins
 from replaybench.impl.concurrent.locks import _PID_SHIFT, token_pid
-from replaybench.impl.concurrent.policies.atomic_deltas import DRIFT_TOLERANCE, drift_bound
+from replaybench.impl.concurrent.policies.atomic_deltas import DRIFT_TOLERANCE_F32, drift_bound, rebuild_due
 from replaybench.impl.concurrent.ring import MAX_WRITERS, release_record, reserve_unlocked, ring_arrays
 from replaybench.impl.concurrent.shm import SharedArena
 
@@ -93,7 +93,7 @@ def test_drift_past_the_tolerance_triggers_an_exact_rebuild():
             buf.update_priorities(idx, rng.uniform(1e5, 1e6, 64))
         assert buf.counters()["rebuilds"] == 0
         t_max = buf.total()
-        assert drift_bound(2 * 1024 + 20 * 64, t_max, buf.tree.depth) < DRIFT_TOLERANCE * t_max
+        assert drift_bound(2 * 1024 + 20 * 64, t_max, buf.tree.depth) < DRIFT_TOLERANCE_F32 * t_max
         tiny = rng.uniform(1e-4, 1e-3, 1024)
         for k in range(0, 1024, 128):  # the total falls 10**9-fold
             buf.update_priorities(slots[k:k + 128], tiny[k:k + 128])
@@ -102,6 +102,16 @@ def test_drift_past_the_tolerance_triggers_an_exact_rebuild():
         np.testing.assert_array_equal(leaves, tiny.astype(np.float32))  # a float32 variant's leaf values
         assert buf.total() == pytest.approx(float(np.sum(leaves)), rel=1e-13)
         assert buf.fallbacks == 0
+
+
+def test_the_drift_tolerance_follows_the_leaves_dtype():
+    """At depth 5 a change adds at most 8 roundings of 2**-53 T_max: float64 leaves allow 2**20
+    changes at a steady total (2**-30), float32 leaves 2**26 (2**-24, one float32 rounding of the
+    total, within what the variant's own float32 tree carries)."""
+    T = 3.0
+    assert not rebuild_due(2**20, T, T, 5, False) and rebuild_due(2**20 + 1, T, T, 5, False)
+    assert not rebuild_due(2**26, T, T, 5, True) and rebuild_due(2**26 + 1, T, T, 5, True)
+    assert rebuild_due(2**20 + 1, T, T / 64, 5, True)  # a total fallen 64-fold: the float64 count again
 
 
 # ----------------------------------------------------------------------------- what a sampler sees

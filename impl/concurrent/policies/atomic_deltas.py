@@ -23,13 +23,18 @@ from ..ring import (MAX_READERS, MAX_WRITERS, READERS_AT, TREE_LOCK, Reservation
                     release_record, reserve_unlocked, tickets)
 from .lazy_writing import Backoff
 
-__all__ = ["AtomicDeltas", "DRIFT_TOLERANCE", "drift_bound", "rebuild_due"]
+__all__ = ["AtomicDeltas", "DRIFT_TOLERANCE", "DRIFT_TOLERANCE_F32", "drift_bound", "rebuild_due"]
 
 #: The relative drift of the root (against the exact sum of the leaves) the policy lets its
-#: bound reach before an exact rebuild: 2**-30, about 9.3e-10 (see :func:`drift_bound`); at a
-#: steady total and depth 5, a rebuild per about 1e6 leaf changes (2**18 leaves: 15 ms measured on
-#: a loaded 2-core VM, so under 4 us of serial time per learner step of 256).
+#: bound reach before an exact rebuild, for float64 leaves: 2**-30, about 9.3e-10 (see
+#: :func:`drift_bound`); at a steady total and depth 5, a rebuild per about 1e6 leaf changes.
 DRIFT_TOLERANCE = 2.0**-30
+#: The same for float32 leaves (a float32 variant's): 2**-24, one float32 rounding of the
+#: total, where the variant's own float32 tree carries up to D of them, so the float64 tree
+#: stays within the accuracy of the tree it stands in for; a rebuild per about 6.7e7 leaf
+#: changes at depth 5. (2**-30 made the rebuild, O(capacity) under the lock held
+#: exclusively, the one serial section of an insert: an insert changes 2n leaves.)
+DRIFT_TOLERANCE_F32 = 2.0**-24
 _CONTROL_WORDS = READERS_AT + MAX_READERS  # the policy's control block is laid out as the ring's
 
 
@@ -45,23 +50,24 @@ def drift_bound(since, t_max, D):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def rebuild_due(since, t_max, total, D):
-    """Whether the drift bound passed :data:`DRIFT_TOLERANCE` of the current ``total``. (The
-    buffer's ``resum_every``, a float32 tree's re-summing period, does not apply: the inner
-    nodes are float64, and a float64 tree's own default is never.)"""
-    return drift_bound(since, t_max, D) > DRIFT_TOLERANCE * total
+def rebuild_due(since, t_max, total, D, leaf32):
+    """Whether the drift bound passed the tolerance (:data:`DRIFT_TOLERANCE`, or
+    :data:`DRIFT_TOLERANCE_F32` for float32 leaves) of the current ``total``. (The buffer's
+    ``resum_every``, a float32 tree's re-summing period, does not apply: the inner nodes are
+    float64, and a float64 tree's own default is never.)"""
+    return drift_bound(since, t_max, D) > (DRIFT_TOLERANCE_F32 if leaf32 else DRIFT_TOLERANCE) * total
 
 
 @njit(nogil=True, cache=True)
-def _count(kind, sums, lay, lctrl, lfctrl, n):
+def _count(kind, sums, lay, lctrl, lfctrl, leaf32, n):
     """Held shared: count ``n`` leaf changes; whether a rebuild is due."""
     total = np.float64(sums[lay[0, 0]])
     since, t_max = note_changes_atomic(lctrl, lfctrl, n, total)
-    return rebuild_due(since, t_max, total, depth(kind, lay))
+    return rebuild_due(since, t_max, total, depth(kind, lay), leaf32)
 
 
 @njit(nogil=True, cache=True)
-def _rebuild(kind, sums, mins, lay, K, state, lctrl, lfctrl, token, lockstats):
+def _rebuild(kind, sums, mins, lay, K, state, lctrl, lfctrl, leaf32, token, lockstats):
     """The exact rebuild, under the policy's lock held exclusively (every atomic writer out), if
     still due once it is held: whether the lock was taken. Not taken (a rebuild in progress, or
     the word of a shared holder that died mid-write and holds it off), an update hands its
@@ -71,7 +77,7 @@ def _rebuild(kind, sums, mins, lay, K, state, lctrl, lfctrl, token, lockstats):
         return False
     total = np.float64(sums[lay[0, 0]])
     since, t_max = note_changes_atomic(lctrl, lfctrl, 0, total)
-    if rebuild_due(since, t_max, total, depth(kind, lay)):
+    if rebuild_due(since, t_max, total, depth(kind, lay), leaf32):
         ops.rebuild(kind, sums, mins, lay, K, state)
         note_rebuild(lctrl, lfctrl, np.float64(sums[lay[0, 0]]))
     release(lctrl, TREE_LOCK, token, lockstats, taken)
@@ -164,7 +170,7 @@ def _add(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamp
     status, rslot = acquire_shared(lctrl, token, lockstats)
     if status == STATUS_OK:  # else the slots keep their old priority until published; draws skip them (stamp -1)
         set_leaves(kind, sums, mins, lay, K, kshift, slots, np.zeros(keep))
-        due = _count(kind, sums, lay, lctrl, lfctrl, keep)
+        due = _count(kind, sums, lay, lctrl, lfctrl, leaf32, keep)
         release_shared(lctrl, rslot, token)
     write_rows(arena, table, t0 % capacity, capacity, rows, keep)
     if values.shape[0] == 0:
@@ -179,11 +185,11 @@ def _add(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamp
     set_leaves(kind, sums, mins, lay, K, kshift, slots, p)
     for k in range(keep):
         stamps[slots[k]] = t0 + k
-    due = _count(kind, sums, lay, lctrl, lfctrl, keep) or due
+    due = _count(kind, sums, lay, lctrl, lfctrl, leaf32, keep) or due
     release_shared(lctrl, rslot, token)
     release_record(writers, row, token)
     if due:
-        _rebuild(kind, sums, mins, lay, K, state, lctrl, lfctrl, token, lockstats)
+        _rebuild(kind, sums, mins, lay, K, state, lctrl, lfctrl, leaf32, token, lockstats)
     return STATUS_OK, t0, row
 
 
@@ -214,14 +220,14 @@ def _update(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, st
     due = False
     if kept:
         set_leaves(kind, sums, mins, lay, K, kshift, idx, vals)
-        due = _count(kind, sums, lay, lctrl, lfctrl, kept)
+        due = _count(kind, sums, lay, lctrl, lfctrl, leaf32, kept)
     release_shared(lctrl, rslot, token)
     if kept:
         pmax = 0.0
         for b in range(kept):
             pmax = max(pmax, vals[b])
         note_max_atomic(fctrl, pmax)
-    if due and not _rebuild(kind, sums, mins, lay, K, state, lctrl, lfctrl, token, lockstats):
+    if due and not _rebuild(kind, sums, mins, lay, K, state, lctrl, lfctrl, leaf32, token, lockstats):
         return STATUS_BUSY, -1, kept  # the Python path applies the batch again (the same values) and rebuilds
     return STATUS_OK, -1, kept
 
@@ -311,7 +317,8 @@ class AtomicDeltas(Policy):
 
     Drift: every atomic add rounds (float64), so the root drifts from the exact sum of its
     leaves by at most :func:`drift_bound` (``(D + 3) m 2**-53 T_max`` after ``m`` changes); once
-    that bound passes :data:`DRIFT_TOLERANCE` of the current total, the writer that sees it
+    that bound passes the tolerance (:data:`DRIFT_TOLERANCE_F32` for float32 leaves,
+    :data:`DRIFT_TOLERANCE` for float64 ones) of the current total, the writer that sees it
     rebuilds the inner nodes exactly from the leaves, under the policy's lock held
     exclusively. The buffer's ``resum_every`` (a float32 tree's period) does not apply. The
     kernels' ``resum_every`` argument is kept for the shared call shape and not read.
@@ -393,7 +400,7 @@ class AtomicDeltas(Policy):
         kind, sums, mins, lay, K, _, _, state = self.tree.kernel_args
         total = self.tree.total()
         since, t_max = note_changes_atomic(self._lctrl, self._lfctrl, n, total)
-        if rebuild_due(since, t_max, total, int(depth(kind, lay))):
+        if rebuild_due(since, t_max, total, int(depth(kind, lay)), self._leaf32):
             self.tree.rebuild()
             note_rebuild(self._lctrl, self._lfctrl, self.tree.total())
 
