@@ -369,7 +369,6 @@ def _draw_unlocked(kind, sums, mins, lay, K, touch_from, stamps, key, stratified
     return -1.0
 
 
-
 @njit(nogil=True, cache=True, inline="always")
 def _stamps_and_pmin(stamps, mins, lay, out_index, out_stamp):
     """Under the tree lock (either way), after a whole draw: the drawn slots' stamps into
