@@ -24,16 +24,20 @@ Sums (:func:`add_deltas`)
     arrives before the increase it follows).
 
 Minima (:func:`settle_mins`)
-    A node's minimum is settled by a loop that reads the node, then its children, and stops
-    when the node equals its children's minimum, else swaps that minimum in (compare-and-swap
-    on the word's bits) and reads again. A writer that swapped goes on to the parent; one that
-    found agreement stops. So the last swap on any node is followed by a read of its children
-    after every change below it, and once writers stop, every node holds its children's
-    minimum (a plain "lower by atomic min, raise by recompute" loses raises to stale lowers).
-    Before the loop a writer reads the parent alone and skips it when its child's change
-    (``old`` to ``new``) cannot move it (``old > parent <= new``), as the locked
-    :func:`impl.trees.kernels.propagate_mins` does; :func:`settle_mins` says why that is safe.
-    While writers run, the root minimum may be off by the batches in flight.
+    The inner nodes' minima only: a leaf's minimum is its value (0 read as none), which the
+    level above reads from ``sums`` itself, so the leaves' own min slots are not kept (the
+    exact rebuild fills them; nothing reads them). A node's minimum is settled by a loop that
+    reads the node, then its children, and stops when the node equals its children's
+    minimum, else swaps that minimum in (compare-and-swap on the word's bits) and reads
+    again. A writer that swapped goes on to the parent; one that found agreement stops. So
+    the last swap on any node is followed by a read of its children after every change below
+    it (a leaf's changes are its exchanges), and once writers stop, every inner node holds
+    its children's minimum (a plain "lower by atomic min, raise by recompute" loses raises to
+    stale lowers). Before the loop a writer reads the parent alone and skips it when its
+    child's change (``old`` to ``new``: a leaf's from its exchange) cannot move it (``old >
+    parent <= new``), as the locked :func:`impl.trees.kernels.propagate_mins` does;
+    :func:`settle_mins` says why that is safe. While writers run, the root minimum may be off
+    by the batches in flight.
 
 Draws (:func:`draw`)
     A descent reads each node once, its mass clamped below the root total it read. A node
@@ -78,17 +82,17 @@ def leaf_slot(kind, lay, D, i):
 
 
 @njit(nogil=True, cache=True)
-def exchange_leaves(kind, sums, lay, indices, values, delta):
+def exchange_leaves(kind, sums, lay, indices, values, old):
     """Set leaf ``indices[b]`` to ``values[b]`` by atomic exchange, in batch order (a repeated
-    index keeps its last value); ``delta[b]`` gets ``values[b] - old`` of the value the
-    exchange returned (0 where equal). The inner nodes are not touched: :func:`add_deltas`
-    brings them up to date. O(n)."""
+    index keeps its last value); ``old[b]`` gets the value the exchange returned, so the
+    deltas ``values - old`` of every writer of a leaf add up to its last value minus its
+    first, whatever the interleaving. The inner nodes are not touched: :func:`add_deltas` and
+    :func:`settle_mins` bring them up to date. O(n)."""
     D = depth(kind, lay)
     for b in range(indices.shape[0]):  # the lines in flight together (see prefetch_write)
         prefetch_write(sums, leaf_slot(kind, lay, D, indices[b]))
     for b in range(indices.shape[0]):
-        old = atomic_xchg(sums, leaf_slot(kind, lay, D, indices[b]), values[b])
-        delta[b] = values[b] - old
+        old[b] = atomic_xchg(sums, leaf_slot(kind, lay, D, indices[b]), values[b])
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -139,10 +143,10 @@ def summed_levels(D, K, n):
 
 @njit(nogil=True, cache=True)
 def add_deltas(kind, sums, lay, K, kshift, indices, delta):
-    """Add leaf deltas (from :func:`exchange_leaves`) to every ancestor with atomic float adds,
-    each node's share of the batch summed first (module docstring). O(n D) adds at most, one
-    per changed node on the levels of :func:`summed_levels`; plus up to K - 1 per node for
-    running-sum trees."""
+    """Add leaf deltas (``values - old`` of :func:`exchange_leaves`) to every ancestor with
+    atomic float adds, each node's share of the batch summed first (module docstring). O(n D)
+    adds at most, one per changed node on the levels of :func:`summed_levels`; plus up to
+    K - 1 per node for running-sum trees."""
     D = depth(kind, lay)
     n = indices.shape[0]
     L, width = summed_levels(D, K, n)
@@ -168,9 +172,31 @@ def add_deltas(kind, sums, lay, K, kshift, indices, delta):
 
 
 @njit(nogil=True, cache=True, inline="always")
+def _as_min(v):
+    """A leaf value as a minimum: a 0 leaf is none."""
+    return v if v > 0.0 else np.inf
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _leaf_min(kind, sums, lay, K, D, q):
+    """The smallest value > 0 among the leaves under node ``(D - 1, q)``, read from ``sums``
+    (``inf`` when every one is 0): the minimum the leaves' own min slots would hold."""
+    if kind == ops.PLAIN:
+        first, stride = addr(lay, D, q * K), lay[D, 4]
+    else:
+        first, stride = lay[D + 1, 0] + q * K, 1
+    m = _as_min(sums[first])
+    for k in range(1, K):
+        m = min(m, _as_min(sums[first + k * stride]))
+    return m
+
+
+@njit(nogil=True, cache=True, inline="always")
 def _settle(mins, bits, scratch, kind, sums, lay, K, D, d, j):
     """The agreement loop on min slot ``(d, j)``: ``(swapped, value before this call's last swap,
-    value it swapped in)`` (the last two meaningful only when it swapped)."""
+    value it swapped in)`` (the last two meaningful only when it swapped). Its children are
+    the leaves (read from ``sums``) at ``d = D - 1``; ``d = D`` only for a tree that is one
+    leaf (``D = 0``), whose root is that leaf."""
     a = addr(lay, d, j)
     sbits = scratch.view(np.int64)
     swapped = False
@@ -179,8 +205,9 @@ def _settle(mins, bits, scratch, kind, sums, lay, K, D, d, j):
     while True:
         seen = atomic_read(bits, a)  # acquire: the children are read after the node
         if d == D:
-            v = sums[leaf_slot(kind, lay, D, j)]
-            scratch[0] = v if v > 0.0 else np.inf
+            scratch[0] = _as_min(sums[leaf_slot(kind, lay, D, j)])
+        elif d == D - 1:
+            scratch[0] = _leaf_min(kind, sums, lay, K, D, j)
         else:
             scratch[0] = min_of_children(mins, lay, K, d, j)
         want = sbits[0]
@@ -194,27 +221,35 @@ def _settle(mins, bits, scratch, kind, sums, lay, K, D, d, j):
 
 
 @njit(nogil=True, cache=True)
-def settle_mins(kind, sums, mins, lay, K, kshift, indices):
-    """Bring the minima above leaves ``indices`` (already exchanged) up to date with the
-    agreement loop of the module docstring, level by level over the batch.
+def settle_mins(kind, sums, mins, lay, K, kshift, indices, old, new):
+    """Bring the inner nodes' minima above leaves ``indices`` up to date with the agreement
+    loop of the module docstring, level by level over the batch; ``old[b]`` and ``new[b]``:
+    leaf ``indices[b]``'s value before and after item ``b``'s exchange (as
+    :func:`exchange_leaves` returned it and set it).
 
-    A writer that changed a child's minimum from ``old`` to ``new`` (its last swap there) first
-    reads the parent alone: when ``old > parent`` and ``new >= parent`` its change cannot move
-    the parent, and it stops (the parent's minimum came from another child, whose writers
-    settle it; a parent that rose past ``new`` from a stale read of this child is corrected by
-    that reader's own agreement loop, which reads the children after its swap). Otherwise it
-    runs the agreement loop, once per node for neighbours with one parent. Typical cost, as
-    :func:`impl.trees.kernels.propagate_mins`: the leaf's min slot and its parent's, so about
-    one miss an item; a whole sibling group only where the minimum moves."""
+    A writer that changed a child's minimum from ``old`` to ``new`` (its exchange of a leaf,
+    or its last swap at an inner node) first reads the parent alone: when ``old > parent``
+    and ``new >= parent`` its change cannot move the parent (the parent's minimum came from
+    another child, whose writers settle it; a parent that rose past ``new`` from a stale read
+    of this child is corrected by that reader's own agreement loop, which reads the children
+    after its swap). Otherwise it runs the agreement loop, once per node for neighbours with
+    one parent. Typical cost, as :func:`impl.trees.kernels.propagate_mins`: the parent's min
+    slot, so about one miss an item; a whole sibling group only where the minimum moves. (The
+    leaves' min slots, were they kept, would take one locked compare-and-swap an item: the
+    largest part of the cost.)"""
     D = depth(kind, lay)
     bits = mins.view(np.int64)
     scratch = np.empty(1)
     sbits = scratch.view(np.int64)
     m = indices.shape[0]
-    j = indices.copy()
-    old = np.empty(m)
-    new = np.empty(m)
-    for d in range(D, -1, -1):
+    j = np.empty(m, dtype=np.int64)
+    lo = np.empty(m)
+    hi = np.empty(m)
+    for q in range(m):
+        j[q] = indices[q] if D == 0 else parent(indices[q], K, kshift)
+        lo[q] = _as_min(old[q])
+        hi[q] = _as_min(new[q])
+    for d in range(D - 1 if D > 0 else 0, -1, -1):
         for q in range(m):  # every item's slot at this level in flight together (see prefetch_write)
             prefetch_write(mins, addr(lay, d, j[q]))
         w = 0
@@ -223,7 +258,7 @@ def settle_mins(kind, sums, mins, lay, K, kshift, indices):
             node = j[q]
             if d < D:
                 sbits[0] = atomic_read(bits, addr(lay, d, node))
-                if old[q] > scratch[0] and new[q] >= scratch[0]:
+                if lo[q] > scratch[0] and hi[q] >= scratch[0]:
                     continue
             if node == last:
                 continue  # its loop ran after this item's child changed: the same reads
@@ -231,8 +266,8 @@ def settle_mins(kind, sums, mins, lay, K, kshift, indices):
             swapped, before, after = _settle(mins, bits, scratch, kind, sums, lay, K, D, d, node)
             if swapped:
                 j[w] = node
-                old[w] = before
-                new[w] = after
+                lo[w] = before
+                hi[w] = after
                 w += 1
         if w == 0 or d == 0:
             return
@@ -245,10 +280,10 @@ def settle_mins(kind, sums, mins, lay, K, kshift, indices):
 def set_leaves(kind, sums, mins, lay, K, kshift, indices, values):
     """Leaves ``indices`` set to ``values`` (final float64 values, checked by the caller), the
     sums and minima above them brought up to date, with no lock. O(n D) atomics."""
-    delta = np.empty(indices.shape[0])
-    exchange_leaves(kind, sums, lay, indices, values, delta)
-    add_deltas(kind, sums, lay, K, kshift, indices, delta)
-    settle_mins(kind, sums, mins, lay, K, kshift, indices)
+    old = np.empty(indices.shape[0])
+    exchange_leaves(kind, sums, lay, indices, values, old)
+    add_deltas(kind, sums, lay, K, kshift, indices, values - old)
+    settle_mins(kind, sums, mins, lay, K, kshift, indices, old, values)
 
 
 @njit(nogil=True, cache=True, inline="always")

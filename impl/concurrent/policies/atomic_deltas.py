@@ -473,9 +473,16 @@ class AtomicDeltas(Policy):
         with self.tree_writes:
             self._set_new(first, n, vals)
 
+    def _write(self, idx: np.ndarray, p: np.ndarray) -> None:
+        """Held shared or exclusively: leaves ``idx`` set to stored priorities ``p`` by the
+        kernels' own write (:func:`impl.concurrent.deltas.set_leaves`), never the tree's, whose
+        minima read the leaves' min slots, which this policy does not keep."""
+        kind, sums, mins, lay, K, kshift = self.tree.kernel_args[:6]
+        set_leaves(kind, sums, mins, lay, K, kshift, idx, p)
+
     def _set_new(self, first: int, n: int, vals) -> None:
         p, pmax = self._stored(vals, n)
-        self.tree.update(self.ring.slots(first, n), p)
+        self._write(self.ring.slots(first, n), p)
         if vals is not None:
             self.ring.note_max(pmax)
         self._count(n)
@@ -486,7 +493,7 @@ class AtomicDeltas(Policy):
             idx, vals = idx[keep], vals[keep]
             if idx.size:
                 p, pmax = self._stored(vals, idx.size)
-                self.tree.update(idx, p, n_valid=self.ring.inserted)
+                self._write(idx, p)  # idx checked by the buffer against the rows inserted
                 self.ring.note_max(pmax)
                 self._count(idx.size)
         return int(idx.size)
