@@ -154,9 +154,11 @@ def _add(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamp
         resum_every, token, lockstats, protocol, capacity, values, eps, alpha, vmax, arena, table, rows, keep):
     """One whole ``add`` (unpacked as :func:`_sample`'s): tickets (one atomic add), the
     in-flight record and stamps -1 with no lock (:func:`impl.concurrent.ring.reserve_unlocked`:
-    O(MAX_WRITERS + n), no section inserts share); the slots' leaves set to 0 with atomics; the
-    copy; the priorities (``values`` transformed, or the max priority) set with atomics and the
-    stamps published; the record cleared. Returns ``(status, first ticket, in-flight row)``:
+    O(MAX_WRITERS + n), no section inserts share), which is what keeps draws off the slots
+    while they are written (their leaves keep the old rows' priorities meanwhile: a draw that
+    reaches one is drawn again, as a lazy write's priority 0 would keep it out); the copy; the
+    priorities (``values`` transformed, or the max priority) set with atomics and the stamps
+    published; the record cleared. Returns ``(status, first ticket, in-flight row)``:
     STATUS_RESERVE with nothing written when no record is free or the range would overtake a
     writer still in flight a lap behind (the Python path waits for it, or voids it); on
     STATUS_PUBLISH_BUSY the rows are copied and the caller publishes them (the policy's lock
@@ -166,12 +168,6 @@ def _add(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamp
     if row < 0:
         return STATUS_RESERVE, -1, -1
     slots = fo.ring_slots(t0 % capacity, keep, capacity)
-    due = False
-    status, rslot = acquire_shared(lctrl, token, lockstats)
-    if status == STATUS_OK:  # else the slots keep their old priority until published; draws skip them (stamp -1)
-        set_leaves(kind, sums, mins, lay, K, kshift, slots, np.zeros(keep))
-        due = _count(kind, sums, lay, lctrl, lfctrl, leaf32, keep)
-        release_shared(lctrl, rslot, token)
     write_rows(arena, table, t0 % capacity, capacity, rows, keep)
     if values.shape[0] == 0:
         p = np.full(keep, max_priority(fctrl))
@@ -185,7 +181,7 @@ def _add(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamp
     set_leaves(kind, sums, mins, lay, K, kshift, slots, p)
     for k in range(keep):
         stamps[slots[k]] = t0 + k
-    due = _count(kind, sums, lay, lctrl, lfctrl, leaf32, keep) or due
+    due = _count(kind, sums, lay, lctrl, lfctrl, leaf32, keep)
     release_shared(lctrl, rslot, token)
     release_record(writers, row, token)
     if due:
@@ -295,8 +291,11 @@ class AtomicDeltas(Policy):
       with one atomic add, the record completed, a check that no writer a lap behind still
       writes the slots (else the tickets are given up and the call waits for it, or voids a
       dead one), stamps -1 (:func:`impl.concurrent.ring.reserve_unlocked`: O(MAX_WRITERS + n),
-      the ticket the one word every insert writes); the slots' leaves set to 0 with atomics;
-      the copy; the priorities set with atomics and the stamps published; the record cleared.
+      the ticket the one word every insert writes), which keep draws off the slots while they
+      are written (their leaves keep the old rows' priorities until then, and a draw that
+      reaches one is drawn again: not set to 0 first, which doubled an insert's tree atomics
+      and the lines two actors share); the copy; the priorities set with atomics and the
+      stamps published; the record cleared.
     * **Sample**: no lock. One descent of the tree as it is read, clamped below the root total
       read once; a draw that overshoots its leaf (a node on its path lags a decrease), or
       reaches a leaf that is 0 or a slot being written (stamp -1), is drawn again; rows
