@@ -222,11 +222,14 @@ def test_sharded_refuses_a_bad_shard_count_by_name():
         SharedPrioritizedBuffer.create(64, FIELDS, policy="lazy-writing", shards=4)
 
 
-def test_an_unlocked_draw_that_overshoots_a_lagging_node_is_drawn_again():
+@pytest.mark.parametrize("path", ["kernel", "python"])
+def test_an_unlocked_draw_that_overshoots_a_lagging_node_is_drawn_again(path):
     """optimistic's unlocked draw beside a tree write caught half way: a whole leaf group halved,
     its parent not yet. A draw that lands in the group's missing mass overshoots (the scan's
     last child would take it, and did before overshoots were redrawn); drawn again, every slot,
-    the group's last included, is drawn in proportion to its leaf as the leaves now hold it."""
+    the group's last included, is drawn in proportion to its leaf as the leaves now hold it.
+    Both paths: the fused sample's, and the policy's ``select`` (the buffer's fallback when a
+    kernel cannot finish alone), which runs the same draw."""
     from replaybench.impl.concurrent.deltas import depth, leaf_slot
 
     with SharedPrioritizedBuffer.create(CAPACITY, FIELDS, policy="optimistic", seed=0, alpha=1.0, eps=0.0) as buf:
@@ -238,7 +241,9 @@ def test_an_unlocked_draw_that_overshoots_a_lagging_node_is_drawn_again():
             sums[leaf_slot(kind, lay, D, i)] /= 2
         leaves = buf.tree.leaves().astype(np.float64)
         counts = np.zeros(CAPACITY, dtype=np.int64)
+        rng = np.random.default_rng(5)
         for _ in range(300):
-            np.add.at(counts, buf.sample(64)["indices"], 1)
+            drawn = buf.sample(64)["indices"] if path == "kernel" else buf._policy.select(64, rng).indices
+            np.add.at(counts, drawn, 1)
         assert stats.chisquare(counts, counts.sum() * leaves / leaves.sum()).pvalue > 1e-3
-        assert buf.fallbacks == 0  # every draw was the kernel's unlocked one
+        assert buf.fallbacks == 0  # every draw was the unlocked one

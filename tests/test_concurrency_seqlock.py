@@ -116,7 +116,7 @@ def test_unlocked_draw_checks_a_leaf_is_in_the_ring_before_reading_its_stamp():
     Compiled with bounds checks; before the check it raised IndexError."""
     from replaybench.impl.trees.kernels import addr
 
-    checked = njit(boundscheck=True, nogil=True)(shared_fused._draw_unlocked.py_func)
+    checked = njit(boundscheck=True, nogil=True)(shared_fused.draw_unlocked.py_func)
     cap, n = 200, 32  # K = 16: 256 leaves, 56 of them padding
     with SharedPrioritizedBuffer.create(cap, C.schema(NB), policy="optimistic", seed=0) as buf:
         C.prefill(buf, cap, NB)

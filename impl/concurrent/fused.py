@@ -121,7 +121,8 @@ __all__ = ["GATHER_LOCKED", "DRAW_LOCKED", "OPTIMISTIC", "DRAIN_LOCKED", "LOCKED
            "STATUS_BUSY", "STATUS_HELD", "STATUS_RESERVE", "STATUS_PUBLISH_BUSY", "STATUS_CHANGING", "STATUS_EMPTY",
            "MAX_CHANGED_ROUNDS", "LOCKSTATS", "LOCKSTATS_SIZE", "WAIT_S", "HOLD_S", "ACQUISITIONS", "CONTENDED",
            "KERNEL_CALLS",
-           "FALLBACKS", "sample", "add", "update", "acquire", "release", "acquire_shared", "release_shared"]
+           "FALLBACKS", "sample", "add", "update", "acquire", "release", "acquire_shared", "release_shared",
+           "draw_unlocked"]
 
 GATHER_LOCKED, DRAW_LOCKED, OPTIMISTIC, DRAIN_LOCKED = 0, 1, 2, 3  # sample protocols
 LOCKED, LAZY = 0, 1  # insert protocols
@@ -313,7 +314,7 @@ def _draw_locked(kind, sums, mins, lay, K, touch_from, state, ctrl, fctrl, key, 
 
 
 @njit(nogil=True, cache=True)
-def _draw_unlocked(kind, sums, mins, lay, K, touch_from, stamps, key, stratified, rounds, out_index, prio,
+def draw_unlocked(kind, sums, mins, lay, K, touch_from, stamps, key, stratified, rounds, out_index, prio,
                    out_stamp):
     """Optimistic's draw with no lock: ``p_min`` (> 0) when every position reached a nonzero
     leaf whose slot is not being written within ``rounds`` rounds, else -1 (take the lock).
@@ -394,7 +395,7 @@ def _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stam
     (:func:`~impl.concurrent.ring.drain_queue`) and draws."""
     pmin = -1.0
     if protocol == OPTIMISTIC:
-        pmin = _draw_unlocked(kind, sums, mins, lay, K, touch_from, stamps, key, stratified, rounds, out_index,
+        pmin = draw_unlocked(kind, sums, mins, lay, K, touch_from, stamps, key, stratified, rounds, out_index,
                               prio, out_stamp)
         if pmin > 0.0:
             return STATUS_OK, pmin, 0.0

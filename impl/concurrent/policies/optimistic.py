@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..fused import OPTIMISTIC
+from ..fused import OPTIMISTIC, draw_unlocked
 from ..policy import Selection, register
 from .lazy_writing import LazyWriting
 
@@ -33,21 +33,13 @@ class Optimistic(LazyWriting):
     ROUNDS = 8  # unlocked redraw rounds before falling back to the locked draw
 
     def select(self, n: int, rng) -> Selection:
-        tree, ring = self.tree, self.ring
-        total = tree.total()
-        if total > 0.0:
-            us = (np.arange(n) + rng.random(n)) * (total / n) if self.stratified else rng.random(n) * total
-            idx, prio = tree.find(us)
-            for _ in range(self.ROUNDS):
-                stamps = ring.stamps_at(np.maximum(idx, 0))
-                bad = np.flatnonzero((idx < 0) | (stamps < 0))
-                if bad.size == 0:
-                    pmin = tree.min()
-                    if 0.0 < pmin < np.inf:
-                        return Selection(idx, prio, stamps, pmin)
-                    break
-                total = tree.total()
-                if not total > 0.0:
-                    break
-                idx[bad], prio[bad] = tree.find(rng.random(bad.size) * total)
+        """The fused sample's own unlocked draw (:func:`impl.concurrent.fused.draw_unlocked`:
+        overshoots, zero leaves and slots being written drawn again, :attr:`ROUNDS` rounds)
+        with a key from ``rng``; if it keeps failing, the locked draw."""
+        kind, sums, mins, lay, K, _, touch_from = self.tree.kernel_args[:7]
+        idx, prio, stamps = np.empty(n, dtype=np.int64), np.empty(n), np.empty(n, dtype=np.int64)
+        pmin = draw_unlocked(kind, sums, mins, lay, K, touch_from, self.ring.arrays["stamps"],
+                             rng.bit_generator.random_raw() >> 1, self.stratified, self.ROUNDS, idx, prio, stamps)
+        if pmin > 0.0:
+            return Selection(idx, prio, stamps, pmin)
         return super().select(n, rng)  # under the lock, with the tree's own redraw and rebuild
