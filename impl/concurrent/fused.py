@@ -315,7 +315,7 @@ def _draw_locked(kind, sums, mins, lay, K, touch_from, state, ctrl, fctrl, key, 
 
 @njit(nogil=True, cache=True)
 def draw_unlocked(kind, sums, mins, lay, K, touch_from, stamps, key, stratified, rounds, out_index, prio,
-                   out_stamp):
+                  out_stamp):
     """Optimistic's draw with no lock: ``p_min`` (> 0) when every position reached a nonzero
     leaf whose slot is not being written within ``rounds`` rounds, else -1 (take the lock).
 
@@ -396,7 +396,7 @@ def _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stam
     pmin = -1.0
     if protocol == OPTIMISTIC:
         pmin = draw_unlocked(kind, sums, mins, lay, K, touch_from, stamps, key, stratified, rounds, out_index,
-                              prio, out_stamp)
+                             prio, out_stamp)
         if pmin > 0.0:
             return STATUS_OK, pmin, 0.0
         key = _subkey(key, 0)  # the locked draw gets a stream of its own
