@@ -268,9 +268,11 @@ def test_every_policy_runs_its_operations_in_its_kernels(policy, monkeypatch):
 @pytest.mark.parametrize("op", ["add", "update", "sample"])
 def test_pal_locks_leaf_lock_held_past_the_spin_budget(op):
     """pal-locks' kernels take the leaf lock inside the tree lock for leaf writes only: held by
-    another thread (a priority read) for 0.3 s, an update hands the call to Python with
-    nothing written (the stale count not doubled), an insert is finished by Python under the
-    tree lock its kernel still holds, and a sample (no leaf write) does not wait."""
+    another thread (a priority read) for 0.3 s, and for an insert or an update on until the
+    call has handed itself to Python (the kernel's spins are counted, not timed: on a loaded
+    machine they can outlast any fixed hold), an update hands the call to Python with nothing
+    written (the stale count not doubled), an insert is finished by Python under the tree
+    lock its kernel still holds, and a sample (no leaf write) does not wait."""
     with SharedPrioritizedBuffer.create(256, FIELDS, policy="pal-locks", seed=0) as buf:
         C.prefill(buf, 256, NB)
         held = threading.Event()
@@ -278,7 +280,10 @@ def test_pal_locks_leaf_lock_held_past_the_spin_budget(op):
         def hold():
             with buf.leaf_lock:
                 held.set()
+                start = time.monotonic()
                 time.sleep(0.3)
+                while op != "sample" and buf.fallbacks == 0 and time.monotonic() - start < 30:
+                    time.sleep(0.01)
 
         out = buf.sample(8)
         stamps = out["stamps"].copy()
