@@ -122,7 +122,7 @@ __all__ = ["GATHER_LOCKED", "DRAW_LOCKED", "OPTIMISTIC", "DRAIN_LOCKED", "LOCKED
            "MAX_CHANGED_ROUNDS", "LOCKSTATS", "LOCKSTATS_SIZE", "WAIT_S", "HOLD_S", "ACQUISITIONS", "CONTENDED",
            "KERNEL_CALLS",
            "FALLBACKS", "sample", "add", "update", "acquire", "release", "acquire_shared", "release_shared",
-           "draw_unlocked"]
+           "draw_unlocked", "changed_rows", "copy_redrawn"]
 
 GATHER_LOCKED, DRAW_LOCKED, OPTIMISTIC, DRAIN_LOCKED = 0, 1, 2, 3  # sample protocols
 LOCKED, LAZY = 0, 1  # insert protocols
@@ -429,32 +429,53 @@ def _draw(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stam
     return status, pmin, touched
 
 
+@njit(nogil=True, cache=True, inline="always")
+def changed_rows(ctrl, stamps, out_index, out_stamp, pos):
+    """The seqlock check after a copy made outside the lock: the positions ``b`` whose slot's
+    stamp is no longer the one read before the copy, into ``pos`` (as many as ``out_index``);
+    returns how many, counted as redrawn. Writers change stamps at any moment (no lock is
+    held), so each stamp is read exactly once and the positions that read found changed are
+    the ones returned. (Counting them in one pass and collecting them in a second, as this
+    once did, wrote past ``pos`` whenever a stamp changed between the passes: an out-of-bounds
+    write beside concurrent inserts.) A row that changes after its check is caught by the
+    caller's next round, which checks every position again. O(n)."""
+    acquire_fence()  # the copy's loads are done before the stamps are read again
+    changed = 0
+    for b in range(out_index.shape[0]):
+        if stamps[out_index[b]] != out_stamp[b]:
+            pos[changed] = b
+            changed += 1
+    if changed:
+        count_redrawn(ctrl, changed)
+    return changed
+
+
+@njit(nogil=True, cache=True, inline="always")
+def copy_redrawn(arena, table, out, out_table, pos, j, st, out_index, out_stamp):
+    """The redrawn rows ``j`` (stamps ``st``, as read by their draw) copied into the positions
+    ``pos[:len(j)]`` of the sample's outputs, whose indices and stamps they replace; the
+    caller then runs :func:`changed_rows` again. O(len(j) row bytes)."""
+    acquire_fence()  # the new rows' stamps were read before their copy starts
+    row_table = out_table.copy()
+    for k in range(j.shape[0]):
+        b = pos[k]
+        out_index[b], out_stamp[b] = j[k], st[k]
+        for f in range(out_table.shape[0]):
+            row_table[f, 0] = out_table[f, 0] + b * out_table[f, 1]
+        gather_rows(arena, table, j[k:k + 1], out, row_table, False)
+
+
 @njit(nogil=True, cache=True)
 def _redraw_changed(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, stamps, qidx, qdelta,
                     resum_every, token, lockstats, protocol, rounds, key, stratified, arena, table, out, out_table,
                     out_index, prio, out_stamp):
-    """Seqlock check after a copy made outside the lock: a row whose slot's stamp changed is
-    drawn again (by the same protocol) and copied into its position, until none changed.
-
-    Writers change stamps at any moment here (no lock is held), so each round reads each
-    stamp exactly once and redraws the positions that read found changed. (Counting the
-    changed rows in one pass and collecting their positions in a second, as this once did,
-    wrote past the positions array whenever a stamp changed between the passes: an
-    out-of-bounds write beside concurrent inserts.) A row that changes after its check is
-    caught by the next round's, which checks every position again."""
-    n = out_index.shape[0]
-    pos = np.empty(n, dtype=np.int64)
-    row_table = out_table.copy()
+    """The rows whose slot changed during a copy made outside the lock (:func:`changed_rows`)
+    drawn again by the same protocol and copied into their positions, until none changed."""
+    pos = np.empty(out_index.shape[0], dtype=np.int64)
     for r in range(MAX_CHANGED_ROUNDS):
-        acquire_fence()  # the copy's loads are done before the stamps are read again
-        changed = 0
-        for b in range(n):
-            if stamps[out_index[b]] != out_stamp[b]:
-                pos[changed] = b
-                changed += 1
+        changed = changed_rows(ctrl, stamps, out_index, out_stamp, pos)
         if changed == 0:
             return STATUS_OK
-        count_redrawn(ctrl, changed)
         j = np.empty(changed, dtype=np.int64)
         p = np.empty(changed)
         s = np.empty(changed, dtype=np.int64)
@@ -464,13 +485,9 @@ def _redraw_changed(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, f
                              out_table, False, j, p, s)
         if status != STATUS_OK:
             return status
-        acquire_fence()  # the new rows' stamps were read before their copy starts
         for k in range(changed):
-            b = pos[k]
-            out_index[b], prio[b], out_stamp[b] = j[k], p[k], s[k]
-            for f in range(out_table.shape[0]):
-                row_table[f, 0] = out_table[f, 0] + b * out_table[f, 1]
-            gather_rows(arena, table, j[k:k + 1], out, row_table, False)
+            prio[pos[k]] = p[k]
+        copy_redrawn(arena, table, out, out_table, pos, j, s, out_index, out_stamp)
     return STATUS_CHANGING
 
 

@@ -25,16 +25,20 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from replaybench.registry import Registry
 
-from .locks import SharedLock, my_token
+from .locks import SharedLock, my_token, token_pid
 from .ring import SharedRing
 
-__all__ = ["Parts", "Selection", "Policy", "register", "names", "get"]
+__all__ = ["Parts", "Selection", "Policy", "Backoff", "register", "names", "get"]
+
+FIRST_WAIT = 1e-5  # seconds; a lapping writer's (or an empty-handed sampler's) wait doubles from here ...
+LONGEST_WAIT = 1e-3  # ... up to here, so a long wait costs almost no CPU
 
 
 #: The methods whose work each fused protocol does (see :attr:`Policy.fused_sample`).
@@ -236,6 +240,45 @@ class Policy:
         idx, prio = self.tree.sample(n, rng, self.stratified)
         return Selection(idx, prio, self.ring.stamps_at(idx), self.tree.min())
 
+    def select_published(self, n: int, rng, writes, rounds: int) -> Selection:
+        """The Python path's draw for a policy whose inserts leave a slot's old leaf in the tree
+        while its row is written (its stamp -1 is what keeps draws off it): under the tree lock
+        and ``writes()`` (a new context manager each call, excluding the policy's own tree
+        writers), dead writers voided, then an exact draw whose positions that reached a slot
+        being written are drawn again, up to ``rounds`` times. When they keep reaching one, the
+        live writers in flight are waited for (sleeps doubling up to :data:`LONGEST_WAIT`;
+        TimeoutError naming one after the tree lock's timeout). With no writer in flight, the
+        tree's own draw and its refusal (nothing stored, or no mass)."""
+        backoff = Backoff(self.tree_lock.timeout)
+        while True:
+            with self.tree_lock, writes():
+                self.ring.void_dead_writers()
+                sel = self._draw_published(n, rng, rounds)
+                if sel is not None:
+                    return sel
+                writers = self.ring.in_flight()
+                if not writers:
+                    return self.draw(n, rng)  # nothing is coming: the tree's own refusal
+            token = writers[0][0]
+            backoff.pause(lambda waited: f"sample of {n} rows waited {waited:.3g} s for a sampleable slot: the slots "
+                                         f"with priority are being written by inserts in flight (pid "
+                                         f"{token_pid(token)}, token {token}, among {len(writers)}), alive but not "
+                                         "progressing")
+
+    def _draw_published(self, n: int, rng, rounds: int) -> Selection | None:
+        """Under :meth:`select_published`'s locks: an exact draw whose slots all hold published
+        rows, or None."""
+        if not self.tree.total() > 0.0:
+            return None
+        idx, prio = self.tree.sample(n, rng, self.stratified)
+        for _ in range(rounds):
+            stamps = self.ring.stamps_at(idx)
+            bad = np.flatnonzero(stamps < 0)
+            if bad.size == 0:
+                return Selection(idx, prio, stamps, self.tree.min())
+            idx[bad], prio[bad] = self.tree.sample(bad.size, rng)
+        return None
+
     def set_new_priorities(self, first: int, n: int, vals) -> None:
         """Under the tree lock: give tickets ``first .. first+n-1`` their priority, ``vals``
         (raw) or else the max so far (one run-merged fill, or :meth:`apply` when updates are
@@ -248,6 +291,23 @@ class Policy:
         else:
             self.tree.fill(first % ring.capacity, n, ring.max_priority)
             ring.count(n)
+
+
+class Backoff:
+    """Sleeps between tries of a wait that gives up after ``timeout`` seconds."""
+
+    def __init__(self, timeout: float):
+        self.timeout, self.started, self.wait = timeout, None, FIRST_WAIT
+
+    def pause(self, describe) -> None:
+        """Sleep before the next try (doubling up to :data:`LONGEST_WAIT`); once the wait has
+        lasted ``timeout``, raise TimeoutError with ``describe(seconds waited)`` instead."""
+        now = time.monotonic()
+        self.started = now if self.started is None else self.started
+        if now - self.started > self.timeout:
+            raise TimeoutError(describe(now - self.started))
+        time.sleep(self.wait)
+        self.wait = min(2.0 * self.wait, LONGEST_WAIT)
 
 
 # ---------------------------------------------------------------------------- the registry

@@ -15,13 +15,12 @@ from .. import context as cx
 from ..atomics import acquire_fence
 from ..deltas import depth, draw, set_leaves
 from ..fused import (KERNEL_CALLS, MAX_CHANGED_ROUNDS, STATUS_BUSY, STATUS_CHANGING, STATUS_EMPTY, STATUS_OK, STATUS_PUBLISH_BUSY,
-                     STATUS_RESERVE, acquire, acquire_shared, release, release_shared)
+                     STATUS_RESERVE, acquire, acquire_shared, changed_rows, copy_redrawn, release, release_shared)
 from ..locks import SharedLock, my_token, pid_alive, token_pid
-from ..policy import Policy, Selection, register
-from ..ring import (MAX_READERS, MAX_WRITERS, READERS_AT, TREE_LOCK, Reservation, count_redrawn, counters_of,
+from ..policy import Backoff, Policy, Selection, register
+from ..ring import (MAX_READERS, MAX_WRITERS, READERS_AT, TREE_LOCK, Reservation, counters_of,
                     fresh_mask, max_priority, note_changes_atomic, note_max_atomic, note_rebuild, note_recovery,
                     release_record, reserve_unlocked, tickets)
-from .lazy_writing import Backoff
 
 __all__ = ["AtomicDeltas", "DRIFT_TOLERANCE", "DRIFT_TOLERANCE_F32", "drift_bound", "rebuild_due"]
 
@@ -113,19 +112,12 @@ def _sample(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, st
     acquire_fence()  # every stamp was read before any row
     touched = gather_rows(arena, table, out_index, out, out_table, touch_rows)
     pos = np.empty(n, dtype=np.int64)
-    row_table = out_table.copy()
     clean = False
     for r in range(MAX_CHANGED_ROUNDS):
-        acquire_fence()  # the copy's loads are done before the stamps are read again
-        changed = 0
-        for b in range(n):
-            if stamps[out_index[b]] != out_stamp[b]:
-                pos[changed] = b
-                changed += 1
+        changed = changed_rows(ctrl, stamps, out_index, out_stamp, pos)
         if changed == 0:
             clean = True
             break
-        count_redrawn(ctrl, changed)
         j = np.empty(changed, dtype=np.int64)
         p = np.empty(changed)
         st = np.empty(changed, dtype=np.int64)
@@ -133,13 +125,9 @@ def _sample(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, st
         if not pm > 0.0:
             return STATUS_BUSY
         pmin = min(pmin, pm)
-        acquire_fence()  # the new rows' stamps were read before their copy starts
         for k in range(changed):
-            b = pos[k]
-            out_index[b], scratch[b], out_stamp[b] = j[k], p[k], st[k]
-            for f in range(out_table.shape[0]):
-                row_table[f, 0] = out_table[f, 0] + b * out_table[f, 1]
-            gather_rows(arena, table, j[k:k + 1], out, row_table, False)
+            scratch[pos[k]] = p[k]
+        copy_redrawn(arena, table, out, out_table, pos, j, st, out_index, out_stamp)
     if not clean:
         return STATUS_CHANGING
     for b in range(n):
@@ -404,34 +392,7 @@ class AtomicDeltas(Policy):
             note_rebuild(self._lctrl, self._lfctrl, self.tree.total())
 
     def select(self, n: int, rng) -> Selection:
-        backoff = Backoff(self.tree_lock.timeout)
-        while True:
-            with self.tree_lock, self.tree_writes:
-                self.ring.void_dead_writers()
-                sel = self._draw_published(n, rng)
-                if sel is not None:
-                    return sel
-                writers = self.ring.in_flight()
-                if not writers:
-                    return self.draw(n, rng)  # nothing is coming: the tree's own refusal
-            token = writers[0][0]
-            backoff.pause(lambda waited: f"sample of {n} rows waited {waited:.3g} s for a sampleable slot: the slots "
-                                         f"with priority are being written by inserts in flight (pid "
-                                         f"{token_pid(token)}, token {token}, among {len(writers)}), alive but not "
-                                         "progressing")
-
-    def _draw_published(self, n: int, rng) -> Selection | None:
-        """Held exclusively: an exact draw whose slots all hold published rows, or None."""
-        if not self.tree.total() > 0.0:
-            return None
-        idx, prio = self.tree.sample(n, rng, self.stratified)
-        for _ in range(32):
-            stamps = self.ring.stamps_at(idx)
-            bad = np.flatnonzero(stamps < 0)
-            if bad.size == 0:
-                return Selection(idx, prio, stamps, self.tree.min())
-            idx[bad], prio[bad] = self.tree.sample(bad.size, rng)
-        return None
+        return self.select_published(n, rng, lambda: self.tree_writes, 32)
 
     def insert(self, arrays, n, vals) -> int:
         res = self._reserve(n)

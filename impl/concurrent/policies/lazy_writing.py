@@ -2,33 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 from ..locks import my_token, token_pid
 from ..fused import DRAW_LOCKED, LAZY
-from ..policy import Policy, Selection, register
+from ..policy import Backoff, Policy, Selection, register
 
-__all__ = ["LazyWriting", "Backoff"]
-
-FIRST_WAIT = 1e-5  # seconds; a lapping writer's (or an empty-handed sampler's) wait doubles from here ...
-LONGEST_WAIT = 1e-3  # ... up to here, so a long wait costs almost no CPU
-
-
-class Backoff:
-    """Sleeps between tries of a wait that gives up after ``timeout`` seconds."""
-
-    def __init__(self, timeout: float):
-        self.timeout, self.started, self.wait = timeout, None, FIRST_WAIT
-
-    def pause(self, describe) -> None:
-        """Sleep before the next try (doubling up to :data:`LONGEST_WAIT`); once the wait has
-        lasted ``timeout``, raise TimeoutError with ``describe(seconds waited)`` instead."""
-        now = time.monotonic()
-        self.started = now if self.started is None else self.started
-        if now - self.started > self.timeout:
-            raise TimeoutError(describe(now - self.started))
-        time.sleep(self.wait)
-        self.wait = min(2.0 * self.wait, LONGEST_WAIT)
+__all__ = ["LazyWriting"]
 
 
 @register
@@ -40,11 +18,11 @@ class LazyWriting(Policy):
     the stamps. A sampler cannot land on a slot between (1) and (3), since its priority is 0
     and the descent never returns a zero leaf; a sampler that drew a slot before (1) detects
     the stamp change after its copy and redraws. Draws hold the tree lock shared (in the
-fused kernel: :mod:`impl.concurrent.fused`), so samplers draw together and wait only for
-tree writers. Updates skip slots being written. A writer
-    never overtakes a slot another writer is still copying: it waits, with sleeps that double
-    up to :data:`LONGEST_WAIT`, and after the tree lock's ``timeout`` raises TimeoutError
-    naming the slow writer's pid (a dead one is voided instead). Readers observe the tree
+    fused kernel: :mod:`impl.concurrent.fused`), so samplers draw together and wait only for
+    tree writers. Updates skip slots being written. A writer never overtakes a slot another
+    writer is still copying: it waits, with sleeps that double up to
+    :data:`impl.concurrent.policy.LONGEST_WAIT`, and after the tree lock's ``timeout`` raises
+    TimeoutError naming the slow writer's pid (a dead one is voided instead). Readers observe the tree
     between whole tree operations; data of in-flight slots is invisible. Two tree operations
     per insert instead of one, but the data copy, which dominates for large transitions,
     overlaps everything else.
