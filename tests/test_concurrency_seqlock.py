@@ -95,7 +95,7 @@ def test_seqlock_check_reads_each_stamp_once_while_slots_change():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("policy", ["lazy-writing", "optimistic", "pal-locks"])
+@pytest.mark.parametrize("policy", ["lazy-writing", "optimistic", "pal-locks", "atomic-deltas", "sharded"])
 def test_fused_samples_stay_in_bounds_beside_inserts(policy):
     """Whole fused samples and updates beside a writer thread's inserts and slots moved on
     during copies, in a child process with every kernel bounds-checked: it must exit 0 and
