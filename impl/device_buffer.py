@@ -36,7 +36,14 @@ refused with an error naming them before anything changes.
 
 Costs: add O(n D K + n row bytes); sample O(B K D + B row bytes) on the device in about
 ``6 D + 25`` tensor operations plus one per field, and one synchronisation; update
-O(n K D). Thread-safety: none (one caller at a time, as the CPU buffers' writers).
+O(n K D). On a GPU those operations are launches, each 10-20 us of the host's time, which
+bound the sample at replay sizes: so on a CUDA device a sample into a :meth:`sample_out`
+object with ``output="device"`` is captured once as a CUDA graph
+(:class:`impl.cuda_graph.GraphedStep`, ``cuda_graph=True``) and then replayed: the key and
+``beta`` copied in, one replay, the one synchronisation. The graph runs the eager call's
+kernels on the same tensors (the tree's and the rows' are only ever changed in place), so it
+samples what the eager call samples. Thread-safety: none (one caller at a time, as the CPU
+buffers' writers).
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ import torch
 
 from . import machine
 from .buffers import check_buffer_params, check_number, check_priorities
+from .cuda_graph import GraphedStep
 from .fused_ops import MAX_REDRAWS, REBUILD_AFTER
 from .storage import STORAGE_LAYOUTS, Storage, parse_schema
 from .trees.base import as_indices, as_priorities
@@ -76,8 +84,9 @@ def _shr(z: torch.Tensor, k: int) -> torch.Tensor:
     return (z >> k) & ((1 << (64 - k)) - 1)
 
 
-def uniform01(key: int, counters: torch.Tensor) -> torch.Tensor:
-    """Draws ``counters`` (int64 tensor) of stream ``key`` as float64 in ``[0, 1)``, on the
+def uniform01(key, counters: torch.Tensor) -> torch.Tensor:
+    """Draws ``counters`` (int64 tensor) of stream ``key`` (an int in ``[0, 2**63)``, or a
+    0-d int64 tensor on the counters' device holding one) as float64 in ``[0, 1)``, on the
     counters' device: bit for bit :func:`impl.fused_ops.uniform01` (tested). About 15
     elementwise operations."""
     z = (counters + 1) * _GAMMA + key
@@ -139,9 +148,10 @@ class DeviceStorage:
 class DeviceSampleOut(dict):
     """Reusable output of :meth:`DeviceReplayBuffer.sample`: device tensors for each field,
     ``indices`` and ``weights`` (made by :meth:`DeviceReplayBuffer.sample_out`; a sample into
-    it overwrites them in place and returns it)."""
+    it overwrites them in place and returns it). ``graph``: the CUDA graph of samples into it
+    (a :class:`~impl.cuda_graph.GraphedStep`), or None."""
 
-    __slots__ = ("owner", "batch_size", "fields")
+    __slots__ = ("owner", "batch_size", "fields", "graph")
 
 
 class DeviceReplayBuffer:
@@ -162,15 +172,19 @@ class DeviceReplayBuffer:
     output
         ``"device"``: :meth:`sample` returns tensors on the device; ``"host"``: NumPy arrays
         (the device's tensors copied once each). Anything else is refused, naming it.
+    cuda_graph
+        On a CUDA device with ``output="device"``: samples into a :meth:`sample_out` object are
+        captured as one CUDA graph per object (after 3 eager calls) and replayed (module
+        docstring). Without effect elsewhere; :attr:`resolved_params` says whether it applies.
     storage, hugepages, prefetch
         Accepted and checked so that every variant takes the same speed arguments, and
         without effect: device memory is one tensor per field (``"columns"``), with no touch
         passes and no huge pages; :attr:`resolved_params` says so.
     """
 
-    def __init__(self, capacity: int, fields, *, K=32, dtype="float32", device="auto", output="device", alpha=0.6,
-                 beta=0.4, eps=1e-6, stratified=False, seed=None, storage="auto", hugepages=False,
-                 prefetch="auto"):
+    def __init__(self, capacity: int, fields, *, K=32, dtype="float32", device="auto", output="device",
+                 cuda_graph=True, alpha=0.6, beta=0.4, eps=1e-6, stratified=False, seed=None, storage="auto",
+                 hugepages=False, prefetch="auto"):
         if isinstance(capacity, bool) or not isinstance(capacity, numbers.Integral) or capacity < 1:
             raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
         params = check_buffer_params(alpha=alpha, beta=beta, eps=eps, stratified=stratified)
@@ -181,6 +195,8 @@ class DeviceReplayBuffer:
         check_prefetch(prefetch)
         if not (isinstance(output, str) and output in OUTPUTS):
             raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
+        if not isinstance(cuda_graph, (bool, np.bool_)):
+            raise ValueError(f"cuda_graph must be True or False, got {cuda_graph!r}")
         device = resolve_device(device)
         try:
             self._rng = np.random.default_rng(seed)
@@ -191,6 +207,10 @@ class DeviceReplayBuffer:
         self.storage = DeviceStorage(int(capacity), fields, device)
         self.device = device
         self.output = output
+        self.graphed = bool(cuda_graph) and device.type == "cuda" and output == "device"
+        # the call's key and -beta, refilled in place each call: what a graph reads them from
+        self._key_t = torch.zeros((), dtype=torch.int64, device=device)
+        self._neg_beta_t = torch.zeros((), dtype=torch.float64, device=device)
         self.alpha, self.beta, self.eps, self.stratified = (params["alpha"], params["beta"], params["eps"],
                                                             params["stratified"])
         self.max_priority = 1.0  # largest stored p = (priority + eps) ** alpha so far
@@ -210,8 +230,9 @@ class DeviceReplayBuffer:
     @property
     def resolved_params(self) -> dict:
         """What this buffer runs with: one tensor per field (``storage="columns"``), no touch
-        passes, and the device."""
-        return {"storage": "columns", "prefetch": False, "device": str(self.device), "output": self.output}
+        passes, the device, and whether samples into :meth:`sample_out` objects are graphed."""
+        return {"storage": "columns", "prefetch": False, "device": str(self.device), "output": self.output,
+                "cuda_graph": self.graphed}
 
     def __len__(self) -> int:
         return self._size
@@ -244,7 +265,8 @@ class DeviceReplayBuffer:
     def sample_out(self, batch_size: int, fields: bool = True) -> DeviceSampleOut:
         """Outputs for ``sample(batch_size, out=...)``, reused across calls: tensors on the
         device (``output="device"``) or NumPy arrays (``"host"``); with ``fields=False``
-        indices and weights only (no row is gathered)."""
+        indices and weights only (no row is gathered). Where samples are graphed
+        (``cuda_graph``), the object carries its own graph, captured by its fourth sample."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         if not isinstance(fields, (bool, np.bool_)):
@@ -264,6 +286,13 @@ class DeviceReplayBuffer:
             out["indices"] = np.empty(n, dtype=np.int64)
             out["weights"] = np.empty(n, dtype=np.float32)
         out.owner, out.batch_size, out.fields = self, n, bool(fields)
+        out.graph = None
+        if self.graphed:
+            def queued(inputs):  # the indices, their values and the status: what the caller reads
+                idx, prio, _, status = self._queue(inputs["key"], inputs["neg_beta"], n, out)
+                return idx, prio, status
+
+            out.graph = GraphedStep(queued)
         return out
 
     def sample(self, batch_size: int, beta: float | None = None, rng=None, out=None) -> dict:
@@ -287,31 +316,44 @@ class DeviceReplayBuffer:
                              + (f" for batch_size {out.batch_size}" if type(out) is DeviceSampleOut else ""))
         if self._size == 0:
             raise ValueError("cannot sample from an empty buffer: add transitions first")
-        key = int((rng or self._rng).bit_generator.random_raw() >> 1)
-        counters = self._counters.get(n)
-        if counters is None:
-            counters = self._counters[n] = torch.arange(n, dtype=torch.int64, device=self.device)
-        tree = self.tree
-        total = tree.total_t.to(torch.float64)
-        idx, prio = tree.descend(self._masses(key, counters, counters, n, total))
-        # Queue the weights and the gather before the one synchronisation, so the device works
-        # while the host waits; a miss (index -1, only after rounding) is gathered at slot 0 and
-        # redone below.
-        result = self._finish(idx, prio, beta, out)
-        misses, total_h = torch.stack([(idx < 0).sum().to(torch.float64), total]).tolist()
+        self._key_t.fill_(int((rng or self._rng).bit_generator.random_raw() >> 1))
+        self._neg_beta_t.fill_(-beta)
+        if n not in self._counters:
+            self._counters[n] = torch.arange(n, dtype=torch.int64, device=self.device)
+        if out is not None and out.graph is not None:
+            idx, prio, status = out.graph({"key": self._key_t, "neg_beta": self._neg_beta_t})
+            result = out
+        else:
+            idx, prio, result, status = self._queue(self._key_t, self._neg_beta_t, n, out)
+        misses, total_h = status.tolist()
         if not total_h > 0.0:
             raise ValueError("cannot sample: the total priority is 0 (nothing is sampleable)")
         if misses:
-            idx, prio = self._redraw(key, n, idx, prio)
-            result = self._finish(idx, prio, beta, out)
+            idx, prio = self._redraw(self._key_t, n, idx, prio)
+            result = self._finish(idx, prio, self._neg_beta_t, out)
         return result
+
+    def _queue(self, key_t, neg_beta_t, n, out):
+        """One sample of ``n`` up to its synchronisation, queued with no host round trip (so that
+        it can be captured): the draws of stream ``key_t``, the descent, the weights with
+        exponent ``neg_beta_t`` and the gather into ``out`` (or new tensors). Returns the
+        indices, their leaf values, the result and the status tensor ``[misses, total]``
+        (float64), which the caller reads; a miss (index -1, only after rounding) is gathered
+        at slot 0 and redone by the caller."""
+        counters = self._counters[n]
+        total = self.tree.total_t.to(torch.float64)
+        idx, prio = self.tree.descend(self._masses(key_t, counters, counters, n, total))
+        # the weights and the gather are queued before the synchronisation, so the device works
+        # while the host waits for the status
+        result = self._finish(idx, prio, neg_beta_t, out)
+        return idx, prio, result, torch.stack([(idx < 0).sum().to(torch.float64), total])
 
     def _masses(self, key, counters, positions, n, total):
         v = uniform01(key, counters)
         return (positions + v) * (total / n) if self.stratified else v * total
 
-    def _finish(self, idx, prio, beta, out):
-        weights = (prio / self.tree.min_t.to(torch.float64)).pow(-beta).to(torch.float32)
+    def _finish(self, idx, prio, neg_beta_t, out):
+        weights = (prio / self.tree.min_t.to(torch.float64)).pow(neg_beta_t).to(torch.float32)
         slots = idx.clamp(min=0)
         if out is None:
             res = {name: col.index_select(0, slots) for name, col in self.storage.tensors.items()}
@@ -331,9 +373,10 @@ class DeviceReplayBuffer:
         torch.from_numpy(out["weights"]).copy_(weights)
         return out
 
-    def _redraw(self, key, n, idx, prio):
+    def _redraw(self, key_t, n, idx, prio):
         """Redraw the positions that missed, as :func:`impl.fused_ops.redraw` (same counters;
-        the tree is re-summed at round :data:`REBUILD_AFTER`). Rare: driven from the host."""
+        the tree is re-summed at round :data:`REBUILD_AFTER`), into new tensors (``idx`` and
+        ``prio`` may be a graph's outputs). Rare: driven from the host."""
         total = self.tree.total_t.to(torch.float64)
         for attempt in range(MAX_REDRAWS):
             bad = torch.nonzero(idx < 0).squeeze(1)
@@ -342,7 +385,7 @@ class DeviceReplayBuffer:
             if attempt == REBUILD_AFTER:
                 self.tree.rebuild()
                 total = self.tree.total_t.to(torch.float64)
-            j, p = self.tree.descend(self._masses(key, (attempt + 1) * n + bad, bad, n, total))
+            j, p = self.tree.descend(self._masses(key_t, (attempt + 1) * n + bad, bad, n, total))
             idx, prio = idx.index_put((bad,), j), prio.index_put((bad,), p)
         if bool((idx >= 0).all()):
             return idx, prio

@@ -276,7 +276,7 @@ def test_a_bad_cuda_graph_setting_is_refused_naming_the_field():
 
 
 def test_a_graphed_step_refuses_a_bad_warmup_before_any_cuda_call():
-    from replaybench.impl.rl.common.cuda_graph import GraphedStep
+    from replaybench.impl.cuda_graph import GraphedStep
 
     for bad in (0, -1, 1.5, None):
         with pytest.raises(ValueError, match="warmup"):
@@ -289,7 +289,7 @@ def test_a_graphed_step_replays_on_its_own_copies_of_each_call_s_inputs():
     """After the warm-up and the capture, each call's inputs (refilled in place or new) are
     copied into the graph's own inputs before the replay; a later write to the caller's buffer
     does not reach the graph; a shape the graph was not captured for is refused by name."""
-    from replaybench.impl.rl.common.cuda_graph import GraphedStep
+    from replaybench.impl.cuda_graph import GraphedStep
 
     step = GraphedStep(lambda inputs: (inputs["x"] * 2 + inputs["w"],), warmup=1)
     x, w = torch.ones(8, device="cuda"), torch.zeros(8, device="cuda")

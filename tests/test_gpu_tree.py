@@ -245,6 +245,43 @@ def test_on_a_gpu_the_tree_and_the_rows_live_in_device_memory():
     buf.update_priorities(out["indices"], out["weights"].double())
 
 
+def test_samples_are_graphed_only_into_sample_outs_on_cuda_and_the_setting_is_checked():
+    with pytest.raises(ValueError, match=r"cuda_graph must be True or False, got 'yes'"):
+        registry.create("torch-kary", 4, {"id": ((), "int64")}, cuda_graph="yes")
+    for output in ("device", "host"):
+        buf = filled("cpu", output=output)
+        assert buf.resolved_params["cuda_graph"] is False and buf.sample_out(8).graph is None
+    if HAS_CUDA:
+        assert filled("cuda", output="device").resolved_params["cuda_graph"] is True
+        assert filled("cuda", output="host").resolved_params["cuda_graph"] is False
+        assert filled("cuda", output="device", cuda_graph=False).sample_out(8).graph is None
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("stratified", [False, True])
+def test_a_graphed_sample_draws_what_the_eager_one_does(stratified):
+    """Samples into a sample_out object, replayed as a CUDA graph from the fourth on, against
+    the same calls made eagerly (cuda_graph=False) on a twin buffer: the same indices, weights
+    and rows every call, while rows are added, priorities updated and beta changed between
+    calls (the graph reads the tree, the rows, the key and beta as they are at each replay)."""
+    graphed = filled("cuda", output="device", stratified=stratified)
+    eager = filled("cuda", output="device", stratified=stratified, cuda_graph=False)
+    out_g, out_e = graphed.sample_out(64), eager.sample_out(64)
+    rng = np.random.default_rng(3)
+    for call in range(10):
+        beta = [0.4, 0.5, 1.0, 0.0][call % 4]
+        got = graphed.sample(64, beta=beta, rng=np.random.default_rng(call), out=out_g)
+        want = eager.sample(64, beta=beta, rng=np.random.default_rng(call), out=out_e)
+        assert got is out_g and out_g.graph.captured == (call >= 3) and out_e.graph is None
+        for k in want:
+            torch.testing.assert_close(got[k], want[k], rtol=0, atol=0)
+        idx, vals = rng.integers(0, len(graphed), 40), rng.random(40) * 5
+        for buf in (graphed, eager):
+            buf.update_priorities(torch.from_numpy(idx).cuda(), torch.from_numpy(vals).cuda())
+            buf.add(rows(7, start=1000 + 7 * call), priorities=np.full(7, 2.0))
+
+
 # ------------------------------------------------------------------------------ the gpu scenario
 def test_the_gpu_tree_suite_expands_and_its_cuda_cells_are_unavailable_without_a_gpu():
     from replaybench.bench import driver, suites
@@ -257,6 +294,9 @@ def test_the_gpu_tree_suite_expands_and_its_cuda_cells_are_unavailable_without_a
     assert ("torch-kary", "cuda", "cuda") in cells and ("peer:torchrl", "cuda", "cuda") in cells
     assert ("kary-aligned", "cpu", "cuda") in cells and ("torch-kary", "cpu", "cpu") in cells
     assert all(c.columns["capacity"] == 2**20 and c.columns["batch"] == 256 for c in plan.cells)
+    on_cuda = [c.columns["params"] for c in plan.cells
+               if c.columns["variant"] == "torch-kary" and c.columns["params"]["device"] == "cuda"]
+    assert sorted(p["cuda_graph"] for p in on_cuda) == [False, True]  # graphed and eager
     for c in plan.cells:
         if "cuda" in (c.columns["params"]["device"], c.columns["params"]["batch_to"]) and not HAS_CUDA:
             assert c.skip_status == "unavailable" and "sees no CUDA device" in c.skip
@@ -300,6 +340,11 @@ def test_a_gpu_suite_with_a_bad_contestant_is_refused_before_running():
     suite["contestants"] = [{"variant": "peer:cpprb", "device": "cuda"}]
     with pytest.raises(SelectionError, match=r"peer:cpprb cannot keep its rows on 'cuda'"):
         driver.plan(suite)
+    for bad in ({"variant": "torch-kary", "device": "cuda", "cuda_graph": "no"},
+                {"variant": "kary-aligned", "device": "cpu", "cuda_graph": False}):
+        suite["contestants"] = [bad]
+        with pytest.raises(SelectionError, match="cuda_graph is true or false, for torch-kary only"):
+            driver.plan(suite)
 
 
 @pytest.mark.slow

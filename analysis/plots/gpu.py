@@ -10,8 +10,9 @@ trees on the CPU):
   (the sequential baselines, the parallel layouts, PAAC); the cell's ``device`` and its
   algorithm overrides come from params;
 - scenario ``gpu`` (suite gpu-tree-quick): ``seconds_per_call`` of one sample of 256 at 2**20
-  per contestant (variant, tree device, where the batch lands), median and min-max of its
-  repeats, in microseconds.
+  per contestant (variant, tree device, where the batch lands, and for torch-kary on CUDA
+  whether the sample replays a CUDA graph), median and min-max of its repeats, in
+  microseconds.
 
 Bars, not lines: each bar is one cell of one run, so no line joins two runs.
 """
@@ -89,10 +90,12 @@ def _tree(table: pd.DataFrame) -> pd.DataFrame:
         return rows
     rows = rows.assign(device=[params[i].get("device") for i in rows.index],
                        batch_to=[params[i].get("batch_to", params[i].get("device")) for i in rows.index],
+                       how=[" eager" if params[i].get("cuda_graph") is False and params[i].get("device") == "cuda"
+                            else "" for i in rows.index],
                        us=rows["value"] * 1e6)
-    data = stats.spread(rows, ["run_id", "variant", "device", "batch_to"], "us")
-    data["label"] = [f"{v} ({d} tree, batch on {b})" for v, d, b in zip(data["variant"], data["device"],
-                                                                     data["batch_to"])]
+    data = stats.spread(rows, ["run_id", "variant", "device", "batch_to", "how"], "us")
+    data["label"] = [f"{v} ({d} tree{h}, batch on {b})" for v, d, h, b in zip(data["variant"], data["device"],
+                                                                            data["how"], data["batch_to"])]
     return data.assign(panel="tree", unit="us")[["panel", "run_id", "label", "device", "median", "min", "max", "unit"]]
 
 
@@ -128,5 +131,6 @@ def build(table, metas) -> Plot:
                "prefetch: the next sample drawn beside the update). Env steps/s: every training cell, the sequential "
                "baselines included (the 10x target is over the sequential loop). Tree: one sample of 256 at 2^20 "
                "rows, the rows included, median and min-max of the repeats; 'batch on cuda' is what a GPU learner "
-               "reads. Bars of a panel come from one run on one machine.")
+               "reads; torch-kary on cuda replays each sample as a CUDA graph ('eager': one launch per kernel). "
+               "Bars of a panel come from one run on one machine.")
     return Plot(fig, data, caption)

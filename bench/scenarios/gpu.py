@@ -15,8 +15,10 @@ inside the call, as the training loop's learner does.
 
 Contestants:
 
-- ``torch-kary`` with ``device="cuda"``: tree and rows in GPU memory, ``output="device"``;
-  with ``device="cpu"``: the same code on the CPU (what the conformance suite runs).
+- ``torch-kary`` with ``device="cuda"``: tree and rows in GPU memory, ``output="device"``,
+  each sample one replay of its CUDA graph (``"cuda_graph": false`` in the contestant: the
+  same kernels launched one by one); with ``device="cpu"``: the same code on the CPU (what
+  the conformance suite runs).
 - the CPU trees (``kary-aligned``, ...): tree and rows in host memory, the batch left there
   (``"batch_to": "cpu"``) or copied to the GPU (``"batch_to": "cuda"``).
 - ``peer:torchrl``: ``torchrl.data.PrioritizedReplayBuffer`` over
@@ -27,7 +29,7 @@ Contestants:
 
 Rows: op "sample", metric "seconds_per_call" (s), one per repeat (``loops`` = calls),
 ``items_per_call`` = batch, capacity and batch as columns; params: device, batch_to,
-output (torch-kary). A cell that needs CUDA where torch sees none, or TorchRL where it does
+output and cuda_graph (torch-kary). A cell that needs CUDA where torch sees none, or TorchRL where it does
 not load, is one ``unavailable`` row naming the reason.
 """
 
@@ -89,8 +91,13 @@ class Gpu(Scenario):
             else:
                 structure = registry.get(variant).structure
             params = {"device": device, "batch_to": batch_to}
+            graphed = c.get("cuda_graph", True)
+            if not isinstance(graphed, bool) or ("cuda_graph" in c and variant != "torch-kary"):
+                raise SelectionError(f"suite {suite['name']!r}: cuda_graph is true or false, for torch-kary only, "
+                                     f"got {c!r}")
             if variant == "torch-kary":
                 params["output"] = "device" if batch_to == device else "host"
+                params["cuda_graph"] = graphed
             skip = ""
             if "cuda" in (device, batch_to):
                 if missing_cuda is None:
@@ -102,7 +109,8 @@ class Gpu(Scenario):
             columns = {"variant": variant, "structure": structure, "policy": "none", "params": params,
                        "capacity": capacity, "batch": batch, "transitions": suite["transitions"], "op": "sample",
                        "metric": "seconds_per_call", "unit": "s", "items_per_call": batch}
-            cells.append(Cell(f"{variant} on {device}, batch to {batch_to}", columns, spec=c, skip=skip,
+            how = ", eager" if not graphed and device == "cuda" else ""
+            cells.append(Cell(f"{variant} on {device}{how}, batch to {batch_to}", columns, spec=c, skip=skip,
                               skip_status="unavailable"))
         return cells
 
@@ -143,7 +151,8 @@ def _contestant(cell: Cell, suite: dict):
         target = peers.load(variant).target(capacity, fields, rng, device=params["device"])
         target.fill_add(rows, priorities)
         return (lambda: target.sample(batch)), sync
-    extra = {"device": params["device"], "output": params["output"]} if variant == "torch-kary" else {}
+    extra = ({"device": params["device"], "output": params["output"], "cuda_graph": params["cuda_graph"]}
+             if variant == "torch-kary" else {})
     buf = registry.create(variant, capacity, fields, seed=int(suite["seed"]), **extra)
     buf.add(rows, priorities=priorities)
     gen = np.random.default_rng(int(suite["seed"]) + 1)

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from replaybench.impl.rl.algorithms.base import Actor, AlgoConfig, Learner, PendingLearn, check_range
 from replaybench.impl.rl.algorithms.nets import load_flat_params, mlp, update_target
-from replaybench.impl.rl.common.cuda_graph import GraphedStep
+from replaybench.impl.cuda_graph import GraphedStep
 from replaybench.impl.rl.common.device import HostCopies, on_device
 from replaybench.impl.rl.common.errors import ConfigError
 from torch import nn
@@ -63,7 +63,7 @@ class DQNConfig(AlgoConfig):
     """Clip the gradient's global norm (None: no clipping)."""
     cuda_graph: bool = True
     """On a CUDA device, replay each update as one captured CUDA graph after 3 eager ones
-    (:mod:`impl.rl.common.cuda_graph`: one launch instead of ~60, the same arithmetic).
+    (:mod:`impl.cuda_graph`: one launch instead of ~60, the same arithmetic).
     Ignored on the CPU and while a ``grad_hook`` (L > 1 learners) is set: the hook runs on the
     host between backward and the step."""
 
@@ -216,7 +216,7 @@ class DQNLearner(Learner):
 
     def _step(self, inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """The gradient step on device tensors: (loss, |TD errors|), both detached. Capture-safe
-        (:class:`~impl.rl.common.cuda_graph.GraphedStep`) when ``grad_hook`` is None: no host
+        (:class:`~impl.cuda_graph.GraphedStep`) when ``grad_hook`` is None: no host
         synchronisation, no branch on the data."""
         cfg = self.cfg
         obs, next_obs, rewards, weights = inputs["obs"], inputs["next_obs"], inputs["reward"], inputs["weights"]

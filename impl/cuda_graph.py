@@ -1,9 +1,10 @@
-"""One learner update replayed as a captured CUDA graph.
+"""A capture-safe function replayed as one CUDA graph: a learner's update, a GPU buffer's sample.
 
-A small network's update on a GPU is bound by the CPU, not the GPU: each of its ~60 kernels
-(three forwards, a backward, the gradient clip, Adam) costs the Python dispatcher and a launch,
+Small tensor work on a GPU is bound by the CPU, not the GPU: each kernel of a small network's
+update (three forwards, a backward, the gradient clip, Adam: ~60) or of a sum tree's sample (the
+draws, the descent, the weights, the gather: ~75) costs the Python dispatcher and a launch,
 about 10-20 us of CPU each, while the kernel itself runs in a few. A CUDA graph records the
-kernels once and replays them with one launch, so an update costs one replay plus the copies of
+kernels once and replays them with one launch, so a call costs one replay plus the copies of
 its inputs into the graph's fixed input tensors.
 
 :class:`GraphedStep` wraps ``fn(inputs) -> outputs`` (dicts/tuples of CUDA tensors):
