@@ -18,7 +18,7 @@ from replaybench.impl.concurrent.atomics import atomic_add, atomic_xchg, yield_c
 from replaybench.impl.concurrent.deltas import add_deltas, depth, exchange_leaves, set_leaves, settle_mins
 from replaybench.impl.concurrent.locks import _PID_SHIFT, token_pid
 from replaybench.impl.concurrent.policies.atomic_deltas import DRIFT_TOLERANCE_F32, drift_bound, rebuild_due
-from replaybench.impl.concurrent.ring import MAX_WRITERS, release_record, reserve_unlocked, ring_arrays
+from replaybench.impl.concurrent.ring import MAX_WRITERS, RECORD_WORDS, release_record, reserve_unlocked, ring_arrays
 from replaybench.impl.concurrent.shm import SharedArena
 from replaybench.impl.trees.kernels import addr
 
@@ -318,8 +318,9 @@ def _reserver(spec, w, rounds):
     arena = SharedArena.attach(spec)
     try:
         a = arena.arrays
-        _reserve_and_release(a["ctrl"], a["writers"], a["stamps"], 1000 + w, 1 + w, rounds, a[f"firsts{w}"],
-                             a[f"given_up{w}"])
+        # tokens of one home row (token % MAX_WRITERS): the processes race for the same records
+        _reserve_and_release(a["ctrl"], a["writers"], a["stamps"], 1000 + MAX_WRITERS * w, 1 + w, rounds,
+                             a[f"firsts{w}"], a[f"given_up{w}"])
     finally:
         arena.close()
 
@@ -343,8 +344,9 @@ def test_inserts_reserving_with_no_lock_across_processes_get_disjoint_tickets():
         for w in range(WORKERS):
             a[f"given_up{w}"][:] = -1
             a[f"given_up{w}"][0] = 0
-        _reserve_and_release(np.zeros(64, np.int64), np.zeros((MAX_WRITERS, 3), np.int64), np.zeros(8, np.int64),
-                             1, 1, 1, np.zeros(1, np.int64), np.zeros(1, np.int64))  # compiled here, before the fork
+        _reserve_and_release(np.zeros(64, np.int64), np.zeros((MAX_WRITERS, RECORD_WORDS), np.int64),
+                             np.zeros(8, np.int64), 1, 1, 1, np.zeros(1, np.int64),
+                             np.zeros(1, np.int64))  # compiled here, before the fork
         ctx = mp.get_context("fork")
         procs = [ctx.Process(target=_reserver, args=(arena.spec, w, rounds)) for w in range(WORKERS)]
         [p.start() for p in procs]
@@ -367,24 +369,40 @@ def test_a_reservation_that_would_lap_a_writer_in_flight_gives_its_tickets_up():
     taken and given up, nothing written, the record freed); so does a provisional one (count
     -1, from its first ticket at most); a claimed one (count 0) does not (its tickets come
     after); a full table takes nothing."""
-    ctrl, writers = np.zeros(64, np.int64), np.zeros((MAX_WRITERS, 3), np.int64)
+    ctrl, writers = np.zeros(64, np.int64), np.zeros((MAX_WRITERS, RECORD_WORDS), np.int64)
     stamps = np.arange(_CAP, dtype=np.int64)
     ctrl[2] = 3 * _CAP  # the ticket: three laps in
-    writers[5] = (77, 2 * _CAP + 10, 8)  # in flight a lap behind, on slots 10 .. 17
+    writers[5, :3] = (77, 2 * _CAP + 10, 8)  # in flight a lap behind, on slots 10 .. 17
     t0, row, blocker = reserve_unlocked(ctrl, writers, stamps, 16, 88, _CAP)
     assert (t0, row, blocker) == (3 * _CAP, -1, 5)
     others = [r for r in range(MAX_WRITERS) if r != 5]
     assert ctrl[2] == 3 * _CAP + 16 and not writers[others][:, [0, 2]].any()  # freed: no token, no count
     assert np.array_equal(stamps, np.arange(_CAP))  # nothing written
-    writers[5] = (77, 2 * _CAP + 10, -1)  # provisional: still a lap behind
+    writers[5, :3] = (77, 2 * _CAP + 10, -1)  # provisional: still a lap behind
     assert reserve_unlocked(ctrl, writers, stamps, 16, 88, _CAP)[2] == 5
-    writers[5] = (77, 0, 0)  # claimed only: ignored
+    writers[5, :3] = (77, 0, 0)  # claimed only: ignored
     t0, row, blocker = reserve_unlocked(ctrl, writers, stamps, 16, 88, _CAP)
-    assert (t0, row, blocker) == (3 * _CAP + 32, 0, -1)
-    assert writers[0].tolist() == [88, t0, 16] and np.all(stamps[32:48] == -1) and stamps[48] == 48
+    assert (t0, row, blocker) == (3 * _CAP + 32, 88 % MAX_WRITERS, -1)  # the token's home row
+    assert writers[row, :3].tolist() == [88, t0, 16] and np.all(stamps[32:48] == -1) and stamps[48] == 48
     writers[:, 0] = 99
     assert reserve_unlocked(ctrl, writers, stamps, 16, 88, _CAP) == (-1, -1, -1)
     assert ctrl[2] == t0 + 16
+
+
+def test_in_flight_records_are_a_cache_line_each_and_claimed_from_the_token_s_home_row():
+    """Each record is its own 64-byte line (writers on two cores never write one line), and a
+    writer claims the first free record from row ``token % MAX_WRITERS`` on, wrapping round:
+    writers of different processes (tokens) do not race for the first row."""
+    with SharedPrioritizedBuffer.create(256, FIELDS, policy="atomic-deltas", seed=0) as buf:
+        writers = buf.ring.arrays["writers"]
+        assert writers.strides[0] == 64 and writers.ctypes.data % 64 == 0
+    ctrl, writers = np.zeros(64, np.int64), np.zeros((MAX_WRITERS, RECORD_WORDS), np.int64)
+    stamps = np.arange(_CAP, dtype=np.int64)
+    token = 3 * MAX_WRITERS - 1  # home row MAX_WRITERS - 1, the last
+    assert reserve_unlocked(ctrl, writers, stamps, 4, token, _CAP)[1] == MAX_WRITERS - 1
+    assert reserve_unlocked(ctrl, writers, stamps, 4, token, _CAP)[1] == 0  # taken: on from the top
+    assert reserve_unlocked(ctrl, writers, stamps, 4, 7, _CAP)[1] == 7
+    assert sorted(writers[writers[:, 0] != 0, 0].tolist()) == [7, token, token]
 
 
 def test_a_dead_insert_whose_record_was_not_whole_voids_nothing():
@@ -398,7 +416,7 @@ def test_a_dead_insert_whose_record_was_not_whole_voids_nothing():
         dead = (proc.pid << _PID_SHIFT) | 1  # a token of that (now dead) pid
         assert token_pid(dead) == proc.pid
         writers = buf.ring.arrays["writers"]
-        writers[3] = (dead, buf.inserted - 8, -1)
+        writers[3, :3] = (dead, buf.inserted - 8, -1)
         stamps, total = buf.ring.stamps_snapshot(), buf.total()
         with buf.tree_lock:
             assert buf.ring.void_dead_writers() == 0

@@ -34,13 +34,17 @@ from ..trees import kernels, ops
 from .atomics import atomic_add, atomic_cas, atomic_read, atomic_xchg
 from .locks import pid_alive, token_pid
 
-__all__ = ["SharedRing", "Reservation", "ring_arrays", "MAX_WRITERS", "MAX_READERS", "READERS_AT", "QUEUE_SIZE",
+__all__ = ["SharedRing", "Reservation", "ring_arrays", "MAX_WRITERS", "RECORD_WORDS", "MAX_READERS", "READERS_AT",
+           "QUEUE_SIZE",
            "TREE_LOCK", "LEAF_LOCK", "reserve_slots", "reserve_unlocked", "release_record", "publish_slots",
            "count_changes", "note_rebuild", "note_max",
            "fresh_mask", "count_redrawn", "tickets", "max_priority", "counters_of", "note_max_atomic", "note_recovery",
            "queue_length", "enqueue_deltas", "drain_queue", "uncount_stale", "note_changes_atomic"]
 
 MAX_WRITERS = 64  # inserts in flight at once (one per writer thread or process)
+#: Words of one in-flight record (token, first ticket, count, then padding): a cache line each,
+#: so that writers on two cores never write one line (each insert writes its record 5-7 times).
+RECORD_WORDS = 8
 #: Kernels that may hold the tree lock shared at once (a sample's draw; one more waits for a slot
 #: or falls back to the exclusive lock). Their tokens are ctrl words READERS_AT .. READERS_AT +
 #: MAX_READERS - 1, two cache lines past the lock word: a writer reads them all after taking the
@@ -60,7 +64,7 @@ _MAX_PRIORITY, _T_MAX = range(2)
 def ring_arrays(capacity: int) -> dict:
     """The shared arrays of a ring of ``capacity`` slots: ``{name: (shape, dtype)}``."""
     return {"ctrl": ((READERS_AT + MAX_READERS,), np.int64), "fctrl": ((4,), np.float64),
-            "writers": ((MAX_WRITERS, 3), np.int64), "stamps": ((capacity,), np.int64),
+            "writers": ((MAX_WRITERS, RECORD_WORDS), np.int64), "stamps": ((capacity,), np.int64),
             "queue_idx": ((QUEUE_SIZE,), np.int64), "queue_delta": ((QUEUE_SIZE,), np.float64)}
 
 
@@ -118,9 +122,14 @@ def reserve_unlocked(ctrl, writers, stamps, n, token, capacity):
     tickets come before its own (one that took its tickets after is ahead, never a lap behind).
     A writer that dies between its ticket and its whole record leaves its tickets unused: their
     slots keep their rows and stamps. O(MAX_WRITERS + n); the one word all writers share is the
-    ticket, taken with one atomic add."""
+    ticket, taken with one atomic add. The search for a free record starts at a row of the
+    token's own (``token % MAX_WRITERS``), so that writers in different processes claim
+    different records (lines) rather than race for the first."""
     row = -1
-    for r in range(writers.shape[0]):
+    rows = writers.shape[0]
+    home = token % rows
+    for i in range(rows):
+        r = (home + i) % rows
         if atomic_read(writers[r], 0) == 0 and atomic_cas(writers[r], 0, 0, token) == 0:
             row = r
             break
@@ -390,7 +399,7 @@ class SharedRing:
 
     def in_flight(self) -> list[tuple[int, int, int]]:
         """``(writer token, first ticket, count)`` of every insert between reserve and publish."""
-        return [tuple(int(x) for x in row) for row in self._writers[self._writers[:, 0] != 0]]
+        return [tuple(int(x) for x in row[:3]) for row in self._writers[self._writers[:, 0] != 0]]
 
     def stamps_changed(self, idx: np.ndarray, stamps: np.ndarray) -> np.ndarray:
         """Seqlock check after a copy: positions ``k`` where slot ``idx[k]`` no longer holds
