@@ -542,7 +542,7 @@ def test_lazy_writing_never_samples_reserved_slots(policy):
         with buf.tree_lock:
             t1 = buf.ring.reserve(6, my_token()).first
             buf.tree.fill(t1 % 256, 6, 0.0)
-        with pytest.raises(TimeoutError, match=f"every slot with data is reserved by inserts in flight "
+        with pytest.raises(TimeoutError, match=f"the slots with data are being written by inserts in flight "
                                                f"\\(pid {os.getpid()}, "):
             buf.sample(4)
 

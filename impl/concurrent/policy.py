@@ -241,14 +241,16 @@ class Policy:
         return Selection(idx, prio, self.ring.stamps_at(idx), self.tree.min())
 
     def select_published(self, n: int, rng, writes, rounds: int) -> Selection:
-        """The Python path's draw for a policy whose inserts leave a slot's old leaf in the tree
-        while its row is written (its stamp -1 is what keeps draws off it): under the tree lock
-        and ``writes()`` (a new context manager each call, excluding the policy's own tree
-        writers), dead writers voided, then an exact draw whose positions that reached a slot
-        being written are drawn again, up to ``rounds`` times. When they keep reaching one, the
-        live writers in flight are waited for (sleeps doubling up to :data:`LONGEST_WAIT`;
-        TimeoutError naming one after the tree lock's timeout). With no writer in flight, the
-        tree's own draw and its refusal (nothing stored, or no mass)."""
+        """The Python path's draw for a policy whose inserts keep draws off the slots they write
+        (their stamps -1; their leaves 0, or the old rows' priorities, which a draw may reach):
+        under the tree lock and ``writes()`` (a new context manager each call, excluding the
+        policy's own tree writers), dead writers voided, then an exact draw, its stamps checked
+        up to ``rounds`` times and the positions that reached a slot being written drawn again
+        between checks. When they keep reaching one, or nothing has mass, the live writers in flight are waited for
+        (sleeps doubling up to :data:`LONGEST_WAIT`; TimeoutError naming one after the tree
+        lock's timeout). With no writer in flight, the tree's own draw and its refusal (nothing
+        stored, or no mass). Cost beside the draw: a scan of the in-flight records and a read
+        of the drawn slots' stamps."""
         backoff = Backoff(self.tree_lock.timeout)
         while True:
             with self.tree_lock, writes():
@@ -261,9 +263,8 @@ class Policy:
                     return self.draw(n, rng)  # nothing is coming: the tree's own refusal
             token = writers[0][0]
             backoff.pause(lambda waited: f"sample of {n} rows waited {waited:.3g} s for a sampleable slot: the slots "
-                                         f"with priority are being written by inserts in flight (pid "
-                                         f"{token_pid(token)}, token {token}, among {len(writers)}), alive but not "
-                                         "progressing")
+                                         f"with data are being written by inserts in flight (pid {token_pid(token)}, "
+                                         f"token {token}, among {len(writers)}), alive but not progressing")
 
     def _draw_published(self, n: int, rng, rounds: int) -> Selection | None:
         """Under :meth:`select_published`'s locks: an exact draw whose slots all hold published

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 from ..locks import my_token, token_pid
 from ..fused import DRAW_LOCKED, LAZY
 from ..policy import Backoff, Policy, Selection, register
@@ -31,7 +33,8 @@ class LazyWriting(Policy):
     as large as the capacity), the total priority is 0 and a sample waits for them to publish,
     as a writer waits, rather than fail: bounded by the same ``timeout`` (TimeoutError naming a
     writer's pid); dead writers are voided, and if nothing is left the sample refuses as the
-    tree does ("total priority is 0"). Cost on the common path: one root read per sample.
+    tree does ("total priority is 0"): :meth:`Policy.select_published`, on the Python path
+    (the fused sample draws and checks the stamps itself).
     """
 
     name = "lazy-writing"
@@ -59,16 +62,5 @@ class LazyWriting(Policy):
         return res.first
 
     def select(self, n: int, rng) -> Selection:
-        backoff = Backoff(self.tree_lock.timeout)
-        while True:
-            with self.tree_lock:
-                if self.tree.total() > 0.0:
-                    return self.draw(n, rng)
-                self.ring.void_dead_writers()
-                writers = self.ring.in_flight()
-                if not writers:
-                    return self.draw(n, rng)  # nothing is coming: the tree's own refusal
-            token = writers[0][0]
-            backoff.pause(lambda waited: f"sample of {n} rows waited {waited:.3g} s for a sampleable slot: every "
-                                         f"slot with data is reserved by inserts in flight (pid {token_pid(token)}, "
-                                         f"token {token}, among {len(writers)}), alive but not progressing")
+        # a reserved slot's priority is 0, so no draw reaches one: one check of the stamps
+        return self.select_published(n, rng, nullcontext, 1)
