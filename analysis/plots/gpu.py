@@ -11,7 +11,8 @@ trees on the CPU):
   algorithm overrides come from params;
 - scenario ``gpu`` (suite gpu-tree-quick): ``seconds_per_call`` of one sample of 256 at 2**20
   per contestant (variant, tree device, where the batch lands, and for torch-kary on CUDA
-  whether the sample replays a CUDA graph), median and min-max of its repeats, in
+  whether the sample replays a CUDA graph: "eager" where params say ``cuda_graph`` false or,
+  in runs from before that setting, nothing), median and min-max of its repeats, in
   microseconds.
 
 Bars, not lines: each bar is one cell of one run, so no line joins two runs.
@@ -90,8 +91,9 @@ def _tree(table: pd.DataFrame) -> pd.DataFrame:
         return rows
     rows = rows.assign(device=[params[i].get("device") for i in rows.index],
                        batch_to=[params[i].get("batch_to", params[i].get("device")) for i in rows.index],
-                       how=[" eager" if params[i].get("cuda_graph") is False and params[i].get("device") == "cuda"
-                            else "" for i in rows.index],
+                       # runs made before the cuda_graph setting (no such param) sampled eagerly
+                       how=[" eager" if rows.at[i, "variant"] == "torch-kary" and params[i].get("device") == "cuda"
+                            and params[i].get("cuda_graph") is not True else "" for i in rows.index],
                        us=rows["value"] * 1e6)
     data = stats.spread(rows, ["run_id", "variant", "device", "batch_to", "how"], "us")
     data["label"] = [f"{v} ({d} tree{h}, batch on {b})" for v, d, h, b in zip(data["variant"], data["device"],
