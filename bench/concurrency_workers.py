@@ -525,12 +525,12 @@ def _in_new_thread(fn):
 
 def shared_kernel_scaling(policy: str, capacity: int, *, variant: str = "kary-aligned", batch: int = 256,
                           transition: str = "cartpole", steps: int = 1000, repeats: int = 7, seed: int = 0,
-                          shared: bool = True) -> dict:
-    """Two threads' compiled learner steps on one shared buffer over one thread's: what the
-    policy's own synchronisation lets two learners do once Python and the GIL are out of the way.
-    With ``shared=False`` the second thread runs on a second buffer of its own (same size,
-    policy and priorities): the same compiled steps with nothing shared, so the ratio is what
-    this machine's cores and memory give two such learners (the bound the shared figure can
+                          shared: bool = True, threads: int = 2) -> dict:
+    """``threads`` threads' compiled learner steps on one shared buffer over one thread's: what the
+    policy's own synchronisation lets that many learners do once Python and the GIL are out of
+    the way. With ``shared=False`` each thread runs on a buffer of its own (same size, policy
+    and priorities): the same compiled steps with nothing shared, so the ratio is what this
+    machine's cores and memory give that many such learners (the bound the shared figure can
     reach), and shared over private is what sharing one buffer costs.
 
     Method: one buffer of ``capacity`` rows of ``transition`` size with random priorities; each
@@ -538,29 +538,32 @@ def shared_kernel_scaling(policy: str, capacity: int, *, variant: str = "kary-al
     object (its own lock token, lock statistics and outputs) and runs ``steps`` learner steps
     (the fused ``sample(batch)`` then the fused update of the drawn rows to new priorities, a busy
     lock retried: :func:`_kernel_loops`) in one nogil call. A repeat times one thread alone, then
-    two threads started together at a barrier (wall seconds from the barrier to the later
-    thread's end); ``ratio = 2 * one / two``. Returns ``{"policy", "variant", "capacity",
-    "batch", "steps", "shared", "ratio", "ratio_min", "ratio_max", "retries"}`` (median and range over
-    ``repeats``; ``retries``: the busy-lock retries of the two-thread runs, summed). Every
-    registered policy, sharded and atomic-deltas included, runs through the same loop
-    (:func:`_kernel_loops`).
+    all ``threads`` started together at a barrier (wall seconds from the barrier to the last
+    thread's end); ``ratio = threads * one / together``. Returns ``{"policy", "variant",
+    "capacity", "batch", "steps", "shared", "threads", "ratio", "ratio_min", "ratio_max",
+    "retries"}`` (median and range over ``repeats``; ``retries``: the busy-lock retries of the
+    runs together, summed). Every registered policy, sharded and atomic-deltas included, runs
+    through the same loop (:func:`_kernel_loops`).
 
     Not a strict bound of the Python figure: the Python between the calls also thins the
-    contention there. It says which mechanism stops two learner threads: a policy that does not
-    reach ~2 here is bound by its locks, one that does is bound by the GIL. Costs about
-    ``3 * repeats * steps`` learner steps.
+    contention there. It says which mechanism stops the learners: a policy that does not reach
+    ~``threads`` here where the private buffers do is bound by its locks and shared lines; one
+    that does is bound by the GIL (threads) or by what processes add. Costs about ``(1 +
+    threads) * repeats * steps`` learner steps, and with ``shared=False`` ``threads`` buffers.
     """
     from replaybench.impl.concurrent import SharedPrioritizedBuffer
 
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 2:
+        raise ValueError(f"threads must be an integer >= 2, got {threads!r}")
     rng = np.random.default_rng(seed)
     buffers = []
     try:
-        for _ in range(1 if shared else 2):
+        for _ in range(1 if shared else threads):
             buffers.append(SharedPrioritizedBuffer.create(capacity, schema(TRANSITIONS[transition]), variant=variant,
                                                           policy=policy, seed=seed))
             fill_with_priorities(buffers[-1], capacity, TRANSITIONS[transition], np.random.default_rng(seed))
         loop = _kernel_loops(buffers[0].kernels).learner_steps
-        start = threading.Barrier(2)
+        start = threading.Barrier(threads)
         failures: list[BaseException] = []
 
         def prepare(who: int):
@@ -591,25 +594,30 @@ def shared_kernel_scaling(policy: str, capacity: int, *, variant: str = "kary-al
 
         prepared = [prepare(0)]
         try:
-            prepared.append(_in_new_thread(lambda: prepare(1)))  # another thread: another lock token
+            for who in range(1, threads):  # each in another thread: another lock token
+                prepared.append(_in_new_thread(lambda who=who: prepare(who)))
             ratios, retries = [], 0
             for r in range(repeats):
+                key0 = r * (threads + 1) * 10**7  # each run draws its own keys
                 alone: list = []
-                run(0, prepared[0][1], (2 * r + 1) * 10**7, alone, together=False)
-                pair: list = []
-                second = threading.Thread(target=run, args=(1, prepared[1][1], (2 * r + 2) * 10**7, pair, True))
-                second.start()
-                run(0, prepared[0][1], (2 * r + 1) * 10**7 + steps, pair, together=True)
-                second.join()
+                run(0, prepared[0][1], key0, alone, together=False)
+                together: list = []
+                others = [threading.Thread(target=run, args=(who, prepared[who][1], key0 + (who + 1) * 10**7,
+                                                             together, True)) for who in range(1, threads)]
+                for t in others:
+                    t.start()
+                run(0, prepared[0][1], key0 + 10**7, together, together=True)
+                for t in others:
+                    t.join()
                 if failures:
                     raise failures[0]
-                refused = [got for _, _, got in alone + pair if got < 0]
+                refused = [got for _, _, got in alone + together if got < 0]
                 if refused:
                     raise RuntimeError(f"policy {policy!r}: a fused learner step was refused (status {-refused[0]})")
                 one = alone[0][1] - alone[0][0]
-                two = max(end for _, end, _ in pair) - min(begin for begin, _, _ in pair)
-                ratios.append(2.0 * one / two)
-                retries += sum(got for _, _, got in pair)
+                wall = max(end for _, end, _ in together) - min(begin for begin, _, _ in together)
+                ratios.append(threads * one / wall)
+                retries += sum(got for _, _, got in together)
         finally:
             for mine, _ in prepared:
                 mine.close()
@@ -617,6 +625,6 @@ def shared_kernel_scaling(policy: str, capacity: int, *, variant: str = "kary-al
         for buf in buffers:
             buf.close()
     return {"policy": policy, "variant": variant, "capacity": capacity, "batch": batch, "steps": steps,
-            "shared": shared,
+            "shared": shared, "threads": threads,
             "ratio": float(np.median(ratios)), "ratio_min": float(min(ratios)), "ratio_max": float(max(ratios)),
             "retries": int(retries)}

@@ -117,6 +117,7 @@ META_TYPES: dict[str, tuple[type, ...]] = {
     "selection": (dict,), "selection.params": (dict,),
     "libraries": (dict,), "pyperf_settings": (dict,),
     "machine": (dict,), "machine.cpu_model": (str,), "machine.usable_cpus": (int,), "machine.logical_cpus": (int,),
+    "machine.cpu_quota": _NUMBER,
     "machine.mem_total_bytes": _NUMBER, "machine.caches": (list,), "machine.caches[]": (dict,),
     "gil_share": (list,), "gil_share[]": (dict,), "gil_share[].variant": (str,), "gil_share[].capacity": (int,),
     "gil_share[].gil_share": _NUMBER, "gil_share[].gil_pair": (dict,), "gil_share[].gil_pair.ratio": _NUMBER,
@@ -130,6 +131,10 @@ META_TYPES: dict[str, tuple[type, ...]] = {
     "shared_path[].gil_pair.ratio_min": _NUMBER, "shared_path[].gil_pair.ratio_max": _NUMBER,
     "shared_path[].kernel_private": (dict,), "shared_path[].kernel_private.ratio": _NUMBER,
     "shared_path[].kernel_private.ratio_min": _NUMBER, "shared_path[].kernel_private.ratio_max": _NUMBER,
+    "shared_path[].kernel_scaling": (list,), "shared_path[].kernel_scaling[]": (dict,),
+    "shared_path[].kernel_scaling[].threads": (int,),
+    **{f"shared_path[].kernel_scaling[].{name}{key}": kind for name in ("kernel", "kernel_private")
+       for key, kind in (("", (dict,)), (".ratio", _NUMBER), (".ratio_min", _NUMBER), (".ratio_max", _NUMBER))},
     "memory_limits": (dict,), "memory_limits.sizes": (list,), "memory_limits.sizes[]": (dict,),
     "memory_limits.sizes[].bytes": (int,), "memory_limits.sizes[].gather_ns": _NUMBER,
     "memory_limits.sizes[].latency_ns": _NUMBER, "memory_limits.sizes[].gather_ns_2threads": _NUMBER,

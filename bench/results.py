@@ -42,7 +42,7 @@ from pathlib import Path
 
 from replaybench.bench import atomic_file, compaction
 from replaybench.bench.contract import COLUMNS, SCHEMA_VERSION, STATUSES, format_cell, parse_row, read_meta, read_rows
-from replaybench.impl.machine import cpu_model, logical_cores, usable_cores
+from replaybench.impl.machine import cpu_model, cpu_quota, logical_cores, usable_cores
 
 # The schema names and the readers are the contract's (bench.contract); they are named here too
 # because every scenario writes and reads its run through this module.
@@ -260,6 +260,7 @@ def machine_info() -> dict:
         "cpu_model": model,
         "logical_cpus": logical_cores(),
         "usable_cpus": usable_cores(),
+        "cpu_quota": cpu_quota(),
         "cores_per_socket": lscpu.get("Core(s) per socket"),
         "threads_per_core": lscpu.get("Thread(s) per core"),
         "sockets": lscpu.get("Socket(s)"),

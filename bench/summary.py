@@ -51,7 +51,9 @@ def format_header(meta: dict | None) -> list[str]:
     state = "complete" if meta.get("complete") else "INCOMPLETE (interrupted or still running)"
     sha = (meta.get("git_sha") or "no git")[:10] + (", dirty" if meta.get("dirty") else "")
     machine = meta.get("machine") or {}
-    out = [f"Run {meta.get('run_id')}: {state}; git {sha}; {machine.get('cpu_model')}, {machine.get('usable_cpus')} CPUs"]
+    quota = machine.get("cpu_quota")
+    out = [f"Run {meta.get('run_id')}: {state}; git {sha}; {machine.get('cpu_model')}, {machine.get('usable_cpus')} CPUs"
+           + (f" (a cgroup quota of {quota:g} CPUs' time)" if quota else "")]
     s = meta.get("pyperf_settings") or {}
     if s.get("processes") is not None:
         out.append(f"pyperf: {s.get('processes')} processes x {s.get('values')} values "

@@ -11,7 +11,7 @@ import os
 import platform
 import re
 
-__all__ = ["usable_cores", "logical_cores", "cpu_model", "available_memory_bytes", "check_memory"]
+__all__ = ["usable_cores", "logical_cores", "cpu_quota", "cpu_model", "available_memory_bytes", "check_memory"]
 
 _MEMINFO = "/proc/meminfo"
 _CGROUP = "/sys/fs/cgroup"  # cgroup v2: memory.max and memory.current of this process's group
@@ -30,6 +30,27 @@ def usable_cores() -> int:
 def logical_cores() -> int:
     """Logical CPUs the machine has, whether or not this process may use them."""
     return os.cpu_count() or 1
+
+
+def cpu_quota(root: str = _CGROUP) -> float | None:
+    """CPUs' worth of time the cgroup lets this process's group use (quota over period), or None
+    without a quota: a limit that the affinity mask (:func:`usable_cores`) does not show, so a
+    container may list 16 CPUs and run 4 at a time. Read from cgroup v2's ``cpu.max`` (``max``:
+    none) or v1's ``cpu/cpu.cfs_quota_us`` over ``cpu.cfs_period_us`` (-1: none), at ``root``.
+    Cost: two small file reads."""
+    try:
+        quota, period = open(os.path.join(root, "cpu.max")).read().split()[:2]
+    except (OSError, ValueError):
+        try:
+            quota = open(os.path.join(root, "cpu", "cpu.cfs_quota_us")).read().strip()
+            period = open(os.path.join(root, "cpu", "cpu.cfs_period_us")).read().strip()
+        except OSError:
+            return None
+    try:
+        q, p = int(quota), int(period)
+    except ValueError:  # "max"
+        return None
+    return q / p if q > 0 and p > 0 else None
 
 
 def cpu_model() -> str | None:

@@ -90,7 +90,7 @@ def test_shared_path_states_what_binds_two_learner_threads(tmp_path, monkeypatch
 
     monkeypatch.setattr(concurrency_workers, "shared_gil_share", no_fused_step_for_pal_locks)
     suite = {**suites.load("concurrency-quick"), "name": "conc-shared", "policies": ["lazy-writing", "pal-locks"],
-             "modes": ["threads"], "workers": [[0, 1], [0, 2]], "repeats": 1, "shared_path": True}
+             "modes": ["threads"], "workers": [[0, 1], [0, 2], [0, 4]], "repeats": 1, "shared_path": True}
     printed = []
     (run,) = driver.run_suites(suite, out=str(tmp_path), progress=False, echo=printed.append)
     meta = results.read_meta(run)  # read through the contract's checks
@@ -115,6 +115,16 @@ def test_shared_path_states_what_binds_two_learner_threads(tmp_path, monkeypatch
     rates = {r["learners"]: r["value"] for r in results.read_rows(run)
              if r["policy"] == "lazy-writing" and r["op"] == "sample" and r["metric"] == "items_per_s"}
     assert f"{rates[2] / rates[1]:.2f}" in line and f"{pair_cell}  {own_cell}" in line
+    # past two learners: the compiled scaling at 4 threads, a buffer each and one buffer
+    (four,) = lazy["kernel_scaling"]
+    assert four["threads"] == 4 and four["kernel_private"]["retries"] == 0
+    cells = [f"{four[k]['ratio']:.2f} ({four[k]['ratio_min']:.2f}-{four[k]['ratio_max']:.2f})"
+             for k in ("kernel_private", "kernel")]
+    wide = text.split("T learners over one", 1)[1]
+    wide_line = next(ln for ln in wide.splitlines() if "lazy-writing" in ln).split()
+    assert wide_line[3:8] == ["4", *cells[0].split(), *cells[1].split()]
+    assert wide_line[8] == f"{rates[4] / rates[1]:.2f}"  # the measured 4 threads over 1, beside them
+    assert "kernel_scaling" not in by["pal-locks"]
     # the report's section reads the same entries from meta.json through the results contract
     from replaybench.analysis import load
     from replaybench.analysis.plots import concurrency
@@ -182,6 +192,26 @@ def test_shared_kernel_scaling_runs_learner_steps_in_two_threads(monkeypatch):
     for policy in ("deferred", "pal-locks", "sharded", "atomic-deltas"):  # one calling convention: every policy runs in the loop
         got = shared_kernel_scaling(policy, 1024, batch=8, steps=2, repeats=1)
         assert got["steps"] == 2 and got["ratio"] > 0
+    attached.clear()
+    four = shared_kernel_scaling("atomic-deltas", 4096, batch=32, steps=20, repeats=2, threads=4, shared=False)
+    assert four["threads"] == 4 and four["retries"] == 0 and 0 < four["ratio_min"] <= four["ratio"] <= four["ratio_max"]
+    assert len(attached) == 4 and len(set(attached)) == 4  # four threads, a buffer each
+    attached.clear()
+    four = shared_kernel_scaling("atomic-deltas", 4096, batch=32, steps=20, repeats=2, threads=4)
+    assert four["threads"] == 4 and four["shared"] and len(attached) == 4 and len(set(attached)) == 1
+
+
+@pytest.mark.parametrize("threads", [1, 0, 2.0, True, "4"])
+def test_shared_kernel_scaling_refuses_a_bad_thread_count_before_any_buffer(threads, monkeypatch):
+    from replaybench.bench.concurrency_workers import shared_kernel_scaling
+    from replaybench.impl.concurrent import SharedPrioritizedBuffer
+
+    def no_buffer(*args, **kwargs):
+        raise AssertionError("a buffer was made before the argument was checked")
+
+    monkeypatch.setattr(SharedPrioritizedBuffer, "create", no_buffer)
+    with pytest.raises(ValueError, match=f"threads must be an integer >= 2, got {threads!r}"):
+        shared_kernel_scaling("atomic-deltas", 1024, threads=threads)
 
 
 def test_learner_step_measurements_run_without_the_periodic_re_sum(monkeypatch):

@@ -21,8 +21,9 @@ other. Rows per window:
 The summary shows per cell the rates and per-call costs and each policy's sample rate as a
 ratio to ``global-lock`` in the same run, mode, size and split (``x global-lock``). meta.json
 holds this machine's memory limits (:mod:`bench.limits`). With the suite key ``shared_path``
-(true), meta.json also gets, per variant, policy and transition size, what binds two learner
-threads on one buffer (``shared_path``, measured before the cells, a few seconds per policy):
+(true), meta.json also gets, per variant, policy and transition size with cells of two learners
+(threads or processes), what binds two learners on one buffer (``shared_path``, measured before
+the cells, a few seconds per policy):
 the GIL's bound ``2 / (1 + share)`` from the share of a learner step that holds it
 (:func:`bench.concurrency_workers.shared_gil_share`), what two threads holding the GIL for that
 share of a step of that length get on this machine with nothing else shared (``gil_pair``:
@@ -33,8 +34,10 @@ two such learners with nothing shared, the bound of the shared figures), and
 one learner step (sample + update, CPU seconds per call) on the shared buffer over the same
 calls on the in-process buffer of the same variant, timed in alternating rounds and taken per
 round (``step_over_local``, the median, and ``step_over_local_range``:
-:func:`bench.concurrency_workers.step_over_local`); the summary sets them beside the
-measured two learners over one, as threads and as processes. A policy that cannot hold the
+:func:`bench.concurrency_workers.step_over_local`); where the cells go past two learners, the
+compiled scaling on one buffer and on a buffer each at 4, 8, ... threads up to the most
+learners (``kernel_scaling``: whether the machine or the policy stops T learners). The summary
+sets them beside the measured learners over one, as threads and as processes. A policy that cannot hold the
 variant's tree (NotImplementedError) gives a ``skipped`` row. :mod:`bench.derive`'s scaling
 model is fitted to a run (``replaybench plan --run``).
 
@@ -222,17 +225,26 @@ SCENARIO = Concurrency()
 
 
 def shared_path(cells: list[Cell]) -> list[dict]:
-    """Per variant, policy and transition size of the cells with two learner threads: the GIL's
-    bound on them and their compiled scaling (module docstring); a policy or tree it cannot
-    measure (no fused learner step; every registered policy has one) gets its error instead."""
+    """Per variant, policy and transition size of the cells with two learners (threads or
+    processes): the GIL's bound on them and their compiled scaling (module docstring), and where
+    the cells go past two learners, the compiled scaling at each power of two up to the most
+    (``kernel_scaling``: ``[{"threads", "kernel", "kernel_private"}]``, one buffer and a buffer
+    each); a policy or tree it cannot measure (no fused learner step; every registered policy
+    has one) gets its error instead."""
     from replaybench.bench import concurrency_workers as workers
     from replaybench.bench import workloads
 
+    most: dict[tuple, int] = {}
+    for cell in cells:
+        c = cell.columns
+        if c["actors"] == 0:
+            key = (c["variant"], c["policy"], c["transitions"])
+            most[key] = max(most.get(key, 0), c["learners"])
     out, seen = [], set()
     for cell in cells:
         c = cell.columns
         key = (c["variant"], c["policy"], c["transitions"])
-        if c["mode"] != "threads" or c["actors"] != 0 or c["learners"] != 2 or key in seen:
+        if c["actors"] != 0 or c["learners"] != 2 or key in seen:
             continue
         seen.add(key)
         entry = {"variant": c["variant"], "policy": c["policy"], "transitions": c["transitions"],
@@ -251,6 +263,15 @@ def shared_path(cells: list[Cell]) -> list[dict]:
                          step_s=paired["shared_s"], local_step_s=paired["local_s"], step_over_local=paired["ratio"],
                          step_over_local_range=[paired["ratio_min"], paired["ratio_max"]],
                          kernel={k: kernel[k] for k in keys}, kernel_private={k: private[k] for k in keys})
+            wider = [1 << k for k in range(2, most[key].bit_length()) if 1 << k <= most[key]]
+            wider += [most[key]] if most[key] > 2 and most[key] not in wider else []
+            if wider:
+                entry["kernel_scaling"] = [
+                    {"threads": t, **{name: {k: got[k] for k in keys} for name, got in (
+                        ("kernel", workers.shared_kernel_scaling(c["policy"], c["capacity"], threads=t, **where)),
+                        ("kernel_private", workers.shared_kernel_scaling(c["policy"], c["capacity"], threads=t,
+                                                                         shared=False, **where)))}}
+                    for t in wider]
         except (ValueError, NotImplementedError) as err:  # no fused learner step for this policy or tree
             entry["error"] = f"{type(err).__name__}: {err}"
         out.append(entry)
@@ -351,10 +372,10 @@ def format_shared_path(shared: list[dict], med: dict[tuple, dict]) -> list[str]:
     from replaybench.bench import derive
     from replaybench.bench.summary import format_table as table
 
-    def measured(e, mode):
+    def measured(e, mode, n=2):
         key = (e["variant"], e["policy"], e["transitions"], mode)
-        one, two = (med.get((*key, 0, n), {}).get(("sample", "items_per_s")) for n in (1, 2))
-        return f"{two / one:.2f}" if one and two else "-"
+        one, many = (med.get((*key, 0, k), {}).get(("sample", "items_per_s")) for k in (1, n))
+        return f"{many / one:.2f}" if one and many else "-"
 
     body = []
     for e in shared:
@@ -374,7 +395,25 @@ def format_shared_path(shared: list[dict], med: dict[tuple, dict]) -> list[str]:
              "included), two threads' compiled steps each on a buffer of its own (nothing shared: the machine's "
              "bound) and on one buffer (no Python: the policy's locks and the shared lines), and the measured "
              "ratios on one buffer"]
-            + table(header, body, {3, 4, 8, 9}))
+            + table(header, body, {3, 4, 8, 9}) + _format_kernel_scaling(shared, measured))
+
+
+def _format_kernel_scaling(shared: list[dict], measured) -> list[str]:
+    """The lines of the "what binds T learners" table, from the entries' ``kernel_scaling``
+    (none without one): per policy and T, T threads' compiled steps over one's, each on a buffer
+    of its own and on one buffer, beside the measured T learners over one."""
+    from replaybench.bench.summary import format_table as table
+
+    body = [[e["variant"], e["policy"], e["transitions"], str(s["threads"]), ratio_range(s["kernel_private"]),
+             ratio_range(s["kernel"]), measured(e, "threads", s["threads"]), measured(e, "processes", s["threads"])]
+            for e in shared for s in e.get("kernel_scaling", [])]
+    if not body:
+        return []
+    header = ["variant", "policy", "transitions", "T", "kernel T x 1 own buffers", "kernel T x 1",
+              "threads T x 1", "processes T x 1"]
+    return ["", "T learners over one (sample/s): T threads' compiled steps each on a buffer of its own (nothing "
+            "shared: the machine's bound on T such learners) and on one buffer (the policy's synchronisation and "
+            "shared lines, no Python), beside the measured ratios on one buffer"] + table(header, body, {3, 6, 7})
 
 
 def ratio_range(k: dict) -> str:
