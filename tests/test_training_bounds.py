@@ -259,3 +259,22 @@ def test_no_bound_rows_no_table(tmp_path):
     assert _section(tmp_path, "some", "training-x", rows)  # one metric is enough
     assert training_scaling.bounds_section(load.Results(table=load.load_runs(load.find_runs(tmp_path / "some"))
                                                         .table.iloc[0:0], metas={}, problems=[])) == []
+
+
+def test_runs_that_differ_only_in_learner_settings_get_lines_of_their_own(quick_run):
+    """Two runs alike but for priority_lag, learner_prefetch or an algorithm override once shared
+    one summary line, which showed the last of them only; each now has its own, naming what
+    sets it apart."""
+    cfg, result = quick_run
+    rows = training.result_rows(result, training.run_base(cfg, cfg.validate(), {"run_id": "t"}))
+
+    def variant(**extra):
+        return [{**r, "params": {**r["params"], **extra}} for r in rows]
+
+    table = training.format_table(rows + variant(priority_lag=1) + variant(learner_prefetch=True)
+                                  + variant(overrides={"cuda_graph": False, "updates_per_step": 0.5}))
+    header, _, *lines = table.splitlines()
+    assert "settings" in header.split() and len(lines) == 4
+    base = training.run_settings(rows[0]["params"])  # this run's own overrides (a short test config)
+    assert [f" {w} " in line for line, w in zip(lines, (base, f"lag=1 {base}", f"prefetch {base}",
+                                                         "cuda_graph=False"))] == [True] * 4

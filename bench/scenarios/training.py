@@ -298,11 +298,22 @@ class ProgressBar:
 
 
 # ------------------------------------------------------------------------------------------ table
+def run_settings(params: dict) -> str:
+    """The learner settings and algorithm overrides of a run that its other summary columns do
+    not show (``lag=1 prefetch cuda_graph=False``; ``-`` for none), so that runs differing only
+    in them get lines of their own."""
+    out = [f"lag={params['priority_lag']}"] if params.get("priority_lag") else []
+    out += ["prefetch"] if params.get("learner_prefetch") else []
+    out += [f"{k}={v}" for k, v in sorted((params.get("overrides") or {}).items()) if k != "updates_per_step"]
+    return " ".join(out) or "-"
+
+
 def format_table(rows: list[dict]) -> str:
-    """One line per run (its learners' device among the keys): throughput, time to threshold, waits, speedup, the replay share
-    (replay seconds over all process seconds of the run: every section of every process), and
-    what bounds the run with the fraction of that bound reached (:mod:`bench.bound`), and the
-    learner's replay seconds per update in the run over the same calls alone."""
+    """One line per run (its learners' device and settings among the keys: :func:`run_settings`):
+    throughput, time to threshold, waits, speedup, the replay share (replay seconds over all
+    process seconds of the run: every section of every process), and what bounds the run with
+    the fraction of that bound reached (:mod:`bench.bound`), and the learner's replay seconds
+    per update in the run over the same calls alone."""
     from replaybench.bench.summary import format_table as table
 
     runs: dict[tuple, dict] = {}
@@ -310,7 +321,8 @@ def format_table(rows: list[dict]) -> str:
         params = json.loads(r["params"]) if isinstance(r["params"], str) else r["params"]  # read back or in memory
         ratio = params.get("updates_per_step")
         key = (r["variant"], r["policy"], ratio, params.get("envs_per_actor", 1), r["actors"], r["learners"],
-               r["seed"], r.get("engine"), params.get("device", "cpu"), r.get("algo"), r.get("env"))
+               r["seed"], r.get("engine"), params.get("device", "cpu"), run_settings(params), r.get("algo"),
+               r.get("env"))
         entry = runs.setdefault(key, {"profile": {}})
         if r["op"] == "summary":
             entry[r["metric"]] = r.get("value") if r["status"] == "ok" else r["status"]
@@ -323,20 +335,20 @@ def format_table(rows: list[dict]) -> str:
         return fmt.format(x) if isinstance(x, (int, float)) else (x or "-")
 
     body = []
-    for (variant, policy, ratio, envs, a, l, seed, engine, device, _, _), e in runs.items():
+    for (variant, policy, ratio, envs, a, l, seed, engine, device, settings, _, _), e in runs.items():
         total = sum(e["profile"].values())
         share = e["profile"].get("replay", 0.0) / total if total else None
-        body.append([variant, policy, str(engine), str(device), str(ratio), str(envs), str(a), str(l), str(seed),
+        body.append([variant, policy, str(engine), str(device), settings, str(ratio), str(envs), str(a), str(l), str(seed),
                      num(e.get("env_steps_per_s"), "{:.0f}"), num(e.get("updates_per_s"), "{:.0f}"), num(e.get("time_to_threshold_s"), "{:.1f}"),
                      num(e.get("speedup"), "{:.2f}"), num(e.get("vs_process"), "{:.2f}"),
                      num(e.get("actor_wait_s"), "{:.1f}"),
                      num(e.get("learner_wait_s"), "{:.1f}"), num(share, "{:.1%}"), e.get("bound") or "-",
                      num(e.get("bound_steps_per_s"), "{:.0f}"), num(e.get("bound_fraction"), "{:.0%}"),
                      num(e.get("learner_replay_inrun_over_alone"), "{:.2f}")])
-    header = ["variant", "policy", "engine", "device", "upd/step", "E", "A", "L", "seed", "steps/s", "upd/s", "t_thresh s",
-              "speedup", "vs process", "actor wait s", "learner wait s", "replay share", "bound", "bound steps/s",
-              "of bound", "replay/alone"]
-    return "\n".join(table(header, body, set(range(4, len(header)))))
+    header = ["variant", "policy", "engine", "device", "settings", "upd/step", "E", "A", "L", "seed", "steps/s", "upd/s",
+              "t_thresh s", "speedup", "vs process", "actor wait s", "learner wait s", "replay share", "bound",
+              "bound steps/s", "of bound", "replay/alone"]
+    return "\n".join(table(header, body, set(range(5, len(header)))))
 
 
 # ------------------------------------------------------------------------------------------ suite
