@@ -364,3 +364,26 @@ def test_the_gpu_scenario_times_torchrl_on_each_device_it_can(tmp_path):
         params = json.loads(r["params"]) if isinstance(r["params"], str) else r["params"]
         ok = loads and (params["device"] == "cpu" or HAS_CUDA)
         assert r["status"] == ("ok" if ok else "unavailable"), r
+
+
+def test_the_gpu_summary_gives_one_line_per_contestant_against_torchrl_on_the_same_devices():
+    """Contestants of one variant once shared a line whose median mixed a CUDA graph, eager
+    launches and the CPU build; each now has its own, with TorchRL's median over its own where
+    TorchRL ran on the same devices."""
+    from replaybench.bench.scenarios.gpu import format_table
+
+    def rows(variant, us, **params):
+        return [{"variant": variant, "params": params, "capacity": 1024, "status": "ok", "value": u * 1e-6}
+                for u in us]
+
+    table = format_table(rows("torch-kary", [100, 110, 90], device="cuda", batch_to="cuda", cuda_graph=True)
+                         + rows("torch-kary", [400, 410, 390], device="cuda", batch_to="cuda", cuda_graph=False)
+                         + rows("torch-kary", [300], device="cpu", batch_to="cpu", cuda_graph=True)
+                         + rows("peer:torchrl", [200, 210, 190], device="cuda", batch_to="cuda")
+                         + [{"variant": "kary-aligned", "params": {"device": "cpu", "batch_to": "cuda"},
+                             "capacity": 1024, "status": "unavailable", "value": None, "error": "no CUDA device"}])
+    lines = {tuple(ln.split()[:4]): ln.split()[4:] for ln in table.splitlines()[3:] if ln.strip()}
+    assert lines[("torch-kary", "cuda", "cuda", "graph")] == ["1024", "100.0", "90.0-110.0", "3", "2.00"]
+    assert lines[("torch-kary", "cuda", "cuda", "eager")] == ["1024", "400.0", "390.0-410.0", "3", "0.50"]
+    assert lines[("torch-kary", "cpu", "cpu", "-")] == ["1024", "300.0", "300.0-300.0", "1", "-"]  # no CPU TorchRL
+    assert lines[("kary-aligned", "cpu", "cuda", "-")] == ["1024", "unavailable", "no", "CUDA", "device"]

@@ -53,6 +53,14 @@ def log_y(ax) -> None:
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
+def log_x(ax) -> None:
+    """:func:`log_y` for the x axis."""
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.10g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def note(ax, text: str, width: int = 40, **kw) -> None:
     """Grey text across the middle of a panel (for panels with nothing measurable), wrapped to
     ``width`` characters per line and left out of the layout so it cannot squeeze the panels."""

@@ -1,7 +1,7 @@
 """Scaling model: predicted against measured throughput of every concurrency cell.
 
-For each (variant, policy, mode, transitions) of the newest concurrency run that has the
-redesigned scenario's per-call costs, the scaling model of :mod:`bench.derive` is fitted
+For each (variant, policy, mode, transitions) of the newest concurrency run (by meta.json's
+start) that has the redesigned scenario's per-call costs, the scaling model of :mod:`bench.derive` is fitted
 from its 1-actor, 1- and 2-learner cells (:func:`~bench.derive.costs_from_rows`)
 and predicts every cell of that run (:func:`~bench.derive.validate_model`). One point per
 cell: x = measured rate, y = predicted (sample transitions/s; insert for actors alone), log-log,
@@ -17,7 +17,7 @@ import pandas as pd
 
 from replaybench.analysis import palette
 from replaybench.analysis.plots import NoRows, Plot
-from replaybench.analysis.plots._common import handle, legend, new_figure
+from replaybench.analysis.plots._common import handle, legend, log_x, log_y, new_figure
 from replaybench.bench import derive
 
 NAME = "scaling"
@@ -36,7 +36,10 @@ def build(table, metas) -> Plot:
     if rows.empty:
         raise NoRows("no concurrency rows (scenario 'concurrency')")
     points = []
-    for run_id in sorted(set(rows["run_id"]), reverse=True):  # newest first
+    def started(run_id):  # meta's start time, then the id (an id alone does not sort runs by time)
+        return str((metas.get(run_id) or {}).get("start_time") or ""), run_id
+
+    for run_id in sorted(set(rows["run_id"]), key=started, reverse=True):  # newest first
         mine = rows[rows["run_id"] == run_id]
         records = _records(mine)
         cores = int(((metas.get(run_id) or {}).get("machine") or {}).get("usable_cpus") or 0) or None
@@ -73,8 +76,8 @@ def build(table, metas) -> Plot:
         line = np.array([lo, hi])
         ax.plot(line, line, color="0.4", linewidth=1)
         ax.fill_between(line, line * 0.75, line * 1.25, color="0.85", zorder=0)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        log_x(ax)
+        log_y(ax)
         ax.set_xlim(lo, hi)
         ax.set_ylim(lo, hi)
         ax.grid(alpha=0.3, which="both")
@@ -85,7 +88,7 @@ def build(table, metas) -> Plot:
         if c == 0:
             ax.set_ylabel("predicted (M transitions/s)")
     fig.suptitle(f"Scaling model of run {data['run_id'].iloc[0]}\ngrey band = +-25 %; hollow = fitted inputs",
-                 fontsize=9)
+                 fontsize=9, x=0.4)  # left of centre: the legend takes the right
     legend(fig, list(handles.values()), title="policy, mode")
     data = data.sort_values(["transitions", "policy", "mode", "actors", "learners"]).reset_index(drop=True)
     return Plot(fig, data, "Predicted against measured sample throughput (insert throughput for actors alone) of "

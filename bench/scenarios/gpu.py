@@ -118,6 +118,9 @@ class Gpu(Scenario):
         return {"timing": "each call ends in torch.cuda.synchronize() where a CUDA device is involved; "
                           f"{suite['warmup']} warm-up calls, then {suite['repeats']} blocks of {suite['calls']}"}
 
+    def summarize(self, rows: list[dict], meta: dict) -> str:
+        return format_table(rows)
+
     def measure(self, cell: Cell, run: RunState) -> list[dict]:
         suite = run.meta["suite"]
         sample, sync = _contestant(cell, suite)
@@ -133,6 +136,43 @@ class Gpu(Scenario):
                 sync()
             rows.append(cell.row("ok", value=(time.perf_counter() - start) / calls, repeat=repeat, loops=calls))
         return rows
+
+
+def format_table(rows: list[dict]) -> str:
+    """One line per contestant (variant, tree device, where the batch lands, and for torch-kary
+    on CUDA a graph replay or eager launches): microseconds per sample call, median and range
+    over the repeats, and TorchRL's median over this one's where the run has ``peer:torchrl``
+    with the same devices (above 1: faster than TorchRL); then the cells not measured."""
+    import json
+    import statistics
+
+    from replaybench.bench.summary import format_table as table
+
+    cells: dict[tuple, dict] = {}
+    for r in rows:
+        p = json.loads(r["params"]) if isinstance(r["params"], str) else (r["params"] or {})
+        how = ("graph" if p.get("cuda_graph") else "eager") if r["variant"] == "torch-kary" and p.get("device") == "cuda" \
+            else "-"
+        key = (r["variant"], p.get("device"), p.get("batch_to"), how, r["capacity"])
+        cell = cells.setdefault(key, {"values": [], "status": r["status"], "error": r.get("error")})
+        if r["status"] == "ok":
+            cell["values"].append(1e6 * float(r["value"]))
+    medians = {k: statistics.median(c["values"]) for k, c in cells.items() if c["values"]}
+    body, missing = [], []
+    for key, c in cells.items():
+        if key not in medians:
+            missing.append([*map(str, key), c["status"], (c["error"] or "")[:100]])
+            continue
+        peer = medians.get(("peer:torchrl", key[1], key[2], "-", key[4]))
+        body.append([*map(str, key), f"{medians[key]:.1f}", f"{min(c['values']):.1f}-{max(c['values']):.1f}",
+                     str(len(c["values"])), f"{peer / medians[key]:.2f}" if peer else "-"])
+    header = ["variant", "tree on", "batch to", "launch", "capacity"]
+    out = ["One sample call: us, median and min-max over repeats; x torchrl = TorchRL's median with the same "
+           "devices over this one's"]
+    out += table(header + ["us", "min-max", "repeats", "x torchrl"], body, {4, 5, 7, 8}) if body else ["(no rows)"]
+    if missing:
+        out += ["", "Not measured:", *table(header + ["status", "error"], missing, set())]
+    return "\n".join(out)
 
 
 def _contestant(cell: Cell, suite: dict):
