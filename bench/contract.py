@@ -121,6 +121,8 @@ META_TYPES: dict[str, tuple[type, ...]] = {
     "machine.mem_total_bytes": _NUMBER, "machine.caches": (list,), "machine.caches[]": (dict,),
     "gil_share": (list,), "gil_share[]": (dict,), "gil_share[].variant": (str,), "gil_share[].capacity": (int,),
     "gil_share[].gil_share": _NUMBER, "gil_share[].gil_pair": (dict,), "gil_share[].gil_pair.ratio": _NUMBER,
+    "gil_share[].gil_threads": (list,), "gil_share[].gil_threads[]": (dict,),
+    "gil_share[].gil_threads[].threads": (int,), "gil_share[].gil_threads[].ratio": _NUMBER,
     "shared_path": (list,), "shared_path[]": (dict,), "shared_path[].policy": (str,),
     "shared_path[].variant": (str,), "shared_path[].capacity": (int,), "shared_path[].gil_bound": _NUMBER,
     "shared_path[].step_over_local": _NUMBER, "shared_path[].step_over_local_range": (list,),

@@ -146,7 +146,9 @@ def format_threads(cells: dict[tuple, dict], gil_shares: list[dict] | None = Non
     """:func:`bench.derive.thread_ratios` as a table (empty when no cell has more than one
     thread). With the run's ``gil_share`` measurements (meta.json), the sample rows add the share
     g of a call that holds the GIL and the bound it sets on T threads, ``T / (1 + (T - 1) g)``
-    (Amdahl's law with the GIL-held part serial). With a memory probe that timed two threads
+    (Amdahl's law with the GIL-held part serial), and what T threads holding it for that share
+    got here with nothing shared (``gil_pair`` at 2, ``gil_threads`` beyond: the handovers
+    included, the bound as this machine delivers it). With a memory probe that timed two threads
     (:func:`bench.limits.probe`), 2-thread rows add what two threads gathering random lines,
     each from its own working set of the buffer's size, got over one (the memory system's own
     scaling at that size)."""
@@ -155,8 +157,9 @@ def format_threads(cells: dict[tuple, dict], gil_shares: list[dict] | None = Non
     for t in derive.thread_ratios(cells):
         r = t["row"]
         entry = shares.get((r["variant"], r["capacity"]), {}) if r["op"] == "sample" else {}
-        g, pair = entry.get("gil_share"), entry.get("gil_pair")
-        n = r["threads"]
+        g, n = entry.get("gil_share"), r["threads"]
+        pair = entry.get("gil_pair") if n == 2 else next(
+            (w for w in entry.get("gil_threads") or () if w.get("threads") == n), None)
         memory = None
         if memory_limits and n == 2 and r.get("transitions") in derive.SCHEMAS:
             b = derive.bound_ns(memory_limits, derive.working_set_bytes(
@@ -164,15 +167,15 @@ def format_threads(cells: dict[tuple, dict], gil_shares: list[dict] | None = Non
             memory = b["gather_ns"] / b["gather_ns_2threads"] if "gather_ns_2threads" in b else None
         body.append([r["op"], str(r["capacity"]), r["variant"], str(n), f"{t['x']:.2f}", f"{t['lo']:.2f}-{t['hi']:.2f}",
                      f"{g:.2f}" if g is not None else "-", f"{n / (1 + (n - 1) * g):.2f}" if g is not None else "-",
-                     f"{pair['ratio']:.2f}" if pair and n == 2 else "-",
+                     f"{pair['ratio']:.2f}" if pair else "-",
                      f"{memory:.2f}" if memory is not None else "-"])
     if not body:
         return []
     return ["Threads, each on its own buffer: throughput over one thread's, same run; GIL share of a sample call, "
-            "the bound it sets, and what 2 threads holding the GIL that share of such a call get here with nothing "
-            "shared (GIL 2 thr x 1, the handover included); random gathers of 2 threads over 1 at the buffer's size",
+            "the bound it sets, and what T threads holding the GIL that share of such a call get here with nothing "
+            "shared (GIL T thr x 1, the handovers included); random gathers of 2 threads over 1 at the buffer's size",
             *format_table(["op", "capacity", "variant", "threads", "x 1 thread", "min-max", "GIL share", "bound",
-                           "GIL 2 thr x 1", "memory 2 thr x 1"], body, right={1, 3, 4, 5, 6, 7, 8, 9})]
+                           "GIL T thr x 1", "memory 2 thr x 1"], body, right={1, 3, 4, 5, 6, 7, 8, 9})]
 
 
 def format_bound(stats: dict, rows: list[dict], memory_limits: dict) -> list[str]:

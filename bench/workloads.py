@@ -323,11 +323,12 @@ def _nogil_spin():
     return spin
 
 
-def gil_pair_ratio(held_s: float, free_s: float, *, calls: int = 2, steps: int = 2000, repeats: int = 5) -> dict:
-    """What two threads get over one on this machine when each step holds the GIL for
-    ``held_s`` and runs compiled code without it for ``free_s``, in ``calls`` alternations
-    (a learner step: Python, then the sample kernel, Python, then the update kernel), with
-    nothing else shared: the GIL's bound as this machine and interpreter deliver it.
+def gil_pair_ratio(held_s: float, free_s: float, *, calls: int = 2, steps: int = 2000, repeats: int = 5,
+                   threads: int = 2) -> dict:
+    """What ``threads`` threads (two by default) get over one on this machine when each step
+    holds the GIL for ``held_s`` and runs compiled code without it for ``free_s``, in ``calls``
+    alternations (a learner step: Python, then the sample kernel, Python, then the update
+    kernel), with nothing else shared: the GIL's bound as this machine and interpreter deliver it.
 
     The bound ``2 / (1 + share)`` from a measured GIL share (:func:`gil_share`,
     :func:`bench.concurrency_workers.shared_gil_share`) counts only the GIL-held time. Handing
@@ -335,11 +336,12 @@ def gil_pair_ratio(held_s: float, free_s: float, *, calls: int = 2, steps: int =
     condition variable until the holder releases it and the OS wakes it (on a VM, an idle
     virtual CPU is woken through the hypervisor). This measures that, with busy
     waits standing in for the Python and the kernel (a Python loop on ``time.perf_counter``
-    holding the GIL; :func:`_nogil_spin` without it). ``ratio = 2 * one / two`` (wall seconds
-    of ``steps`` steps in one thread, and in each of two threads started together); median
-    and range over ``repeats``. Returns ``{"held_s", "free_s", "calls", "steps", "ratio",
-    "ratio_min", "ratio_max"}``. Costs about ``3 * repeats * steps * (held_s + free_s)``
-    seconds. Raises ValueError for a negative time or a non-positive count.
+    holding the GIL; :func:`_nogil_spin` without it). ``ratio = threads * one / together``
+    (wall seconds of ``steps`` steps in one thread, and in each of ``threads`` threads started
+    together, to the last one's end); median and range over ``repeats``. Returns ``{"held_s",
+    "free_s", "calls", "steps", "threads", "ratio", "ratio_min", "ratio_max"}``. Costs about
+    ``(1 + threads) * repeats * steps * (held_s + free_s)`` CPU seconds. Raises ValueError for
+    a negative time, a non-positive count or fewer than two threads.
     """
     for name, value in (("held_s", held_s), ("free_s", free_s)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
@@ -347,10 +349,12 @@ def gil_pair_ratio(held_s: float, free_s: float, *, calls: int = 2, steps: int =
     for name, value in (("calls", calls), ("steps", steps), ("repeats", repeats)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 2:
+        raise ValueError(f"threads must be an integer >= 2, got {threads!r}")
     spin, clock = _nogil_spin(), np.zeros(2, np.int64)
     spin(0.0, clock)  # compiles before anything is timed
     held, free = held_s / calls, free_s / calls
-    start = threading.Barrier(2)
+    start = threading.Barrier(threads)
     failures: list[BaseException] = []
 
     def run(times: list, together: bool) -> None:
@@ -377,15 +381,17 @@ def gil_pair_ratio(held_s: float, free_s: float, *, calls: int = 2, steps: int =
         run(alone, False)
         if failures:
             raise failures[0]
-        pair: list = []
-        second = threading.Thread(target=run, args=(pair, True))
-        second.start()
-        run(pair, True)
-        second.join()
+        together: list = []
+        others = [threading.Thread(target=run, args=(together, True)) for _ in range(threads - 1)]
+        for t in others:
+            t.start()
+        run(together, True)
+        for t in others:
+            t.join()
         if failures:
             raise failures[0]
         one = alone[0][1] - alone[0][0]
-        two = max(end for _, end in pair) - min(begin for begin, _ in pair)
-        ratios.append(2.0 * one / two)
-    return {"held_s": held_s, "free_s": free_s, "calls": calls, "steps": steps, "ratio": float(np.median(ratios)),
-            "ratio_min": float(min(ratios)), "ratio_max": float(max(ratios))}
+        wall = max(end for _, end in together) - min(begin for begin, _ in together)
+        ratios.append(threads * one / wall)
+    return {"held_s": held_s, "free_s": free_s, "calls": calls, "steps": steps, "threads": threads,
+            "ratio": float(np.median(ratios)), "ratio_min": float(min(ratios)), "ratio_max": float(max(ratios))}

@@ -253,14 +253,14 @@ def test_headline_joins_micro_and_cache_rows(tmp_path):
 def test_threads_workload_runs_each_thread_on_its_own_buffer(tmp_path):
     """threads=2: the worker times two threads at once, a call counts both threads' items, and the
     summary gives 2 threads over 1 of the same cell."""
-    suite = {**suites.load("micro-quick"), "name": "thr", "params": {"threads": [1, 2]}}
+    suite = {**suites.load("micro-quick"), "name": "thr", "params": {"threads": [1, 2, 3]}}
     path = tmp_path / "thr.json"
     path.write_text(json.dumps(suite))
     run_dir = driver.run(suites.load(str(path)), Selection(variants=["kary-prefix"], ops=["sample"]),
                          out=tmp_path / "r", progress=False, echo=quiet)
     rows = [r for r in results.read_rows(run_dir) if r["variant"] == "kary-prefix"]
     by = {r["threads"]: r for r in rows}
-    assert set(by) == {1, 2} and {r["status"] for r in rows} == {"ok"}
+    assert set(by) == {1, 2, 3} and {r["status"] for r in rows} == {"ok"}
     assert by[2]["items_per_call"] == 2 * by[1]["items_per_call"]
     assert "threads" not in json.loads(by[2]["params"] or "{}")  # a column of its own
     text = summary.format_run(run_dir)
@@ -268,8 +268,11 @@ def test_threads_workload_runs_each_thread_on_its_own_buffer(tmp_path):
     shares = results.read_meta(run_dir)["gil_share"]  # measured for the threaded sample cell's variant
     assert [(g["variant"], g["capacity"]) for g in shares] == [("kary-prefix", 1024)]
     assert 0.0 <= shares[0]["gil_share"] <= 1.0 and shares[0]["gil_pair"]["ratio"] > 0
-    line = next(ln for ln in text.splitlines() if ln.startswith("sample") and " kary-prefix " in ln)
-    assert float(line.split()[4]) > 0
+    (three,) = shares[0]["gil_threads"]  # the handovers among 3 threads, measured beside the 3-thread cell
+    assert three["threads"] == 3 and 0 < three["ratio_min"] <= three["ratio"] <= three["ratio_max"]
+    lines = [ln.split() for ln in text.splitlines() if ln.startswith("sample") and " kary-prefix " in ln]
+    assert [ln[3] for ln in lines] == ["2", "3"] and float(lines[0][4]) > 0
+    assert lines[0][8] == f"{shares[0]['gil_pair']['ratio']:.2f}" and lines[1][8] == f"{three['ratio']:.2f}"
 
 
 def test_bad_threads_is_refused_before_anything_runs(tmp_path):

@@ -148,10 +148,13 @@ def test_gil_pair_ratio_times_two_threads_against_one_and_refuses_bad_input():
     assert got["held_s"] == 2e-6 and got["free_s"] == 8e-6 and got["calls"] == 2 and got["steps"] == 50
     assert 0 < got["ratio_min"] <= got["ratio"] <= got["ratio_max"] < float("inf")
     for kwargs, name in (({"held_s": -1e-6}, "held_s"), ({"free_s": 2.0}, "free_s"), ({"calls": 0}, "calls"),
-                         ({"steps": True}, "steps"), ({"repeats": 1.5}, "repeats")):
+                         ({"steps": True}, "steps"), ({"repeats": 1.5}, "repeats"), ({"threads": 1}, "threads"),
+                         ({"threads": True}, "threads"), ({"threads": 3.0}, "threads")):
         args = {"held_s": 1e-6, "free_s": 1e-6, **kwargs}
         with pytest.raises(ValueError, match=name):
             gil_pair_ratio(args.pop("held_s"), args.pop("free_s"), **args)
+    four = gil_pair_ratio(2e-6, 8e-6, calls=1, steps=50, repeats=2, threads=4)
+    assert four["threads"] == 4 and 0 < four["ratio_min"] <= four["ratio"] <= four["ratio_max"] < float("inf")
 
 
 def test_gil_pair_ratio_raises_what_the_second_thread_raised(monkeypatch):
@@ -168,6 +171,10 @@ def test_gil_pair_ratio_raises_what_the_second_thread_raised(monkeypatch):
     monkeypatch.setattr(workloads, "_nogil_spin", lambda: spin)
     with pytest.raises(RuntimeError, match="second thread failed"):
         workloads.gil_pair_ratio(1e-6, 1e-6, steps=5, repeats=2)
+    before = threading.active_count()
+    with pytest.raises(RuntimeError, match="second thread failed"):  # and with more threads, none left waiting
+        workloads.gil_pair_ratio(1e-6, 1e-6, steps=5, repeats=2, threads=4)
+    assert threading.active_count() == before
 
 
 def test_shared_kernel_scaling_runs_learner_steps_in_two_threads(monkeypatch):

@@ -405,9 +405,17 @@ def _gil_shares(items: list[Item]) -> list[dict]:
     sample cells, the share of a ``sample`` call that holds the GIL
     (:func:`bench.workloads.gil_share`; what a second thread cannot overlap) and what two
     threads holding it for that share of such a call get here with nothing shared
-    (``gil_pair``: :func:`bench.workloads.gil_pair_ratio`, the handover included). A few seconds per
-    variant, measured while the run's meta is written, before any cell; a variant it cannot
-    measure gets its error instead."""
+    (``gil_pair``: :func:`bench.workloads.gil_pair_ratio`, the handover included), and the same
+    at each larger thread count of those cells (``gil_threads``: ``[{"threads", "ratio",
+    "ratio_min", "ratio_max"}]``: with many threads each handover wakes a sleeping one, which
+    the share alone does not count). A few seconds per variant and thread count, measured while
+    the run's meta is written, before any cell; a variant it cannot measure gets its error
+    instead."""
+    counts: dict[tuple, set] = {}
+    for i in items:
+        if i.op == "sample" and i.suite.get("threads", 1) >= 2:
+            counts.setdefault((i.variant.name, i.capacity), set()).add(i.suite["threads"])
+    keys = ("ratio", "ratio_min", "ratio_max")
     out = []
     seen = set()
     for i in items:
@@ -419,9 +427,12 @@ def _gil_shares(items: list[Item]) -> list[dict]:
         try:
             got = workloads.gil_share(i.variant.name, i.capacity, batch=i.suite["batch"],
                                       transitions=i.suite["transitions"], calls=1000, **i.variant_params)
-            pair = workloads.gil_pair_ratio(got["gil_share"] * got["call_s"], (1 - got["gil_share"]) * got["call_s"],
-                                            calls=1)
-            out.append({**got, "gil_pair": {k: pair[k] for k in ("ratio", "ratio_min", "ratio_max")}})
+            held, free = got["gil_share"] * got["call_s"], (1 - got["gil_share"]) * got["call_s"]
+            pair = workloads.gil_pair_ratio(held, free, calls=1)
+            wider = [{"threads": t, **{k: m[k] for k in keys}}
+                     for t in sorted(counts[key]) if t > 2
+                     for m in (workloads.gil_pair_ratio(held, free, calls=1, threads=t),)]
+            out.append({**got, "gil_pair": {k: pair[k] for k in keys}, **({"gil_threads": wider} if wider else {})})
         except Exception as err:  # recorded, not fatal: the timed cells are what the run is for
             out.append({"variant": i.variant.name, "capacity": i.capacity, "error": f"{type(err).__name__}: {err}"})
     return out
