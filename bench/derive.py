@@ -41,9 +41,10 @@ concurrency benchmark measures on the machine at hand (:class:`Costs`):
 * ``insert_hold_s`` / ``iteration_hold_s``: seconds per call the buffer's tree lock is held
   (measured under the policy: global-lock holds it for the data copies too, lazy-writing and
   optimistic for the tree work only);
-* ``serial_fraction``: the share of each call that runs one at a time for another reason
-  than the tree lock -- the GIL for threads (fitted from the measured 1- and 2-learner
-  rates), 0 for processes.
+* ``serial_fraction`` (``s_l``) / ``insert_serial_fraction`` (``s_a``; None: ``s_l``): the
+  share of a learner iteration / an insert that runs one at a time for another reason than
+  the tree lock -- the GIL for threads; for processes, what shared lines, caches and memory
+  take from each more worker -- fitted from the measured 2-learner / 2-actor cells.
 
 With ``a`` actors, ``l`` learners on ``cores`` cores, a samples-per-insert ratio ``spi``
 (sampled transitions per inserted transition, held fixed as in training) and the sample rate
@@ -56,15 +57,25 @@ bound                 constraint
 learners              ``S / sample_batch * iteration_s <= l * share``
 actors                ``S / spi / write_batch * insert_s <= a * share``
 tree lock             ``S / sample_batch * iteration_hold_s + S / spi / write_batch * insert_hold_s <= 1``
-serial (GIL)          ``serial_fraction * (S / sample_batch * iteration_s + S / spi / write_batch * insert_s) <= 1``
+serial (Amdahl)       ``S * (Z + P / n) <= 1``, ``n = min(a + l, cores)`` workers running at once
 ====================  =====================================================================
 
-``serial_fraction`` is fitted from the 2-learner cell: when two learners sample less than
-the other bounds allow, the serial bound is set to what they reached, ``serial_fraction = 1
-/ (S_2 * iteration_s / sample_batch)``; it therefore stands for everything that keeps two
-workers from doubling one (the GIL for threads; shared caches, memory bandwidth and the OS
-for processes). The 1-actor, 1- and 2-learner cells are the model's inputs; every other
-cell of a run is a prediction (:func:`validate_model`).
+where per unit of ``S`` the learners' and actors' core seconds are ``W_l = iteration_s /
+sample_batch`` and ``W_a = insert_s / write_batch / spi`` (``1 / spi`` is 1 without learners:
+the actors insert unthrottled), their serial parts ``Z = s_l W_l + s_a W_a`` and their
+parallel parts ``P = (1 - s_l) W_l + (1 - s_a) W_a``: Amdahl's law, ``n / (1 + (n - 1) s)``
+times one worker's rate for one kind alone, tending to ``1 / Z`` as workers are added.
+
+``s_l`` is fitted from the 2-learner cell: where two learners sample less than the other
+bounds allow, the serial bound through them, ``s_l = (n / (S_2 W_l) - 1) / (n - 1)`` with
+``n = min(2, cores)`` (``2 S_1 / S_2 - 1`` on two cores or more), clipped to [0, 1]; else 0.
+``s_a`` likewise from the 2-actor cell's insert rate, where the run has one (else ``s_a =
+s_l``). Each stands for everything that keeps two workers of its kind from doubling one (the
+GIL for threads; shared caches, lines, memory bandwidth and the OS for processes). The
+1-actor, 1- and 2-learner cells (and the 2-actor one, where present) are the model's inputs;
+every other cell of a run is a prediction (:func:`validate_model`). (A cap at the 2-worker
+rate, which the fit once set, is beaten by designs whose per-call costs grow slowly with
+workers: atomic-deltas' 16 processes reached 7.8 times one on 16 cores, the cap 1.8.)
 
 The binding constraint is reported (``bound``). :func:`best_split` searches every split ``a + l <=
 max_workers`` (default: ``cores``) for the highest sample rate.
@@ -74,8 +85,8 @@ between cores (the tree's top lines bounce between writers' caches), memory band
 lock hand-off latency are not modelled, so the prediction is an upper bound that is reached
 only while the lock's utilisation stays well below 1; near a lock bound, queueing adds a wait
 of about ``hold * rho / (1 - rho)`` per call (M/M/1) that the model leaves out. (2) Cores are
-shared fairly by the operating system when oversubscribed. (3) The serial fraction fitted at
-2 learners holds at any count. (4) Memory bandwidth is not a bound: the costs are measured
+shared fairly by the operating system when oversubscribed. (3) The serial fractions fitted at
+2 workers hold at any count. (4) Memory bandwidth is not a bound: the costs are measured
 with one worker, so a predicted rate above what the memory system delivers to many cores at
 once (``bench.limits``: the gather floor) is not caught. Measured against the concurrency
 benchmark on the machine that gave the costs, :func:`validate_model` reports the error per cell;
@@ -527,14 +538,17 @@ class Costs:
     write_batch: int
     sample_batch: int
     samples_per_insert: float
+    insert_serial_fraction: float | None = None  # None: the learners' serial_fraction
 
     def __post_init__(self):
         for name in ("insert_s", "iteration_s", "samples_per_insert"):
             _positive(name, getattr(self, name))
         for name in ("insert_hold_s", "iteration_hold_s"):
             _positive(name, getattr(self, name), allow_zero=True)
-        if not 0.0 <= _positive("serial_fraction", self.serial_fraction, allow_zero=True) <= 1.0:
-            raise ValueError(f"serial_fraction must be in [0, 1], got {self.serial_fraction!r}")
+        for name in ("serial_fraction", "insert_serial_fraction"):
+            value = getattr(self, name)
+            if (value is not None or name == "serial_fraction") and not 0.0 <= _positive(name, value, True) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {value!r}")
         for name in ("write_batch", "sample_batch"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -581,11 +595,16 @@ def predict(costs: Costs, actors: int, learners: int, cores: int) -> Prediction:
     ratio = 1.0 / c.samples_per_insert if learners else 1.0  # inserts per unit of the rate
     unit_lock = (c.iteration_hold_s / c.sample_batch if learners else 0.0) + ratio * (
         c.insert_hold_s / c.write_batch if actors else 0.0)
-    unit_serial = c.serial_fraction * (per_sample + ratio * per_insert)
+    s_l = c.serial_fraction
+    s_a = s_l if c.insert_serial_fraction is None else c.insert_serial_fraction
+    work_l, work_a = per_sample, ratio * per_insert
+    serial = s_l * work_l + s_a * work_a  # Amdahl: serial and parallel core seconds per unit of the rate
+    parallel = (1.0 - s_l) * work_l + (1.0 - s_a) * work_a
+    running = min(actors + learners, cores)
     limits = {"learners": learners * share / per_sample if learners else math.inf,
               "actors": actors * share / (ratio * per_insert) if actors else math.inf,
               "tree lock": 1.0 / unit_lock if unit_lock > 0 else math.inf,
-              "serial": 1.0 / unit_serial if unit_serial > 0 else math.inf}
+              "serial": 1.0 / (serial + parallel / running) if serial > 0 else math.inf}
     bound = min(limits, key=limits.get)
     rate = limits[bound]  # transitions/s sampled (or inserted, without learners)
     if learners:
@@ -640,7 +659,8 @@ def costs_from_rows(rows, *, policy: str, mode: str, transitions: str, variant: 
                     cores: int | None = None) -> Costs:
     """The model's inputs from a concurrency run's rows (dicts as :func:`bench.contract.read_rows`
     gives them): per-call costs and lock holds of the 1-actor and 1-learner cells, the serial
-    fraction fitted from the 2-learner cell (see the module docstring).
+    fractions fitted from the 2-learner cell and, where the run has one, the 2-actor cell (see
+    the module docstring).
 
     Raises ValueError naming what is missing: a run made before the per-call metrics existed,
     or without the 1-actor / 1-learner / 2-learner cells (``"workers": "auto"`` has them).
@@ -667,22 +687,30 @@ def costs_from_rows(rows, *, policy: str, mode: str, transitions: str, variant: 
                   insert_hold_s=med[1, 0, "insert", "lock_hold_s_per_call"],
                   iteration_hold_s=med[0, 1, "iteration", "lock_hold_s_per_call"], serial_fraction=0.0,
                   write_batch=int(write_batch), sample_batch=batch, samples_per_insert=float(spi))
-    two = med.get((0, 2, "sample", "items_per_s"))
-    cores = cores or _param(rows, "cores", **where) or 1
-    if two is not None:
-        unconstrained = predict(costs, 0, 2, int(cores)).sample_per_s
-        if two < unconstrained:
-            serial = min(1.0, 1.0 / (two * costs.iteration_s / costs.sample_batch))
-            costs = Costs(**{**costs.as_dict(), "serial_fraction": serial})
-    return costs
+    cores = int(cores or _param(rows, "cores", **where) or 1)
+    running = min(2, cores)
+    fitted = {}
+    for name, (a, l_), op, per_item in (("serial_fraction", (0, 2), "sample", costs.iteration_s / batch),
+                                        ("insert_serial_fraction", (2, 0), "insert", costs.insert_s / write_batch)):
+        two = med.get((a, l_, op, "items_per_s"))
+        if two is None:
+            continue
+        p = predict(costs, a, l_, cores)
+        if two < (p.sample_per_s if l_ else p.insert_per_s) and running > 1:
+            # Amdahl through the cell: running / (1 + (running - 1) s) one worker's rate = two
+            fitted[name] = min(1.0, max(0.0, (running / (two * per_item) - 1.0) / (running - 1)))
+        else:
+            fitted[name] = 0.0
+    return Costs(**{**costs.as_dict(), **fitted}) if fitted else costs
 
 
 def validate_model(rows, costs: Costs, cores: int, **where) -> list[dict]:
     """Predicted against measured sample (or, without learners, insert) rate for every cell
     of the run matching ``where``: ``[{"actors", "learners", "measured", "predicted",
     "error", "bound", "input"}]``, ``error`` = predicted / measured - 1, ``input`` True for the
-    cells the costs came from."""
+    cells the costs came from (the 2-actor one where its serial fraction was fitted)."""
     med = _medians(rows, **where)
+    inputs = {(1, 0), (0, 1), (0, 2)} | ({(2, 0)} if costs.insert_serial_fraction is not None else set())
     out = []
     for a, l_ in sorted({(a, l_) for a, l_, _, _ in med}, key=lambda s: (sum(s), s)):
         op = "sample" if l_ else "insert"
@@ -693,5 +721,5 @@ def validate_model(rows, costs: Costs, cores: int, **where) -> list[dict]:
         predicted = p.sample_per_s if l_ else p.insert_per_s
         out.append({"actors": a, "learners": l_, "measured": measured, "predicted": predicted,
                     "error": predicted / measured - 1.0, "bound": p.bound,
-                    "input": (a, l_) in ((1, 0), (0, 1), (0, 2))})
+                    "input": (a, l_) in inputs})
     return out

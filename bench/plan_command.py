@@ -2,7 +2,8 @@
 
 For each (variant, policy, mode, transition size) of the run: the model's inputs
 (:func:`bench.derive.costs_from_rows`), its prediction against every measured cell
-of the run (error per cell; the 1-actor, 1- and 2-learner cells are the inputs), and the best
+of the run (error per cell; the 1-actor, 1- and 2-learner cells, and the 2-actor one where present,
+are the inputs), and the best
 actor/learner split with its predicted rates and binding bound at each requested core count.
 Then the model of the one-worker serial shares (:mod:`bench.serial_share`: Amdahl's law for a
 mix of actors and learners, inputs the 1-actor and 1-learner cells only): each op's serial
@@ -41,7 +42,9 @@ def format_plan(rows: list[dict], cores: list[int], machine_cores: int | None = 
         out += ["", title,
                 f"  inputs: insert {1e6 * c.insert_s:.1f} us/call (hold {1e6 * c.insert_hold_s:.1f}), iteration "
                 f"{1e6 * c.iteration_s:.1f} us/call (hold {1e6 * c.iteration_hold_s:.1f}), serial fraction "
-                f"{c.serial_fraction:.2f}, {c.samples_per_insert:g} samples per insert"]
+                f"{c.serial_fraction:.2f} (learners)"
+                + (f" / {c.insert_serial_fraction:.2f} (actors)" if c.insert_serial_fraction is not None else "")
+                + f", {c.samples_per_insert:g} samples per insert"]
         checked = derive.validate_model(rows, costs, machine_cores or 1, **where)
         body = [[f"{v['actors']}A+{v['learners']}L", f"{v['measured']:,.3g}", f"{v['predicted']:,.3g}",
                  f"{100 * v['error']:+.0f}%", v["bound"], "input" if v["input"] else ""] for v in checked]

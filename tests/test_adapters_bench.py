@@ -383,3 +383,16 @@ def test_timers_count_the_outermost_call_and_reach_special_methods(monkeypatch):
     assert buf.sample() == 3 and buf[2] == 3 and isinstance(buf, Buffer) and buf.items == [1, 2, 3]
     assert timers.seconds == {"replay_sample": 12.0, "replay_read": 1.0}  # the reads inside sample: there only
     assert timers.call("replay_add", lambda: 5) == 5 and timers.seconds["replay_add"] == 0.0
+
+
+def test_the_sb3_runner_leaves_no_log_folder_behind(tmp_path, monkeypatch):
+    """SB3's learn makes an ``SB3-<time>`` folder under the temporary directory unless it is given
+    a logger; the frameworks runner gives it one (one empty folder per run once piled up in /tmp)."""
+    import tempfile
+
+    from replaybench.bench.scenarios import frameworks
+
+    monkeypatch.delenv("SB3_LOGDIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    got = frameworks.run_sb3_a2c("CartPole-v1", "own", 0, 20, {**frameworks.A2C_HYPER, "n_steps": 5})
+    assert got.steps >= 20 and [p.name for p in tmp_path.iterdir() if p.name.startswith("SB3-")] == []

@@ -358,9 +358,19 @@ def test_predict_binds_the_tightest_bound():
     assert p.bound == "tree lock" and p.sample_per_s == pytest.approx(1 / (40e-6 / 256 + 10e-6 / 64 / 8))
     # oversubscribed: 4 learners on 2 cores get half a core each
     assert derive.predict(c, 0, 4, 2).sample_per_s == pytest.approx(2 * 640e3)
-    # serial fraction 0.5: at most 2 learners' worth of work in total
+    # serial fraction 0.5: Amdahl's 8 / (1 + 7 * 0.5) learners' worth on 8 cores, tending to 2
     p = derive.predict(_costs(serial_fraction=0.5, iteration_hold_s=0, insert_hold_s=0), 0, 8, 8)
-    assert p.bound == "serial" and p.sample_per_s == pytest.approx(2 * 640e3)
+    assert p.bound == "serial" and p.sample_per_s == pytest.approx(8 / 4.5 * 640e3)
+    p = derive.predict(_costs(serial_fraction=0.5, iteration_hold_s=0, insert_hold_s=0), 0, 4096, 4096)
+    assert p.sample_per_s == pytest.approx(2 * 640e3, rel=1e-3)
+    # on 2 cores 8 learners run 2 at a time: 2 / 1.5 of one
+    p = derive.predict(_costs(serial_fraction=0.5, iteration_hold_s=0, insert_hold_s=0), 0, 8, 2)
+    assert p.sample_per_s == pytest.approx(2 / 1.5 * 640e3)
+    # the actors' own fraction: 0 lets 4 actors insert 4 times one's; None takes the learners'
+    free = _costs(serial_fraction=0.5, insert_serial_fraction=0.0, iteration_hold_s=0, insert_hold_s=0)
+    assert derive.predict(free, 4, 0, 4).insert_per_s == pytest.approx(4 * 64 / 100e-6)
+    same = _costs(serial_fraction=0.5, iteration_hold_s=0, insert_hold_s=0)
+    assert derive.predict(same, 4, 0, 4).insert_per_s == pytest.approx(4 / 2.5 * 64 / 100e-6)
     # actors alone insert unthrottled
     p = derive.predict(c, 2, 0, 2)
     assert p.sample_per_s == 0 and p.insert_per_s == pytest.approx(2 * 64 / 100e-6)
@@ -379,6 +389,8 @@ def test_plan_picks_the_best_split_and_refuses_bad_input():
         _costs(insert_s=-1.0)
     with pytest.raises(ValueError, match="serial_fraction"):
         _costs(serial_fraction=1.5)
+    with pytest.raises(ValueError, match="insert_serial_fraction"):
+        _costs(insert_serial_fraction=-0.1)
     with pytest.raises(ValueError, match="actors"):
         derive.predict(c, -1, 1, 2)
 
@@ -398,6 +410,33 @@ def test_model_fits_a_run_and_predicts_its_other_cells(model_run):
         assert abs(next(v for v in checked if (v["actors"], v["learners"]) == lone)["error"]) < 1e-9
     with pytest.raises(ValueError, match="per-call costs"):
         derive.costs_from_rows(rows, policy="global-lock", mode="threads", transitions="cartpole")
+
+
+def test_model_fits_amdahl_through_the_two_worker_cells_of_each_kind():
+    """Rows made by the model with a serial fraction per kind are fitted back to those fractions,
+    and every cell is then predicted exactly; the 2-actor cell is an input where present."""
+    truth = _costs(serial_fraction=0.12, insert_serial_fraction=0.03, iteration_hold_s=0, insert_hold_s=0)
+    rows = []
+    for a, l_ in ((1, 0), (0, 1), (0, 2), (2, 0), (0, 16), (16, 0), (8, 8)):
+        p = derive.predict(truth, a, l_, 16)
+        common = dict(scenario="concurrency", status="ok", policy="atomic-deltas", mode="processes",
+                      transitions="cartpole", variant="kary-aligned", actors=a, learners=l_, batch=256,
+                      params={"write_batch": 64, "samples_per_insert": 8.0, "cores": 16})
+        for op, rate in (("insert", p.insert_per_s), ("sample", p.sample_per_s)):
+            if rate:
+                rows.append({**common, "op": op, "metric": "items_per_s", "value": rate})
+        for op in ("insert", "iteration"):
+            rows.append({**common, "op": op, "metric": "lock_hold_s_per_call", "value": 0.0})
+    where = dict(policy="atomic-deltas", mode="processes", transitions="cartpole")
+    fit = derive.costs_from_rows(rows, cores=16, **where)
+    assert fit.serial_fraction == pytest.approx(0.12) and fit.insert_serial_fraction == pytest.approx(0.03)
+    checked = derive.validate_model(rows, fit, 16, **where)
+    assert max(abs(v["error"]) for v in checked) < 1e-9
+    assert {(v["actors"], v["learners"]) for v in checked if v["input"]} == {(1, 0), (0, 1), (0, 2), (2, 0)}
+    # 16 learners get Amdahl's 16 / (1 + 15 * 0.12) of one, not the 2-learner rate as a cap
+    one = next(v["measured"] for v in checked if (v["actors"], v["learners"]) == (0, 1))
+    sixteen = next(v["predicted"] for v in checked if (v["actors"], v["learners"]) == (0, 16))
+    assert sixteen / one == pytest.approx(16 / 2.8)
 
 
 def test_plan_command_prints_validation_and_best_splits(model_run):

@@ -2,7 +2,7 @@
 
 For each (variant, policy, mode, transitions) of the newest concurrency run (by meta.json's
 start) that has the redesigned scenario's per-call costs, the scaling model of :mod:`bench.derive` is fitted
-from its 1-actor, 1- and 2-learner cells (:func:`~bench.derive.costs_from_rows`)
+from its 1-actor, 1- and 2-learner cells (and 2-actor, where present: :func:`~bench.derive.costs_from_rows`)
 and predicts every cell of that run (:func:`~bench.derive.validate_model`). One point per
 cell: x = measured rate, y = predicted (sample transitions/s; insert for actors alone), log-log,
 with the line y = x and a +-25 % band. Colour = policy, marker = mode; hollow markers are the
@@ -92,4 +92,5 @@ def build(table, metas) -> Plot:
     legend(fig, list(handles.values()), title="policy, mode")
     data = data.sort_values(["transitions", "policy", "mode", "actors", "learners"]).reset_index(drop=True)
     return Plot(fig, data, "Predicted against measured sample throughput (insert throughput for actors alone) of "
-                           "each concurrency cell; the model is fitted from the 1-actor, 1- and 2-learner cells.")
+                           "each concurrency cell; the model is fitted from the 1-actor, 1- and 2-learner cells "
+                           "(and the 2-actor one, where the run has it).")

@@ -271,7 +271,11 @@ def make_sb3_env(env_id: str, seed: int, n_envs: int, atari: bool, frame_stack: 
 def _sb3_learn(model, steps: int, timers: Timers) -> RunResult:
     """``model.learn(steps)``, timed, with each finished episode's raw return (SB3's Monitor)."""
     from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.logger import Logger
 
+    # verbose=0's logger with no outputs, made here: SB3's own would make an empty folder under
+    # /tmp on every learn (its default log folder), never removed
+    model.set_logger(Logger(folder=None, output_formats=[]))
     episodes: list = []
     start = time.perf_counter()
 
