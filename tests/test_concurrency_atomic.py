@@ -369,14 +369,16 @@ def test_a_reservation_that_would_lap_a_writer_in_flight_gives_its_tickets_up():
     taken and given up, nothing written, the record freed); so does a provisional one (count
     -1, from its first ticket at most); a claimed one (count 0) does not (its tickets come
     after); a full table takes nothing."""
-    ctrl, writers = np.zeros(64, np.int64), np.zeros((MAX_WRITERS, RECORD_WORDS), np.int64)
+    from replaybench.impl.concurrent.ring import _TICKET as TICKET
+
+    ctrl, writers = np.zeros(ring_arrays(_CAP)["ctrl"][0], np.int64), np.zeros((MAX_WRITERS, RECORD_WORDS), np.int64)
     stamps = np.arange(_CAP, dtype=np.int64)
-    ctrl[2] = 3 * _CAP  # the ticket: three laps in
+    ctrl[TICKET] = 3 * _CAP  # the ticket: three laps in
     writers[5, :3] = (77, 2 * _CAP + 10, 8)  # in flight a lap behind, on slots 10 .. 17
     t0, row, blocker = reserve_unlocked(ctrl, writers, stamps, 16, 88, _CAP)
     assert (t0, row, blocker) == (3 * _CAP, -1, 5)
     others = [r for r in range(MAX_WRITERS) if r != 5]
-    assert ctrl[2] == 3 * _CAP + 16 and not writers[others][:, [0, 2]].any()  # freed: no token, no count
+    assert ctrl[TICKET] == 3 * _CAP + 16 and not writers[others][:, [0, 2]].any()  # freed: no token, no count
     assert np.array_equal(stamps, np.arange(_CAP))  # nothing written
     writers[5, :3] = (77, 2 * _CAP + 10, -1)  # provisional: still a lap behind
     assert reserve_unlocked(ctrl, writers, stamps, 16, 88, _CAP)[2] == 5
@@ -386,7 +388,22 @@ def test_a_reservation_that_would_lap_a_writer_in_flight_gives_its_tickets_up():
     assert writers[row, :3].tolist() == [88, t0, 16] and np.all(stamps[32:48] == -1) and stamps[48] == 48
     writers[:, 0] = 99
     assert reserve_unlocked(ctrl, writers, stamps, 16, 88, _CAP) == (-1, -1, -1)
-    assert ctrl[2] == t0 + 16
+    assert ctrl[TICKET] == t0 + 16
+
+
+def test_the_control_words_many_workers_write_have_cache_lines_of_their_own():
+    """The ticket, the changes since the rebuild and the stale/redrawn counts are written by
+    every insert or update; each sits on a line apart from the tree-lock word (which every
+    shared acquisition reads twice), from the leaf lock and from the reader slots, so that a
+    write to one does not make the others miss."""
+    from replaybench.impl.concurrent import ring
+
+    line = lambda word: word // 8  # noqa: E731 (64-byte lines of int64 words; the block is line-aligned)
+    hot = [ring._TICKET, ring._SINCE_REBUILD, ring._STALE]
+    lines = [line(ring.TREE_LOCK), line(ring.LEAF_LOCK), *map(line, hot)]
+    assert len(set(lines)) == len(lines) and line(ring._REDRAWN) == line(ring._STALE)
+    assert ring.READERS_AT % 8 == 0 and line(ring.READERS_AT) > max(lines)
+    assert ring_arrays(1024)["ctrl"][0] == (ring.READERS_AT + ring.MAX_READERS,)
 
 
 def test_in_flight_records_are_a_cache_line_each_and_claimed_from_the_token_s_home_row():

@@ -47,14 +47,23 @@ MAX_WRITERS = 64  # inserts in flight at once (one per writer thread or process)
 RECORD_WORDS = 8
 #: Kernels that may hold the tree lock shared at once (a sample's draw; one more waits for a slot
 #: or falls back to the exclusive lock). Their tokens are ctrl words READERS_AT .. READERS_AT +
-#: MAX_READERS - 1, two cache lines past the lock word: a writer reads them all after taking the
-#: word (impl.concurrent.fused, impl.concurrent.locks.SharedLock's ``readers``).
+#: MAX_READERS - 1, on lines of their own past the words below: a writer reads them all after
+#: taking the word (impl.concurrent.fused, impl.concurrent.locks.SharedLock's ``readers``).
 MAX_READERS = 32
-READERS_AT = 16
 QUEUE_SIZE = 8192  # deferred policy: leaf changes held before the inner nodes catch up
 
-# control block (int64) words; the two locks live here too (see impl.concurrent.locks)
-TREE_LOCK, LEAF_LOCK, _TICKET, _SINCE_REBUILD, _QUEUE_LEN, _REBUILDS, _RECOVERIES, _STALE, _REDRAWN, _VOIDED = range(10)
+# Control block (int64) words; the two locks live here too (see impl.concurrent.locks). Each word
+# that many workers write often has a cache line of its own (8 words), apart from the tree-lock
+# word that every shared acquisition reads twice: the ticket (every insert adds to it), the
+# changes since the rebuild (every atomic-deltas write adds to it) and the stale and redrawn
+# counts; a write to a line invalidates it in every other core, so a counter beside the lock
+# word made each acquisition a miss. The leaf lock (another policy's) has its own line too.
+TREE_LOCK, _REBUILDS, _RECOVERIES, _VOIDED = 0, 1, 2, 3
+LEAF_LOCK, _QUEUE_LEN = 8, 9  # the deferred policy's queue length is written under the leaf lock
+_TICKET = 16
+_SINCE_REBUILD = 24
+_STALE, _REDRAWN = 32, 33
+READERS_AT = 40
 _COUNTERS = {"rebuilds": _REBUILDS, "recoveries": _RECOVERIES, "stale_updates": _STALE, "redrawn_rows": _REDRAWN,
              "voided_slots": _VOIDED}
 # float control block words
