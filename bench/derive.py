@@ -73,9 +73,8 @@ bounds allow, the serial bound through them, ``s_l = (n / (S_2 W_l) - 1) / (n - 
 s_l``). Each stands for everything that keeps two workers of its kind from doubling one (the
 GIL for threads; shared caches, lines, memory bandwidth and the OS for processes). The
 1-actor, 1- and 2-learner cells (and the 2-actor one, where present) are the model's inputs;
-every other cell of a run is a prediction (:func:`validate_model`). (A cap at the 2-worker
-rate, which the fit once set, is beaten by designs whose per-call costs grow slowly with
-workers: atomic-deltas' 16 processes reached 7.8 times one on 16 cores, the cap 1.8.)
+every other cell of a run is a prediction (:func:`validate_model`). (Not a cap at the 2-worker
+rate: a design whose per-call costs grow slowly with the workers goes on scaling past it.)
 
 The binding constraint is reported (``bound``). :func:`best_split` searches every split ``a + l <=
 max_workers`` (default: ``cores``) for the highest sample rate.
