@@ -94,6 +94,26 @@ def test_seqlock_check_reads_each_stamp_once_while_slots_change():
         assert buf.tree_lock.holder() == 0
 
 
+def _boundscheck_cache() -> pathlib.Path:
+    """The checked kernels' numba cache, named by a digest of every kernel source (impl/ and
+    bench/): numba keys a cached kernel on its own file only, so one compiled before a change
+    to a constant or a callee in another file would run stale (a cache kept across edits once
+    ran kernels that read a moved control word). Older caches of this test are removed."""
+    import hashlib
+    import shutil
+
+    root = pathlib.Path(C.__file__).resolve().parents[1]  # the package: bench/ and impl/ under it
+    digest = hashlib.sha256()
+    for path in sorted(p for d in ("impl", "bench") for p in (root / d).rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    prefix = f"replaybench-boundscheck-{os.getuid()}"
+    cache = pathlib.Path(tempfile.gettempdir()) / f"{prefix}-{digest.hexdigest()[:16]}"
+    for old in pathlib.Path(tempfile.gettempdir()).glob(f"{prefix}*"):
+        if old != cache:
+            shutil.rmtree(old, ignore_errors=True)
+    return cache
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", ["lazy-writing", "optimistic", "pal-locks", "atomic-deltas", "sharded"])
 def test_fused_samples_stay_in_bounds_beside_inserts(policy):
@@ -101,8 +121,7 @@ def test_fused_samples_stay_in_bounds_beside_inserts(policy):
     during copies, in a child process with every kernel bounds-checked: it must exit 0 and
     report intact rows with stamps of their own slots. ~1-2 minutes the first time (the
     checked kernels compile into the private cache), seconds after."""
-    cache = pathlib.Path(tempfile.gettempdir()) / f"replaybench-boundscheck-{os.getuid()}"
-    env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(cache)}
+    env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(_boundscheck_cache())}
     proc = subprocess.run([sys.executable, str(HAMMER), policy, "12000"], env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
