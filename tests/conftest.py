@@ -25,15 +25,9 @@ def make_batch(n, rng, fields=CARTPOLE_FIELDS):
 def sb3_logs_in_a_temporary_folder(tmp_path_factory):
     """Stable-Baselines3's learn makes its log folder (``SB3-<time>`` under /tmp, empty at
     verbose=0) unless SB3_LOGDIR names one: the tests' go into pytest's temporary folders."""
-    import os
-
-    before = os.environ.get("SB3_LOGDIR")
-    os.environ["SB3_LOGDIR"] = str(tmp_path_factory.mktemp("sb3-logs"))
-    yield
-    if before is None:
-        os.environ.pop("SB3_LOGDIR", None)
-    else:
-        os.environ["SB3_LOGDIR"] = before
+    with pytest.MonkeyPatch.context() as patch:  # restored after the session
+        patch.setenv("SB3_LOGDIR", str(tmp_path_factory.mktemp("sb3-logs")))
+        yield
 
 
 @pytest.fixture
