@@ -23,6 +23,7 @@ draw that lands outside the excluded slots follows ``p_i`` over them exactly.
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -247,3 +248,104 @@ def test_an_unlocked_draw_that_overshoots_a_lagging_node_is_drawn_again(path):
             np.add.at(counts, drawn, 1)
         assert stats.chisquare(counts, counts.sum() * leaves / leaves.sum()).pvalue > 1e-3
         assert buf.fallbacks == 0  # every draw was the unlocked one
+
+
+def _hold_shard(buf, s, release):
+    """A thread holding shard ``s``'s lock until ``release`` is set (a stalled holder: a
+    descheduled learner, say); returned once it holds it."""
+    held = threading.Event()
+
+    def hold():
+        with buf._policy.shard_locks[s]:
+            held.set()
+            release.wait(60)
+    t = threading.Thread(target=hold)
+    t.start()
+    assert held.wait(5)
+    return t
+
+
+def _finishes(fn, timeout=20.0) -> bool:
+    """Whether ``fn()``, run in a thread of its own, returns within ``timeout`` seconds."""
+    t = threading.Thread(target=fn)
+    t.start()
+    t.join(timeout)
+    return not t.is_alive()
+
+
+def _handed_over(buf, calls, timeout=30.0) -> bool:
+    """Wait until ``calls`` calls of ``buf`` went to the Python path (a kernel's spins are
+    counted, not timed: on a loaded machine its yields take a while)."""
+    start = time.monotonic()
+    while buf.fallbacks < calls and time.monotonic() - start < timeout:
+        time.sleep(0.005)
+    return buf.fallbacks == calls
+
+
+def _compiled(buf):
+    """Every kernel of ``buf`` loaded (or compiled) before a test waits on one: a first call
+    compiles for seconds on a cold cache, holding the GIL."""
+    buf.warm_up()
+    out = buf.sample(64)
+    buf.update_priorities(out["indices"], buf.priorities(out["indices"]) ** (1 / ALPHA) - EPS, out["stamps"])
+
+
+def _slots_of_shard(buf, s, n):
+    shard, _ = buf.tree.locate(np.arange(CAPACITY))
+    return np.flatnonzero(shard == s)[:n]
+
+
+def test_a_stalled_shard_holds_up_only_the_updates_of_its_own_shard():
+    """Shard 2's lock held: an update with entries in shards 0 and 2 writes shard 0, finds 2
+    held past its spins and goes to the Python path, which waits for shard 2 holding no other
+    shard lock; meanwhile an update of shard 0 alone finishes (it waited for the whole hold
+    when that path took every shard lock). Both apply every entry."""
+    with _sharded() as buf:
+        _compiled(buf)
+        both = np.concatenate([_slots_of_shard(buf, 0, 4), _slots_of_shard(buf, 2, 4)])
+        alone = _slots_of_shard(buf, 0, 8)[4:]
+        release = threading.Event()
+        holder = _hold_shard(buf, 2, release)
+        done = {}
+        waiter = threading.Thread(target=lambda: done.update(both=buf.update_priorities(both, np.full(8, 3.0))))
+        waiter.start()
+        try:
+            assert _handed_over(buf, 1) and waiter.is_alive()
+            assert _finishes(lambda: done.update(alone=buf.update_priorities(alone, np.full(4, 5.0))))
+            assert waiter.is_alive()  # still waiting for shard 2
+        finally:
+            release.set()
+            holder.join()
+            waiter.join()
+        assert done == {"both": 8, "alone": 4}
+        np.testing.assert_allclose(buf.priorities(both), (3.0 + EPS) ** ALPHA)
+        np.testing.assert_allclose(buf.priorities(alone), (5.0 + EPS) ** ALPHA)
+        assert all(lock.holder() == 0 for lock in buf._policy.shard_locks) and buf.tree_lock.holder() == 0
+        assert buf.lock_wait_seconds > 0.0  # the Python path's wait for shard 2 is counted
+
+
+def test_a_sample_that_meets_a_stalled_shard_waits_for_it_and_runs_its_kernel_again():
+    """Shard 1's lock held: a sample's kernel hands the call over after its spins; the call
+    waits for that lock alone and runs the kernel again (its result whole), so an update of
+    shard 0 meanwhile is not held up (the Python draw takes the tree lock and every shard lock
+    in turn, shard 0 first, and never ran)."""
+    with _sharded() as buf:
+        _compiled(buf)
+        release = threading.Event()
+        holder = _hold_shard(buf, 1, release)
+        got = {}
+        kernels = buf.kernel_calls
+        sampler = threading.Thread(target=lambda: got.update(out=buf.sample(64)))
+        sampler.start()
+        try:
+            assert _handed_over(buf, 1) and sampler.is_alive()
+            assert _finishes(lambda: buf.update_priorities(_slots_of_shard(buf, 0, 4), np.full(4, 2.0)))
+            assert sampler.is_alive()
+        finally:
+            release.set()
+            holder.join()
+            sampler.join()
+        out = got["out"]
+        assert np.all(C.intact_rows(out)) and np.all(out["stamps"] == buf.ring.stamps_at(out["indices"]))
+        assert buf.kernel_calls >= kernels + 3  # the sample twice (handed over, then again), the update once
+        assert buf.tree_lock.acquisitions == 0  # the Python draw never ran

@@ -405,7 +405,8 @@ class SharedPrioritizedBuffer:
     @guarded
     def lock_wait_seconds(self) -> float:
         """Seconds this object's callers spent waiting for the buffer's locks (in kernels and in Python)."""
-        return self._tree_lock.wait_seconds + self._leaf_lock.wait_seconds + float(self._lockstats[fused.WAIT_S])
+        return (self._tree_lock.wait_seconds + self._leaf_lock.wait_seconds + self._policy.lock_wait_seconds()
+                + float(self._lockstats[fused.WAIT_S]))
 
     @property
     @guarded
@@ -525,6 +526,12 @@ class SharedPrioritizedBuffer:
                 return out
             if status != fused.STATUS_EMPTY:
                 self._lockstats[fused.FALLBACKS] += 1
+                for _ in range(self._policy.kernel_retries):
+                    self._policy.await_kernel_locks()
+                    status = self._kernels.sample(self._cw, self._sums, self._mins, my_token(),
+                                                  rng.bit_generator.random_raw() >> 1, beta, out.octx)
+                    if status == fused.STATUS_OK:
+                        return out
         if self._ring.inserted == 0:
             raise ValueError("cannot sample from an empty buffer: add transitions first")
         return self._sample_python(n, beta, rng, out)

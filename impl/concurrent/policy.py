@@ -141,6 +141,13 @@ class Policy:
     #: sharded module's ``sample``, ``add`` and ``update`` do just that).
     kernels = None
 
+    #: Times a sample whose kernel handed it over waits for the kernels' locks
+    #: (:meth:`await_kernel_locks`) and runs the kernel again before :meth:`select` takes the
+    #: call: for a policy whose :meth:`select` excludes more than one kernel does (sharded's
+    #: takes every shard lock), so that one stalled holder does not send every sampler there.
+    #: 0 here: :meth:`select` at once.
+    kernel_retries = 0
+
     #: Whether a fused sample draws exactly what the in-process buffer draws for the same key
     #: and tree (one descent of one tree); a policy that splits the draw (sharded) says False.
     draws_as_one_tree = True
@@ -217,6 +224,15 @@ class Policy:
 
     def flush(self) -> None:
         """Under the tree lock: bring the inner nodes up to date (only lagging policies work)."""
+
+    def await_kernel_locks(self) -> None:
+        """Before a kernel is run again (:attr:`kernel_retries`): wait until the locks its kernels
+        found held are free, holding none on return. Here nothing (no retries)."""
+
+    def lock_wait_seconds(self) -> float:
+        """Seconds this process's object waited in Python for locks of the policy's own (beside
+        the tree and leaf locks, which the buffer counts). Here none."""
+        return 0.0
 
     def kernel_extra(self) -> tuple:
         """What the policy's own :attr:`kernels` need beyond the context's standard words: ints

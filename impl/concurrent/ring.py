@@ -456,17 +456,20 @@ class SharedRing:
         updates skip them), as voiding does."""
         self._stamps[slots] = -1
 
-    def fresh(self, idx: np.ndarray, stamps) -> np.ndarray:
-        """Under the tree lock: the mask of updates that still target the sampled transition
-        (same stamp; without ``stamps``, any slot not being written). Skips are counted."""
+    def fresh(self, idx: np.ndarray, stamps, counts=None) -> np.ndarray:
+        """Under the lock that guards the slots ``idx`` (the tree lock, or a shard's): the mask of
+        updates that still target the sampled transition (same stamp; without ``stamps``, any
+        slot not being written). Skips are counted in ``counts``, the control block of that
+        lock (default the ring's own)."""
         keep = np.empty(idx.shape[0], dtype=np.bool_)
         sampled = _NO_STAMPS if stamps is None else np.asarray(stamps, dtype=np.int64)
-        fresh_mask(self.control, self._stamps, idx, sampled, stamps is not None, keep)
+        fresh_mask(self.control if counts is None else counts, self._stamps, idx, sampled, stamps is not None, keep)
         return keep
 
-    def note_max(self, pmax: float) -> None:
-        """Under the tree lock: raise the max priority new rows get to ``pmax`` if larger."""
-        note_max(self._fctrl, float(pmax))
+    def note_max(self, pmax: float, *, atomic: bool = False) -> None:
+        """Raise the max priority new rows get to ``pmax`` if larger: under the tree lock, or with
+        ``atomic`` by writers that do not exclude one another (each under a shard's lock)."""
+        (note_max_atomic if atomic else note_max)(self._fctrl, float(pmax))
 
     def count(self, n: int) -> None:
         """Under the tree lock, after ``n`` leaf changes reached the inner nodes: re-sum when

@@ -431,7 +431,11 @@ class Sharded(Policy):
     inside its shard. A sample never holds two shard locks, nor the ring lock.
 
     Locks: ring lock, then shard locks in ascending order; the kernels hold one at a time.
-    The Python paths (a lock held past a kernel's spins, a lapped writer, recovery) hold the
+    A lock held past a kernel's spins sends the call to Python at the kernel's grain: an
+    update writes its groups one shard lock at a time (:meth:`update`), and a sample waits for
+    the held shard locks (:meth:`await_kernel_locks`) and runs its kernel again, up to
+    :attr:`kernel_retries` times. The other Python paths (the sample's after those retries, an
+    insert's, a lapped writer, recovery) hold the
     ring lock and every shard lock, and may sleep and recover dead holders: a dead ring-lock
     holder's in-flight slots are voided under all shard locks; a dead shard-lock holder's
     shard is rebuilt from its leaves, and the dead writers' slots in it set to 0 (their
@@ -445,6 +449,7 @@ class Sharded(Policy):
     fused_update = True
     draws_as_one_tree = False
     kernels = SimpleNamespace(sample=sample, add=add, update=update)
+    kernel_retries = 4
 
     @classmethod
     def shard_count(cls, shards) -> int:
@@ -523,14 +528,37 @@ class Sharded(Policy):
         self._count(slots)
 
     def update(self, idx, vals, stamps) -> int:
-        with self._all_shards():
-            keep = self.ring.fresh(idx, stamps)
-            idx, vals = idx[keep], vals[keep]
-            if idx.size:
-                self.ring.note_max(self.tree.update(idx, vals, n_valid=self.ring.inserted, eps=self.eps,
-                                                    alpha=self.alpha))
-                self._count(idx)
-        return int(idx.size)
+        """As the fused update: the entries grouped by shard, each group checked for staleness and
+        written under its own shard's lock, one lock at a time. So a holder that stalls (a
+        descheduled process, a dead one being recovered) holds up only the updates of its shard;
+        taking every shard lock here made each such stall stop every learner, whose kernels then
+        handed their calls here too. (The entries are checked by the buffer before this.)"""
+        shard, leaf = self.tree.locate(idx)
+        kind, sums, mins, lay, K, _, _, state = self.tree.kernel_args
+        applied = 0
+        for s in np.unique(shard).tolist():
+            at = np.flatnonzero(shard == s)
+            with self.shard_locks[s]:
+                keep = self.ring.fresh(idx[at], None if stamps is None else stamps[at], counts=self._sctrl[s])
+                c = int(np.count_nonzero(keep))
+                if c:
+                    pmax = self.tree.trees[s].update(leaf[at[keep]], vals[at[keep]], eps=self.eps, alpha=self.alpha)
+                    self.ring.note_max(pmax, atomic=True)
+                    count_changes(kind, sums[s], mins[s], lay, K, state[s], self._sctrl[s], self._sfctrl[s],
+                                  self.ring.resum_every, c)
+            applied += c
+        return applied
+
+    def await_kernel_locks(self) -> None:
+        """Each shard lock whose word is held, waited for (taken and released at once, in
+        ascending order, so a dead holder is recovered as any Python acquisition recovers it)."""
+        for lock in self.shard_locks:
+            if lock.holder() != 0:
+                with lock:
+                    pass
+
+    def lock_wait_seconds(self) -> float:
+        return sum(lock.wait_seconds for lock in self.shard_locks)
 
     def read_priorities(self, idx) -> np.ndarray:
         return self.tree.get(idx)  # each leaf is one aligned word: never torn, no lock needed
