@@ -349,3 +349,34 @@ def test_a_sample_that_meets_a_stalled_shard_waits_for_it_and_runs_its_kernel_ag
         assert np.all(C.intact_rows(out)) and np.all(out["stamps"] == buf.ring.stamps_at(out["indices"]))
         assert buf.kernel_calls >= kernels + 3  # the sample twice (handed over, then again), the update once
         assert buf.tree_lock.acquisitions == 0  # the Python draw never ran
+
+
+def test_a_stalled_shard_holds_up_only_the_inserts_that_publish_into_it():
+    """Shard 2's lock held: an insert of 192 rows (slots of shards 0, 1 and 2) is reserved and
+    copied, its kernel publishes shards 0 and 1 and hands the rest to Python, which waits for
+    shard 2 holding no other shard lock (nor the ring lock); meanwhile an update of shard 0
+    finishes, and once shard 2 is free every row is published with its priority (the
+    shards the kernel published are left as they are: the update of shard 0 is not undone)."""
+    with _sharded() as buf:
+        _compiled(buf)
+        first = buf.ring.inserted
+        assert first % CAPACITY == 0  # the insert's slots: 0 .. 191, blocks of shards 0, 1, 2
+        release = threading.Event()
+        holder = _hold_shard(buf, 2, release)
+        got = {}
+        rows = C.make_batch(np.arange(7000, 7192), NB)
+        inserter = threading.Thread(target=lambda: got.update(slots=buf.add(rows, np.full(192, 4.0))))
+        inserter.start()
+        try:
+            assert _handed_over(buf, 1) and inserter.is_alive()
+            assert _finishes(lambda: buf.update_priorities(_slots_of_shard(buf, 0, 4), np.full(4, 2.0)))
+            assert inserter.is_alive() and buf.tree_lock.holder() == 0
+        finally:
+            release.set()
+            holder.join()
+            inserter.join()
+        slots = got["slots"]
+        np.testing.assert_array_equal(buf.ring.stamps_at(slots), first + np.arange(192))
+        np.testing.assert_allclose(buf.priorities(slots[:4]), (2.0 + EPS) ** ALPHA)
+        np.testing.assert_allclose(buf.priorities(slots[4:]), (4.0 + EPS) ** ALPHA)
+        assert buf.ring.in_flight() == [] and all(lock.holder() == 0 for lock in buf._policy.shard_locks)

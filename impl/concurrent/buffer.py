@@ -471,9 +471,7 @@ class SharedPrioritizedBuffer:
                     fused.release_held(self._cw, my_token())
                 return self._ring.slots(first, keep)
             if status == fused.STATUS_PUBLISH_BUSY:  # reserved and copied: publish as the policy does
-                with self._tree_lock:
-                    self._policy.set_new_priorities(first, keep, vals)
-                    self._ring.publish(Reservation(first, row, 0), keep)
+                self._policy.finish_insert(Reservation(first, row, 0), keep, vals)
                 return self._ring.slots(first, keep)
         if keep < n:
             arrays = {k: v[n - keep:] for k, v in arrays.items()}

@@ -202,6 +202,15 @@ class Policy:
             self.ring.publish(res, n)
         return res.first
 
+    def finish_insert(self, res, n: int, vals) -> None:
+        """Publish the ``n`` rows of reservation ``res`` (:class:`~impl.concurrent.ring.Reservation`,
+        its rows copied) with priorities ``vals`` (raw; None: the max so far): what the buffer
+        does when a fused insert reserved and copied but could not publish (a lock held past
+        its spins). Here: the priorities and stamps under the tree lock."""
+        with self.tree_lock:
+            self.set_new_priorities(res.first, n, vals)
+            self.ring.publish(res, n)
+
     def select(self, n: int, rng) -> Selection:
         """Draw ``n`` rows. Here: the descent under the tree lock, rows left to the caller."""
         with self.tree_lock:

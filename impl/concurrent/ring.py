@@ -451,6 +451,11 @@ class SharedRing:
         tickets (sampleable from now on) and clear the in-flight record."""
         publish_slots(self._stamps, self._writers, reservation.row, reservation.first, n, self.capacity)
 
+    def stamp(self, slots: np.ndarray, tickets: np.ndarray) -> None:
+        """Under the lock that guards ``slots``, after their priorities are set: stamp them with
+        their ``tickets`` (sampleable from now on), as :meth:`publish` does for a whole batch."""
+        self._stamps[slots] = tickets
+
     def unstamp(self, slots: np.ndarray) -> None:
         """Under the lock that guards ``slots``: mark them unwritten (stamp -1: never sampled,
         updates skip them), as voiding does."""

@@ -20,8 +20,9 @@ from ..fused import (KERNEL_CALLS, MAX_CHANGED_ROUNDS, STATUS_BUSY, STATUS_CHANG
                      copy_redrawn, release, release_shared)
 from ..locks import SharedLock, my_token, pid_alive, token_pid
 from ..policy import Backoff, Policy, Selection, register
-from ..ring import (MAX_READERS, READERS_AT, TREE_LOCK, count_changes, counters_of, fresh_mask,
-                    max_priority, note_max_atomic, note_rebuild, note_recovery, reserve_slots, tickets)
+from ..ring import (MAX_READERS, READERS_AT, TREE_LOCK, Reservation, count_changes, counters_of, fresh_mask,
+                    max_priority, note_max_atomic, note_rebuild, note_recovery, release_record, reserve_slots,
+                    tickets)
 from ..shards import BLOCK, ShardedTree, global_of, local_of, shard_geometry, shard_of
 
 __all__ = ["Sharded", "DEFAULT_SHARDS", "MAX_SHARDS", "SHARD_ROUNDS"]
@@ -432,10 +433,11 @@ class Sharded(Policy):
 
     Locks: ring lock, then shard locks in ascending order; the kernels hold one at a time.
     A lock held past a kernel's spins sends the call to Python at the kernel's grain: an
-    update writes its groups one shard lock at a time (:meth:`update`), and a sample waits for
-    the held shard locks (:meth:`await_kernel_locks`) and runs its kernel again, up to
-    :attr:`kernel_retries` times. The other Python paths (the sample's after those retries, an
-    insert's, a lapped writer, recovery) hold the
+    update writes its groups one shard lock at a time (:meth:`update`); an insert reserves
+    under the ring lock alone and publishes one shard lock at a time (:meth:`finish_insert`);
+    a sample waits for the held shard locks (:meth:`await_kernel_locks`) and runs its kernel
+    again, up to :attr:`kernel_retries` times. The other Python paths (the sample's after
+    those retries, a reserve that meets a lapped or dead writer, recovery) hold the
     ring lock and every shard lock, and may sleep and recover dead holders: a dead ring-lock
     holder's in-flight slots are voided under all shard locks; a dead shard-lock holder's
     shard is rebuilt from its leaves, and the dead writers' slots in it set to 0 (their
@@ -499,32 +501,57 @@ class Sharded(Policy):
         return self.select_published(n, rng, self._all_shards, SHARD_ROUNDS)
 
     def insert(self, arrays, n, vals) -> int:
+        res = self._reserve(n)
+        self.storage.write(res.first % self.ring.capacity, arrays, n)
+        self.finish_insert(res, n, vals)
+        return res.first
+
+    def _reserve(self, n: int) -> Reservation:
+        """Tickets for ``n`` rows as the kernel takes them, under the ring lock alone; only when
+        that finds no free record, or a record of a writer a lap behind, does the ring's own
+        reserve run under every shard lock as well (it voids dead writers, whose slots may lie
+        in any shard), and a live writer a lap behind is waited for."""
         token = my_token()
+        ring = self.ring
+        writers, stamps = ring.arrays["writers"], ring.arrays["stamps"]
         backoff = Backoff(self.tree_lock.timeout)
         while True:
-            with self.tree_lock, self._all_shards():  # reserving may void dead writers' slots in any shard
-                res = self.ring.reserve(n, token, wait_for_lapped=True)
+            with self.tree_lock:
+                t0, row, _ = reserve_slots(ring.control, writers, stamps, n, token, ring.capacity, True)
+            if row >= 0:
+                return Reservation(int(t0), int(row), 0)
+            with self.tree_lock, self._all_shards():
+                res = ring.reserve(n, token, wait_for_lapped=True)
             if res.row >= 0:
-                break
+                return res
             backoff.pause(lambda waited: f"insert of {n} rows waited {waited:.3g} s for ring slots still being "
                                          f"written by pid {token_pid(res.blocker)} (token {res.blocker}), which "
                                          "is alive but not progressing")
-        self.storage.write(res.first % self.ring.capacity, arrays, n)
-        with self._all_shards():
-            self._set_new(res.first, n, vals)
-            self.ring.publish(res, n)
-        return res.first
 
-    def set_new_priorities(self, first: int, n: int, vals) -> None:
-        with self._all_shards():
-            self._set_new(first, n, vals)
+    def finish_insert(self, res: Reservation, n: int, vals) -> None:
+        """As the kernel's publish: per shard of the slots, their priorities and stamps under that
+        shard's lock, one lock at a time (a stalled holder of one shard holds up only its own
+        writers), then the in-flight record cleared, which is this writer's own. A shard whose
+        slots already hold their tickets was published by the kernel before it handed over, and
+        may have been updated since: it is left as it is."""
+        slots = self.ring.slots(res.first, n)
+        tickets = res.first + np.arange(n, dtype=np.int64)
+        shard, _ = self.tree.locate(slots)
+        for s in np.unique(shard).tolist():
+            at = np.flatnonzero(shard == s)
+            with self.shard_locks[s]:
+                if np.array_equal(self.ring.stamps_at(slots[at]), tickets[at]):
+                    continue
+                self._set_new(slots[at], None if vals is None else vals[at])
+                self.ring.stamp(slots[at], tickets[at])
+        release_record(self.ring.arrays["writers"], res.row, my_token())
 
-    def _set_new(self, first: int, n: int, vals) -> None:
-        slots = self.ring.slots(first, n)
+    def _set_new(self, slots: np.ndarray, vals) -> None:
+        """Under the locks of the shards of ``slots``: their priorities, ``vals`` (raw) or the max."""
         if vals is None:
-            self.tree.update(slots, np.full(n, self.ring.max_priority))
+            self.tree.update(slots, np.full(slots.shape[0], self.ring.max_priority))
         else:
-            self.ring.note_max(self.tree.update(slots, vals, eps=self.eps, alpha=self.alpha))
+            self.ring.note_max(self.tree.update(slots, vals, eps=self.eps, alpha=self.alpha), atomic=True)
         self._count(slots)
 
     def update(self, idx, vals, stamps) -> int:
