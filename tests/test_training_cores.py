@@ -44,7 +44,7 @@ def test_the_suite_lists_every_layout_to_16_and_skips_those_past_the_cores(cores
     skipped = [c for c in cells if c.skip]
     assert all(c.skip_status == "skipped" and c.columns["params"]["cores"] == 4 for c in skipped)
     assert "16 workers (15 actors + 1 learner) past this machine's 4 usable cores" in {c.skip for c in skipped}
-    assert {c.spec.policy for c in cells if not c.spec.sequential} == {"sharded"}
+    assert {c.spec.policy for c in cells if not c.spec.sequential} == {"atomic-deltas"}
     assert {c.spec.algo_config().updates_per_step for c in cells} == {1 / 64}
 
 
