@@ -561,19 +561,16 @@ class Sharded(Policy):
         taking every shard lock here made each such stall stop every learner, whose kernels then
         handed their calls here too. (The entries are checked by the buffer before this.)"""
         shard, leaf = self.tree.locate(idx)
-        kind, sums, mins, lay, K, _, _, state = self.tree.kernel_args
         applied = 0
         for s in np.unique(shard).tolist():
             at = np.flatnonzero(shard == s)
             with self.shard_locks[s]:
-                keep = self.ring.fresh(idx[at], None if stamps is None else stamps[at], counts=self._sctrl[s])
-                c = int(np.count_nonzero(keep))
-                if c:
-                    pmax = self.tree.trees[s].update(leaf[at[keep]], vals[at[keep]], eps=self.eps, alpha=self.alpha)
+                at = at[self.ring.fresh(idx[at], None if stamps is None else stamps[at], counts=self._sctrl[s])]
+                if at.size:
+                    pmax = self.tree.trees[s].update(leaf[at], vals[at], eps=self.eps, alpha=self.alpha)
                     self.ring.note_max(pmax, atomic=True)
-                    count_changes(kind, sums[s], mins[s], lay, K, state[s], self._sctrl[s], self._sfctrl[s],
-                                  self.ring.resum_every, c)
-            applied += c
+                    self._count(idx[at])
+            applied += at.size
         return applied
 
     def await_kernel_locks(self) -> None:
