@@ -14,7 +14,7 @@ import numpy as np
 
 from replaybench.bench.concurrency_workers import ID_STRIDE, TRANSITIONS, intact_rows, make_batch
 
-__all__ = ["verify_final", "die_mid_insert", "stop_mid_insert", "DEAD_WRITER"]
+__all__ = ["verify_final", "die_mid_insert", "stop_mid_insert", "die_mid_shard_publish", "DEAD_WRITER"]
 
 DEAD_WRITER = 7  # writer number of the transitions die_mid_insert leaves half-written
 
@@ -102,3 +102,26 @@ def stop_mid_insert(handle, n: int = 32) -> None:
     (alive, holding ring slots, never progressing until SIGCONT or a kill)."""
     _start_insert(handle, "copying", n)
     os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def die_mid_shard_publish(handle, n: int = 192) -> None:
+    """Process target (sharded): an insert of ``n`` rows through the policy's Python path, which
+    publishes one shard lock at a time; SIGKILL ourselves holding the second shard's lock, its
+    priorities set and its stamps not yet (the first shard published, the rest still -1)."""
+    from replaybench.impl.concurrent import SharedPrioritizedBuffer
+
+    buf = SharedPrioritizedBuffer.attach(handle)
+    policy = buf._policy
+    stamped = []
+
+    def stamp(slots, tickets):
+        if stamped:
+            os.kill(os.getpid(), signal.SIGKILL)
+        stamped.append(len(slots))
+        real_stamp(slots, tickets)
+
+    real_stamp = policy.ring.stamp
+    policy.ring.stamp = stamp
+    batch = make_batch(np.arange(n, dtype=np.int64) + DEAD_WRITER * ID_STRIDE, TRANSITIONS["cartpole"])
+    arrays, rows = buf.storage.check_batch(batch)
+    policy.insert(arrays, rows, None)

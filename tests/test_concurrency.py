@@ -22,7 +22,7 @@ from replaybench.impl.concurrent.guard import BufferClosed, CallGate
 from replaybench.impl.concurrent.locks import SharedLock, token_pid
 from replaybench.impl.concurrent.shm import SharedArena
 
-from _concurrency_oracle import DEAD_WRITER, die_mid_insert, stop_mid_insert, verify_final
+from _concurrency_oracle import DEAD_WRITER, die_mid_insert, die_mid_shard_publish, stop_mid_insert, verify_final
 from _examples import load_example
 
 NB = C.TRANSITIONS["cartpole"]
@@ -661,6 +661,33 @@ def test_verify_final_catches_damage():
 
 
 # ----------------------------------------------------------------------------- dead workers
+def test_sharded_writer_killed_between_its_shard_publishes_is_recovered():
+    """A sharded insert's Python path publishes one shard lock at a time: its writer killed
+    holding the second shard's lock (the first shard published, its other slots still
+    reserved). A sample waits for that lock, takes it over and rebuilds the shard (the dead
+    writer's slots there voided), and runs its kernel again; the writers that lap the ring void
+    the rest of the dead record. Nothing stays locked or in flight, and the tree sums its
+    leaves."""
+    with make("sharded", capacity=512, prefill=600) as buf:
+        proc = mp.get_context("spawn").Process(target=die_mid_shard_publish, args=(buf.handle, 192))
+        proc.start()
+        proc.join(60)
+        assert proc.exitcode == -9
+        dead = [lock for lock in buf._policy.shard_locks if lock.holder() != 0]
+        assert len(dead) == 1 and len(buf.ring.in_flight()) == 1
+        start = time.monotonic()
+        out = buf.sample(512)
+        assert time.monotonic() - start < 30 and np.all(C.intact_rows(out))
+        assert dead[0].holder() == 0 and buf.counters()["recoveries"] == 1
+        C.prefill(buf, 1024, NB)  # laps the ring: meets the dead record and voids it
+        assert buf.counters()["voided_slots"] == 192 and buf.ring.in_flight() == []
+        out = buf.sample(512)
+        assert np.all(C.intact_rows(out)) and not np.any(out["id"] // C.ID_STRIDE == DEAD_WRITER)
+        assert buf.tree_lock.holder() == 0 and all(lock.holder() == 0 for lock in buf._policy.shard_locks)
+        assert buf.total() == pytest.approx(float(buf.tree.leaves().sum()), rel=1e-4)
+        assert not np.any(buf.tree.leaves()[buf.ring.stamps_snapshot() < 0] > 0)
+
+
 @pytest.mark.parametrize("policy,where", [(p, "holding-lock") for p in concurrent.names()]
                          + [("lazy-writing", "copying"), ("optimistic", "copying")])
 def test_worker_killed_mid_insert_is_recovered(policy, where):
