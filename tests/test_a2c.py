@@ -214,3 +214,42 @@ def test_compiled_forward_matches_the_module():
     assert torch.allclose(plain.losses(ro)["loss"], compiled.losses(ro)["loss"], rtol=1e-4, atol=1e-5)
     compiled.update(ro)
     assert compiled.updates == 1 and compiled.forward is not compiled.net
+
+
+def _random_rollout(rng, t_max, n_envs, obs_shape, dtype, n_actions) -> Rollout:
+    ro = Rollout.empty(t_max, n_envs, obs_shape, dtype)
+    ro.obs[...] = rng.integers(0, 256, ro.obs.shape) if dtype == np.uint8 else rng.random(ro.obs.shape)
+    ro.next_obs[...] = rng.integers(0, 256, ro.next_obs.shape) if dtype == np.uint8 else rng.random(ro.next_obs.shape)
+    ro.actions[...] = rng.integers(0, n_actions, ro.actions.shape)
+    ro.rewards[...] = rng.normal(size=ro.rewards.shape)
+    ro.terminated[...] = rng.random(ro.terminated.shape) < 0.2
+    return ro
+
+
+@pytest.mark.parametrize("frames", [False, True])
+def test_warm_up_leaves_the_learner_bit_for_bit_as_it_was(frames):
+    """A learner warmed up (an action draw and an update on zeros, its state put back) and one
+    that was not, both of one seed, checkpoint-resumed mid-run: the same actions, values and
+    update statistics, call for call, and the same weights after (the warm-up did run: it
+    is the learner's own act and update)."""
+    space, n_actions = (FRAMES, 6) if frames else (gym.spaces.Box(-1.0, 1.0, (4,), np.float32), 3)
+    cfg = A2CConfig() if frames else A2CConfig(hidden=(16,))
+    rng = np.random.default_rng(1)
+    rollouts = [_random_rollout(rng, 5, 4, space.shape, space.dtype, n_actions) for _ in range(3)]
+    learners = [A2CLearner(space, gym.spaces.Discrete(n_actions), cfg, seed=3) for _ in range(2)]
+    for learner in learners:
+        learner.update(rollouts[0])  # optimizer state and counters that the warm-up must put back
+    warm = learners[1]
+    act, update, calls = warm.act, warm.update, []
+    warm.act = lambda obs: calls.append(("act", obs.shape)) or act(obs)
+    warm.update = lambda ro: calls.append(("update", ro.obs.shape)) or update(ro)
+    warm.warm_up(rollouts[0].next_obs, 5)
+    assert calls == [("act", (4, *space.shape)), ("update", (5, 4, *space.shape))]
+    del warm.act, warm.update
+    assert warm.updates == learners[0].updates == 1 and warm.env_steps == learners[0].env_steps
+    for ro in rollouts[1:]:
+        a, b = (learner.act(ro.next_obs) for learner in learners)
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
+        assert learners[0].update(ro) == learners[1].update(ro)
+    assert learners[0].digest() == learners[1].digest()

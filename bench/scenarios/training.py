@@ -101,7 +101,7 @@ SUMMARY_UNITS = {"env_steps_per_s": "steps/s", "updates_per_s": "updates/s", "sa
                  "learner_wait_s": "s", "buffer_lock_wait_s": "s", "speedup": "x", "vs_process": "x",
                  "actor_restarts": "count", "dropped_batches": "count", "bound_steps_per_s": "steps/s",
                  "bound_fraction": "x", "learner_replay_inrun_s": "s", "learner_replay_alone_s": "s",
-                 "learner_replay_inrun_over_alone": "x", "learner_replay_cpu_inrun_over_alone": "x"}
+                 "learner_replay_inrun_over_alone": "x", "learner_replay_cpu_inrun_over_alone": "x", "warmup_s": "s"}
 
 #: Units of the op "replay_part" rows' metrics (:mod:`impl.rl.common.replay_timing`).
 REPLAY_PART_UNITS = {"sample": "s", "update": "s", "cpu": "s", "lock_wait": "s", "redrawn_rows": "rows",
@@ -110,7 +110,7 @@ REPLAY_PART_UNITS = {"sample": "s", "update": "s", "cpu": "s", "lock_wait": "s",
 #: Summary metrics a run may lack (not applicable to it, or not measured by its engine): no row then.
 _OPTIONAL = ("buffer_lock_wait_s", "speedup", "sample_latency_s", "vs_process", "actor_restarts", "dropped_batches",
              "learner_replay_inrun_s", "learner_replay_alone_s", "learner_replay_inrun_over_alone",
-             "learner_replay_cpu_inrun_over_alone")
+             "learner_replay_cpu_inrun_over_alone", "warmup_s")
 
 
 # ------------------------------------------------------------------------------------------ rows
@@ -184,7 +184,8 @@ def result_rows(result, row: dict, speedup: float | None = None, vs_process: flo
               "learner_replay_inrun_s": result.learner_replay_inrun_s if result.replay_alone else None,
               "learner_replay_alone_s": result.learner_replay_alone_s,
               "learner_replay_inrun_over_alone": result.learner_replay_inrun_over_alone,
-              "learner_replay_cpu_inrun_over_alone": result.learner_replay_cpu_inrun_over_alone}
+              "learner_replay_cpu_inrun_over_alone": result.learner_replay_cpu_inrun_over_alone,
+              "warmup_s": result.warmup_s}
     out = []
     for metric, value in values.items():
         if value is None and metric in _OPTIONAL:

@@ -73,6 +73,9 @@ class TrainResult:
     #                                   profiles, never in them (impl.rl.common.replay_timing); {} when not measured
     replay_alone: dict = field(default_factory=dict)  # the learners' replay calls timed alone after the run:
     #                                   {calls, sample, tensor, update (s)}, summed over learners; {} when not measured
+    warmup_s: float | None = None     # seconds before the first env step spent on the learner's one-time work
+    #                                   (kernels loaded, cuDNN's algorithms timed: A2CLearner.warm_up), outside
+    #                                   wall_s and the rates; None for an engine that does not warm up (paac does)
     resumed_steps: int = 0            # of env_steps, updates and wall_s: what a checkpoint brought in (resumed runs)
     resumed_updates: int = 0
     resumed_wall_s: float = 0.0

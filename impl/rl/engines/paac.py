@@ -169,6 +169,10 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
                     log.record(*row)
             steps0, updates0 = steps, learner.updates  # what the checkpoint brought in
             obs = venv.restore_env_state(ckpt["envs"]) if restore_envs else venv.reset()
+            warm0 = time.perf_counter()  # the one-time device work, outside the run's time (A2CLearner.warm_up)
+            torch.set_num_threads(cores)
+            learner.warm_up(obs, acfg.t_max)
+            warmup_s = time.perf_counter() - warm0
             busy0 = venv.worker_busy_s
             t0 = time.perf_counter() - wall0  # now - t0: wall seconds since the run's first start
             prof.restart()
@@ -236,5 +240,5 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
         learner_wait_s=0.0, profiles=profiles, processes=processes, buffer_lock_wait_s=None,
         learner_digests=[learner.digest()], actor_steps=per_worker, actor_ids_sampled={}, inserted=0,
         final_weight_min=None, worker_pids=pids, resumed_steps=steps0, resumed_updates=updates0,
-        resumed_wall_s=wall0)
+        resumed_wall_s=wall0, warmup_s=warmup_s)
 
