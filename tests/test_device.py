@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from replaybench.impl.rl import ConfigError, TrainConfig, algorithms, train
-from replaybench.impl.rl.common.device import check_device, host_arrays, on_device, resolve_device
+from replaybench.impl.rl.common.device import check_device, host_arrays, on_device, resolve_device, warm_up_learner
 
 HAS_CUDA = torch.cuda.is_available()
 cuda = pytest.mark.cuda
@@ -429,3 +429,27 @@ def test_the_gpu_suite_runs_with_tiny_steps_its_cuda_cells_as_unavailable_rows_h
             assert params["device_name"]
         else:
             assert r["status"] == "unavailable" and "sees no CUDA device" in r["error"]
+
+
+@pytest.mark.parametrize("algo_name,env_id", [("dqn", "CartPole-v1"), ("td3", "Pendulum-v1")])
+def test_the_learners_warm_up_changes_no_bit_of_a_run(algo_name, env_id, monkeypatch):
+    """The sequential engine warms its learner up (impl.rl.common.device.warm_up_learner: a
+    learner of its own takes 5 updates, then is dropped) before it builds the run's learner:
+    the run ends with the same weights as one without the warm-up (TD3's updates draw torch's
+    generator, which the build seeds), and says how long the warm-up's updates took."""
+    from replaybench.impl.rl.engines import sequential
+
+    cfg = TrainConfig(algo=algo_name, env=env_id, actors=0, learners=0, steps=1200, seed=4,
+                      overrides={"learning_starts": 600})
+    calls = []
+
+    def counted(learner_cls, *args, **kwargs):
+        calls.append(learner_cls.__name__)
+        return warm_up_learner(learner_cls, *args, **kwargs)
+
+    monkeypatch.setattr(sequential, "warm_up_learner", counted)
+    warmed = train(cfg)
+    monkeypatch.setattr(sequential, "warm_up_learner", lambda *args, **kwargs: None)
+    plain = train(cfg)
+    assert len(calls) == 1 and warmed.warmup_s > 0.0 and plain.warmup_s is None
+    assert warmed.updates == plain.updates > 0 and warmed.learner_digests == plain.learner_digests

@@ -20,13 +20,15 @@ update ``n + 1``.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 from replaybench.impl.machine import cpu_model
 from replaybench.impl.rl.common.errors import ConfigError
 
 __all__ = ["DEVICES", "check_device", "unavailable_reason", "resolve_device", "device_name", "on_device",
-           "host_arrays", "HostCopies", "PendingHost"]
+           "host_arrays", "HostCopies", "PendingHost", "warm_up_learner"]
 
 DEVICES = ("cpu", "cuda", "auto")
 
@@ -180,3 +182,27 @@ class HostCopies:
         event.record()
         self._open[slot] = True
         return PendingHost(owner=self, slot=slot, event=event, shapes=[tuple(t.shape) for t in tensors])
+
+
+def warm_up_learner(learner_cls, spaces, cfg, seed: int, device: torch.device, batch: dict, calls: int = 5) -> float:
+    """Pay before a run the one-time work its learner's first updates would pay on ``device``, and
+    return the seconds of the warm-up's updates (those costs plus ``calls`` ordinary updates; not
+    the build, which the run's learner would pay before the run anyway, the first in a process
+    loading torch's own parts). A learner of ``learner_cls``, built as the run's is (``spaces,
+    cfg, seed``: the same networks and shapes), takes ``calls`` updates on ``batch`` (zeros of a
+    sample's fields and shapes) and is dropped. What that loads is the process's, so the run's
+    learner does not load it again: the device's kernels (loaded on first use), cuBLAS's handles
+    and workspaces, cuDNN's algorithm choices. The run's learner still makes its own CUDA graph
+    (:class:`~impl.cuda_graph.GraphedStep`: its first calls, now without those costs).
+
+    Call it before the run's learner is built: building a learner seeds torch's generator
+    (``torch.manual_seed(seed)``), so one built after it starts as it would without the warm-up,
+    and a run is bit for bit the same on the CPU. ``calls`` (default 5) covers a graphed
+    learner's eager calls, its capture and a replay. Cost: ``calls`` updates plus those one-time
+    costs; on the CPU a few milliseconds."""
+    learner = learner_cls(spaces, cfg, seed, device=device)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        learner.learn(batch)
+    del learner
+    return time.perf_counter() - t0

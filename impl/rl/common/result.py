@@ -74,8 +74,10 @@ class TrainResult:
     replay_alone: dict = field(default_factory=dict)  # the learners' replay calls timed alone after the run:
     #                                   {calls, sample, tensor, update (s)}, summed over learners; {} when not measured
     warmup_s: float | None = None     # seconds before the first env step spent on the learner's one-time work
-    #                                   (kernels loaded, cuDNN's algorithms timed: A2CLearner.warm_up), outside
-    #                                   wall_s and the rates; None for an engine that does not warm up (paac does)
+    #                                   (kernels loaded, cuBLAS and cuDNN set up: A2CLearner.warm_up, and
+    #                                   impl.rl.common.device.warm_up_learner), outside wall_s and the rates;
+    #                                   the slowest learner's; None for an engine that does not warm up (the
+    #                                   sequential, process and paac engines do)
     resumed_steps: int = 0            # of env_steps, updates and wall_s: what a checkpoint brought in (resumed runs)
     resumed_updates: int = 0
     resumed_wall_s: float = 0.0
@@ -104,12 +106,14 @@ class TrainResult:
                 actor_ids[a] = actor_ids.get(a, 0) + count
         parts = [s["replay_parts"] for s in learners if s.get("replay_parts") is not None]
         alone = [s["replay_alone"] for s in learners if s.get("replay_alone") is not None]
+        warmups = [s["warmup_s"] for s in learners if s.get("warmup_s") is not None]
         return cls(updates=updates, sample_calls=updates * len(learners),
                    sample_latency_s=sample_s / updates if updates else None, profiles=profiles,
                    processes={"actor": len(actors), "learner": len(learners)},
                    learner_digests=[s["digest"] for s in learners], actor_ids_sampled=actor_ids,
                    replay_parts={"learner": _summed(parts)} if len(parts) == len(learners) else {},
-                   replay_alone=_summed(alone) if len(alone) == len(learners) else {}, **fields)
+                   replay_alone=_summed(alone) if len(alone) == len(learners) else {},
+                   warmup_s=max(warmups) if warmups and len(warmups) == len(learners) else None, **fields)
 
     @property
     def learner_replay_inrun_s(self) -> float | None:

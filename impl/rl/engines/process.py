@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from replaybench.impl.rl import algorithms
 from replaybench.impl.rl.algorithms.base import LEARNER_FIELDS
-from replaybench.impl.rl.common.device import resolve_device
+from replaybench.impl.rl.common.device import resolve_device, warm_up_learner
 from replaybench.impl.rl.common.device_feed import PinnedBatchFeed
 from replaybench.impl.rl.common.envs import (
     EnvRunner,
@@ -204,6 +204,10 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
     if world > 1:
         group.bind(rank, stopped=lambda: state.stopped)
     device = resolve_device(cfg.device)
+    batch_size = acfg.batch_size // world
+    template = buf.sample_out(batch_size)
+    warmup_s = warm_up_learner(algo.learner_cls, spaces, acfg, RunSeeds(cfg.seed).networks, device,
+                               {f: np.zeros_like(template[f]) for f in LEARNER_FIELDS})
     learner = algo.learner_cls(spaces, acfg, RunSeeds(cfg.seed).networks,  # every rank: same initial weights
                                device=device)
     if world > 1:
@@ -218,7 +222,6 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
                           stage_rows(cfg.insert_batch, cfg.envs_per_actor))
     fail_at = cfg.failure_point("learner", rank)
     n_updates = total_updates(cfg.steps, acfg.updates_per_step, acfg.learning_starts)
-    batch_size = acfg.batch_size // world
     actor_ids = np.zeros(state.actors, dtype=np.int64)
     prof = SectionProfiler()
     replay, sgd = prof.section("replay"), prof.section("sgd")
@@ -271,7 +274,7 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
     return {"role": "learner", "rank": rank, "updates": n_updates, "end_s": end, "profile": profile,
             "wait_s": float(state.learner_wait[rank]), "lock_wait_s": lock_wait,
             "sample_s": in_run["sample"], "replay_parts": in_run, "replay_alone": alone,
-            "digest": digest, "actor_ids": actor_ids.tolist()}
+            "digest": digest, "actor_ids": actor_ids.tolist(), "warmup_s": warmup_s}
 
 
 class _SampleSource:

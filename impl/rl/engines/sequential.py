@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 from replaybench.impl.rl import algorithms
+from replaybench.impl.rl.algorithms.base import LEARNER_FIELDS
 from replaybench.impl.rl.common.deadline import alarm_at
 from replaybench.impl.rl.common.envs import (
     EnvRunner,
@@ -36,7 +37,7 @@ from replaybench.impl.rl.common.envs import (
     stage_rows,
     transition_fields,
 )
-from replaybench.impl.rl.common.device import resolve_device
+from replaybench.impl.rl.common.device import resolve_device, warm_up_learner
 from replaybench.impl.rl.common.errors import InjectedFailure
 from replaybench.impl.rl.common.local_replay import make_local_buffer, warm_up
 from replaybench.impl.rl.common.processes import PROGRESS_EVERY_S
@@ -72,6 +73,9 @@ def run_sequential(cfg: TrainConfig, progress=None) -> TrainResult:
     buf = make_local_buffer(cfg, acfg, fields, seeds.buffer)
     warm_up(cfg, acfg, fields)
     device = resolve_device(cfg.device)
+    template = buf.sample_out(acfg.batch_size)
+    warmup_s = warm_up_learner(algo.learner_cls, spaces, acfg, seeds.networks, device,
+                               {f: np.zeros_like(template[f]) for f in LEARNER_FIELDS})
     learner = algo.learner_cls(spaces, acfg, seeds.networks, device=device)
     shared = device.type == "cpu"  # the actor runs the learner's network itself, else a CPU copy of it
     actor = algo.actor_cls(spaces, acfg, actor_seeds.explore, net=learner.policy_net if shared else None)
@@ -146,4 +150,4 @@ def run_sequential(cfg: TrainConfig, progress=None) -> TrainResult:
         sample_latency_s=sample_s / updates if updates else None, actor_wait_s=0.0, learner_wait_s=0.0,
         profiles={"sequential": prof.breakdown(wall)}, processes={"sequential": 1}, buffer_lock_wait_s=None,
         learner_digests=[learner.digest()], actor_steps=[steps], actor_ids_sampled={0: updates * batch_size},
-        inserted=steps, final_weight_min=float(np.min(final["weights"])))
+        inserted=steps, final_weight_min=float(np.min(final["weights"])), warmup_s=warmup_s)
