@@ -253,3 +253,12 @@ def test_warm_up_leaves_the_learner_bit_for_bit_as_it_was(frames):
         np.testing.assert_array_equal(a[1], b[1])
         assert learners[0].update(ro) == learners[1].update(ro)
     assert learners[0].digest() == learners[1].digest()
+
+
+def test_warm_up_acts_on_each_batch_size_a_run_with_halves_acts_on():
+    learner = A2CLearner(gym.spaces.Box(-1.0, 1.0, (4,), np.float32), gym.spaces.Discrete(3), A2CConfig(hidden=(8,)),
+                         seed=0)
+    act, sizes = learner.act, []
+    learner.act = lambda obs: sizes.append(len(obs)) or act(obs)
+    learner.warm_up(np.zeros((5, 4), np.float32), 3, act_sizes=[3, 2])
+    assert sizes == [3, 2] and learner.updates == 0 and learner.env_steps == 0

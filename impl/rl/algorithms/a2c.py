@@ -487,16 +487,18 @@ class A2CLearner:
         return {"loss": float(stats[0]), "policy_loss": float(stats[1]), "value_loss": float(stats[2]),
                 "entropy": float(stats[3]), "grad_norm": float(stats[4]), "lr": lr}
 
-    def warm_up(self, obs: np.ndarray, t_max: int) -> None:
+    def warm_up(self, obs: np.ndarray, t_max: int, act_sizes=None) -> None:
         """Pay before a run what its first calls would pay once, and change nothing: one action
-        draw on a batch of ``obs``'s shape and one update on a rollout of ``t_max`` steps of
-        zeros, then the whole state put back (:meth:`state_dict`, gradients cleared). What is
-        paid: the device's kernels loaded on first use, cuDNN's timing of its algorithms for
-        these shapes (``cudnn.benchmark``), a ``compile`` graph built per shape. The calls
-        after it are bit for bit those of a learner that was not warmed up. Cost: about one
-        update and one action draw, plus those one-time costs."""
+        draw on zeros of ``obs``'s shape (or one per batch size in ``act_sizes``: the halves a
+        run with ``halves`` acts on) and one update on a rollout of ``t_max`` steps of zeros of
+        all ``len(obs)`` envs, then the whole state put back (:meth:`state_dict`, gradients
+        cleared). What is paid: the device's kernels loaded on first use, cuDNN's timing of its
+        algorithms for these shapes (``cudnn.benchmark``), a ``compile`` graph built per shape.
+        The calls after it are bit for bit those of a learner that was not warmed up. Cost:
+        about one update and the action draws, plus those one-time costs."""
         state = copy.deepcopy(self.state_dict())
-        self.act(np.zeros_like(obs))
+        for n in (len(obs),) if act_sizes is None else act_sizes:
+            self.act(np.zeros((n, *obs.shape[1:]), obs.dtype))
         self.update(Rollout.empty(t_max, len(obs), obs.shape[1:], obs.dtype))
         self.load_state_dict(state)
         self.optimizer.zero_grad(set_to_none=True)

@@ -171,7 +171,8 @@ def run_paac(cfg: TrainConfig, progress=None) -> TrainResult:
             obs = venv.restore_env_state(ckpt["envs"]) if restore_envs else venv.reset()
             warm0 = time.perf_counter()  # the one-time device work, outside the run's time (A2CLearner.warm_up)
             torch.set_num_threads(cores)
-            learner.warm_up(obs, acfg.t_max)
+            halves = [len(obs[venv.part_slice(p)]) for p in (0, 1)] if getattr(venv, "halves", False) else None
+            learner.warm_up(obs, acfg.t_max, act_sizes=halves)
             warmup_s = time.perf_counter() - warm0
             busy0 = venv.worker_busy_s
             t0 = time.perf_counter() - wall0  # now - t0: wall seconds since the run's first start
