@@ -380,11 +380,13 @@ def test_lapping_writer_times_out_naming_a_stopped_writer(policy):
                 lapper.add(C.make_batch(np.arange(1000, 1064), NB))
             assert time.monotonic() - start >= 1.5
             assert lapper.tree_lock.holder() == 0
-            if policy == "atomic-deltas":  # tickets given up whole, no slot written
+            if policy == "atomic-deltas":  # tickets given up whole, no slot written, and counted
                 assert buf.inserted >= 96 + 64 and (buf.inserted - 96) % 64 == 0
+                assert buf.counters()["given_up_tickets"] == buf.inserted - 96
                 assert [token_pid(rec[0]) for rec in buf.ring.in_flight()] == [proc.pid]  # the stopped writer's
             else:
                 assert buf.inserted == 96  # the stopped writer's 32; the lapper took nothing
+                assert buf.counters()["given_up_tickets"] == 0
         finally:
             proc.kill()
             proc.join(30)

@@ -61,11 +61,12 @@ QUEUE_SIZE = 8192  # deferred policy: leaf changes held before the inner nodes c
 TREE_LOCK, _REBUILDS, _RECOVERIES, _VOIDED = 0, 1, 2, 3
 LEAF_LOCK, _QUEUE_LEN = 8, 9  # the deferred policy's queue length is written under the leaf lock
 _TICKET = 16
+_GIVEN_UP = 17  # tickets a lock-free writer took and gave up (lapped): on the ticket's line, written as rarely
 _SINCE_REBUILD = 24
 _STALE, _REDRAWN = 32, 33
 READERS_AT = 40
 _COUNTERS = {"rebuilds": _REBUILDS, "recoveries": _RECOVERIES, "stale_updates": _STALE, "redrawn_rows": _REDRAWN,
-             "voided_slots": _VOIDED}
+             "voided_slots": _VOIDED, "given_up_tickets": _GIVEN_UP}
 # float control block words
 _MAX_PRIORITY, _T_MAX = range(2)
 
@@ -120,8 +121,9 @@ def reserve_unlocked(ctrl, writers, stamps, n, token, capacity):
     policy's): ``(t0, row, -1)`` on success (tickets ``t0 .. t0+n-1`` recorded in ``row``,
     their stamps -1); ``(t0, -1, r)`` when the range would overtake in-flight row ``r`` (the
     tickets from ``t0`` were taken and are given up: their slots keep the rows they hold, the
-    caller tries again once ``r`` is gone); ``(-1, -1, -1)`` when no row is free (nothing
-    taken).
+    caller tries again once ``r`` is gone; they are counted as ``given_up_tickets``, and those
+    slots keep rows older than the newest ``capacity`` tickets); ``(-1, -1, -1)`` when no row is
+    free (nothing taken).
 
     A record goes through three states, each store sequentially consistent: claimed (token
     swapped into a free row, count 0: scans ignore it, as its tickets are not taken yet),
@@ -153,6 +155,7 @@ def reserve_unlocked(ctrl, writers, stamps, n, token, capacity):
     lapped = _lapped_row(writers, row, t0 + n - capacity)
     if lapped >= 0:
         release_record(writers, row, token)
+        atomic_add(ctrl, _GIVEN_UP, n)  # counted, so that a check of FIFO order can allow their slots
         return t0, -1, lapped
     for k in range(n):
         stamps[(t0 + k) % capacity] = -1
@@ -348,7 +351,7 @@ def drain_queue(kind, sums, mins, lay, K, kshift, state, ctrl, fctrl, queue_idx,
 def counters_of(ctrl: np.ndarray) -> dict:
     """The event counts of control block ``ctrl`` (a ring's, or one laid out as a ring's, such
     as a sharded policy's per-shard blocks): rebuilds, recoveries, stale updates, redrawn
-    rows, voided slots."""
+    rows, voided slots, tickets given up by lapped lock-free writers."""
     return {name: int(ctrl[i]) for name, i in _COUNTERS.items()}
 
 
