@@ -8,7 +8,7 @@ commands ``plots | report | compare`` are analysis/__main__.py's; replaybench/cl
     replaybench run --suite micro-quick --variants binary,kary-aligned --out /tmp/r
     replaybench summary results/<run_id>          # reprint a stored run's summary
     replaybench compact results/<run_id> ...      # rows.csv -> rows.parquet, checked equal first
-    replaybench limits                            # this machine's memory latency and gather floor
+    replaybench limits                            # this machine's memory latency, gather floor, line transfer
     replaybench plan --run results/<id> --cores 8,16   # scaling model of a concurrency run
     replaybench train --algo dqn --env CartPole-v1 --buffer kary-aligned --actors 2 --learners 1 --steps 50000
     replaybench gossip --nodes 4 --learners-per-node 1 --topology exponential --staleness 1 --steps 200000
@@ -114,11 +114,14 @@ def cmd_compact(args) -> int:
 
 
 def cmd_limits(args) -> int:
-    from replaybench.bench import limits
-
-    from replaybench.bench import floors
+    from replaybench.bench import floors, limits, line_transfer
 
     print(limits.format_limits(limits.probe(loads=args.loads, repeats=args.repeats)))
+    print()
+    lines = line_transfer.probe(repeats=args.repeats)
+    print("A cache line from one core to another (bench/line_transfer.py): "
+          + (f"{lines['ns']:.0f} ns (median of {lines['repeats']} rounds {lines['ns_median']:.0f} ns)" if lines
+             else "not measured (fewer than two usable cores)"))
     print()
     print(floors.format_floors(floors.op_floors(repeats=args.repeats)))
     return 0
@@ -160,7 +163,8 @@ def add_commands(sub) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN", help="run folders")
     p.set_defaults(func=cmd_compact)
 
-    p = sub.add_parser("limits", help="measure this machine's dependent-load latency, random-gather floor and each op's floor")
+    p = sub.add_parser("limits", help="measure this machine's dependent-load latency, random-gather floor, "
+                       "core-to-core line transfer and each op's floor")
     p.add_argument("--loads", type=arguments.positive_int, default=100_000, help="loads per timed pass")
     p.add_argument("--repeats", type=arguments.positive_int, default=3, help="timed passes per size (min kept)")
     p.set_defaults(func=cmd_limits)

@@ -133,6 +133,7 @@ META_TYPES: dict[str, tuple[type, ...]] = {
     "shared_path[].gil_pair.ratio_min": _NUMBER, "shared_path[].gil_pair.ratio_max": _NUMBER,
     "shared_path[].kernel_private": (dict,), "shared_path[].kernel_private.ratio": _NUMBER,
     "shared_path[].kernel_private.ratio_min": _NUMBER, "shared_path[].kernel_private.ratio_max": _NUMBER,
+    "shared_path[].line_transfer_ns": (list,), "shared_path[].line_transfer_ns[]": _NUMBER,
     "shared_path[].kernel_scaling": (list,), "shared_path[].kernel_scaling[]": (dict,),
     "shared_path[].kernel_scaling[].threads": (int,),
     **{f"shared_path[].kernel_scaling[].{name}{key}": kind for name in ("kernel", "kernel_private")

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from replaybench.bench import contract, derive, driver, limits, results, suites
+from replaybench.impl.machine import usable_cores
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -50,9 +51,13 @@ def test_concurrency_quick_rows_are_per_op_kind_with_costs_and_the_ratio_kept(tm
     assert metrics == {("insert", "items_per_s"), ("sample", "items_per_s"), ("update", "items_per_s"),
                        *((k, m) for k in ("insert", "iteration")
                          for m in ("busy_s_per_call", "lock_wait_s_per_call", "lock_hold_s_per_call")),
-                       ("all", "lock_wait_fraction"), ("all", "rate_wait_fraction")}
+                       ("all", "lock_wait_fraction"), ("all", "rate_wait_fraction"),
+                       *((("all", f"line_transfer_ns_{w}") for w in ("before", "after")) if usable_cores() >= 2
+                         else ())}
     for r in rows:
         assert r["actors"] == 1 and r["learners"] == 1 and r["value"] >= 0
+        if r["metric"].startswith("line_transfer_ns"):  # one per cell, before and after its windows
+            assert r["unit"] == "ns" and r["value"] > 0 and r["repeat"] == 0
         if r["metric"].endswith("fraction"):
             assert r["value"] <= 1
     by_window = {}
@@ -70,7 +75,7 @@ def test_concurrency_quick_rows_are_per_op_kind_with_costs_and_the_ratio_kept(tm
             busy = next(x["value"] for x in rows if x["metric"] == "busy_s_per_call" and x["op"] == r["op"]
                         and (x["policy"], x["mode"], x["repeat"]) == (r["policy"], r["mode"], r["repeat"]))
             assert r["value"] <= busy * 1.001
-    assert "x global-lock" in proc.stdout and "aggregate" not in proc.stdout
+    assert "x global-lock" in proc.stdout and "aggregate" not in proc.stdout and "line ns" in proc.stdout
 
 
 @pytest.mark.slow  # 10-16 s: `make test-slow` (keeps `make test` within its 10 minutes)
@@ -106,7 +111,9 @@ def test_shared_path_states_what_binds_two_learner_threads(tmp_path, monkeypatch
     assert by["pal-locks"]["error"] == "NotImplementedError: pal-locks: no fused learner step (this test's stand-in)"
     assert "kernel" not in by["pal-locks"] and "kernel_private" not in by["pal-locks"]
     text = "\n".join(printed)
-    assert "kernel 2T x 1 own buffers" in text
+    assert "kernel 2T x 1 own buffers" in text and "kernel line ns" in text
+    if usable_cores() >= 2:  # a line's trip between two cores, before and after the compiled figures
+        assert len(lazy["line_transfer_ns"]) == 2 and min(lazy["line_transfer_ns"]) > 0
     own_cell = f"{own['ratio']:.2f} ({own['ratio_min']:.2f}-{own['ratio_max']:.2f})"
     pair = lazy["gil_pair"]
     assert 0 < pair["ratio_min"] <= pair["ratio"] <= pair["ratio_max"] and "gil_pair" not in by["pal-locks"]

@@ -248,7 +248,28 @@ def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFr
              "global-lock in the same run and split. The figure draws the learners-alone, actors-alone and "
              "half-and-half splits against workers, one run per line.", ""]
             + md.table(["run", "transitions", "variant", "policy", "mode", "split: M items/s (x global-lock)"], body)
-            + [""] + serial_share_section(res.table, res.metas) + shared_path_section(rate, res.metas))
+            + [""] + line_transfer_section(res.table) + serial_share_section(res.table, res.metas)
+            + shared_path_section(rate, res.metas))
+
+
+def line_transfer_section(table: pd.DataFrame) -> list[str]:
+    """Per run with the cells' ``line_transfer_ns_before`` / ``_after`` rows (bench.line_transfer):
+    the range of a cache line's trip between two cores over its cells, and the cells measured
+    next to a trip of more than twice the run's fastest (where a VM's vCPUs sat apart). ``[]``
+    without such rows."""
+    rows = table[(table["scenario"] == "concurrency") & (table["status"] == "ok")
+                 & table["metric"].isin(["line_transfer_ns_before", "line_transfer_ns_after"])]
+    out = []
+    for run_id, g in rows.groupby("run_id", sort=True):
+        fastest = g["value"].min()
+        worst = g.groupby(["policy", "mode", "actors", "learners"], dropna=False)["value"].max()
+        slow = [f"{p} {m} {int(a)}A+{int(l_)}L ({v:.0f})" for (p, m, a, l_), v in worst.items() if v > 2 * fastest]
+        out += [f"Run `{run_id}`: a cache line's trip between two cores, before and after each cell, took "
+                f"{fastest:.0f}-{g['value'].max():.0f} ns (median {g['value'].median():.0f}); "
+                + (f"cells next to a trip over twice the fastest (the vCPUs apart: ratios of shared lines read "
+                   f"low there): {', '.join(slow)}." if slow else "no cell next to a trip over twice the fastest."),
+                ""]
+    return out
 
 
 def serial_share_section(table: pd.DataFrame, metas: Mapping[str, Mapping]) -> list[str]:
@@ -334,6 +355,7 @@ def shared_path_section(rate: pd.DataFrame, metas: Mapping[str, Mapping]) -> lis
                          derive.step_over_local_cell(e),
                          f"{e['gil_bound']:.2f}" if e.get("gil_bound") is not None else "-",
                          compiled(e.get("gil_pair")), compiled(e.get("kernel_private")), compiled(e.get("kernel")),
+                         "/".join(f"{x:.0f}" for x in e["line_transfer_ns"]) if e.get("line_transfer_ns") else "-",
                          measured(e, "threads"), measured(e, "processes")])
         out += [f"What binds two learners on one buffer (run `{run_id}`): one learner step (sample + update) on the "
                 "shared buffer over the same calls on the in-process buffer (step x local); the GIL's bound "
@@ -346,10 +368,13 @@ def shared_path_section(rate: pd.DataFrame, metas: Mapping[str, Mapping]) -> lis
                 "cores give such learners, the bound of the figures right of it; '-' where the run predates it) "
                 "and both on one buffer (the policy's locks and the lines both write); and the run's two learners "
                 "over one (sample/s), as threads and as processes. A policy well below its own-buffers figure "
-                "compiled is bound by sharing; one near it compiled but not in Python is bound by the GIL.", ""]
+                "compiled is bound by sharing; one near it compiled but not in Python is bound by the GIL. "
+                "Line ns: a cache line's trip between two cores right before and after the compiled figures "
+                "(bench/line_transfer.py; '-' where the run predates it): on a VM whose vCPUs sat on cores "
+                "sharing no cache, every line both threads write costs that much more.", ""]
         out += md.table(["transitions", "variant", "policy", "step x local", "GIL bound", "GIL 2T x 1 here",
                          "kernel 2T x 1 own buffers",
-                         "kernel 2T x 1", "threads 2 x 1", "processes 2 x 1"], body) + [""]
+                         "kernel 2T x 1", "line ns", "threads 2 x 1", "processes 2 x 1"], body) + [""]
     return out
 
 

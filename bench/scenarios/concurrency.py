@@ -16,7 +16,12 @@ other. Rows per window:
   ``lock_hold_s_per_call`` (the tree lock's), averaged over the window's calls;
 * ``rate_wait_fraction`` (op ``all``): share of worker time spent waiting for the ratio;
 * ``lock_wait_fraction`` (op ``all``): share of worker time spent waiting for locks (as
-  before the redesign, so older readers still find it).
+  before the redesign, so older readers still find it);
+* ``line_transfer_ns_before`` and ``line_transfer_ns_after`` (op ``all``, one each per cell):
+  how long a cache line took to go from one core to the other right before and right after the
+  windows (:mod:`bench.line_transfer`; none on one usable core). A virtual machine's vCPUs move
+  between physical cores, and what two workers sharing lines get depends on where they sit: a
+  ratio is read beside these.
 
 The summary shows per cell the rates and per-call costs and each policy's sample rate as a
 ratio to ``global-lock`` in the same run, mode, size and split (``x global-lock``). meta.json
@@ -198,6 +203,7 @@ class Concurrency(Scenario):
                 **({"shared_path": shared_path(cells)} if suite.get("shared_path") else {})}
 
     def measure(self, cell: Cell, run: RunState) -> list[dict]:
+        from replaybench.bench import line_transfer
         from replaybench.bench.concurrency_workers import prefill, run_workers, schema
         from replaybench.impl.concurrent import SharedPrioritizedBuffer
 
@@ -210,12 +216,17 @@ class Concurrency(Scenario):
         try:
             resolved = buf.resolved_params  # recorded as micro rows record them (docs/using.md)
             prefill(buf, c["capacity"], cfg["nbytes"])
+            before = line_transfer.probe()
             res = run_workers(buf.handle, c["actors"], c["learners"], c["mode"], cfg, windows=repeats,
                               timeout=60 + 10 * cfg["window_s"] * repeats)
+            after = line_transfer.probe()
         finally:
             buf.close()
         params = {**(c.get("params") or {}), **{f"resolved_{k}": v for k, v in resolved.items()}}
-        return [{**r, "params": params} for r in _rows(cell, res, repeats)]
+        rows = _rows(cell, res, repeats) + [
+            cell.row("ok", op="all", metric=f"line_transfer_ns_{when}", value=got["ns"], unit="ns", repeat=0)
+            for when, got in (("before", before), ("after", after)) if got is not None]
+        return [{**r, "params": params} for r in rows]
 
     def summarize(self, rows: list[dict], meta: dict) -> str:
         return format_table(rows, meta.get("shared_path"))
@@ -229,10 +240,12 @@ def shared_path(cells: list[Cell]) -> list[dict]:
     processes): the GIL's bound on them and their compiled scaling (module docstring), and where
     the cells go past two learners, the compiled scaling at each power of two up to the most
     (``kernel_scaling``: ``[{"threads", "kernel", "kernel_private"}]``, one buffer and a buffer
-    each); a policy or tree it cannot measure (no fused learner step; every registered policy
+    each), and a cache line's trip between two cores right before and after the two-thread
+    compiled figures (``line_transfer_ns``: [before, after], :mod:`bench.line_transfer`; absent
+    on one usable core); a policy or tree it cannot measure (no fused learner step; every registered policy
     has one) gets its error instead."""
     from replaybench.bench import concurrency_workers as workers
-    from replaybench.bench import workloads
+    from replaybench.bench import line_transfer, workloads
 
     most: dict[tuple, int] = {}
     for cell in cells:
@@ -252,8 +265,10 @@ def shared_path(cells: list[Cell]) -> list[dict]:
         where = dict(variant=c["variant"], batch=c["batch"], transition=c["transitions"])
         try:
             step = workers.shared_gil_share(c["policy"], c["capacity"], **where)["step"]
+            lines = [line_transfer.probe()]
             kernel = workers.shared_kernel_scaling(c["policy"], c["capacity"], **where)
             private = workers.shared_kernel_scaling(c["policy"], c["capacity"], shared=False, **where)
+            lines.append(line_transfer.probe())
             paired = workers.step_over_local(c["policy"], c["capacity"], **where)
             held = step["gil_share"] * step["call_s"]
             pair = workloads.gil_pair_ratio(held, step["call_s"] - held)
@@ -263,6 +278,8 @@ def shared_path(cells: list[Cell]) -> list[dict]:
                          step_s=paired["shared_s"], local_step_s=paired["local_s"], step_over_local=paired["ratio"],
                          step_over_local_range=[paired["ratio_min"], paired["ratio_max"]],
                          kernel={k: kernel[k] for k in keys}, kernel_private={k: private[k] for k in keys})
+            if None not in lines:
+                entry["line_transfer_ns"] = [got["ns"] for got in lines]
             wider = [1 << k for k in range(2, most[key].bit_length()) if 1 << k <= most[key]]
             wider += [most[key]] if most[key] > 2 and most[key] not in wider else []
             if wider:
@@ -345,12 +362,15 @@ def format_table(rows: list[dict], shared: list[dict] | None = None) -> str:
         frac = [f"{m[('all', f)]:.2f}" if ("all", f) in m else "-" for f in ("lock_wait_fraction", "rate_wait_fraction")]
         body.append([str(k) for k in key] + [rate(m, "insert"), rate(m, "sample"), rate(m, "update"), ratio]
                     + [us(m, kind, metric) for kind in ("insert", "iteration")
-                       for metric in ("busy_s_per_call", "lock_wait_s_per_call", "lock_hold_s_per_call")] + frac)
+                       for metric in ("busy_s_per_call", "lock_wait_s_per_call", "lock_hold_s_per_call")] + frac
+                    + [line_ns(m.get(("all", "line_transfer_ns_before")), m.get(("all", "line_transfer_ns_after")))])
     header = ["variant", "policy", "transitions", "mode", "A", "L", "insert/s", "sample/s", "update/s",
               "x global-lock", "ins us", "ins wait", "ins hold", "iter us", "iter wait", "iter hold", "lock wait",
-              "rate wait"]
+              "rate wait", "line ns"]
     out = ["Per op kind: items/s (never summed); per call (us): busy, lock wait, lock hold; "
-           "iteration = sample + update; x global-lock = sample/s over global-lock's in the same mode and split"]
+           "iteration = sample + update; x global-lock = sample/s over global-lock's in the same mode and split; "
+           "line ns = a cache line's trip between two cores before/after the cell (bench/line_transfer.py: "
+           "where a VM's vCPUs sat)"]
     out += table(header, body, set(range(4, len(header)))) if body else ["(no concurrency rows)"]
     shares = format_serial_shares(rows)
     if shares:
@@ -386,16 +406,18 @@ def format_shared_path(shared: list[dict], med: dict[tuple, dict]) -> list[str]:
                      ratio_range(e["gil_pair"]) if e.get("gil_pair") else "-",
                      ratio_range(own) if own else "-",
                      ratio_range(k) if k else e.get("error", "-")[:60],
+                     line_ns(*(e.get("line_transfer_ns") or [None, None])),  # older runs lack it
                      measured(e, "threads"), measured(e, "processes")])
     header = ["variant", "policy", "transitions", "step x local", "GIL bound", "GIL 2T x 1 here",
-              "kernel 2T x 1 own buffers", "kernel 2T x 1", "threads 2 x 1", "processes 2 x 1"]
+              "kernel 2T x 1 own buffers", "kernel 2T x 1", "kernel line ns", "threads 2 x 1", "processes 2 x 1"]
     return (["One learner step on the shared buffer over the in-process one (step x local); two learners over one "
              "(sample/s): the GIL's bound 2/(1+share of a step holding it), what two threads holding the GIL that "
              "share of such a step get on this machine with nothing shared (GIL 2T x 1 here: handing the GIL over "
              "included), two threads' compiled steps each on a buffer of its own (nothing shared: the machine's "
              "bound) and on one buffer (no Python: the policy's locks and the shared lines), and the measured "
-             "ratios on one buffer"]
-            + table(header, body, {3, 4, 8, 9}) + _format_kernel_scaling(shared, measured))
+             "ratios on one buffer; kernel line ns: a cache line's trip between two cores before/after the kernel "
+             "figures"]
+            + table(header, body, {3, 4, 8, 9, 10}) + _format_kernel_scaling(shared, measured))
 
 
 def _format_kernel_scaling(shared: list[dict], measured) -> list[str]:
@@ -414,6 +436,13 @@ def _format_kernel_scaling(shared: list[dict], measured) -> list[str]:
     return ["", "T learners over one (sample/s): T threads' compiled steps each on a buffer of its own (nothing "
             "shared: the machine's bound on T such learners) and on one buffer (the policy's synchronisation and "
             "shared lines, no Python), beside the measured ratios on one buffer"] + table(header, body, {3, 6, 7})
+
+
+def line_ns(before, after) -> str:
+    """A cell's line transfers before and after it, ``28/210`` (ns), or ``-`` where not measured."""
+    if before is None and after is None:
+        return "-"
+    return "/".join("-" if x is None else f"{x:.0f}" for x in (before, after))
 
 
 def ratio_range(k: dict) -> str:
