@@ -34,7 +34,8 @@ def test_the_two_players_alternate_turn_for_turn():
     CLOCK_EVERY of its turns, so the count it ends on is 2 * CLOCK_EVERY * k - 2. A lost or
     doubled turn (both players acting on one count, or one acting out of turn) breaks that."""
     volley = line_transfer._volley()
-    word = np.zeros(8, np.int64)
+    word = line_transfer._own_line()
+    assert word.ctypes.data % 64 == 0 and word.shape == (8,) and not word.any()
     follower = threading.Thread(target=volley, args=(word, 1, 0.01, np.zeros(2, np.int64)))
     follower.start()
     handed = volley(word, 0, 0.01, np.zeros(2, np.int64))
