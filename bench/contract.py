@@ -60,7 +60,8 @@ from replaybench.bench.rowstore import has_rows  # where a run's rows live is pa
 __all__ = ["SCHEMA_VERSION", "COLUMNS", "RUN_COLUMNS", "MEASUREMENT_COLUMNS", "CELL_COLUMNS", "INT_COLUMNS",
            "FLOAT_COLUMNS", "BOOL_COLUMNS", "INT_RANGE", "META_TYPES", "REQUIRED", "STATUSES", "MEASURED",
            "BELOW_RESOLUTION", "SIGNED_METRICS", "TIMING_METRIC", "PEER_PREFIX", "REFERENCES", "RunError", "format_cell", "parse_cell", "parse_row",
-           "read_rows", "read_frame", "read_csv_rows", "has_rows", "check_row", "column_kind", "read_meta", "params_of", "cell_key",
+           "read_rows", "read_frame", "read_csv_rows", "has_rows", "check_row", "column_kind", "read_meta", "params_of",
+           "training_device", "training_settings", "cell_key",
            "items_per_s", "ns_per_item", "op_unit", "item_name",
            "comparison_group", "reference_ratios", "format_table", "OpSpec", "OPS"]
 
@@ -545,6 +546,23 @@ def params_of(params) -> dict:
         except ValueError:
             return {}
     return params if isinstance(params, dict) else {}
+
+
+def training_device(params) -> str:
+    """The device a training row's learners ran on (params ``device``; ``cpu`` for runs from
+    before the setting)."""
+    return str(params_of(params).get("device") or "cpu")
+
+
+def training_settings(params) -> str:
+    """The learner settings and algorithm overrides of a training row that its other columns do
+    not show (``lag=1 prefetch cuda_graph=False``; ``-`` for none): runs that differ only in
+    them are different configurations, in the summary's lines and the figures' points."""
+    params = params_of(params)
+    out = [f"lag={params['priority_lag']}"] if params.get("priority_lag") else []
+    out += ["prefetch"] if params.get("learner_prefetch") else []
+    out += [f"{k}={v}" for k, v in sorted((params.get("overrides") or {}).items()) if k != "updates_per_step"]
+    return " ".join(out) or "-"
 
 
 def cell_key(row: Mapping) -> tuple:

@@ -913,6 +913,58 @@ def test_training_scaling_draws_one_line_per_engine_and_no_panel_for_baseline_on
     assert "ALE/Pong-v5" in " ".join(plot.data["task"])
 
 
+def test_training_scaling_never_joins_two_runs_nor_averages_their_baselines(tmp_path):
+    """Where the newest run per cell differs from cell to cell (an older run with a seed or a
+    layout that a newer one lacks), each run keeps its own line and its own dotted baseline,
+    labelled with its id: no line through one run's point and another's, no baseline at the
+    mean of two machines' sequential loops."""
+    old = training_rows(np.random.default_rng(1), updates_per_step=0.5)
+    new = [{**r, **({"value": r["value"] * 3} if r.get("value") is not None and r["metric"] != "speedup" else {})}
+           for r in training_rows(np.random.default_rng(2), updates_per_step=0.5)
+           if r["seed"] < 2 and r["actors"] in (0, 1)]  # seeds 0-1, sequential and 1 + 1 only: a faster machine
+    first = write_run(tmp_path, "20300101T000000Z-older", "training", "training", old)
+    second = write_run(tmp_path, "20300102T000000Z-newer", "training", "training", new)
+    res = load.load_runs([first, second])
+    plot = training_scaling.build(res.table, res.metas)
+    rates = next(ax for ax in plot.figure.axes if ax.get_ylabel() == "environment steps/s")
+    dotted = sorted(float(ln.get_ydata()[0]) for ln in rates.get_lines() if ln.get_linestyle() == ":")
+    assert dotted == [1000.0, 3000.0]  # the older run's seed 2, the newer run's seeds 0-1: each its own
+    process = [np.asarray(ln.get_ydata(), float) for ln in rates.get_lines()
+               if ln.get_linestyle() == "-" and len(ln.get_xdata()) >= 2]
+    older_line = np.array([1000.0, 1000.0 * 2 ** 0.8, 1000.0 * 4 ** 0.8])  # its seed 2 at 2 workers, then 3, 5
+    assert any(np.allclose(y, older_line) for y in process)
+    assert not any(np.isclose(y, 3000.0).any() and len(y) > 1 for y in process)  # the newer point stands alone
+    labels = {t.get_text() for t in rates.texts}
+    assert {"20300101T000000Z-older", "20300102T000000Z-newer"} <= labels
+
+
+def test_training_figures_keep_a_cuda_learner_and_a_setting_apart_from_the_cpu_learner(tmp_path):
+    """One run, the same layouts with the learner on the CPU, on CUDA, and on CUDA with lag=1:
+    three configurations (never one point with bars spanning devices), each its own line in the
+    figure and its own row in the report, named by device and setting; bench's summary and the
+    figures read one definition of the settings (contract.training_settings)."""
+    cpu = [r for r in training_rows(np.random.default_rng(1), updates_per_step=0.5) if r["op"] == "summary"]
+    cuda = [{**r, "params": {**r["params"], "device": "cuda"},
+             **({"value": r["value"] * 2} if r.get("value") is not None and r["metric"] == "env_steps_per_s" else {})}
+            for r in cpu if r["actors"]]
+    lag = [{**r, "params": {**r["params"], "priority_lag": 1},
+            **({"value": r["value"] * 1.5} if r["metric"] == "env_steps_per_s" else {})} for r in cuda]
+    assert contract.training_settings(lag[0]["params"]) == "lag=1" and contract.training_device(cpu[0]["params"]) == "cpu"
+    run = write_run(tmp_path, "20300101T000000Z-training", "training", "training", cpu + cuda + lag)
+    res = load.load_runs([run])
+    plot = training_scaling.build(res.table, res.metas)
+    rates = next(ax for ax in plot.figure.axes if ax.get_ylabel() == "environment steps/s")
+    one_learner = np.array([1000.0, 1000.0 * 2 ** 0.8, 1000.0 * 4 ** 0.8])
+    drawn = [np.asarray(ln.get_ydata(), float) for ln in rates.get_lines() if len(ln.get_xdata()) == 3]
+    for factor in (1.0, 2.0, 3.0):  # cpu, cuda, cuda lag=1: a line each, none a median across them
+        assert any(np.allclose(y, factor * one_learner) for y in drawn), factor
+    legend = {t.get_text() for t in plot.figure.legends[0].get_texts()}
+    assert {"1 learner", "1 learner, cuda", "1 learner, cuda, lag=1"} <= legend
+    text = "\n".join(training_scaling.report_section(plot.data, res, {}))
+    for who in ("| 1 actor, 1 learner |", "| 1 actor, 1 learner (cuda) |", "| 1 actor, 1 learner (cuda, lag=1) |"):
+        assert who in text
+
+
 def test_training_scaling_draws_speedup_against_workers_and_leaves_out_unreached_time_panels(tmp_path):
     """Issue 42.5: per task, speedup over the sequential loop against workers (actors + learners,
     log2) with the ideal line through (1, 1) first; a task where no run reached the threshold

@@ -12,7 +12,7 @@ import pytest
 
 from replaybench.analysis import load, references
 from replaybench.analysis.plots import training_scaling
-from replaybench.bench import results, suites
+from replaybench.bench import contract, results, suites
 from replaybench.bench.bound import run_bound
 from replaybench.bench.scenarios import training
 
@@ -275,6 +275,6 @@ def test_runs_that_differ_only_in_learner_settings_get_lines_of_their_own(quick_
                                   + variant(overrides={"cuda_graph": False, "updates_per_step": 0.5}))
     header, _, *lines = table.splitlines()
     assert "settings" in header.split() and len(lines) == 4
-    base = training.run_settings(rows[0]["params"])  # this run's own overrides (a short test config)
+    base = contract.training_settings(rows[0]["params"])  # this run's own overrides (a short test config)
     assert [f" {w} " in line for line, w in zip(lines, (base, f"lag=1 {base}", f"prefetch {base}",
                                                          "cuda_graph=False"))] == [True] * 4

@@ -7,17 +7,18 @@ import pandas as pd
 from replaybench.analysis import load
 from replaybench.bench import contract
 
-__all__ = ["training_rows", "task_label", "several_buffers", "is_baseline", "buffer_label", "config_label", "CONFIG",
+__all__ = ["training_rows", "task_label", "several_buffers", "is_baseline", "buffer_label", "learner_label",
+           "config_label", "CONFIG",
            "WORKER_COLOURS", "worker_colour"]
 
 #: What one training configuration is (seeds are its repeats).
-CONFIG = ["run_id", "task", "variant", "K", "policy", "algo", "env", "engine", "actors", "learners", "updates_per_step",
-          "envs_per_actor"]
+CONFIG = ["run_id", "task", "variant", "K", "policy", "algo", "env", "engine", "device", "settings", "actors",
+          "learners", "updates_per_step", "envs_per_actor"]
 
 #: What makes two runs' rows the same measurement (params, which hold run lengths and roles, are
 #: left out so that the newest run of a configuration and seed replaces older ones whole).
-CELL = ["scenario", "op", "metric", "variant", "K", "policy", "algo", "env", "engine", "actors", "learners", "seed",
-        "updates_per_step", "envs_per_actor"]
+CELL = ["scenario", "op", "metric", "variant", "K", "policy", "algo", "env", "engine", "device", "settings", "actors",
+        "learners", "seed", "updates_per_step", "envs_per_actor"]
 
 #: Colours by number of learners (1, 2, 4, 8 ...); the sequential baseline is black.
 WORKER_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#7F7F7F"]
@@ -42,6 +43,9 @@ def training_rows(table: pd.DataFrame, op: str) -> pd.DataFrame:
     rows = rows.assign(updates_per_step=[contract.params_of(p).get("updates_per_step") for p in rows["params"]])
     # so is the number of environments per actor (params.envs_per_actor; runs before it existed: 1)
     rows = rows.assign(envs_per_actor=[contract.params_of(p).get("envs_per_actor", 1) for p in rows["params"]])
+    # and so are the learners' device and settings (a CUDA learner's rates are no repeat of a CPU one's)
+    rows = rows.assign(device=[contract.training_device(p) for p in rows["params"]],
+                       settings=[contract.training_settings(p) for p in rows["params"]])
     rows = load.latest_per_cell(rows, CELL)
     rows = rows.assign(task=[task_label(a, e, r, n) for a, e, r, n in zip(rows["algo"], rows["env"],
                                                                          rows["updates_per_step"], rows["envs_per_actor"])])
@@ -81,9 +85,19 @@ def buffer_label(row, show_variant: bool = True) -> str:
     return ", ".join(what)
 
 
+def learner_label(row) -> str:
+    """The learners' device and settings where they are not the defaults (``"cuda, lag=1"``;
+    ``""`` for a CPU learner with none)."""
+    device, settings = row.get("device"), row.get("settings")
+    what = [str(device)] if isinstance(device, str) and device != "cpu" else []
+    what += [settings] if isinstance(settings, str) and settings not in ("", "-") else []
+    return ", ".join(what)
+
+
 def config_label(row, show_variant: bool = True) -> str:
-    """``"4 actors, 1 learner (kary-aligned K=16, pal-locks)"`` or ``"sequential (kary-aligned K=16)"``."""
-    what = buffer_label(row, show_variant)
+    """``"4 actors, 1 learner (kary-aligned K=16, pal-locks)"`` or ``"sequential (kary-aligned K=16)"``
+    (and the learners' device and settings where not the defaults: :func:`learner_label`)."""
+    what = ", ".join(x for x in (buffer_label(row, show_variant), learner_label(row)) if x)
     suffix = f" ({what})" if what else ""
     if row.get("baseline"):
         return "sequential" + suffix

@@ -5,10 +5,12 @@ Rows: scenario ``training``, op ``summary``, newest run per cell; metrics ``spee
 ``time_to_threshold_s``, ``env_steps_per_s`` and ``updates_per_s``, one value per seed.
 Plotted, one row of panels per task (algorithm, environment, updates per env step, envs per
 actor): the median over seeds with min-max bars against **workers** (actor + learner processes)
-on a log2 axis, one line per engine and number of learners (and per variant / policy when there
-are several), a line style per engine. The speedup panel comes first, with the ideal line
+on a log2 axis, one line per run, engine and number of learners (and per variant / policy when
+there are several), a line style per engine; where a panel holds rows of several runs (the newest
+run per cell differs from cell to cell), each line and each run's baseline is labelled with its
+run. The speedup panel comes first, with the ideal line
 (speedup = workers) through the sequential loop's point (1 worker, 1x), as PAL's and the other
-papers' scaling figures draw it; the rate panels draw the sequential baseline as a black dotted
+papers' scaling figures draw it; the rate panels draw each run's sequential baseline as a black dotted
 line. Tasks without parallel rows (PAAC's batched runs, sequential only) get no panel; their
 rows stay in the CSV, which the report's table reads.
 
@@ -31,7 +33,8 @@ from replaybench.analysis import markdown as md
 from replaybench.analysis import references, stats
 from replaybench.analysis.plots import NoRows, Plot
 from replaybench.analysis.plots._common import handle, legend, new_figure
-from replaybench.analysis.plots._training import CONFIG, buffer_label, several_buffers, training_rows, worker_colour
+from replaybench.analysis.plots._training import (CONFIG, buffer_label, learner_label, several_buffers, training_rows,
+                                                   worker_colour)
 from replaybench.bench import contract
 
 NAME = "training_scaling"
@@ -101,6 +104,11 @@ def build(table, metas) -> Plot:
     # one dash) still differ where the legend is not beside them
     buffers = sorted({buffer_label(r) for _, r in parallel.iterrows()}) if several else []
     markers = {b: _BUFFER_MARKERS[i % len(_BUFFER_MARKERS)] for i, b in enumerate(buffers)}
+    # learners on another device or with other settings (a CUDA learner, lag=1): a marker each
+    # (the CPU learner with the default settings first: "o"), unless the buffers took the markers
+    learners_seen = sorted({learner_label(r) for _, r in parallel.iterrows()})
+    learner_markers = ({w: _BUFFER_MARKERS[i % len(_BUFFER_MARKERS)] for i, w in enumerate(learners_seen)}
+                       if len(learners_seen) > 1 and not several else {})
     panels = {task: _panels(data, task) for task in tasks}
     fig, axes = new_figure(len(tasks), max(len(p) for p in panels.values()), panel=(4.0, 3.2))
     handles = {}
@@ -110,6 +118,7 @@ def build(table, metas) -> Plot:
         for c, (metric, ylabel) in enumerate(panels[task]):
             ax = axes[r, c]
             cell = data[(data["task"] == task) & (data["metric"] == metric)]
+            several_runs = cell["run_id"].nunique() > 1  # then each line and baseline names its run
             base = cell[cell["baseline"]]
             top = float(cell["max"].max()) if cell["max"].notna().any() else 1.0
             xs = sorted(set(cell.loc[~cell["baseline"], "workers"].astype(int)))
@@ -123,22 +132,35 @@ def build(table, metas) -> Plot:
                 top = max(top, min(float(max(xs, default=1)), 2.0 * top))
                 xs = [1, *xs]
             elif not base.empty and base["median"].notna().any():
-                ax.axhline(base["median"].median(), color="black", linestyle=":", linewidth=1.2)
+                # one dotted line per run: each run's own baseline (runs of one panel may come
+                # from two machines; a line through their mean would be neither's)
+                for run_id, runs_base in base.groupby("run_id", sort=True):
+                    if runs_base["median"].notna().any():
+                        level = runs_base["median"].median()
+                        ax.axhline(level, color="black", linestyle=":", linewidth=1.2)
+                        if several_runs:
+                            ax.annotate(str(run_id), (1.0, level), xycoords=ax.get_yaxis_transform(), fontsize=5,
+                                        ha="right", va="bottom", color="black")
                 handles.setdefault("sequential", handle("sequential baseline", "black", "", ":"))
             elif not base.empty:  # the baseline has rows but no value: it never reached the threshold
                 ax.text(0.02, 0.02, "sequential: not reached", transform=ax.transAxes, fontsize=7)
             # one line per engine too: the engines' rates differ by design, and one line through
-            # the process engine's point at 2 workers and Ray's at 3 would draw a trend that no engine has
-            group = (["variant", "K", "policy"] if several else []) + ["engine", "learners"]
+            # the process engine's point at 2 workers and Ray's at 3 would draw a trend that no engine has;
+            # and per run: a line never joins points of two runs (the newest run per cell may differ
+            # from point to point)
+            group = ["run_id"] + (["variant", "K", "policy"] if several else []) + ["engine", "device", "settings",
+                                                                                     "learners"]
             for key, line in cell[~cell["baseline"]].groupby(group, dropna=False, sort=True):
                 line = line.sort_values("workers")
                 first = line.iloc[0]
                 colour = worker_colour(first["learners"], False)
-                marker = markers.get(buffer_label(first), "o") if several else "o"
+                marker = (markers.get(buffer_label(first), "o") if several
+                          else learner_markers.get(learner_label(first), "o"))
                 engine = None if pd.isna(first["engine"]) else str(first["engine"])
                 n = 0 if pd.isna(first["learners"]) else int(first["learners"])
                 label = (f"{n} learner{'s' * (n != 1)}" + (f" ({buffer_label(first)})" if several else "")
-                         + (f", {engine} engine" if len(engines) > 1 and engine else ""))
+                         + (f", {engine} engine" if len(engines) > 1 and engine else "")
+                         + (f", {learner_label(first)}" if learner_label(first) else ""))
                 x = line["workers"].astype(float).to_numpy()
                 reached = line["median"].notna().to_numpy()
                 med = line["median"].to_numpy(float)
@@ -156,6 +178,9 @@ def build(table, metas) -> Plot:
                     elif p["n_reached"] < p["n_seeds"]:
                         ax.annotate(f"{p['n_reached']}/{p['n_seeds']}", (xi, p["median"]), fontsize=6, color=colour,
                                     xytext=(3, 3), textcoords="offset points")
+                if several_runs and reached.any():
+                    ax.annotate(str(first["run_id"]), (x[reached][-1], med[reached][-1]), fontsize=5, color=colour,
+                                xytext=(3, -6), textcoords="offset points")
                 handles.setdefault(label, handle(label, colour, marker, linestyle=dashes.get(engine, "-")))
             ax.set_xscale("log", base=2)
             if xs:
@@ -187,13 +212,14 @@ def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFr
     sequential baseline first."""
     if data is None:
         return []
-    keys = ["task", "run_id", "variant", "K", "policy", "engine", "actors", "learners", "baseline"]
+    keys = ["task", "run_id", "variant", "K", "policy", "engine", "device", "settings", "actors", "learners", "baseline"]
     rows = []
     for key, g in data.groupby(keys, dropna=False, sort=False):
         k = dict(zip(keys, key))
         a, n = int(k["actors"]), int(k["learners"])
         K = None if pd.isna(k["K"]) else int(k["K"])
         who = "sequential" if k["baseline"] else f"{a} actor{'s' * (a != 1)}, {n} learner{'s' * (n != 1)}"
+        who += f" ({learner_label(k)})" if learner_label(k) else ""
         variant = f"`{k['variant']}`" + ("" if K is None else f" K={K}")
         engine = "-" if k["engine"] is None or pd.isna(k["engine"]) else str(k["engine"])
         line = [k["task"], engine, f"{variant} {k['policy'] or ''}".strip(), who]
@@ -209,7 +235,7 @@ def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFr
                 text = f"not reached ({reached})" if h["n_reached"] == 0 else f"{text} ({reached})"
             line.append(text)
         order = (k["task"], str(k["run_id"]), str(k["variant"]), K or 0, not k["baseline"], engine, str(k["policy"]),
-                 a, n)
+                 a, n, str(k["device"]), str(k["settings"]))
         rows.append((order, line))
     body = [line for _, line in sorted(rows, key=lambda r: r[0])]
     return (["## Training", "", "Per task (algorithm, environment, gradient updates per environment step) and buffer, "
@@ -258,7 +284,7 @@ def bounds_section(res) -> list[str]:
                 & rows["value"].notna()]
     if rows.empty:
         return []
-    keys = ["task", "run_id", "variant", "K", "policy", "engine", "actors", "learners", "baseline"]
+    keys = ["task", "run_id", "variant", "K", "policy", "engine", "device", "settings", "actors", "learners", "baseline"]
     body = []
     for key, g in rows.groupby(keys, dropna=False, sort=False):
         k = dict(zip(keys, key))
@@ -268,6 +294,7 @@ def bounds_section(res) -> list[str]:
         goals = references.recorded(res.metas.get(k["run_id"]), "targets", "training_bounds") or {}
         who = ("sequential" if k["baseline"] else
                f"{int(k['actors'])} A, {int(k['learners'])} L" + ("" if pd.isna(k["engine"]) else f" {k['engine']}"))
+        who += f" ({learner_label(k)})" if learner_label(k) else ""
         line = [k["task"], f"`{k['variant']}` {k['policy'] or ''}".strip(), who,
                 f"{kind} ({len(kinds)}/{g['seed'].nunique()} seeds)" if kinds else "-"]
         for metric, goal_key, at_least in _BOUND_METRICS:
@@ -280,7 +307,7 @@ def bounds_section(res) -> list[str]:
             line += [text if goal is None else f"{text} vs {'>=' if at_least else '<='} {goal:g}",
                      _met(v.min(), v.max(), goal, at_least)]
         order = (k["task"], str(k["run_id"]), str(k["variant"]), not k["baseline"], str(k["policy"]),
-                 str(k["engine"]), int(k["actors"] or 0), int(k["learners"] or 0))
+                 str(k["engine"]), int(k["actors"] or 0), int(k["learners"] or 0), str(k["device"]), str(k["settings"]))
         body.append((order, line))
     body = [line for _, line in sorted(body, key=lambda r: r[0])]
     return (["What bounds each training configuration (bench.bound: the actors, the learners, or the buffer when "

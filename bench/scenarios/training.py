@@ -84,6 +84,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from replaybench.bench import contract
 from replaybench.bench.bound import run_bound
 from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError, suite_errors
 
@@ -299,19 +300,9 @@ class ProgressBar:
 
 
 # ------------------------------------------------------------------------------------------ table
-def run_settings(params: dict) -> str:
-    """The learner settings and algorithm overrides of a run that its other summary columns do
-    not show (``lag=1 prefetch cuda_graph=False``; ``-`` for none), so that runs differing only
-    in them get lines of their own."""
-    out = [f"lag={params['priority_lag']}"] if params.get("priority_lag") else []
-    out += ["prefetch"] if params.get("learner_prefetch") else []
-    out += [f"{k}={v}" for k, v in sorted((params.get("overrides") or {}).items()) if k != "updates_per_step"]
-    return " ".join(out) or "-"
-
-
 def format_table(rows: list[dict]) -> str:
-    """One line per run (its learners' device and settings among the keys: :func:`run_settings`):
-    throughput, time to threshold, waits, speedup, the replay share (replay seconds over all
+    """One line per run (its learners' device and settings among the keys:
+    :func:`bench.contract.training_settings`): throughput, time to threshold, waits, speedup, the replay share (replay seconds over all
     process seconds of the run: every section of every process), and what bounds the run with
     the fraction of that bound reached (:mod:`bench.bound`), and the learner's replay seconds
     per update in the run over the same calls alone."""
@@ -322,8 +313,8 @@ def format_table(rows: list[dict]) -> str:
         params = json.loads(r["params"]) if isinstance(r["params"], str) else r["params"]  # read back or in memory
         ratio = params.get("updates_per_step")
         key = (r["variant"], r["policy"], ratio, params.get("envs_per_actor", 1), r["actors"], r["learners"],
-               r["seed"], r.get("engine"), params.get("device", "cpu"), run_settings(params), r.get("algo"),
-               r.get("env"))
+               r["seed"], r.get("engine"), contract.training_device(params), contract.training_settings(params),
+               r.get("algo"), r.get("env"))
         entry = runs.setdefault(key, {"profile": {}})
         if r["op"] == "summary":
             entry[r["metric"]] = r.get("value") if r["status"] == "ok" else r["status"]
