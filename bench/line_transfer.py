@@ -17,7 +17,7 @@ progress) until the word's count says it is its turn, then adds one with an atom
 compare-and-swap. Each hand-off moves the line to the other core once, so the time per
 hand-off is one one-way transfer plus a load and an atomic on a line already in the cache
 (a few ns). A round lasts ``seconds`` (the leader reads the clock every :data:`CLOCK_EVERY`
-of its turns), ``repeats`` rounds; the figure is the minimum (the machine's capability, least
+of its turns and after any wait long enough to yield), ``repeats`` rounds; the figure is the minimum (the machine's capability, least
 disturbed by other work: a partner descheduled for a time slice makes a round read high, never
 low) with the median beside it. Where the threads share one CPU (one usable core) it measures
 the scheduler's hand-over, not a cache: :func:`probe` returns None there.
@@ -59,7 +59,10 @@ def _volley():
         def volley(word, me, seconds, clk):
             """Player ``me`` (0 leads, 1 follows) of the hand-off on ``word[0]``: a count whose
             parity says whose turn it is; the leader ends the round by writing -1 at its turn
-            once ``seconds`` have passed. Returns the count of hand-offs (the leader's)."""
+            once ``seconds`` have passed (read every CLOCK_EVERY of its turns, and after every
+            wait that had to yield the core: a busy machine still ends the round on time).
+            Returns ``(the count the round ended at, this player's increments)``: each player
+            increments it ``count / 2`` times when the turns alternate."""
             end = monotonic(clk) + seconds
             turns = 0
             while True:
@@ -73,12 +76,12 @@ def _volley():
                         yield_core()
                     seen = atomic_read(word, 0)
                 if seen < 0:
-                    return seen
-                turns += 1
-                if me == 0 and turns % CLOCK_EVERY == 0 and monotonic(clk) >= end:
+                    return seen, turns
+                if me == 0 and ((turns + 1) % CLOCK_EVERY == 0 or spins >= SPINS) and monotonic(clk) >= end:
                     atomic_cas(word, 0, seen, -1)
-                    return seen
+                    return seen, turns
                 atomic_cas(word, 0, seen, seen + 1)
+                turns += 1
 
         _KERNEL = volley
     return _KERNEL
@@ -99,7 +102,7 @@ def _round(seconds: float) -> float:
     follower = threading.Thread(target=volley, args=(word, 1, seconds, np.zeros(2, np.int64)), daemon=True)
     t0 = time.perf_counter()
     follower.start()
-    handed = volley(word, 0, seconds, np.zeros(2, np.int64))
+    handed, _ = volley(word, 0, seconds, np.zeros(2, np.int64))
     elapsed = time.perf_counter() - t0
     follower.join()
     return 1e9 * elapsed / max(int(handed), 1)

@@ -30,18 +30,22 @@ def test_probe_times_hand_offs_and_leaves_no_thread_running():
 
 @two_cores
 def test_the_two_players_alternate_turn_for_turn():
-    """The leader stops at one of its own turns once its clock check comes due: every
-    CLOCK_EVERY of its turns, so the count it ends on is 2 * CLOCK_EVERY * k - 2. A lost or
-    doubled turn (both players acting on one count, or one acting out of turn) breaks that."""
+    """Each player increments the count once per turn of its own: when the turns alternate,
+    each made exactly half of the hand-offs the round ended at. A lost or doubled turn (both
+    players acting on one count, or one acting out of turn) breaks that; the leader ends the
+    round at one of its own turns (an even count) and the follower sees the end."""
     volley = line_transfer._volley()
     word = line_transfer._own_line()
     assert word.ctypes.data % 64 == 0 and word.shape == (8,) and not word.any()
-    follower = threading.Thread(target=volley, args=(word, 1, 0.01, np.zeros(2, np.int64)))
+    got = []
+    follower = threading.Thread(target=lambda: got.append(volley(word, 1, 0.01, np.zeros(2, np.int64))))
     follower.start()
-    handed = volley(word, 0, 0.01, np.zeros(2, np.int64))
+    handed, led = volley(word, 0, 0.01, np.zeros(2, np.int64))
     follower.join(10)
     assert not follower.is_alive() and word[0] == -1
-    assert handed > 0 and handed % (2 * line_transfer.CLOCK_EVERY) == 2 * line_transfer.CLOCK_EVERY - 2
+    (seen, followed), = got
+    assert seen == -1 and handed > 0 and handed % 2 == 0
+    assert led == followed == handed // 2
 
 
 def test_one_usable_core_gives_no_figure_and_starts_no_thread(monkeypatch):
