@@ -949,7 +949,8 @@ def test_training_figures_keep_a_cuda_learner_and_a_setting_apart_from_the_cpu_l
             for r in cpu if r["actors"]]
     lag = [{**r, "params": {**r["params"], "priority_lag": 1},
             **({"value": r["value"] * 1.5} if r["metric"] == "env_steps_per_s" else {})} for r in cuda]
-    assert contract.training_settings(lag[0]["params"]) == "lag=1" and contract.training_device(cpu[0]["params"]) == "cpu"
+    assert contract.training_settings(lag[0]["params"]) == "lag=1"
+    assert contract.training_device(cpu[0]["params"]) == "cpu"
     run = write_run(tmp_path, "20300101T000000Z-training", "training", "training", cpu + cuda + lag)
     res = load.load_runs([run])
     plot = training_scaling.build(res.table, res.metas)

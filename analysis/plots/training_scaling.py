@@ -5,14 +5,14 @@ Rows: scenario ``training``, op ``summary``, newest run per cell; metrics ``spee
 ``time_to_threshold_s``, ``env_steps_per_s`` and ``updates_per_s``, one value per seed.
 Plotted, one row of panels per task (algorithm, environment, updates per env step, envs per
 actor): the median over seeds with min-max bars against **workers** (actor + learner processes)
-on a log2 axis, one line per run, engine and number of learners (and per variant / policy when
-there are several), a line style per engine; where a panel holds rows of several runs (the newest
-run per cell differs from cell to cell), each line and each run's baseline is labelled with its
-run. The speedup panel comes first, with the ideal line
-(speedup = workers) through the sequential loop's point (1 worker, 1x), as PAL's and the other
-papers' scaling figures draw it; the rate panels draw each run's sequential baseline as a black dotted
-line. Tasks without parallel rows (PAAC's batched runs, sequential only) get no panel; their
-rows stay in the CSV, which the report's table reads.
+on a log2 axis, one line per run, engine, learner device and settings (a marker each, named in
+the legend) and number of learners (and per variant / policy when there are several), a line
+style per engine; where a panel holds rows of several runs (the newest run per cell differs from
+cell to cell), each line and each run's baseline is labelled with its run. The speedup panel
+comes first, with the ideal line (speedup = workers) through the sequential loop's point (1
+worker, 1x), as PAL's and the other papers' scaling figures draw it; the rate panels draw each
+run's sequential baseline as a black dotted line. Tasks without parallel rows (PAAC's batched
+runs, sequential only) get no panel; their rows stay in the CSV, which the report's table reads.
 
 Time to threshold: a seed that never reached the threshold has no time (its row's status is not
 ``ok``): the median is taken over the seeds that did, the point is labelled ``k/n`` when only k
@@ -212,7 +212,8 @@ def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFr
     sequential baseline first."""
     if data is None:
         return []
-    keys = ["task", "run_id", "variant", "K", "policy", "engine", "device", "settings", "actors", "learners", "baseline"]
+    keys = ["task", "run_id", "variant", "K", "policy", "engine", "device", "settings", "actors", "learners",
+            "baseline"]
     rows = []
     for key, g in data.groupby(keys, dropna=False, sort=False):
         k = dict(zip(keys, key))
@@ -284,7 +285,8 @@ def bounds_section(res) -> list[str]:
                 & rows["value"].notna()]
     if rows.empty:
         return []
-    keys = ["task", "run_id", "variant", "K", "policy", "engine", "device", "settings", "actors", "learners", "baseline"]
+    keys = ["task", "run_id", "variant", "K", "policy", "engine", "device", "settings", "actors", "learners",
+            "baseline"]
     body = []
     for key, g in rows.groupby(keys, dropna=False, sort=False):
         k = dict(zip(keys, key))

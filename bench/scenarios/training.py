@@ -302,10 +302,11 @@ class ProgressBar:
 # ------------------------------------------------------------------------------------------ table
 def format_table(rows: list[dict]) -> str:
     """One line per run (its learners' device and settings among the keys:
-    :func:`bench.contract.training_settings`): throughput, time to threshold, waits, speedup, the replay share (replay seconds over all
-    process seconds of the run: every section of every process), and what bounds the run with
-    the fraction of that bound reached (:mod:`bench.bound`), and the learner's replay seconds
-    per update in the run over the same calls alone."""
+    :func:`bench.contract.training_settings`): throughput, time to threshold, waits, speedup,
+    the replay share (replay seconds over all process seconds of the run: every section of
+    every process), and what bounds the run with the fraction of that bound reached
+    (:mod:`bench.bound`), and the learner's replay seconds per update in the run over the same
+    calls alone."""
     from replaybench.bench.summary import format_table as table
 
     runs: dict[tuple, dict] = {}
