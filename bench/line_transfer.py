@@ -18,9 +18,10 @@ compare-and-swap. Each hand-off moves the line to the other core once, so the ti
 hand-off is one one-way transfer plus a load and an atomic on a line already in the cache
 (a few ns). A round lasts ``seconds`` (the leader reads the clock every :data:`CLOCK_EVERY`
 of its turns and after any wait long enough to yield), ``repeats`` rounds; the figure is the
-minimum (the machine's capability, least disturbed by other work: a partner descheduled for a
-time slice makes a round read high, never low) with the median beside it. Where the threads share one CPU (one usable core) it measures
-the scheduler's hand-over, not a cache: :func:`probe` returns None there.
+minimum (what the placement of the moment allows, least disturbed by other work: a partner
+descheduled for a time slice makes a round read high, never low) with the median beside it.
+Where the threads share one CPU (one usable core) it measures the scheduler's hand-over, not a
+cache: :func:`probe` returns None there.
 
 Cost: ``repeats * seconds`` (0.1 s by default) plus starting one thread per round and, the
 first time on a machine, numba's compilation (cached on disk). Error bound: a hand-off also
