@@ -77,7 +77,7 @@ def test_report_names_the_cells_next_to_a_slow_trip():
 
     def row(run, policy, metric, value, mode="processes"):
         return {"run_id": run, "scenario": "concurrency", "status": "ok", "policy": policy, "mode": mode,
-                "actors": 0, "learners": 2, "metric": metric, "value": value}
+                "transitions": "cartpole", "actors": 0, "learners": 2, "metric": metric, "value": value}
 
     table = pd.DataFrame([row("r1", "global-lock", "line_transfer_ns_before", 25.0),
                           row("r1", "global-lock", "line_transfer_ns_after", 27.0),
@@ -87,7 +87,8 @@ def test_report_names_the_cells_next_to_a_slow_trip():
                           row("r2", "global-lock", "line_transfer_ns_after", 31.0),
                           row("r2", "global-lock", "items_per_s", 1e6)])
     r1, _, r2, _ = line_transfer_section(table)
-    assert "`r1`" in r1 and "25-205 ns" in r1 and "atomic-deltas processes 0A+2L (205)" in r1
+    assert "`r1`" in r1 and "25-205 ns" in r1 and "1 of 2 cells" in r1
+    assert "cartpole atomic-deltas processes 0A+2L (205)" in r1
     assert "global-lock" not in r1
     assert "`r2`" in r2 and "30-31 ns" in r2 and "no cell next to a trip over twice the fastest" in r2
     assert line_transfer_section(table[table["metric"] == "items_per_s"]) == []

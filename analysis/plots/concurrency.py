@@ -262,12 +262,14 @@ def line_transfer_section(table: pd.DataFrame) -> list[str]:
     out = []
     for run_id, g in rows.groupby("run_id", sort=True):
         fastest = g["value"].min()
-        worst = g.groupby(["policy", "mode", "actors", "learners"], dropna=False)["value"].max()
-        slow = [f"{p} {m} {int(a)}A+{int(l_)}L ({v:.0f})" for (p, m, a, l_), v in worst.items() if v > 2 * fastest]
+        worst = g.groupby(["transitions", "policy", "mode", "actors", "learners"], dropna=False)["value"].max()
+        slow = [f"{t} {p} {m} {int(a)}A+{int(l_)}L ({v:.0f})" for (t, p, m, a, l_), v in worst.items()
+                if v > 2 * fastest]
         out += [f"Run `{run_id}`: a cache line's trip between two cores, before and after each cell, took "
                 f"{fastest:.0f}-{g['value'].max():.0f} ns (median {g['value'].median():.0f}); "
-                + (f"cells next to a trip over twice the fastest (the vCPUs apart: ratios of shared lines read "
-                   f"low there): {', '.join(slow)}." if slow else "no cell next to a trip over twice the fastest."),
+                + (f"{len(slow)} of {len(worst)} cells next to a trip over twice the fastest (the vCPUs apart: "
+                   f"ratios of shared lines read low there): {', '.join(slow)}." if slow
+                   else "no cell next to a trip over twice the fastest."),
                 ""]
     return out
 
