@@ -938,6 +938,24 @@ def test_training_scaling_never_joins_two_runs_nor_averages_their_baselines(tmp_
     assert {"20300101T000000Z-older", "20300102T000000Z-newer"} <= labels
 
 
+def test_training_rows_take_every_metric_of_a_cell_from_its_newest_run(tmp_path):
+    """A newer run of one layout without a sequential loop (so without a speedup row) replaces the
+    older run's rows of that layout whole: its rates are drawn, and the older run's speedup is
+    not kept beside them (a cell's panels showing two runs)."""
+    old = training_rows(np.random.default_rng(1), updates_per_step=0.5)
+    new = [{**r, "value": r["value"] * 3} for r in training_rows(np.random.default_rng(2), updates_per_step=0.5)
+           if r["actors"] == 4 and r["op"] == "summary" and r["metric"] in ("env_steps_per_s", "updates_per_s")]
+    first = write_run(tmp_path, "20300101T000000Z-older", "training", "training", old)
+    second = write_run(tmp_path, "20300102T000000Z-newer", "training", "training", new)
+    res = load.load_runs([first, second])
+    data = training_scaling.build(res.table, res.metas).data
+    four = data[data["actors"] == 4]
+    assert set(four["run_id"]) == {"20300102T000000Z-newer"}
+    assert set(four["metric"]) == {"env_steps_per_s", "updates_per_s"}  # no speedup: its newest run had none
+    others = data[data["actors"] != 4]
+    assert set(others["run_id"]) == {"20300101T000000Z-older"} and "speedup" in set(others["metric"])
+
+
 def test_training_figures_keep_a_cuda_learner_and_a_setting_apart_from_the_cpu_learner(tmp_path):
     """One run, the same layouts with the learner on the CPU, on CUDA, and on CUDA with lag=1:
     three configurations (never one point with bars spanning devices), each its own line in the

@@ -16,8 +16,10 @@ CONFIG = ["run_id", "task", "variant", "K", "policy", "algo", "env", "engine", "
           "learners", "updates_per_step", "envs_per_actor"]
 
 #: What makes two runs' rows the same measurement (params, which hold run lengths and roles, are
-#: left out so that the newest run of a configuration and seed replaces older ones whole).
-CELL = ["scenario", "op", "metric", "variant", "K", "policy", "algo", "env", "engine", "device", "settings", "actors",
+#: left out so that the newest run of a configuration and seed replaces older ones whole; so is the
+#: metric, so that a newer run without one of them, such as a speedup where it had no sequential
+#: loop, leaves it out instead of keeping an older run's beside its own rates).
+CELL = ["scenario", "op", "variant", "K", "policy", "algo", "env", "engine", "device", "settings", "actors",
         "learners", "seed", "updates_per_step", "envs_per_actor"]
 
 #: Colours by number of learners (1, 2, 4, 8 ...); the sequential baseline is black.

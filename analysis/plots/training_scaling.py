@@ -195,7 +195,8 @@ def build(table, metas) -> Plot:
             # longest ("..., 0.015625 updates/step, 16 envs/actor") ran into the next panel's title
             ax.set_title(task.replace(", ", "\n", 1), fontsize=9)
     left_out = unreached_tasks(data)
-    fig.suptitle("Training at scale: median over seeds, bars = min-max; speedup over the sequential loop of the "
+    # two lines: on one, a row of three panels left the title under the legend's title
+    fig.suptitle("Training at scale: median over seeds, bars = min-max\nspeedup over the sequential loop of the "
                  "same run" + ("; time-to-threshold panels left out where no run reached it" if left_out else ""),
                  fontsize=10)
     legend(fig, list(handles.values()), title="learners")
