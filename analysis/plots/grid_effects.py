@@ -1,8 +1,9 @@
 """What each setting of a swept parameter buys: speed over the run's default setting.
 
 Rows: the ``ok`` timings of micro runs whose grid (meta.json ``selection.params``) sweeps any
-of :data:`KEYS` (``sweep-memory``: prefetch x hugepages; ``sweep-kernel``: kernel x prefetch;
-``sweep-storage``: storage x transitions; ``threads``: 1 and 2 threads), the newest run of each suite.
+of :data:`KEYS` (``micro-sweep-memory``: prefetch x hugepages; ``micro-sweep-kernel``: kernel x
+prefetch; ``micro-sweep-storage``: storage x transitions; ``micro-threads``: 1 and 2 threads), the
+newest run of each suite.
 A cell's *setting* is its values of the run's swept keys; its *default* is the cell with the
 first value of each key, in the same run, op, capacity and variant (and the same
 ``transitions`` when the run sweeps row sizes as a workload, since a 28 KB row is not the
@@ -90,7 +91,7 @@ def build(table, metas) -> Plot:
     data = effects(table, metas)
     if data.empty:
         raise NoRows("no micro run swept " + ", ".join(KEYS) + " (replaybench run --suite micro-sweep-memory, "
-                     "sweep-kernel, sweep-storage or threads)")
+                     "micro-sweep-kernel, micro-sweep-storage or micro-threads)")
     panels = list(data[["suite", "op"]].drop_duplicates().itertuples(index=False, name=None))
     ncols = min(3, len(panels))
     nrows = -(-len(panels) // ncols)
