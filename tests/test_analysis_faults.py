@@ -206,7 +206,8 @@ def test_two_runs_sharing_a_run_id_are_not_merged(two_runs, tmp_path, capsys, wh
         assert f"warning: run left out: {twin}: run_id {expected!r}" in capsys.readouterr().err
         # every stem's count of values is the intact run's own: the twin's rows were not pooled in
         good_csv = expand_to_csv(GOOD, tmp_path / "as-csv") / "rows.csv"
-        counts = Counter(_lf_cell(r, r["variant"]) for r in csv.DictReader(open(good_csv, newline=""))
+        counts = Counter(_lf_cell(r, r.get("backend") or r["variant"])  # runs before the backend column: variant
+                         for r in csv.DictReader(open(good_csv, newline=""))
                          if r["status"] == "ok" and r["metric"] == WORKLOADS[r["op"]][1])  # the metric drawn
         drawn = list(csv.DictReader(open(tmp_path / "figs" / "lf.csv", newline="")))
         assert drawn and all(int(r["n"]) == counts[_lf_cell(r, r["backend"])] for r in drawn)
