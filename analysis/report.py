@@ -59,6 +59,12 @@ def _machine(res) -> list[str]:
     return out + [""]
 
 
+def _dirty(dirty) -> str:
+    """meta.json's ``dirty`` in the runs table: ``unknown`` where the run recorded none (made
+    where git was not at hand, such as a device machine's copy of the tree), never ``no``."""
+    return "yes" if dirty else "no" if dirty is False else "unknown"
+
+
 def _runs(res) -> list[str]:
     out = ["## Runs used", "",
            "Every run below was read; where several runs measured the same cell, the newest run's values "
@@ -72,7 +78,7 @@ def _runs(res) -> list[str]:
         other = ", ".join(f"{n} {s}" for s, n in statuses.items() if s != "ok") or "-"
         sha = (meta.get("git_sha") or "-")[:10]
         body.append([f"`{run_id}`", (meta.get("suite") or {}).get("name") or "-", meta.get("scenario") or "-",
-                     f"`{sha}`", "yes" if meta.get("dirty") else "no", "yes" if meta.get("complete") else "**no**",
+                     f"`{sha}`", _dirty(meta.get("dirty")), "yes" if meta.get("complete") else "**no**",
                      len(rows), int(statuses.get("ok", 0)), other])
     out += md.table(["run", "suite", "scenario", "git sha", "dirty", "complete", "rows", "ok", "not ok"], body)
     if res.problems:

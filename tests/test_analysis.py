@@ -787,6 +787,24 @@ def test_report_lists_machine_runs_tables_and_figures(drawn, tmp_path):
         assert not Path(link).is_absolute() and (target.parent / link).resolve().exists(), link
 
 
+def test_report_says_dirty_unknown_for_a_run_that_recorded_no_git_state(tmp_path):
+    """A run made where git was not at hand (meta.json ``dirty: null``, as on the device machine's
+    copy of the tree) is listed as ``unknown`` in the runs table, not as a clean ``no``."""
+    rows = [r for r in training_rows(np.random.default_rng(0)) if r["op"] == "summary"]
+    runs = [write_run(tmp_path, "20300101T000000Z-clean", "training", "training", rows),
+            write_run(tmp_path, "20300102T000000Z-dirty", "training", "training", rows, extra={"dirty": True}),
+            write_run(tmp_path, "20300103T000000Z-nogit", "training", "training", rows,
+                      extra={"dirty": None, "git_sha": None})]
+    res = load.load_runs(runs)
+    outcome = render.render(res, tmp_path / "figs", echo=lambda *_: None, only={"training_scaling"})
+    text = report.build(res, outcome, tmp_path / "REPORT.md")
+    lines = {run: next(line for line in text.splitlines() if line.startswith(f"| `{run}` |"))
+             for run in ("20300101T000000Z-clean", "20300102T000000Z-dirty", "20300103T000000Z-nogit")}
+    assert "| `0000000000` | no |" in lines["20300101T000000Z-clean"]
+    assert "| `0000000000` | yes |" in lines["20300102T000000Z-dirty"]
+    assert "| `-` | unknown |" in lines["20300103T000000Z-nogit"]
+
+
 def test_every_report_section_has_the_documented_signature_and_returns_lines(drawn):
     """The contract in analysis.plots: report_section(data, res, drawn) -> list[str], for a
     figure that was not drawn (data None, nothing else drawn) and for the figure as drawn."""
