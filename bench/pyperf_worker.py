@@ -1,27 +1,38 @@
-"""One micro benchmark (target x capacity x op) timed by pyperf: :func:`run_manager` (or ``python -m
-replaybench.bench.pyperf_worker``).
+"""One micro benchmark (target x capacity x op) timed by pyperf: a manager's and its workers' code (or
+``python -m replaybench.bench.pyperf_worker``).
 
-The micro scenario (:mod:`bench.scenarios.micro`) runs this module once per grid item as a pyperf *manager*,
-forked from the scenario's own process by :func:`run_manager` (so the interpreter start, the imports
-and, after the first item of a target, its kernels are paid once per run, not once per item);
+The micro scenario (:mod:`bench.scenarios.micro`) runs this module once per grid item as a pyperf *manager*
+(:func:`bench.manager_server.run_manager`);
 pyperf then runs fresh *worker* processes (one calibration worker unless ``--loops`` is given,
 then ``--processes`` value workers), each of which builds the buffer, fills it and times the
 op. So a filled buffer is reused for all warm-ups, values and loops of one worker, but not
 across ops: pyperf runs exactly one benchmark per worker process.
 
-Workers are forked from the manager, not started as new interpreters. Before it manages, the
-manager imports what the target needs and runs the op once on a small buffer (:func:`preload`),
-so numpy, numba's cached kernels and a peer's library (TorchRL and Tianshou import torch: 3-6 s
-each time) are loaded once per item instead of once per worker. A library that does not survive
-a fork once used (torch's thread pools) is only imported there (``FORK_AFTER_USE`` in its peer
-module, or in a registered variant's module, whose ``preload()`` then imports what it needs:
-impl/variants/torch_kary.py). Each worker is still a new
-process with its own buffer, built, filled and warmed up in it; it runs pyperf's own worker
-code (``Runner`` in ``--worker`` mode) on the arguments pyperf gives it, writes to pyperf's
-pipe, and exits (both manager and workers are forked as multiprocessing Processes, see
-:data:`_FORK`). Only the spawning is ours (:class:`ForkingRunner`); calibration, the values and
-the JSON are pyperf's. (So pyperf's ``--python`` option, another interpreter for the workers, has
-no effect here: the workers are this interpreter.)
+**Which process forks, and the rule that makes it safe.** Managers and workers are forked, not
+started as new interpreters, so that numpy, numba's cached kernels and a peer's library
+(TorchRL and Tianshou import torch: 3-6 s each time) are loaded once, not once per worker. A
+forked child has one thread and a copy of every library's state, so a thread pool used before
+the fork (GNU OpenMP's team under torch, pyarrow's, numba's threading layer) waits in the child
+for threads that do not exist: the rule is that **a process that forks has started no thread
+pool**. The scenario's own process cannot keep it (it measures GIL shares on full-size torch
+buffers, compacts rows with pyarrow, runs other suites first), so it never forks: a manager
+server, started once as a new interpreter (:mod:`bench.manager_server`), forks each manager
+after :func:`preload`, and checks that the preload started no thread. Preload imports what the
+target needs and runs the op once on a small buffer; a library whose ops start a pool (torch)
+is only imported there (``FORK_AFTER_USE = False`` in its peer module, or in a registered
+variant's module, whose ``preload()`` then imports what it needs: impl/variants/torch_kary.py).
+The manager runs only the same preload before pyperf forks its workers, so it keeps the rule
+too; the server's imports and kernels are inherited, so the first item of a target pays the
+preload once per run and the later ones inherit it.
+
+Each worker is a new process with its own buffer, built, filled and warmed up in it; it runs
+pyperf's own worker code (``Runner`` in ``--worker`` mode) on the arguments pyperf gives it,
+writes to pyperf's pipe, and exits (both manager and workers are forked as multiprocessing
+Processes, see :data:`_FORK`). Only the spawning is ours (:class:`ForkingRunner`); calibration,
+the values and the JSON are pyperf's. (So pyperf's ``--python`` option, another interpreter for
+the workers, has no effect here: the workers are this interpreter.) Workers mark their progress
+in ``--progress-file`` (:class:`TimedOp`), so a cell that deadlocks is stopped in seconds
+(:mod:`bench.stall_watch`), not at its timeout.
 
 Set-up happens on the first call of the time function, before its clock starts: look up the
 variant, build and fill the buffer, make the input pools, call the op once. A set-up error is
@@ -29,7 +40,8 @@ written to ``--error-file`` so the scenario can record it.
 
 Worker processes get pyperf's reduced environment (PATH, HOME, PYTHONPATH, locale) plus
 whatever ``--inherit-environ`` names; the scenario passes NUMBA_* and thread-count variables on.
-(Variables read at import time, such as NUMBA_*, are read once by the manager.)
+(Variables read at import time, such as NUMBA_*, are read once by the manager server, which
+inherits the caller's environment.)
 """
 
 from __future__ import annotations
@@ -47,11 +59,11 @@ import pyperf
 
 from replaybench.bench import contract, derive, workloads
 
-__all__ = ["build_call", "preload", "TimedOp", "ForkingRunner", "main", "run_manager"]
+__all__ = ["build_call", "preload", "TimedOp", "ForkingRunner", "main", "fork_manager", "manager_options"]
 
 #: Our options, forwarded from the manager to every worker it spawns.
 _FORWARDED = ("target", "capacity", "op", "batch", "mixed_adds", "transitions", "seed", "error_file", "params",
-              "threads", "resolved_file")
+              "threads", "resolved_file", "progress_file")
 #: Capacity of the manager's warm-up buffer: large enough for a batch, small enough to fill at once.
 _PRELOAD_CAPACITY = 1024
 
@@ -103,11 +115,20 @@ def preload(args) -> None:
 
 
 class TimedOp:
-    """pyperf's time function: ``self(loops)`` -> seconds, building the call on first use."""
+    """pyperf's time function: ``self(loops)`` -> seconds, building the call on first use. With
+    ``--progress-file``, a byte is appended to that file after the set-up and after every call
+    (the caller's :class:`bench.stall_watch.StallWatch` reads its size), outside the timing."""
 
     def __init__(self, args):
         self.args = args
         self.call = None
+        self.progress = None
+
+    def _mark(self) -> None:
+        if self.args.progress_file:
+            if self.progress is None:
+                self.progress = os.open(self.args.progress_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            os.write(self.progress, b".")
 
     def __call__(self, loops: int) -> float:
         if self.call is None:
@@ -123,9 +144,13 @@ class TimedOp:
                 first = self.call[0] if isinstance(self.call, list) else self.call
                 with open(self.args.resolved_file, "w") as fh:
                     json.dump(getattr(first, "resolved_params", {}), fh, sort_keys=True)
+            self._mark()
         if isinstance(self.call, list):
-            return workloads.time_threads(self.call, loops)
-        return workloads.time_calls(self.call, loops)
+            seconds = workloads.time_threads(self.call, loops)
+        else:
+            seconds = workloads.time_calls(self.call, loops)
+        self._mark()
+        return seconds
 
 
 def _forking_manager():
@@ -228,6 +253,8 @@ def main(argv=None, runner_cls=ForkingRunner) -> None:
     p.add_argument("--resolved-file", help="where a worker writes its buffer's resolved_params (JSON)")
     p.add_argument("--params", help="JSON object of variant parameters for registry.create (K, dtype, ...)")
     p.add_argument("--threads", type=int, default=1, help="threads running the op at once, each on its own buffer")
+    p.add_argument("--progress-file", help="a file the workers append a byte to after set-up and each timed call "
+                                           "(bench/stall_watch.py)")
     args = runner.parse_args(argv)
     if not args.worker:
         preload(args)
@@ -235,53 +262,25 @@ def main(argv=None, runner_cls=ForkingRunner) -> None:
     runner.bench_time_func(name, TimedOp(args), inner_loops=1)
 
 
-def run_manager(argv: list[str], timeout_s: float, stderr_path: str) -> int | None:
-    """Run :func:`main` on ``argv`` (a manager's options) in a child forked from this process, in
-    a session of its own; return its exit code, or None after killing its whole process group
-    (the manager and its workers) once ``timeout_s`` has passed. Its stdout is dropped and its
-    stderr written to ``stderr_path``. Any exception here (Ctrl-C) also kills the group first.
-
-    Before forking, this process preloads the target (:func:`preload`), so the child starts
-    with the target's libraries imported and its kernels loaded: the first item of a target
-    pays that once and the later ones inherit it.
-    """
-    preload(_manager_options(argv))
+def fork_manager(argv: list[str], stderr_path: str):
+    """Start :func:`main` on ``argv`` (a manager's options) in a :data:`_FORK` child of this
+    process, in a session of its own (its pid is its session id), stdout dropped and stderr
+    into ``stderr_path``; the started Process. Called only by the manager server
+    (:mod:`bench.manager_server`), whose rule makes the fork safe."""
     sys.stdout.flush()
     sys.stderr.flush()
     # Ctrl-C stays pending across the fork: a child interrupted before it has its own session
     # would unwind through the caller's stack as a second copy of it.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    child = _FORK.Process(target=_manager_child, args=(argv, mask, stderr_path), name="pyperf-manager")
     try:
+        child = _FORK.Process(target=_manager_child, args=(argv, mask, stderr_path), name="pyperf-manager")
         child.start()
-    except BaseException:
+    finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        raise
-    deadline = time.monotonic() + timeout_s
-    try:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a pending Ctrl-C lands here: the child is killed
-        while child.exitcode is None:
-            if time.monotonic() > deadline:
-                _kill_session(child)
-                return None
-            child.join(0.01)
-        return child.exitcode
-    except BaseException:
-        _kill_session(child)
-        raise
+    return child
 
 
-def _kill_session(child) -> None:
-    """Kill the manager Process ``child`` and its workers (its session), or only it if it has
-    none yet, and reap it."""
-    try:
-        os.killpg(child.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        child.kill()
-    child.join()
-
-
-def _manager_options(argv: list[str]) -> argparse.Namespace:
+def manager_options(argv: list[str]) -> argparse.Namespace:
     """Our options (not pyperf's) out of a manager's ``argv``, for :func:`preload`."""
     p = argparse.ArgumentParser(add_help=False)
     for name in _FORWARDED:

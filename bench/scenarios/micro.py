@@ -1,10 +1,12 @@
 """The micro scenario: one pyperf benchmark per (variant, capacity, grid parameters, op).
 
-Each cell forks a pyperf manager (:func:`bench.pyperf_worker.run_manager`, in its own session)
-and waits; pyperf spawns the fresh worker processes that set up and time the op
+Each cell has a pyperf manager forked (:func:`bench.manager_server.run_manager`, in its own
+session, by a clean fork server) and waits; pyperf spawns the
+fresh worker processes that set up and time the op
 (:mod:`bench.workloads`). Cells run one at a time, so the workers do not compete for the
-cores. A cell whose process fails or times out gives one ``failed`` row with the error; Ctrl-C
-kills the current cell's process group.
+cores. A cell whose process fails, makes no progress (a deadlock is seen in seconds:
+:mod:`bench.stall_watch`) or times out gives one ``failed`` row with the error; Ctrl-C kills
+the current cell's process group.
 
 Parameter grids (asv-style): a suite's ``params`` (``{"K": [2, 4, 8]}``) and ``--param
 K=2,4,8`` multiply the grid. Workload parameters (:data:`WORKLOAD_PARAMS`: batch, mixed_adds,
@@ -486,7 +488,7 @@ def _resolved_params(cell: Cell, path: Path) -> dict:
 
 def _measure(cell: Cell, raw_dir: Path) -> list[dict]:
     """Time one cell in fresh processes; its rows (one per value, or one failed row)."""
-    from replaybench.bench import pyperf_worker
+    from replaybench.bench import manager_server
 
     item: Item = cell.spec
     suite, settings = item.suite, item.settings
@@ -508,11 +510,13 @@ def _measure(cell: Cell, raw_dir: Path) -> list[dict]:
     inherit = _inherited_environ()
     if inherit:
         argv += ["--inherit-environ", ",".join(inherit)]
-    code = pyperf_worker.run_manager(argv, suite["item_timeout_s"], str(stderr_file))
+    try:
+        code = manager_server.run_manager(argv, suite["item_timeout_s"], str(stderr_file))
+    except (manager_server.ManagerHang, manager_server.ServerError) as err:
+        stderr_file.unlink(missing_ok=True)
+        return [cell.row("failed", str(err))]
     stderr = stderr_file.read_text() if stderr_file.exists() else ""
     stderr_file.unlink(missing_ok=True)
-    if code is None:
-        return [cell.row("failed", f"timed out after {suite['item_timeout_s']} s")]
     if code != 0 or not out_json.exists():
         return [cell.row("failed", _error_message(err_file, stderr, code))]
     import pyperf
