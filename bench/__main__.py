@@ -88,11 +88,20 @@ def cmd_summary(args) -> int:
 
 
 def cmd_compact(args) -> int:
-    """Compact each run folder named (rows.csv -> rows.parquet); every folder is checked before
-    any is converted, and one that cannot be converted is reported and left as it was."""
+    """Compact each run folder named (rows.csv -> rows.parquet); every folder is checked to be a
+    run folder before any is converted. One that cannot be converted (still being written, a
+    damaged rows.parquet beside its CSV, a full disk ...) is reported on stderr by its path and
+    left as it was, and the others are still converted (exit 1); one already compact (also by
+    another compaction running at the same time) is said to be."""
     from pathlib import Path
 
-    from replaybench.bench import compaction, contract
+    from replaybench.bench import compaction, contract, rowstore
+
+    def size(path: Path) -> int:  # 0 for a file gone meanwhile (compacted by another process)
+        try:
+            return path.stat().st_size
+        except FileNotFoundError:
+            return 0
 
     folders = [Path(d) for d in args.run_dirs]
     for folder in folders:
@@ -102,14 +111,21 @@ def cmd_compact(args) -> int:
             return 2
     failed = 0
     for folder in folders:
-        before = sum(f.stat().st_size for f in folder.glob("rows.*"))
+        csv_bytes = size(folder / rowstore.CSV_NAME)
         try:
             path = compaction.compact(folder)
-        except (contract.RunError, compaction.CompactError, ImportError, OSError) as err:
+        except ImportError as err:  # the only error whose message does not name the run
+            print(f"error: {folder}: {err}", file=sys.stderr)
+            failed += 1
+            continue
+        except (contract.RunError, compaction.CompactError, OSError) as err:
             print(f"error: {err}", file=sys.stderr)
             failed += 1
             continue
-        print(f"{folder}: {path.name}, {before / 2**20:.2f} MiB -> {path.stat().st_size / 2**20:.2f} MiB")
+        if not csv_bytes:
+            print(f"{folder}: {path.name}, already compact")
+        else:
+            print(f"{folder}: {path.name}, {csv_bytes / 2**20:.2f} MiB -> {size(path) / 2**20:.2f} MiB")
     return 1 if failed else 0
 
 

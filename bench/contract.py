@@ -337,8 +337,9 @@ def read_rows(run_dir) -> list[dict]:
     """The rows of a run as typed dicts, every row checked by :func:`check_row`: from
     rows.parquet when the run was compacted, else from rows.csv (:mod:`bench.rowstore`).
 
-    Columns this version does not know are kept as strings; columns the file lacks are absent
-    from its dicts. Cost: one pass over the file (rows.csv: decoding one line at a time).
+    Columns this version does not know are kept: as strings from rows.csv, with the type they
+    are stored as from rows.parquet (a newer writer's); columns the file lacks are absent from
+    its dicts. Cost: one pass over the file (rows.csv: decoding one line at a time).
 
     Raises
     ------
@@ -406,9 +407,18 @@ def _rows_to_check(frame) -> list[int]:
     return (np.flatnonzero(suspect) + 1).tolist()
 
 
+#: The columns whose stored type the contract fixes (:func:`_parquet_table`).
+_KNOWN_COLUMNS = frozenset(COLUMNS)
+
+
 def _parquet_table(path: Path):
     """The pyarrow Table of a rows.parquet file whose header and column types are the
-    contract's; RunError naming the file otherwise."""
+    contract's; RunError naming the file otherwise.
+
+    Only the columns of :data:`COLUMNS` are type-checked (each must be stored as
+    :func:`column_kind` says). A column this version does not know passes with whatever type
+    it is stored as: a newer writer may add a column, typed as it sees fit (an int64
+    ``cores_used``), and its runs must still load; nothing here reads such a column."""
     try:
         table = rowstore.read_parquet_table(path)
     except ImportError as err:
@@ -417,6 +427,8 @@ def _parquet_table(path: Path):
         raise RunError(path, f"not a readable parquet file: {err}") from None
     _check_header(path, list(table.column_names))
     for field in table.schema:
+        if field.name not in _KNOWN_COLUMNS:
+            continue
         wanted = rowstore.arrow_type(column_kind(field.name))
         if field.type != wanted:
             raise RunError(path, f"column {field.name!r} is stored as {field.type}, where the results contract "

@@ -25,11 +25,21 @@ When the run ends, :meth:`RunWriter.finish` compacts rows.csv into rows.parquet 
 before the CSV is removed), complete or interrupted alike.
 Every row is checked by the contract's :func:`~bench.contract.parse_row` before it is written,
 so a run on disk always passes the readers' checks.
+
+While the run is open its writer holds an exclusive ``flock`` on rows.csv (taken when the file
+is created, given up by :meth:`RunWriter.finish`): the mark of a live writer, by which
+``replaybench compact`` refuses an open run (:mod:`bench.compaction`). The kernel drops it when
+the writer's process dies, however it dies, so a crashed run is never left marked open (a
+recorded pid and host could be stale, or name a reused pid), and no lock file of its own is
+left in the folder. A process the writer forks closes its copy of the lock at once, so that a
+child outliving the writer does not keep the run open.
 """
 
 from __future__ import annotations
 
 import csv
+import errno
+import fcntl
 import io
 import json
 import os
@@ -37,6 +47,7 @@ import platform
 import re
 import subprocess
 import sys
+import weakref
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -83,9 +94,41 @@ class ResultsWriteError(OSError):
         self.rows_on_disk = rows_on_disk
 
 
+#: The rows.csv locks (open-run marks) this process holds: descriptor -> its release.
+_ROWS_LOCKS: dict[int, weakref.finalize] = {}
+
+
+def _release_rows_lock(fd: int) -> None:
+    """Give up a run's open mark: unlock (for every copy of the descriptor) and close."""
+    _ROWS_LOCKS.pop(fd, None)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _forget_inherited_rows_locks() -> None:
+    """In a forked child: close the child's copies of the parent's rows.csv locks. A flock lives
+    as long as any copy of its descriptor, so a child (a worker, a reaper) that outlived a
+    crashed writer would otherwise keep the run marked open; the parent's copy still holds it.
+    The child's writers do not release it (their release is detached)."""
+    for fd, release in list(_ROWS_LOCKS.items()):
+        release.detach()
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _ROWS_LOCKS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_inherited_rows_locks)
+
+
 class RunWriter:
     """Owns one run folder: meta.json at start, after each grid item and at the end; rows.csv
-    appended to batch by batch (:meth:`append`).
+    appended to batch by batch (:meth:`append`), locked as open from its creation until
+    :meth:`finish` (see the module docstring; a writer dropped without finish releases it when
+    collected, as a dead process does).
 
     Cost of :meth:`append`: the batch's formatting and check, one write and one fsync.
     Thread-safety: none (the driver's one thread writes).
@@ -104,9 +147,33 @@ class RunWriter:
         self._rows_path = self.dir / "rows.csv"
         self._rows_bytes = 0  # length of rows.csv up to its last whole batch
         self.write_meta()
+        self._open_mark = self._mark_open()  # creates rows.csv, locked, before its header is written
         header = io.StringIO()
         csv.writer(header, lineterminator="\n").writerow(COLUMNS)
         self._write_rows(header.getvalue(), 0)
+
+    def _mark_open(self) -> weakref.finalize | None:
+        """Create rows.csv (empty) and take the exclusive flock that marks the run open; the
+        release that :meth:`finish` calls (None on a filesystem without flock, where the run is
+        not marked). Blocks only while a compaction's probe holds the new file: that compaction
+        then finds it empty and refuses it (:func:`bench.compaction.compact`)."""
+        try:
+            fd = os.open(self._rows_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError as err:
+            raise ResultsWriteError(self._rows_path, err, 0) from err
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as err:
+            os.close(fd)
+            if err.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                return None
+            raise ResultsWriteError(self._rows_path, err, 0) from err
+        except BaseException:
+            os.close(fd)
+            raise
+        release = weakref.finalize(self, _release_rows_lock, fd)
+        _ROWS_LOCKS[fd] = release
+        return release
 
     def write_meta(self) -> None:
         """Replace meta.json atomically with :attr:`meta`; ResultsWriteError when it cannot be."""
@@ -176,12 +243,17 @@ class RunWriter:
 
     def finish(self, complete: bool, **extra) -> None:
         """Write the final meta.json: ``complete``, ``end_time`` and ``extra``
-        (ResultsWriteError when it cannot be written: the last one written stays); then compact
-        the rows into rows.parquet (:func:`bench.compaction.compact`). A compaction that cannot
+        (ResultsWriteError when it cannot be written: the last one written stays); give up the
+        open mark on rows.csv (even then: this writer writes nothing more); then compact the
+        rows into rows.parquet (:func:`bench.compaction.compact`). A compaction that cannot
         be made (no pyarrow, a full disk) leaves rows.csv as it is, says so on stderr, and is
         not an error: the run is whole and ``replaybench compact`` converts it later."""
         self.meta.update(extra, end_time=_now(), complete=bool(complete))
-        self.write_meta()
+        try:
+            self.write_meta()
+        finally:
+            if self._open_mark is not None:
+                self._open_mark()  # the run is closed: compaction may take it (a second call does nothing)
         if not self.compact:
             return
         try:

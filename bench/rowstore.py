@@ -10,11 +10,15 @@ checks that it holds exactly the rows of the CSV, and only then removes the CSV.
 The stored form is typed by the results contract (:mod:`bench.contract`): its integer columns
 as int64, its float columns as float64 (NaN kept apart from an empty cell), ``dirty`` as bool,
 every other column, known or not, as UTF-8 text; an empty cell is null. Reading a parquet file
-gives the very dicts :func:`bench.contract.read_rows` gives for the CSV it was made from.
+gives the very dicts :func:`bench.contract.read_rows` gives for the CSV it was made from. A
+column the contract does not know, in a file a newer writer made, is read with the type it is
+stored as.
 
-A folder holding both files is one whose compaction was cut off after the parquet file was put
-in place (it is written to a temporary name, checked, then renamed): both hold the same rows,
-and readers take the parquet file.
+A folder holding both files is most often one whose compaction was cut off after the parquet
+file was put in place (it is written to a temporary name, checked, then renamed), but it may
+hold a damaged or partial parquet file beside the only good copy of the rows. Readers take the
+parquet file; compaction trusts it no more than one it has just written: it removes the CSV
+only once the parquet file reads back as exactly the CSV's rows, and keeps both otherwise.
 
 This module knows files and types only; what the columns mean and how rows are checked is the
 results contract's (:mod:`bench.contract`, which reads through this module). pyarrow is needed
