@@ -17,7 +17,7 @@ from replaybench.impl.concurrent import SharedPrioritizedBuffer, leaked_segments
 from replaybench.impl.concurrent.atomics import atomic_add, atomic_xchg, yield_core
 from replaybench.impl.concurrent.deltas import add_deltas, depth, exchange_leaves, set_leaves, settle_mins
 from replaybench.impl.concurrent.locks import _PID_SHIFT, token_pid
-from replaybench.impl.concurrent.policies.atomic_deltas import DRIFT_TOLERANCE_F32, drift_bound, rebuild_due
+from replaybench.impl.concurrent.policies.atomic_deltas import DRIFT_TOLERANCE_F32, HEAL_EVERY, drift_bound, rebuild_due
 from replaybench.impl.concurrent.ring import MAX_WRITERS, RECORD_WORDS, release_record, reserve_unlocked, ring_arrays
 from replaybench.impl.concurrent.shm import SharedArena
 from replaybench.impl.trees.kernels import addr
@@ -245,12 +245,14 @@ def _die_mid_write(handle, slots):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def test_a_writer_killed_mid_write_is_repaired_by_the_next_rebuild():
+def test_a_writer_killed_mid_write_is_repaired_by_a_rebuild_that_comes_due_first():
     """A writer that dies between its leaf exchange and its deltas leaves the inner nodes
-    short of its changes, and its token in a reader word. The next due rebuild cannot take the
-    lock in the kernel (the dead word holds it off): the update goes to the Python path, whose
-    lock clears the dead word and rebuilds from the leaves (counted as a recovery). The rebuild
-    is made due by a fall of the total (every slot set 10**6 times lower)."""
+    short of its changes, and its token in a reader word. A rebuild that comes due before the
+    object's next check for dead writers (tests/test_concurrency_heal.py) cannot take the lock
+    in the kernel (the dead word holds it off): the update goes to the Python path, which
+    clears the dead word and rebuilds from the leaves (counted as a recovery). The rebuild is
+    made due by a fall of the total (every slot set 10**6 times lower), within the 16 calls
+    before the object's next check."""
     with SharedPrioritizedBuffer.create(1024, FIELDS, policy="atomic-deltas", seed=0, alpha=1.0, eps=0.0) as buf:
         C.prefill(buf, 1024, NB)
         proc = mp.get_context("fork").Process(target=_die_mid_write, args=(buf.handle, np.arange(100, 110)))
@@ -258,6 +260,7 @@ def test_a_writer_killed_mid_write_is_repaired_by_the_next_rebuild():
         proc.join(120)
         assert proc.exitcode == -9
         assert buf.total() < buf.tree.leaves().sum() - 400  # 10 leaves at 50: their deltas never arrived
+        assert buf._policy._calls[0] % HEAL_EVERY == 1  # the prefill's call was a check: the next is 31 calls away
         rng = np.random.default_rng(0)
         for k in range(0, 1024, 64):
             idx = np.arange(k, k + 64)

@@ -236,3 +236,30 @@ def test_duplicate_indices_in_one_update_last_priority_wins(policy):
     finally:
         if closer is not None:
             closer.close()
+
+
+# ----------------------------------------------------------------------------- issue 55, item 7: batch size
+@pytest.mark.parametrize("policy", concurrent.names())
+def test_a_batch_size_no_output_could_hold_is_refused_by_name_and_changes_nothing(policy):
+    """Issue 55, item 7: ``sample(2**62)`` raised a bare OverflowError (the output block's byte
+    count past int64) under every policy, and ``sample(2**40)`` numpy's MemoryError for 56 TiB,
+    neither naming ``batch_size``. A batch size whose output arrays need more memory than is
+    available (or than an int64 counts) is refused with a ValueError naming it and its value,
+    as a non-positive one is, before anything is drawn: the buffer, its counters and the
+    object's generator are as they were, and a sample of a sane size follows."""
+    with SharedPrioritizedBuffer.create(64, FIELDS, variant="kary-aligned", policy=policy, seed=0) as buf:
+        C.prefill(buf, 8, NB)
+        state = (buf.counters(), buf.ring.stamps_snapshot(), buf.tree.leaves(), buf.total(), buf.kernel_calls)
+        rng = buf._rng.bit_generator.state
+        for n in (2**62, 2**63 - 1, 2**64, 10**30, 2**40):
+            with pytest.raises(ValueError, match=rf"batch_size={n} .*bytes"):
+                buf.sample(n)
+            with pytest.raises(ValueError, match=rf"batch_size={n} "):
+                buf.sample_out(n)
+        with pytest.raises(ValueError, match=r"batch_size must be a positive integer, got 0"):
+            buf.sample(0)
+        after = (buf.counters(), buf.ring.stamps_snapshot(), buf.tree.leaves(), buf.total(), buf.kernel_calls)
+        assert after[0] == state[0] and after[3] == state[3] and after[4] == state[4]
+        assert np.array_equal(after[1], state[1]) and np.array_equal(after[2], state[2])
+        assert buf._rng.bit_generator.state == rng
+        assert buf.sample(16)["indices"].shape == (16,)

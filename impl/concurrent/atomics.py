@@ -15,15 +15,18 @@ spin-wait hint (x86 ``pause``: lets the sibling hyperthread run and avoids the m
 flush when the lock word changes), :func:`acquire_fence` (a seqlock reader's barrier: the loads
 before it complete before the loads after it), :func:`full_fence` (a store, then a load of another
 word: the reader-writer lock's handshake), :func:`yield_core` (``sched_yield``: lets a lock holder
-that shares this core run; 0.3-1 us when nothing else is runnable), and :func:`monotonic`,
+that shares this core run; 0.3-1 us when nothing else is runnable), :func:`monotonic`,
 ``clock_gettime(CLOCK_MONOTONIC)`` (the clock of Python's ``time.perf_counter`` on Linux,
-so times measured in a kernel and in Python add up; 30-150 ns a read, vDSO).
+so times measured in a kernel and in Python add up; 30-150 ns a read, vDSO), and
+:func:`process_gone`, whether a lock holder's process has died (``kill(pid, 0)``, then
+``waitid`` for an exited child: a system call or two, for the rare checks that need it).
 """
 
 from __future__ import annotations
 
 import platform
 
+import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
@@ -31,13 +34,19 @@ from numba.extending import intrinsic
 
 __all__ = ["atomic_add", "atomic_cas", "atomic_load", "atomic_xchg", "cas", "fetch_add", "load", "exchange",
            "atomic_read", "acquire_fence", "full_fence", "first_nonzero", "cpu_relax", "monotonic", "yield_core",
-           "prefetch_write"]
+           "prefetch_write", "process_gone"]
 
 _X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
 _CLOCK_MONOTONIC = 1  # Linux's clock id
 # Linked by symbol name (not a ctypes pointer), so the kernels that read the clock stay cacheable.
 _clock_gettime = types.ExternalFunction("clock_gettime", types.int32(types.int32, types.voidptr))
 _sched_yield = types.ExternalFunction("sched_yield", types.int32())
+_kill = types.ExternalFunction("kill", types.int32(types.int32, types.int32))
+_waitid = types.ExternalFunction("waitid", types.int32(types.int32, types.int32, types.voidptr, types.int32))
+_P_PID, _WEXITED, _WNOHANG, _WNOWAIT = 1, 4, 1, 0x01000000  # Linux's values
+# siginfo_t's si_pid, in int32 words: after si_signo, si_errno, si_code and, on 64-bit Linux, the
+# padding that aligns the union it starts (offset 16 bytes on x86-64 and aarch64 alike).
+_SI_PID = 4
 
 
 def _element_pointer(context, builder, arr_type, arr_value, index_value):
@@ -259,3 +268,20 @@ def monotonic(ts):
 def yield_core():
     """``sched_yield()``: give the core to another runnable thread or process, if any."""
     _sched_yield()
+
+
+@njit(nogil=True, cache=True)
+def process_gone(pid):
+    """Whether process ``pid`` has died, as far as a kernel can tell with a system call or two:
+    ``kill(pid, 0)`` fails (no such process; also a live process this user may not signal,
+    which a caller's slow path, :func:`impl.concurrent.locks.pid_alive`, tells apart), or
+    ``pid`` is a child of this process that has exited and is not yet reaped (a zombie, which
+    ``kill`` still finds: ``waitid(P_PID, pid, WEXITED | WNOHANG | WNOWAIT)`` reports it and
+    leaves it to its reaper). A zombie of another parent counts as alive here until that
+    parent reaps it (``pid_alive`` reads /proc for it). About 0.5-1 us."""
+    if _kill(np.int32(pid), np.int32(0)) != 0:
+        return True
+    info = np.zeros(32, dtype=np.int32)  # one siginfo_t (128 bytes); si_pid stays 0 unless a child is reported
+    if _waitid(np.int32(_P_PID), np.int32(pid), info.ctypes, np.int32(_WEXITED | _WNOHANG | _WNOWAIT)) != 0:
+        return False  # ECHILD: not a child of this process, and alive
+    return info[_SI_PID] == pid

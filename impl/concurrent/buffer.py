@@ -57,7 +57,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import registry
+from .. import machine, registry
 from ..buffers import PrioritizedReplayBuffer, SampleOut, make_sample_out
 from ..trees import kernels
 from ..trees.base import as_indices, as_priorities, raise_for_status
@@ -84,6 +84,14 @@ class SharedSampleOut(SampleOut):
 
 _NO_VALUES = np.empty(0, dtype=np.float64)
 _INT64 = np.dtype(np.int64)
+#: Bytes a sample's output takes per draw beside its row: the index and stamp (int64), the
+#: weight (float32) and the kernel's float64 scratch.
+_OUT_BYTES_PER_DRAW = 8 + 8 + 4 + 8
+#: Outputs smaller than this are not checked against the memory available (that reads
+#: /proc/meminfo and the cgroup's files, tens of microseconds: ``sample`` without ``out=``
+#: makes an output every call); a failed allocation of one says so itself.
+_CHECK_MEMORY_FROM = 2**30
+_MOST_BYTES = 2**63 - 1  # what the byte counts (int64) can hold, whatever the memory
 _NO_STAMPS = np.empty(0, dtype=np.int64)
 
 
@@ -182,6 +190,8 @@ class SharedPrioritizedBuffer:
                                      timeout=timeout, readers=range(READERS_AT, READERS_AT + MAX_READERS))
         self._leaf_lock = SharedLock(self._ring.control, LEAF_LOCK, "leaves", timeout=timeout)
         self._rng = np.random.default_rng(seed)
+        self._out_row_bytes = sum(spec.nbytes for spec in self._storage.specs.values()) + _OUT_BYTES_PER_DRAW
+        self._out_pad_bytes = 64 * (len(self._storage.specs) + 5)  # each array's alignment, at most a line
         # This object's statistics of the lock taken inside the fused kernels (the SharedLock
         # objects count the rest).
         self._lockstats = np.zeros(fused.LOCKSTATS_SIZE)  # with the clock's scratch: one per object, as the rng
@@ -481,9 +491,23 @@ class SharedPrioritizedBuffer:
     @guarded
     def sample_out(self, batch_size: int) -> SharedSampleOut:
         """Output arrays for ``sample(batch_size, out=...)``, reused across calls (no allocation
-        per call). Belongs to this object."""
+        per call). Belongs to this object. ValueError naming ``batch_size`` for one that is not a
+        positive integer, or whose arrays (rows, indices, weights, stamps) need more bytes than
+        the memory available (checked from 1 GiB on) or than an int64 counts; nothing is
+        allocated then."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        need = int(batch_size) * self._out_row_bytes + self._out_pad_bytes
+        if need >= _CHECK_MEMORY_FROM:
+            room = machine.available_memory_bytes()
+            if need > _MOST_BYTES:
+                raise ValueError(f"batch_size={batch_size} is too large: its sample's output arrays would need "
+                                 f"{need} bytes ({self._out_row_bytes} a draw), more than an int64 counts "
+                                 f"({_MOST_BYTES} bytes)")
+            if room is not None and need > room:
+                raise ValueError(f"batch_size={batch_size} is too large: its sample's output arrays would need "
+                                 f"{need} bytes ({need / 2**30:.3g} GiB, {self._out_row_bytes} a draw), but only "
+                                 f"{room} bytes ({room / 2**30:.3g} GiB) of memory are available")
         out = make_sample_out(SharedSampleOut(), self, self._storage, int(batch_size))
         out.stamp = out["stamps"] = np.empty(int(batch_size), dtype=np.int64)
         out.octx = out_context(out.block, out.block_table, out.index, out.weight, out.stamp, out.scratch,
@@ -496,7 +520,8 @@ class SharedPrioritizedBuffer:
         ``weights`` (float32, ``(p_i / p_min) ** -beta``) and ``stamps`` (pass them back to
         :meth:`update_priorities`). ``rng``: a numpy Generator (default this object's); one key
         per call is taken from it (:mod:`impl.fused_ops`). ``out``: arrays from :meth:`sample_out`,
-        refilled and returned. Raises ValueError when nothing is sampleable yet."""
+        refilled and returned. Raises ValueError when nothing is sampleable yet, and for a
+        ``batch_size`` whose output could not be held (:meth:`sample_out`), before any draw."""
         beta = self.beta if beta is None else beta
         # The common case (plain int and float in range, this object's generator and out) is
         # checked first: it is the Python every call pays for.

@@ -105,8 +105,10 @@ from numba import njit
 from .. import fused_ops as fused
 from ..storage import gather_rows, write_rows
 from ..trees import kernels, ops
-from .atomics import acquire_fence, atomic_cas, atomic_read, cpu_relax, full_fence, monotonic, yield_core
+from .atomics import (acquire_fence, atomic_cas, atomic_read, cpu_relax, full_fence, monotonic, process_gone,
+                      yield_core)
 from .deltas import reject_overshoot
+from .locks import PID_SHIFT
 from .context import K as K_AT
 from .context import (ALPHA, APPLY, ARENA, CAPACITY, CTRL, EPS, FCTRL, INSERT_PROTOCOL, KIND, KSHIFT, LAY, LOCKSTATS as
                       LOCKSTATS_AT, OUT, OUT_INDEX, OUT_STAMP, OUT_TABLE, OUT_WEIGHT, QUEUE_DELTA, QUEUE_IDX, RESUM_EVERY,
@@ -122,7 +124,7 @@ __all__ = ["GATHER_LOCKED", "DRAW_LOCKED", "OPTIMISTIC", "DRAIN_LOCKED", "LOCKED
            "MAX_CHANGED_ROUNDS", "LOCKSTATS", "LOCKSTATS_SIZE", "WAIT_S", "HOLD_S", "ACQUISITIONS", "CONTENDED",
            "KERNEL_CALLS",
            "FALLBACKS", "sample", "add", "update", "acquire", "release", "acquire_shared", "release_shared",
-           "draw_unlocked", "changed_rows", "copy_redrawn"]
+           "dead_holder", "draw_unlocked", "changed_rows", "copy_redrawn"]
 
 GATHER_LOCKED, DRAW_LOCKED, OPTIMISTIC, DRAIN_LOCKED = 0, 1, 2, 3  # sample protocols
 LOCKED, LAZY = 0, 1  # insert protocols
@@ -282,6 +284,26 @@ def _release_shared(ctrl, slot, token):
 #: The lock's steps for kernels of other modules (a policy's own kernel set, which takes the
 #: same words in control blocks of its own): exclusive and shared, as described above.
 acquire, release, acquire_shared, release_shared = _acquire, _release, _acquire_shared, _release_shared
+
+
+@njit(nogil=True, cache=True)
+def dead_holder(ctrl, token):
+    """The first of the lock word ``ctrl[TREE_LOCK]`` and its reader words held by a process
+    other than ``token``'s that has died (:func:`~impl.concurrent.atomics.process_gone`), else
+    -1. For policies whose writers hold the lock *shared* (atomic-deltas): a reader word is then
+    a writer's mark, and a dead one holds up no other writer nor any sampler, so nothing else
+    would find it (the exclusive holders' waits find dead readers, but those come once per
+    drift rebuild). A word found here goes to the Python path, which checks the pid against
+    /proc (:meth:`~impl.concurrent.locks.SharedLock.dead_readers`) before it repairs anything.
+    Cost: 1 + MAX_READERS acquire loads (5 lines), and a system call or two per word another
+    process holds: a periodic check, not one for every call."""
+    me = token >> PID_SHIFT
+    for k in range(-1, MAX_READERS):
+        word = TREE_LOCK if k < 0 else READERS_AT + k
+        holder = atomic_read(ctrl, word)
+        if holder != 0 and holder >> PID_SHIFT != me and process_gone(holder >> PID_SHIFT):
+            return word
+    return -1
 
 
 # ----------------------------------------------------------------------------- draws

@@ -45,9 +45,9 @@ import numpy as np
 
 from .atomics import cas, first_nonzero, load
 
-__all__ = ["SharedLock", "my_token", "token_pid", "pid_alive"]
+__all__ = ["SharedLock", "my_token", "token_pid", "pid_alive", "PID_SHIFT"]
 
-_PID_SHIFT = 22
+PID_SHIFT = _PID_SHIFT = 22  # a token's pid is its bits from here up (kernels shift by it too)
 # Waiting for a holder in another process: retry at once this many times (~150 ns each, about
 # the length of a short critical section), then yield the core this many times, then sleep.
 # Spinning pays on an idle core; sleeping at once cost 30-45% of two learners' time at 2**18.
@@ -203,7 +203,7 @@ class SharedLock:
                 if now - last_check >= self.check_every:
                     last_check = now
                     if not pid_alive(token_pid(reader)):
-                        if cas(words, r, reader, 0) == reader:  # a draw changes nothing: its word is simply cleared
+                        if self.clear_reader(r, reader):  # a draw changes nothing: its word is simply cleared
                             dead.append(reader)
                         continue
                     if now - start > self.timeout:
@@ -219,6 +219,22 @@ class SharedLock:
                 cas(words, self.index, my_token(), restore)
                 raise
         return waited
+
+    def dead_readers(self) -> list[tuple[int, int]]:
+        """``(word, token)`` of each reader word held by a process that is no longer alive
+        (:func:`pid_alive`: a zombie counts as dead), this process's own left out: a snapshot,
+        without waiting. O(readers) loads plus a pid check (a signal and a /proc read) per
+        word another process holds."""
+        words, first, stop = self.words, self.readers.start, self.readers.stop
+        me = os.getpid()
+        held = np.flatnonzero(words[first:stop]) + first
+        return [(int(w), t) for w in held.tolist()
+                if (t := int(words[w])) != 0 and token_pid(t) != me and not pid_alive(token_pid(t))]
+
+    def clear_reader(self, word: int, token: int) -> bool:
+        """Clear reader word ``word`` if it still holds ``token`` (a compare-and-swap: of several
+        callers that found the same dead reader, exactly one clears it); whether this call did."""
+        return cas(self.words, word, token, 0) == token
 
     def _recover(self, dead_token: int) -> None:
         self.recoveries += 1

@@ -12,17 +12,18 @@ from ...storage import gather_rows, write_rows
 from ...trees import kernels as tree_kernels
 from ...trees import ops
 from .. import context as cx
-from ..atomics import acquire_fence
+from ..atomics import acquire_fence, atomic_read, exchange, load
 from ..deltas import depth, draw, set_leaves
 from ..fused import (KERNEL_CALLS, MAX_CHANGED_ROUNDS, STATUS_BUSY, STATUS_CHANGING, STATUS_EMPTY, STATUS_OK, STATUS_PUBLISH_BUSY,
-                     STATUS_RESERVE, acquire, acquire_shared, changed_rows, copy_redrawn, release, release_shared)
+                     STATUS_RESERVE, acquire, acquire_shared, changed_rows, copy_redrawn, dead_holder, release,
+                     release_shared)
 from ..locks import SharedLock, my_token, pid_alive, token_pid
 from ..policy import Backoff, Policy, Selection, register
 from ..ring import (MAX_READERS, MAX_WRITERS, READERS_AT, TREE_LOCK, Reservation, counters_of,
                     fresh_mask, max_priority, note_changes_atomic, note_max_atomic, note_rebuild, note_recovery,
                     release_record, reserve_unlocked, tickets)
 
-__all__ = ["AtomicDeltas", "DRIFT_TOLERANCE", "DRIFT_TOLERANCE_F32", "drift_bound", "rebuild_due"]
+__all__ = ["AtomicDeltas", "DRIFT_TOLERANCE", "DRIFT_TOLERANCE_F32", "HEAL_EVERY", "drift_bound", "rebuild_due"]
 
 #: The relative drift of the root (against the exact sum of the leaves) the policy lets its
 #: bound reach before an exact rebuild, for float64 leaves: 2**-30, about 9.3e-10 (see
@@ -34,7 +35,18 @@ DRIFT_TOLERANCE = 2.0**-30
 #: changes at depth 5. (2**-30 made the rebuild, O(capacity) under the lock held
 #: exclusively, the one serial section of an insert: an insert changes 2n leaves.)
 DRIFT_TOLERANCE_F32 = 2.0**-24
-_CONTROL_WORDS = READERS_AT + MAX_READERS  # the policy's control block is laid out as the ring's
+#: Calls of one buffer object between its checks for writers that died inside a tree write
+#: (:func:`_heal_due`): its first call checks, then every HEAL_EVERY-th. A check is 33 loads
+#: (some 15 ns from cache) plus two system calls per word another process holds at that
+#: moment (about 1 us), so a call pays under 1 ns on average with no other process inside a
+#: write, some 30 ns per one that is, and one load and a count otherwise. A dead writer's batch
+#: is repaired before the HEAL_EVERY-th call of any object after its death relies on the sums.
+HEAL_EVERY = 32
+# The policy's control block is laid out as the ring's (its lock word and reader words), then
+# one line of its own: the heal word, set while a dead writer's repair is pending, which every
+# call reads first (never written otherwise, so it stays in every core's cache).
+HEAL = READERS_AT + MAX_READERS
+_CONTROL_WORDS = HEAL + 8
 
 
 # ----------------------------------------------------------------------------- drift
@@ -91,6 +103,24 @@ def _leaf_values(p, leaf32):
         for b in range(p.shape[0]):
             p[b] = np.float64(np.float32(p[b]))
     return p
+
+
+# ----------------------------------------------------------------------------- dead writers
+@njit(nogil=True, cache=True, inline="always")
+def _heal_due(lctrl, calls, token):
+    """Whether this call must go to the Python path first, to repair the tree after a writer
+    that died inside a tree write (:meth:`AtomicDeltas._heal`): the heal word is set (a repair
+    is pending: the sums are not to be relied on), or this is one of the object's periodic
+    checks (``calls``: its own count, every :data:`HEAL_EVERY`-th from its first) and it finds
+    the policy's lock word, or a reader word (a writer's mark, held from before its first
+    leaf exchange to after its last delta), held by a process that has died
+    (:func:`impl.concurrent.fused.dead_holder`). Nothing shared is written. O(1) a call, the
+    check O(MAX_READERS) loads and a system call or two per word another process holds."""
+    if atomic_read(lctrl, HEAL) != 0:
+        return True
+    c = calls[0]
+    calls[0] = c + 1  # this object's own word: a lost count between threads sharing it moves a check, no more
+    return c % HEAL_EVERY == 0 and dead_holder(lctrl, token) >= 0
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -219,15 +249,19 @@ def _update(kind, sums, mins, lay, K, kshift, touch_from, state, ctrl, fctrl, st
 # ----------------------------------------------------------------------------- entry points
 # The calling convention of every shared kernel set (impl.concurrent.context): the context
 # words, the tree's sums and mins, the token, the call's own arguments. The policy's control
-# block, its float words and whether the leaves are float32 are its extras 0-2
-# (AtomicDeltas.kernel_extra). Each entry point counts itself (a sample once the buffer is
-# not empty), as the shared kernels do.
+# block, its float words, whether the leaves are float32 and the object's count of calls
+# between checks for dead writers are its extras 0-3 (AtomicDeltas.kernel_extra). Each entry
+# point counts itself (a sample once the buffer is not empty), as the shared kernels do, then
+# hands the call to the Python path, having done nothing, when a dead writer's repair is due
+# (_heal_due).
 @njit(nogil=True, cache=True)
 def sample(ctx, sums, mins, token, key, beta, octx):
     """A whole lock-free sample (:func:`_sample`) in the shared calling convention."""
     if tickets(cx.vec_i64(ctx, cx.CTRL)) == 0:
         return STATUS_EMPTY
     cx.vec_f64(ctx, cx.LOCKSTATS)[KERNEL_CALLS] += 1
+    if _heal_due(cx.vec_i64(ctx, cx.extra(0)), cx.vec_i64(ctx, cx.extra(3)), token):
+        return STATUS_BUSY
     return _sample(ctx[cx.KIND], sums, mins, cx.mat_i64(ctx, cx.LAY), ctx[cx.K], ctx[cx.KSHIFT], ctx[cx.TOUCH_FROM],
                    cx.vec_f64(ctx, cx.STATE), cx.vec_i64(ctx, cx.CTRL), cx.vec_f64(ctx, cx.FCTRL),
                    cx.vec_i64(ctx, cx.STAMPS), cx.vec_i64(ctx, cx.extra(0)), cx.vec_f64(ctx, cx.extra(1)),
@@ -242,6 +276,8 @@ def sample(ctx, sums, mins, token, key, beta, octx):
 def add(ctx, sums, mins, token, values, rows, keep):
     """A whole atomic add (:func:`_add`) in the shared calling convention."""
     cx.vec_f64(ctx, cx.LOCKSTATS)[KERNEL_CALLS] += 1
+    if _heal_due(cx.vec_i64(ctx, cx.extra(0)), cx.vec_i64(ctx, cx.extra(3)), token):
+        return STATUS_RESERVE, -1, -1  # nothing taken: the Python insert
     return _add(ctx[cx.KIND], sums, mins, cx.mat_i64(ctx, cx.LAY), ctx[cx.K], ctx[cx.KSHIFT], ctx[cx.TOUCH_FROM],
                 cx.vec_f64(ctx, cx.STATE), cx.vec_i64(ctx, cx.CTRL), cx.vec_f64(ctx, cx.FCTRL),
                 cx.vec_i64(ctx, cx.STAMPS), cx.vec_i64(ctx, cx.extra(0)), cx.vec_f64(ctx, cx.extra(1)),
@@ -255,6 +291,8 @@ def add(ctx, sums, mins, token, values, rows, keep):
 def update(ctx, sums, mins, token, indices, values, sampled, use_sampled):
     """A whole atomic update (:func:`_update`) in the shared calling convention."""
     cx.vec_f64(ctx, cx.LOCKSTATS)[KERNEL_CALLS] += 1
+    if _heal_due(cx.vec_i64(ctx, cx.extra(0)), cx.vec_i64(ctx, cx.extra(3)), token):
+        return STATUS_BUSY, -1, 0
     return _update(ctx[cx.KIND], sums, mins, cx.mat_i64(ctx, cx.LAY), ctx[cx.K], ctx[cx.KSHIFT], ctx[cx.TOUCH_FROM],
                    cx.vec_f64(ctx, cx.STATE), cx.vec_i64(ctx, cx.CTRL), cx.vec_f64(ctx, cx.FCTRL),
                    cx.vec_i64(ctx, cx.STAMPS), cx.vec_i64(ctx, cx.extra(0)), cx.vec_f64(ctx, cx.extra(1)),
@@ -316,13 +354,28 @@ class AtomicDeltas(Policy):
 
     Crash recovery: an insert that dies with its record whole is voided as under every policy
     (its slots' priority 0 and stamps -1, the tree rebuilt) by the next call that needs a
-    record or waits for it, or by a recovery; one that dies before (its tickets taken or not)
-    leaves its slots as they were. One that dies inside a tree write, holding
-    the policy's lock shared, may leave leaves exchanged whose deltas never arrived: the root
-    is then short of (or over) those changes, and its reader word holds off the kernels' exact
-    rebuild, so the next due rebuild sends an update to the Python path, whose lock clears
-    the dead word and rebuilds the inner nodes from the leaves (a recovery). Until then
-    samples are stale by that one batch, as beside a live writer.
+    record or waits for it, or by a repair (below); one that dies before (its tickets taken or
+    not) leaves its slots as they were. A writer that dies inside a tree write (an update's,
+    or an insert's publish) may leave leaves exchanged whose deltas never arrived (the root
+    short of, or over, those changes; minima not settled) and its token in a reader word of
+    the policy's lock: its *mark*, set before its first leaf exchange and cleared after its
+    last delta. Each buffer object checks for dead marks on its first kernel call and every
+    :data:`HEAL_EVERY` calls after (:func:`_heal_due`: the lock word and the reader words
+    read, and for each one another process holds, ``kill(pid, 0)`` and ``waitid`` for an
+    exited child; the other calls read one word, the heal word, and count). A dead mark sends
+    the call to the Python path (:meth:`_heal`): the death confirmed against /proc, the heal
+    word set (from then on every call of every object goes to the Python path and waits for
+    the repair instead of relying on the sums), the mark cleared, then under the ring lock and
+    the policy's lock held exclusively the dead inserts' records voided and the inner nodes
+    rebuilt exactly from the leaves (whole words), one recovery counted per dead writer, the
+    heal word cleared. So a dead writer's batch is repaired before the ``HEAL_EVERY``-th call
+    of any object after its death relies on the sums (an object attached after it: its
+    first); until then samples are stale by that one batch, as beside a live writer. A
+    holder of the lock itself that dies (in a drift rebuild, a repair, a Python path) is taken
+    over by the lock's wait, which rebuilds the same way. Limits: in the kernels a zombie
+    counts as dead only for its parent (``waitid``; others see it once reaped, the Python
+    paths at once), and a live writer of another user (``kill`` refused) sends the checking
+    call to the Python path, which finds it alive and goes on.
 
     Locks: ring lock, then the policy's lock; the kernels take the policy's lock alone (shared,
     or exclusively for a rebuild). The Python paths (a lock held past a kernel's spins, a
@@ -360,9 +413,10 @@ class AtomicDeltas(Policy):
                                       timeout=parts.tree_lock.timeout,
                                       readers=range(READERS_AT, READERS_AT + MAX_READERS),
                                       on_dead_reader=self._recover_readers)
+        self._calls = np.zeros(1, dtype=np.int64)  # this object's calls, for its checks for dead writers (_heal_due)
 
     def kernel_extra(self) -> tuple:
-        return (self._lctrl, self._lfctrl, int(self._leaf32))
+        return (self._lctrl, self._lfctrl, int(self._leaf32), self._calls)
 
     def counters(self) -> dict:
         total = self.ring.counters()
@@ -392,9 +446,11 @@ class AtomicDeltas(Policy):
             note_rebuild(self._lctrl, self._lfctrl, self.tree.total())
 
     def select(self, n: int, rng) -> Selection:
+        self._heal()
         return self.select_published(n, rng, lambda: self.tree_writes, 32)
 
     def insert(self, arrays, n, vals) -> int:
+        self._heal()
         res = self._reserve(n)
         self.storage.write(res.first % self.ring.capacity, arrays, n)
         with self.tree_writes:
@@ -429,6 +485,10 @@ class AtomicDeltas(Policy):
             if blocker < 0 and not voided and np.all(writers[:, 0] != 0):
                 raise RuntimeError(f"more than {MAX_WRITERS} inserts in flight at once")
 
+    def finish_insert(self, res: Reservation, n: int, vals) -> None:
+        self._heal()
+        super().finish_insert(res, n, vals)
+
     def set_new_priorities(self, first: int, n: int, vals) -> None:
         with self.tree_writes:
             self._set_new(first, n, vals)
@@ -448,6 +508,7 @@ class AtomicDeltas(Policy):
         self._count(n)
 
     def update(self, idx, vals, stamps) -> int:
+        self._heal()
         with self.tree_writes:
             keep = self.ring.fresh(idx, stamps)
             idx, vals = idx[keep], vals[keep]
@@ -462,19 +523,54 @@ class AtomicDeltas(Policy):
         return self.tree.get(idx)  # each leaf is one aligned word: never torn, no lock needed
 
     # ------------------------------------------------------------------ recovery
+    def _heal(self) -> None:
+        """Every Python path first (the kernels send a call here when their check finds a dead
+        writer, :func:`_heal_due`): the reader words of writers whose process died (checked
+        against /proc: a zombie is dead) are found; the heal word is set, so every call waits
+        here instead of relying on the sums meanwhile; the words are cleared (one
+        compare-and-swap each: of several processes that found one, one clears it and counts
+        it); then, under the ring lock and the policy's lock held exclusively (every live
+        writer drained), dead inserts' records are voided and the inner nodes rebuilt exactly
+        from the leaves (whole words), and the heal word cleared. A heal word found set with no
+        dead word left (its finder's repair under way, or that process dead too) is waited for,
+        and repaired here if still set. A dead holder of the lock word itself is taken over by
+        the lock (:meth:`_recover_writes`). Cost with nothing dead: 32 loads and a pid check
+        per word another process holds; the repair O(capacity)."""
+        lock, lctrl = self.tree_writes, self._lctrl
+        dead = lock.dead_readers()
+        if dead:
+            exchange(lctrl, HEAL, 1)
+        cleared = [token for word, token in dead if lock.clear_reader(word, token)]
+        if not cleared and load(lctrl, HEAL) == 0:
+            return
+        with self.tree_lock, lock:
+            self.ring.void_dead_writers()  # a dead insert's slots (written in part, or not at all) to 0
+            if cleared or load(lctrl, HEAL) != 0:
+                self._repair(len(cleared))
+
+    def _repair(self, dead_writers: int) -> None:
+        """Held exclusively: the inner nodes rebuilt from the leaves (whole words, whatever the dead
+        writers left half done), the drift count restarted, ``dead_writers`` recoveries counted,
+        the heal word cleared. O(capacity)."""
+        for _ in range(dead_writers):
+            note_recovery(self._lctrl)
+        self.tree.rebuild()
+        note_rebuild(self._lctrl, self._lfctrl, self.tree.total())
+        exchange(self._lctrl, HEAL, 0)
+
     def recover(self, dead_token: int) -> None:
         with self.tree_writes:  # voiding writes leaves and rebuilds
             self.ring.recover(dead_token)
 
     def _recover_readers(self, dead_tokens: list) -> None:
-        """Held exclusively, every reader drained: writers that died holding the lock shared may
-        have exchanged leaves whose deltas never reached the inner nodes; the leaves are whole
-        words, so the inner nodes are rebuilt from them."""
-        self._recover_writes(dead_tokens[0])
+        """Held exclusively, every reader drained (the lock's own wait found these dead ones):
+        writers that died holding the lock shared may have exchanged leaves whose deltas never
+        reached the inner nodes; the leaves are whole words, so the inner nodes are rebuilt
+        from them (:meth:`_repair`)."""
+        self._repair(len(dead_tokens))
 
     def _recover_writes(self, dead_token: int) -> None:
-        """The policy's lock was held exclusively by a process that died (in a rebuild or a Python
-        path's tree write): its leaves are whole words, so the inner nodes are rebuilt from them."""
-        note_recovery(self._lctrl)
-        self.tree.rebuild()
-        note_rebuild(self._lctrl, self._lfctrl, self.tree.total())
+        """The policy's lock was held exclusively by a process that died (in a rebuild, a repair or
+        a Python path's tree write): its leaves are whole words, so the inner nodes are rebuilt
+        from them (:meth:`_repair`)."""
+        self._repair(1)
