@@ -76,8 +76,9 @@ GIL for threads; shared caches, lines, memory bandwidth and the OS for processes
 every other cell of a run is a prediction (:func:`validate_model`). (Not a cap at the 2-worker
 rate: a design whose per-call costs grow slowly with the workers goes on scaling past it.)
 
-The binding constraint is reported (``bound``). :func:`best_split` searches every split ``a + l <=
-max_workers`` (default: ``cores``) for the highest sample rate.
+The binding constraint is reported (``bound``). :func:`best_split` finds the split ``a + l <=
+max_workers`` (default: ``cores``) with the highest sample rate, the one a scan of every split
+finds, from a few splits per worker count (the rate is unimodal in the actors).
 
 Assumptions and error bound. (1) Per-call costs do not grow with contention: cache traffic
 between cores (the tree's top lines bounce between writers' caches), memory bandwidth and
@@ -613,18 +614,82 @@ def predict(costs: Costs, actors: int, learners: int, cores: int) -> Prediction:
 
 def best_split(cores: int, costs: Costs, max_workers: int | None = None) -> Prediction:
     """The split (at least one actor and one learner, ``a + l <= max_workers``, default
-    ``cores``) with the highest predicted sample rate; ties go to fewer workers."""
+    ``cores``) with the highest predicted sample rate; ties go to fewer workers, then fewer
+    actors. Precisely: scanning worker counts n = 2, 3, ... and, within one, actors a = 1, 2,
+    ..., the split kept is the first one, replaced only by a later one better by more than one
+    part in 10^9 (:data:`_BETTER`), as the scan over every split keeps it, without evaluating
+    every split.
+
+    Why two splits per worker count suffice: with n workers the rate of a actors and n - a
+    learners (:func:`predict`) is the least of a term rising in a (the actors'), one falling in
+    a (the learners') and two that do not depend on a (the tree lock; Amdahl's serial bound,
+    which depends on n and the cores only). So it rises up to its first maximum, at a = p, and
+    never rises after it, and below p it is the actors' term, a times a constant: each split
+    there is beaten by the next by a factor (a + 1) / a, far more than :data:`_BETTER` (for
+    any a below 10^8; ``replaybench plan`` asks for at most 65,536 cores). So
+    whatever the scan kept before n, it keeps after n what it keeps after looking at p - 1 and
+    p alone (after p nothing beats p). :func:`_first_peak` finds p by galloping from the last
+    worker count's p, then bisecting on whether the rate still rises.
+
+    Cost: a few :func:`predict` calls per worker count (p moves by about one split from one
+    count to the next), O(max_workers log max_workers) at worst; the scan over every split made
+    max_workers^2 / 2. Raises ValueError naming a bad ``cores`` or ``max_workers``."""
     _count("cores", cores, 1)
     limit = cores if max_workers is None else _count("max_workers", max_workers, 2)
     if limit < 2:
         raise ValueError(f"cores must be >= 2 to place an actor and a learner (max_workers {limit})")
     best = None
+    peak = 1
     for n in range(2, limit + 1):
-        for a in range(1, n):
-            p = predict(costs, a, n - a, cores)
-            if best is None or p.sample_per_s > best.sample_per_s * (1 + 1e-9):
-                best = p
+        peak, at = _first_peak(costs, n, cores, peak)
+        for a in (peak - 1, peak):
+            if a >= 1:
+                p = at(a)
+                if best is None or p.sample_per_s > best.sample_per_s * _BETTER:
+                    best = p
     return best
+
+
+#: How much better a later split must be to replace the one :func:`best_split` keeps.
+_BETTER = 1 + 1e-9
+
+
+def _first_peak(costs: Costs, n: int, cores: int, guess: int):
+    """``(p, at)``: the fewest actors p in [1, n - 1] at which n workers' predicted sample rate
+    stops rising (``rate(p + 1) <= rate(p)``, or p = n - 1): its first maximum, the rate being
+    unimodal in the actors (:func:`best_split`); ``at(a)`` is :func:`predict` of a actors and n
+    - a learners on ``cores``, each split evaluated once. Gallops from ``guess`` (clamped) in
+    steps 1, 2, 4, ... towards p, then bisects: O(log |p - guess|) evaluations."""
+    seen: dict[int, Prediction] = {}
+
+    def at(a: int) -> Prediction:
+        if a not in seen:
+            seen[a] = predict(costs, a, n - a, cores)
+        return seen[a]
+
+    def rising(a: int) -> bool:  # True for every a < p, False from p on
+        return a < n - 1 and at(a).sample_per_s < at(a + 1).sample_per_s
+
+    start = min(max(guess, 1), n - 1)
+    step = 1
+    if rising(start):  # p is past start: rising(lo), not rising(hi)
+        lo, hi = start, min(start + step, n - 1)
+        while rising(hi):
+            lo, step = hi, 2 * step
+            hi = min(start + step, n - 1)
+    else:  # p is start or before it; 0 stands for "rising" below the first split
+        lo, hi = start - step, start
+        while lo >= 1 and not rising(lo):
+            hi, step = lo, 2 * step
+            lo = start - step
+        lo = max(lo, 0)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if rising(mid):
+            lo = mid
+        else:
+            hi = mid
+    return hi, at
 
 
 # ---------------------------------------------------------------------------- from a run's rows

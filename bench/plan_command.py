@@ -18,6 +18,10 @@ import sys
 __all__ = ["format_plan", "add_parser"]
 
 DEFAULT_CORES = (4, 8, 16, 32, 64)
+#: The most cores ``--cores`` may ask for: far past any one machine the model's measured costs
+#: describe, and the search (:func:`bench.derive.best_split`) evaluates a few splits of every
+#: worker count up to it, so a count of millions would run for minutes.
+MAX_CORES = 1 << 16
 
 
 def format_plan(rows: list[dict], cores: list[int], machine_cores: int | None = None) -> str:
@@ -97,6 +101,10 @@ def _cmd(args) -> int:
     bad = [n for n in cores if n < 2]
     if bad:
         args.parser.error(f"--cores: each core count must be >= 2 (an actor and a learner), got {bad}")
+    bad = [n for n in cores if n > MAX_CORES]
+    if bad:
+        args.parser.error(f"--cores: each core count must be at most {MAX_CORES:,} (a plan for one machine), "
+                          f"got {bad}")
     try:
         meta = contract.read_meta(args.run)
         rows = contract.read_rows(args.run)

@@ -136,3 +136,42 @@ def test_compare_of_a_run_without_rows_says_so(tmp_path):
     writer.finish(False, interrupted=True)
     text = compare.compare_runs(tmp_path / "empty", tmp_path / "empty")
     assert "a = empty has no rows" in text and "b = empty has no rows" in text
+
+
+# ----------------------------------------------------------------------------- issue 55, item 10
+def _cli(*args, timeout=120):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    return subprocess.run([sys.executable, "-m", "replaybench.bench", *args], cwd=root, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("entry,key", [({"variant": "kary-aligned", "polic": "sharded"}, "polic"),
+                                       ({"variant": "kary-aligned", "param": {"K": 16}}, "param"),
+                                       ({"variant": "kary-aligned", "zzz": 1}, "zzz")])
+def test_an_unknown_key_of_a_training_buffer_entry_is_refused_before_anything_runs(tmp_path, entry, key):
+    """``{"variant": "kary-aligned", "polic": "sharded"}`` ran lazy-writing under the suite's
+    name: the entry's keys were never checked, only the suite's and a part's."""
+    suite = {**suites.load("training-quick"), "name": "bad-entry", "buffers": [entry]}
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(suite))
+    out = tmp_path / "r"
+    proc = _cli("run", "--suite", str(path), "--out", str(out), "--no-progress")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"unknown key {key!r}" in proc.stderr and "'params', 'policy', 'variant'" in proc.stderr, proc.stderr
+    assert "suite 'bad-entry'" in proc.stderr
+    assert not out.exists()
+
+
+def test_a_training_buffer_entry_in_a_part_or_of_the_wrong_shape_is_refused():
+    base = suites.load("training-quick")
+    part = {**base, "parts": [{"buffers": [{"variant": "kary-aligned", "policy": "sharded", "parms": {}}]}]}
+    with pytest.raises(SelectionError, match=r"unknown key 'parms'; did you mean 'params'\?"):
+        driver.plan(part)
+    for entries, words in (([{"policy": "sharded"}], "lacks 'variant'"), (["kary-aligned"], "must be an object"),
+                           ("kary-aligned", "must be a non-empty list")):
+        with pytest.raises(SelectionError, match=words):
+            driver.plan({**base, "buffers": entries})

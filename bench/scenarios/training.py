@@ -371,6 +371,33 @@ def core_layouts(max_workers: int) -> list[tuple[int, int]]:
     return out
 
 
+#: The keys of one entry of a training suite's ``buffers``; ``variant`` is required.
+BUFFER_KEYS = ("variant", "policy", "params")
+
+
+def _buffers(value) -> list[dict]:
+    """The suite's ``buffers``, or a ValueError naming what is wrong: not a non-empty list of
+    objects, an entry without ``variant``, or an entry's key outside :data:`BUFFER_KEYS` (with
+    the allowed keys and the nearest one: ``"polic"`` would otherwise be ignored and the run go
+    on under the default policy). Checks keys only; the values are TrainConfig's to check."""
+    import difflib
+
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"'buffers' must be a non-empty list of {{\"variant\", \"policy\", \"params\"}} objects, "
+                         f"got {value!r}")
+    allowed = ", ".join(repr(k) for k in sorted(BUFFER_KEYS))
+    for i, entry in enumerate(value):
+        if not isinstance(entry, dict):
+            raise ValueError(f"'buffers' entry {i} must be an object with keys {allowed}, got {entry!r}")
+        for key in sorted(set(entry) - set(BUFFER_KEYS), key=str):
+            near = difflib.get_close_matches(str(key), BUFFER_KEYS, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            raise ValueError(f"'buffers' entry {i} {entry!r}: unknown key {key!r}; {hint}an entry may set {allowed}")
+        if "variant" not in entry:
+            raise ValueError(f"'buffers' entry {i} {entry!r} lacks 'variant'; an entry may set {allowed}")
+    return value
+
+
 def _layouts(value, max_workers=None) -> list[tuple[int, int]]:
     """The suite's ``layouts`` as ``(actors, learners)`` pairs, or a ValueError naming the value:
     a list of two-item lists of integers >= 0 (``"2,1"`` or ``[2, 1]`` is not one), or
@@ -409,7 +436,8 @@ def suite_grid(suite: dict, variants: list[str] | None = None) -> list[tuple]:
     buffer's baseline first; ``cores`` is this machine's usable cores for a grid whose layouts
     are ``"cores"`` (a run of more workers is a skipped row, :func:`cells_for`), else None.
 
-    ``suite`` keys: algo, env, steps, seeds, buffers (list of {"variant", "policy", "params"}),
+    ``suite`` keys: algo, env, steps, seeds, buffers (list of {"variant", "policy", "params"},
+    "variant" required, any other key refused: :func:`_buffers`),
     layouts (list of [actors, learners]; [0, 0] = the sequential baseline, and the only layout
     of an algorithm with its own engine, e.g. a2c on PAAC; or ``"cores"``: :func:`core_layouts`
     up to ``max_workers`` or the machine's usable cores, whichever is more, those past the usable
@@ -444,7 +472,7 @@ def suite_grid(suite: dict, variants: list[str] | None = None) -> list[tuple]:
     devices = suite.get("devices") or ["cpu"]
     if not isinstance(devices, list):
         raise ValueError(f"'devices' must be a list of TrainConfig.device values, got {devices!r}")
-    buffers = [b for b in suite["buffers"] if variants is None or b["variant"] in variants]
+    buffers = [b for b in _buffers(suite["buffers"]) if variants is None or b["variant"] in variants]
     if variants is not None and not buffers:
         known = sorted({b["variant"] for b in suite["buffers"]})
         raise ValueError(f"no buffer of suite {suite['name']!r} is among {variants}; the suite has {known}")

@@ -69,6 +69,10 @@ class TrainConfig:
     """Episodes averaged for the threshold."""
     stop_at_threshold: bool = False
     """End the run once the threshold is reached (sequential loop only)."""
+    snapshot_every: int = 0
+    """Learner updates between weight snapshots for the greedy evaluation after the run
+    (:mod:`impl.rl.common.snapshots`; learner 0's, in the sequential and process engines); 0:
+    none. A run that takes any also takes one at its end."""
     insert_batch: int = 8
     """Transitions an actor stages before one buffer add (both loops)."""
     weight_sync_every: int = 10
@@ -158,7 +162,7 @@ class TrainConfig:
         (milliseconds) besides imports, and with ``ray_address`` one TCP connect (at most 5 s)."""
         algo = algorithms.get(self.algo)
         for name, low in (("steps", 1), ("envs_per_actor", 1), ("insert_batch", 1), ("actors", 0), ("learners", 0),
-                          ("seed", 0), ("weight_sync_every", 1), ("window", 1)):
+                          ("seed", 0), ("weight_sync_every", 1), ("window", 1), ("snapshot_every", 0)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ConfigError(name, value, f"{name} must be an integer >= {low}, got {value!r}")

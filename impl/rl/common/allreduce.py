@@ -9,6 +9,7 @@ block, with no socket, no rendezvous port and no collective library.
     result   [n]    float32   rank r sums the chunk r of every row, in rank order (phase 2)
                               every rank copies the whole result back          (after phase 2)
     arrived  [L]    int64     rank r's count of phases it reached (its only writer: diagnostics)
+    since    [L]    float64   when rank r began its current wait (time.monotonic; 0: not waiting)
 
 A phase ends with a barrier: under one lock a rank counts itself in (two counters, by the
 phase's parity, so a fast rank's next phase never takes a wake-up meant for a slow rank of
@@ -30,6 +31,10 @@ docs/engines/process.md). gloo's rendezvous also needs a free port (a race
 with any other process on the machine) and its timeout ends in an error that does not say which
 peer is missing; here a wait past ``timeout_s`` raises :class:`AllreduceTimeout` naming the
 learners that did not arrive, and a stop flag (a dead peer seen by the parent) ends every wait.
+``arrived`` and ``since`` also tell the parent, at any moment, who waits for whom
+(:meth:`SharedAllreduce.stall`): a run that passes its own time limit first (``--timeout``
+shorter than the all-reduce's) names the learner its peers were waiting for, as the all-reduce's
+own timeout would.
 
 Determinism: every element of the mean is summed by one rank, in rank order 0..L-1, in float32,
 then divided by L; every rank copies those same bits. So the L learners hold identical weights
@@ -42,8 +47,8 @@ semaphore post, and the readers' loads after their acquire: the lock and the sem
 futex-based) order them on every CPU.
 
 Cost per call, per rank: one copy of n floats in, n floats summed over L rows of one chunk
-(n reads + n/L writes), one copy of n floats out, two barriers. Memory: (L + 1) * n * 4 bytes
-plus 8 per learner, in ``multiprocessing.RawArray`` blocks (anonymous: nothing stays in
+(n reads + n/L writes), one copy of n floats out, two barriers (each one clock read and two
+stores more for ``since``). Memory: (L + 1) * n * 4 bytes plus 16 per learner, in ``multiprocessing.RawArray`` blocks (anonymous: nothing stays in
 /dev/shm whatever way the processes end), one lock and two semaphores.
 """
 
@@ -52,12 +57,13 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
 from replaybench.impl.ratelimit import Stopped
 
-__all__ = ["SharedAllreduce", "AllreduceTimeout", "SharedGradientAverager"]
+__all__ = ["SharedAllreduce", "AllreduceStall", "AllreduceTimeout", "SharedGradientAverager"]
 
 #: Non-blocking polls of the semaphore before a waiting rank blocks on it: learners that arrive
 #: together on cores of their own (they run the same step on the same batch size) meet within these.
@@ -77,6 +83,26 @@ class AllreduceTimeout(RuntimeError):
         self.rank = rank
         self.missing = missing
         self.phase = phase
+
+
+@dataclass(frozen=True)
+class AllreduceStall:
+    """Rank ``waiter`` has waited ``waited_s`` seconds at barrier ``phase`` for the ranks
+    ``missing`` (ascending), which have not reached it: what :meth:`SharedAllreduce.stall` reads."""
+
+    waiter: int
+    missing: list[int]
+    phase: int
+    waited_s: float
+
+    @property
+    def names(self) -> str:
+        """The missing ranks as the engine names its workers: ``"learner-1"``, ``"learner-1, learner-2"``."""
+        return ", ".join(f"learner-{m}" for m in self.missing)
+
+    def __str__(self) -> str:
+        return (f"learner-{self.waiter} waited {self.waited_s:.1f} s at gradient all-reduce phase {self.phase} for "
+                f"{self.names}, which did not arrive (stopped, stuck or dead)")
 
 
 class SharedAllreduce:
@@ -105,6 +131,7 @@ class SharedAllreduce:
         self._inputs = ctx.RawArray(ctypes.c_float, world * size)
         self._result = ctx.RawArray(ctypes.c_float, size)
         self._arrived = ctx.RawArray(ctypes.c_int64, world)
+        self._since = ctx.RawArray(ctypes.c_double, world)
         self._count = ctx.RawArray(ctypes.c_int64, 2)  # ranks in, per phase parity (under _lock)
         self._lock = ctx.Lock()
         self._sems = (ctx.Semaphore(0), ctx.Semaphore(0))
@@ -115,14 +142,15 @@ class SharedAllreduce:
         self.inputs = np.frombuffer(self._inputs, dtype=np.float32).reshape(self.world, self.size)
         self.result = np.frombuffer(self._result, dtype=np.float32)
         self.arrived = np.frombuffer(self._arrived, dtype=np.int64)
+        self.since = np.frombuffer(self._since, dtype=np.float64)
         self.count = np.frombuffer(self._count, dtype=np.int64)
         self._phase = 0
         self._stopped: Callable[[], bool] = lambda: False
 
     def __getstate__(self):
         return {"world": self.world, "size": self.size, "timeout_s": self.timeout_s, "_inputs": self._inputs,
-                "_result": self._result, "_arrived": self._arrived, "_count": self._count, "_lock": self._lock,
-                "_sems": self._sems, "rank": None}
+                "_result": self._result, "_arrived": self._arrived, "_since": self._since, "_count": self._count,
+                "_lock": self._lock, "_sems": self._sems, "rank": None}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -145,12 +173,37 @@ class SharedAllreduce:
     def _missing(self, phase: int) -> list[int]:
         return [r for r in range(self.world) if int(self.arrived[r]) < phase]
 
+    def stall(self) -> AllreduceStall | None:
+        """Who waits for whom now, from any process holding this object (the parent: no
+        :meth:`bind` needed): the rank waiting longest at a barrier that some rank has not
+        reached yet, with those ranks, the phase and the seconds waited; None when no rank waits
+        for one that is missing. Read without the lock while the ranks run: a rank passing a
+        barrier meanwhile can make one call see a wait that just ended (a wait of microseconds)
+        or miss one that just began. Cost: O(L) reads of shared memory."""
+        now = time.monotonic()
+        since = self.since.copy()
+        arrived = self.arrived.copy()
+        for waiter in sorted((r for r in range(self.world) if since[r] > 0), key=lambda r: since[r]):
+            phase = int(arrived[waiter])
+            missing = [r for r in range(self.world) if int(arrived[r]) < phase]
+            if missing:
+                return AllreduceStall(waiter, missing, phase, max(0.0, now - float(since[waiter])))
+        return None
+
     def _arrive_and_wait(self) -> None:
-        """End one phase: count this rank in; the last one in wakes the others (module docstring)."""
+        """End one phase: count this rank in; the last one in wakes the others (module
+        docstring). ``since`` holds the time this rank came in until it leaves (any way)."""
         self._phase += 1
         phase = self._phase
-        parity = phase & 1
+        self.since[self.rank] = time.monotonic()  # diagnostics only: stall() reads both without the lock
         self.arrived[self.rank] = phase
+        try:
+            self._count_in_and_wait(phase)
+        finally:
+            self.since[self.rank] = 0.0
+
+    def _count_in_and_wait(self, phase: int) -> None:
+        parity = phase & 1
         if not self._lock.acquire(timeout=self.timeout_s):  # held for a few instructions, unless its holder died in them
             raise AllreduceTimeout(self.rank, self._missing(phase), phase, self.timeout_s)
         try:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from replaybench.impl.rl.common.profiler import SECTIONS
 
-__all__ = ["TrainResult", "allowed_updates", "total_updates"]
+__all__ = ["TrainResult", "allowed_updates", "smallest_weight", "total_updates"]
 
 
 def _summed(dicts: list) -> dict:
@@ -26,6 +28,19 @@ def allowed_updates(env_steps: int, ratio: float, learning_starts: int) -> int:
 def total_updates(steps: int, ratio: float, learning_starts: int) -> int:
     """Updates a run of ``steps`` env steps does in either loop."""
     return allowed_updates(steps, ratio, learning_starts)
+
+
+def smallest_weight(weights) -> float:
+    """The smallest of a sample's importance weights as a Python float (:attr:`TrainResult.final_weight_min`).
+
+    ``weights`` is what the buffer's ``sample`` gave: a numpy array, or a torch tensor where the
+    buffer hands its output over on its device (``torch-kary`` with ``output=device``), on
+    which ``np.min`` fails (numpy passes ``axis=None`` on to the tensor's own ``min``). Either
+    array reduces through its own ``min`` method, so torch is never imported here; a device
+    tensor costs one copy of the scalar to the host. Anything else goes through numpy.
+    Non-empty ``weights``; O(len(weights))."""
+    reduce = getattr(weights, "min", None)
+    return float(reduce() if callable(reduce) else np.min(weights))
 
 
 @dataclass
@@ -78,6 +93,8 @@ class TrainResult:
     #                                   impl.rl.common.device.warm_up_learner), outside wall_s and the rates;
     #                                   the slowest learner's; None for an engine that does not warm up (the
     #                                   sequential, process and paac engines do)
+    snapshots: list = field(default_factory=list)  # learner 0's weight snapshots (impl.rl.common.snapshots.Snapshot),
+    #                                   every TrainConfig.snapshot_every updates and at the end; [] when none
     resumed_steps: int = 0            # of env_steps, updates and wall_s: what a checkpoint brought in (resumed runs)
     resumed_updates: int = 0
     resumed_wall_s: float = 0.0

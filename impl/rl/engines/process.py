@@ -35,8 +35,10 @@ optimizer step (:class:`~impl.rl.common.allreduce.SharedAllreduce`: a reduce-sca
 order, so every learner gets the same bits and all hold identical weights after every update).
 Learner 0 publishes the weights the actors read. A learner that dies is seen by the parent,
 which stops the run: its peers leave the all-reduce's wait on the stop flag; a learner that
-hangs makes the others' wait end after ``max(60, join_timeout_s)`` seconds with
-:class:`~impl.rl.common.allreduce.AllreduceTimeout` naming it. With L = 1 there is no hook:
+hangs (or is stopped) makes the others' wait end after ``max(60, join_timeout_s)`` seconds with
+:class:`~impl.rl.common.allreduce.AllreduceTimeout` naming it, or, should the run's own
+``timeout_s`` come first, the parent's timeout names it (it reads who waits for whom,
+:meth:`~impl.rl.common.allreduce.SharedAllreduce.stall`). With L = 1 there is no hook:
 the learner runs exactly as it did before the all-reduce existed.
 
 Exit paths: each worker reports ``done`` (or ``error`` with its traceback) on a queue and
@@ -77,13 +79,14 @@ from replaybench.impl.rl.common.envs import (
 from replaybench.impl.rl.common.episode_outbox import EpisodeOutbox
 from replaybench.impl.rl.common.errors import ConfigError, InjectedFailure, WorkerFailed
 from replaybench.impl.rl.common.local_replay import buffer_kwargs
-from replaybench.impl.rl.common.allreduce import SharedAllreduce, SharedGradientAverager
+from replaybench.impl.rl.common.allreduce import AllreduceStall, SharedAllreduce, SharedGradientAverager
 from replaybench.impl.rl.common.priority_writeback import PriorityWriteBack
 from replaybench.impl.rl.common.processes import PROGRESS_EVERY_S, share
 from replaybench.impl.rl.common.profiler import SectionProfiler
 from replaybench.impl.rl.common.replay_timing import ALONE_BUDGET_S, ALONE_CALLS, ReplayParts, replay_alone
-from replaybench.impl.rl.common.result import TrainResult, total_updates
+from replaybench.impl.rl.common.result import TrainResult, smallest_weight, total_updates
 from replaybench.impl.rl.common.seeding import RunSeeds
+from replaybench.impl.rl.common.snapshots import SnapshotLog
 from replaybench.impl.rl.common.shared_state import (
     RateLimiter,
     SharedState,
@@ -235,6 +238,7 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
     paced_wait = 0.0  # the waits for updates 2..n: the run's pace, without the wait for learning_starts
     draw = _SampleSource(cfg, rank, buf, batch_size, device)
     writeback = PriorityWriteBack(buf, cfg.priority_lag, sgd, replay, parts)
+    snaps = SnapshotLog(cfg.snapshot_every if rank == 0 else 0)
     try:
         for u in range(n_updates):
             waited = limiter.wait_update(rank, u)
@@ -256,12 +260,16 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
             state.learner_updates[rank] = u + 1
             if rank == 0 and (u + 1) % cfg.weight_sync_every == 0:
                 weights.publish(learner.get_flat_weights())
+            if snaps.due(u + 1):  # the clock is the run's (since "go"), the env steps all actors'
+                snaps.take(time.monotonic() - t0, state.env_steps(), u + 1, learner.get_flat_weights())
             if fail_at is not None and u + 1 >= fail_at:
                 raise InjectedFailure(f"learner {rank}: injected failure at update {u + 1}")
         writeback.flush()  # the last update's, with priority_lag
     finally:
         lock_wait = draw.close()
     end = time.monotonic() - t0
+    if rank == 0 and cfg.snapshot_every:
+        snaps.take(end, state.env_steps(), n_updates, learner.get_flat_weights())
     profile = prof.breakdown()
     in_run = parts.finish(profile["replay"])
     if rank > 0:  # the redraw count is the buffer's, not this learner's: learner 0 reports it for all
@@ -274,7 +282,7 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
     return {"role": "learner", "rank": rank, "updates": n_updates, "end_s": end, "profile": profile,
             "wait_s": float(state.learner_wait[rank]), "lock_wait_s": lock_wait,
             "sample_s": in_run["sample"], "replay_parts": in_run, "replay_alone": alone,
-            "digest": digest, "actor_ids": actor_ids.tolist(), "warmup_s": warmup_s}
+            "digest": digest, "actor_ids": actor_ids.tolist(), "warmup_s": warmup_s, "snapshots": snaps.snapshots}
 
 
 class _SampleSource:
@@ -377,16 +385,28 @@ def _worker(role: str, rank: int, loop, cfg: TrainConfig, handle, state: SharedS
 
 
 # ---------------------------------------------------------------------------------------------- parent
-class _Monitor:
-    """The parent's view of the run: messages from the queue, process liveness, progress."""
+#: A learner that has waited this long at the gradient all-reduce when the run passes its limit
+#: waits for a stuck peer, which the timeout's error names (a healthy wait lasts one update of
+#: the slowest peer; a shorter one says only that the run was slow, and the parent is named).
+STALLED_S = 1.0
 
-    def __init__(self, procs, state: SharedState, out, log: EpisodeLog, progress, timeout_s):
+
+class _Monitor:
+    """The parent's view of the run: messages from the queue, process liveness, progress.
+
+    ``stall``: a callable returning who the learners wait for at the all-reduce now
+    (:meth:`SharedAllreduce.stall`, an :class:`~impl.rl.common.allreduce.AllreduceStall` or
+    None), read when the run passes ``timeout_s``; None with one learner."""
+
+    def __init__(self, procs, state: SharedState, out, log: EpisodeLog, progress, timeout_s,
+                 stall: Callable[[], AllreduceStall | None] | None = None):
         self.procs = procs
         self.state = state
         self.out = out
         self.log = log
         self.progress = progress
         self.timeout_s = timeout_s
+        self.stall = stall
         self.ready: set[str] = set()
         self.child_pids: list[int] = []  # processes the workers started themselves
         self.stats: dict[str, dict] = {}
@@ -445,7 +465,17 @@ class _Monitor:
                     self.progress(self.state.env_steps(), self.state.updates(), self.log.recent_mean(),
                                   self.log.episodes)
             if self.timeout_s is not None and now - t0 > self.timeout_s:
-                self.failure = ("parent", f"run passed its {self.timeout_s} s limit")
+                self.failure = self._timed_out()
+
+    def _timed_out(self) -> tuple[str, str]:
+        """The failure of a run past its limit: the learner(s) the others have waited for at
+        the all-reduce for :data:`STALLED_S` or more (a stopped or hung learner), with the wait;
+        else "parent". Read before the shutdown's stop flag ends the waits."""
+        limit = f"run passed its {self.timeout_s} s limit"
+        stall = self.stall() if self.stall is not None else None
+        if stall is not None and stall.waited_s >= STALLED_S:
+            return stall.names, f"{limit}: {stall}"
+        return "parent", limit
 
     def shutdown(self, join_timeout_s: float) -> None:
         """Stop every worker: stop flag, join (draining the queue so none blocks on it),
@@ -477,7 +507,9 @@ def run_parallel(cfg: TrainConfig, progress=None) -> TrainResult:
     ConfigError for a bad ``cfg`` before any process starts (:meth:`TrainConfig.validate`);
     WorkerFailed when a worker raised or died (its traceback is in the message), or with
     worker "parent" when the workers were not ready within STARTUP_TIMEOUT_S or the run passed
-    ``cfg.timeout_s``; every process has exited and the shared buffer is unlinked by then.
+    ``cfg.timeout_s``, except that a run past its limit while learners waited at the gradient
+    all-reduce for a peer (stopped, hung) names that peer ("learner-1") and the wait; every
+    process has exited (a stopped one is killed) and the shared buffer is unlinked by then.
     """
     acfg = cfg.validate()
     if cfg.sequential:
@@ -543,7 +575,7 @@ def run_workers(cfg: TrainConfig, acfg, actor_side: Role, progress=None) -> Work
             for rank in range(role.count):
                 procs.append(ctx.Process(target=_worker, name=f"{role.name}-{rank}", daemon=role.daemon,
                                          args=(role.name, rank, role.loop, cfg, buf.handle, state, weights, out)))
-        monitor = _Monitor(procs, state, out, log, progress, cfg.timeout_s)
+        monitor = _Monitor(procs, state, out, log, progress, cfg.timeout_s, None if group is None else group.stall)
         try:
             for p in procs:
                 p.start()
@@ -579,4 +611,4 @@ def worker_result(cfg, acfg, stats: dict, log: EpisodeLog, final: dict, inserted
         actor_wait_s=sum(s["wait_s"] for s in actors), learner_wait_s=sum(s["wait_s"] for s in learners),
         buffer_lock_wait_s=sum(s["lock_wait_s"] for s in actors + learners) + parent_lock_wait,
         actor_steps=[s["steps"] for s in actors], inserted=inserted,
-        final_weight_min=float(np.min(final["weights"])))
+        final_weight_min=smallest_weight(final["weights"]), snapshots=learners[0].get("snapshots", []))

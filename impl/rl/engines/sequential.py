@@ -42,8 +42,9 @@ from replaybench.impl.rl.common.errors import InjectedFailure
 from replaybench.impl.rl.common.local_replay import make_local_buffer, warm_up
 from replaybench.impl.rl.common.processes import PROGRESS_EVERY_S
 from replaybench.impl.rl.common.profiler import SectionProfiler
-from replaybench.impl.rl.common.result import TrainResult, allowed_updates
+from replaybench.impl.rl.common.result import TrainResult, allowed_updates, smallest_weight
 from replaybench.impl.rl.common.seeding import RunSeeds
+from replaybench.impl.rl.common.snapshots import SnapshotLog
 
 if TYPE_CHECKING:  # the config module imports the engines to check a run against them
     from replaybench.impl.rl.config import TrainConfig
@@ -89,6 +90,7 @@ def run_sequential(cfg: TrainConfig, progress=None) -> TrainResult:
     ratio, starts, batch_size = acfg.updates_per_step, acfg.learning_starts, acfg.batch_size
 
     replay, sgd = prof.section("replay"), prof.section("sgd")
+    snaps = SnapshotLog(cfg.snapshot_every)
     updates = 0
     sample_s = 0.0
     runner.reset([actor_seeds.env_seed(j) for j in range(n_envs)])
@@ -118,6 +120,8 @@ def run_sequential(cfg: TrainConfig, progress=None) -> TrainResult:
                         with replay:
                             buf.update_priorities(batch["indices"], priorities)
                         updates += 1
+                        if snaps.due(updates):  # a copy of the weights, inside the run's time
+                            snaps.take(time.perf_counter() - t0, steps, updates, learner.get_flat_weights())
                         if not shared and updates % cfg.weight_sync_every == 0:
                             with sgd:  # one device-to-host copy of the policy
                                 actor.set_flat_weights(learner.get_flat_weights())
@@ -136,6 +140,8 @@ def run_sequential(cfg: TrainConfig, progress=None) -> TrainResult:
                 if cfg.stop_at_threshold and log.reached:
                     break
         wall = time.perf_counter() - t0
+        if cfg.snapshot_every:
+            snaps.take(wall, steps, updates, learner.get_flat_weights())
         if progress is not None:
             progress(steps, updates, log.recent_mean(), log.episodes)
         final = buf.sample(min(1024, len(buf)), beta=1.0)
@@ -150,4 +156,5 @@ def run_sequential(cfg: TrainConfig, progress=None) -> TrainResult:
         sample_latency_s=sample_s / updates if updates else None, actor_wait_s=0.0, learner_wait_s=0.0,
         profiles={"sequential": prof.breakdown(wall)}, processes={"sequential": 1}, buffer_lock_wait_s=None,
         learner_digests=[learner.digest()], actor_steps=[steps], actor_ids_sampled={0: updates * batch_size},
-        inserted=steps, final_weight_min=float(np.min(final["weights"])), warmup_s=warmup_s)
+        inserted=steps, final_weight_min=smallest_weight(final["weights"]), warmup_s=warmup_s,
+        snapshots=snaps.snapshots)
