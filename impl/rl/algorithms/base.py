@@ -89,7 +89,11 @@ class AlgoConfig:
     per_beta_start: float = 0.4
     """Importance-sampling exponent at step 0, annealed linearly to 1.0 ..."""
     per_beta_steps: int = 50_000
-    """... over this many env steps."""
+    """... over this many env steps (unless ``per_beta_updates`` is set)."""
+    per_beta_updates: int = 0
+    """When > 0: the anneal takes this many learner updates instead (counted through the held
+    replay ratio, as :meth:`updates_at` says), so a ratio change leaves beta at a given update
+    count unchanged."""
     per_eps: float = 1e-6
     """Added to every priority so no transition becomes unsampleable."""
 
@@ -126,10 +130,20 @@ class AlgoConfig:
         check_range(self, "per_alpha", 0.0)
         check_range(self, "per_eps", 0.0)
         check_range(self, "per_beta_start", 0.0, 1.0)
+        check_range(self, "per_beta_updates", 0)
+
+    def updates_at(self, env_steps: int) -> float:
+        """The learner updates made after ``env_steps`` env steps at the replay ratio the
+        engines hold: ``(env_steps - learning_starts) x updates_per_step``, 0 before learning
+        starts. The update-counted schedules read it."""
+        return max(0, env_steps - self.learning_starts) * self.updates_per_step
 
     def beta(self, env_steps: int) -> float:
         """The importance-sampling exponent after ``env_steps``: per_beta_start -> 1 linearly."""
-        frac = min(1.0, env_steps / max(1, self.per_beta_steps))
+        if self.per_beta_updates > 0:
+            frac = min(1.0, self.updates_at(env_steps) / self.per_beta_updates)
+        else:
+            frac = min(1.0, env_steps / max(1, self.per_beta_steps))
         return self.per_beta_start + frac * (1.0 - self.per_beta_start)
 
 
@@ -163,6 +177,10 @@ class Actor(Protocol):
     def act(self, obs: np.ndarray, env_steps: int):
         """The action to store for one observation: :meth:`act_batch` on one row."""
         return self.act_batch(np.asarray(obs, dtype=np.float32)[None], env_steps)[0]
+
+    def greedy_batch(self, obs: np.ndarray) -> np.ndarray:
+        """The policy's actions for each row of ``obs`` with exploration off (an evaluation's)."""
+        ...
 
     def env_action(self, action):
         """``action`` as the environment takes it (e.g. scaled to a Box's bounds)."""

@@ -24,13 +24,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from replaybench.impl.rl.algorithms.base import Actor, AlgoConfig, Learner, PendingLearn, check_range
+from replaybench.impl.rl.algorithms import mlp_kernels as mk
+from replaybench.impl.rl.algorithms.compiled_step import CompiledDQNStep
 from replaybench.impl.rl.algorithms.nets import load_flat_params, mlp, update_target
 from replaybench.impl.cuda_graph import GraphedStep
 from replaybench.impl.rl.common.device import HostCopies, on_device
 from replaybench.impl.rl.common.errors import ConfigError
 from torch import nn
 
-__all__ = ["DQNConfig", "build_q_network", "DQNActor", "DQNLearner"]
+__all__ = ["DQNConfig", "UPDATES", "resolve_update", "build_q_network", "DQNActor", "DQNLearner"]
+
+#: The values of :attr:`DQNConfig.update`.
+UPDATES = ("auto", "torch", "numba")
 
 _INPUTS = ("obs", "action", "reward", "next_obs", "done", "weights")  # the batch fields an update reads
 
@@ -56,11 +61,23 @@ class DQNConfig(AlgoConfig):
     eps_end: float = 0.05
     """... falling linearly to this ..."""
     eps_decay_steps: int = 10_000
-    """... over this many env steps, then constant."""
+    """... over this many env steps, then constant (unless ``eps_decay_updates`` is set)."""
+    eps_decay_updates: int = 0
+    """When > 0: the fall takes this many learner *updates* instead, so that changing the
+    replay ratio leaves epsilon at a given update count unchanged (an update count is an env
+    step count through the ratio every engine holds: updates = (env_steps - learning_starts)
+    x updates_per_step; epsilon stays at eps_start until learning starts)."""
     double_q: bool = True
     """Select the next action with the online network, evaluate it with the target network."""
     max_grad_norm: float | None = 10.0
     """Clip the gradient's global norm (None: no clipping)."""
+    update: str = "auto"
+    """How an update runs: ``"torch"``, torch's eager step (the reference, and the only one off
+    the CPU); ``"numba"``, the compiled kernels of :mod:`impl.rl.algorithms.mlp_kernels` (CPU
+    only: the same arithmetic within float32 rounding, a fraction of the eager step's dispatch;
+    their first use in a process loads or compiles them, which a run's warm-up pays); ``"auto"``
+    (the default), numba on the CPU and torch elsewhere: the fastest the learner benchmark
+    (``learner`` suites) measured. :func:`resolve_update` gives the choice a run makes."""
     cuda_graph: bool = True
     """On a CUDA device, replay each update as one captured CUDA graph after 3 eager ones
     (:mod:`impl.cuda_graph`: one launch instead of ~60, the same arithmetic).
@@ -78,11 +95,17 @@ class DQNConfig(AlgoConfig):
         check_range(self, "tau", 0.0, 1.0, low_open=True)
         check_range(self, "eps_start", 0.0, 1.0)
         check_range(self, "eps_end", 0.0, 1.0)
+        check_range(self, "eps_decay_updates", 0)
+        if self.update not in UPDATES:
+            raise ConfigError("update", self.update, f"update must be one of {', '.join(UPDATES)}, got {self.update!r}")
         if not isinstance(self.cuda_graph, bool):
             raise ConfigError("cuda_graph", self.cuda_graph, f"cuda_graph must be True or False, got {self.cuda_graph!r}")
 
     def epsilon(self, env_steps: int) -> float:
-        frac = min(1.0, env_steps / max(1, self.eps_decay_steps))
+        if self.eps_decay_updates > 0:
+            frac = min(1.0, self.updates_at(env_steps) / self.eps_decay_updates)
+        else:
+            frac = min(1.0, env_steps / max(1, self.eps_decay_steps))
         return self.eps_start + frac * (self.eps_end - self.eps_start)
 
 
@@ -101,6 +124,15 @@ DQNConfig.PRESETS.update({
                        target_update_every=250, eps_end=0.1, eps_decay_steps=12_000, learning_starts=1_000,
                        updates_per_step=0.25, per_beta_steps=100_000),
 })
+
+
+def resolve_update(cfg: DQNConfig, device) -> str:
+    """The update a learner of ``cfg`` runs on ``device``: ``"torch"`` or ``"numba"``. Raises
+    ConfigError for ``update="numba"`` off the CPU (its kernels run on the host)."""
+    on_cpu = torch.device(device).type == "cpu"
+    if cfg.update == "numba" and not on_cpu:
+        raise ConfigError("update", cfg.update, f"update='numba' runs on the CPU only, not on {device}")
+    return "numba" if cfg.update == "numba" or (cfg.update == "auto" and on_cpu) else "torch"
 
 
 def build_q_network(obs_dim: int, n_actions: int, hidden) -> nn.Sequential:
@@ -126,7 +158,10 @@ class DQNActor(Actor):
         Share this Q network (the sequential loop passes the learner's); otherwise a new CPU
         copy is built, to be filled with :meth:`set_flat_weights`.
 
-    Cost per ``act_batch``: one forward pass of the batch. Thread-safety: none.
+    Cost per ``act_batch``: one forward pass of the batch: compiled
+    (:func:`~impl.rl.algorithms.mlp_kernels.greedy`) when the update resolves to ``"numba"``
+    (:func:`resolve_update`; the network is then a view of a flat vector, its own or the shared
+    learner's), else torch's. Thread-safety: none.
     """
 
     def __init__(self, spaces, cfg: DQNConfig, seed, net: nn.Module | None = None):
@@ -134,6 +169,27 @@ class DQNActor(Actor):
         self.cfg = cfg
         self.q = net if net is not None else build_q_network(obs_dim, self.n_actions, cfg.hidden)
         self.rng = np.random.default_rng(seed)
+        # With the compiled update the forward is compiled too (one call, no torch dispatch): on
+        # the vector of a shared compiled learner's network, or on this actor's own copy
+        self._flat = mk.bound_vector(self.q)
+        if self._flat is None and net is None and resolve_update(cfg, "cpu") == "numba":
+            layout = mk.MLPLayout((obs_dim, *cfg.hidden, self.n_actions))
+            mk.bind_module(self.q, layout, np.zeros(layout.size, np.float32))
+            self._flat = mk.bound_vector(self.q)
+        self._scratch: dict[int, tuple] = {}
+
+    def _greedy(self, obs: np.ndarray) -> np.ndarray:
+        """argmax Q per row of ``obs``: compiled on a bound vector, else one torch forward."""
+        obs = np.ascontiguousarray(obs, dtype=np.float32).reshape(len(obs), -1)
+        if self._flat is None:
+            with torch.inference_mode():
+                return self.q(torch.from_numpy(obs)).argmax(1).numpy()
+        layout, flat = self._flat
+        scratch = self._scratch.get(len(obs))
+        if scratch is None:
+            scratch = self._scratch[len(obs)] = tuple(np.empty((len(obs), int(d)), np.float32)
+                                                      for d in layout.dims[1:])
+        return mk.greedy(flat, layout.offsets, layout.dims, obs, scratch)
 
     def act_batch(self, obs: np.ndarray, env_steps: int) -> np.ndarray:
         """Actions (int64, one per row of ``obs``): each random with probability
@@ -141,10 +197,14 @@ class DQNActor(Actor):
         explore = self.rng.random(len(obs)) < self.cfg.epsilon(env_steps)
         actions = np.empty(len(obs), dtype=np.int64)
         if not explore.all():
-            with torch.inference_mode():
-                actions[:] = self.q(torch.from_numpy(obs)).argmax(1).numpy()
+            actions[:] = self._greedy(obs)
         actions[explore] = self.rng.integers(self.n_actions, size=int(explore.sum()))
         return actions
+
+    def greedy_batch(self, obs: np.ndarray) -> np.ndarray:
+        """argmax Q of each row of ``obs`` (int64): the policy with exploration off, which an
+        evaluation plays (:mod:`impl.rl.common.snapshots`)."""
+        return self._greedy(obs)
 
     @staticmethod
     def env_action(action: int) -> int:
@@ -153,7 +213,10 @@ class DQNActor(Actor):
 
     def set_flat_weights(self, flat) -> None:
         """Load the Q network from a vector made by :meth:`DQNLearner.get_flat_weights`."""
-        load_flat_params(self.q, flat)
+        if self._flat is not None:  # in place: the network's parameters are views of the vector
+            self._flat[1][:] = flat.numpy() if isinstance(flat, torch.Tensor) else np.asarray(flat)
+        else:
+            load_flat_params(self.q, flat)
 
 
 class DQNLearner(Learner):
@@ -167,7 +230,10 @@ class DQNLearner(Learner):
     Adam's state; they are built on the CPU from ``seed`` and moved there. Cost per ``learn``:
     forward of 3 networks (online on obs and next_obs, target on next_obs), one backward, one
     Adam step, and off the CPU one host-to-device copy per field given as a numpy array plus
-    one device-to-host copy of the loss and priorities. Thread-safety: none.
+    one device-to-host copy of the loss and priorities. With ``cfg.update`` resolved to
+    ``"numba"`` (:func:`resolve_update`) the same arithmetic runs as compiled kernels
+    (:class:`~impl.rl.algorithms.compiled_step.CompiledDQNStep`) on flat vectors that the
+    networks' parameters are views of, and ``optimizer`` is None. Thread-safety: none.
     """
 
     def __init__(self, spaces, cfg: DQNConfig, seed: int, device=torch.device("cpu")):
@@ -179,13 +245,19 @@ class DQNLearner(Learner):
         self.target = build_q_network(obs_dim, n_actions, cfg.hidden).to(self.device)
         self.target.load_state_dict(self.q.state_dict())
         self.target.requires_grad_(False)
+        self.update = resolve_update(cfg, self.device)
+        self.grad_hook = None
+        self.updates = 0
+        if self.update == "numba":
+            self._compiled = CompiledDQNStep(self.q, self.target, cfg)
+            self.optimizer = None  # Adam's state is the compiled step's (its m, v and step)
+            self._graphed = None
+            return
         graphed = self.device.type == "cuda" and cfg.cuda_graph
         # fused: ~3x faster on CPU; capturable: Adam's step count on the device, as a graph needs
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=cfg.lr, fused=True, capturable=graphed)
         self._graphed = GraphedStep(self._step) if graphed else None
         self._to_host = HostCopies(self.device, 1 + cfg.batch_size)  # a loss and the batch's |TD errors|
-        self.grad_hook = None
-        self.updates = 0
 
     def modules(self) -> list[nn.Module]:
         """Every network whose weights learners must agree on (for :func:`params_digest`)."""
@@ -204,6 +276,12 @@ class DQNLearner(Learner):
         """:meth:`learn` with its result still on its way from the device (one queued
         device-to-host copy; on the CPU the update is done and nothing is copied)."""
         cfg, dev = self.cfg, self.device
+        if self.update == "numba":
+            loss, td = self._compiled.learn(batch, self.grad_hook)
+            self.updates += 1
+            if self.updates % cfg.target_update_every == 0:
+                self._compiled.update_target(cfg.tau)
+            return PendingLearn(done=(loss, td))
         inputs = {f: on_device(batch[f], dev) for f in _INPUTS}
         if self._graphed is not None and self.grad_hook is None:
             loss, td = self._graphed(inputs)

@@ -128,6 +128,13 @@ class TD3Actor(Actor):
         a = a + self.rng.normal(0.0, self.cfg.exploration_noise, shape)
         return np.clip(a, -1.0, 1.0).astype(np.float32)
 
+    def greedy_batch(self, obs: np.ndarray) -> np.ndarray:
+        """The deterministic policy's actions in [-1, 1] for each row of ``obs``, without the
+        exploration noise: what an evaluation plays (:mod:`impl.rl.common.snapshots`)."""
+        with torch.inference_mode():
+            a = self.pi(torch.from_numpy(np.asarray(obs, dtype=np.float32))).numpy()
+        return np.clip(a, -1.0, 1.0).astype(np.float32)
+
     def env_action(self, action: np.ndarray) -> np.ndarray:
         """Map a [-1, 1] action to the environment's bounds."""
         return self.low + (action + 1.0) * 0.5 * (self.high - self.low)

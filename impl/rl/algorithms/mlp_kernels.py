@@ -1,0 +1,229 @@
+"""Compiled kernels for the updates of small MLPs: forward, backward, the DQN loss, gradient
+clipping and Adam, on flat float32 parameter vectors, with no Python between the ops.
+
+Why: a learner's update of a CartPole-sized network (4 -> 128 -> 128 -> 2, batch 64) is about
+11 MFLOP, a few tens of microseconds of arithmetic, but torch's eager step issues about sixty
+operator calls and an autograd graph whose dispatch dominates it. These kernels run the same
+arithmetic in one compiled call per phase (the matrix products through numpy's BLAS, as numba
+lowers ``np.dot``), so an update costs its arithmetic plus a few microseconds.
+
+Layout (:class:`MLPLayout`): one flat float32 vector holds every layer's weight (``out x in``,
+row-major, as ``torch.nn.Linear`` stores it) followed by its bias, layer after layer; gradients,
+Adam's moments and the target network use the same layout. A torch module can keep its
+parameters as views of such a vector (:func:`bind_module`), so actors, flat-weight broadcasts
+and digests see every update without a copy.
+
+The arithmetic is torch's, term by term (ReLU MLP, double-Q targets, ``smooth_l1_loss`` with
+beta 1 weighted and averaged, ``clip_grad_norm_`` with its 1e-6, ``Adam`` with bias
+corrections), not its summation order: results agree within float32 rounding, not bitwise
+(tests/test_fast_learner.py). Thread-safety: none (each learner owns its vectors); the kernels
+release the GIL.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+__all__ = ["MLPLayout", "bind_module", "bound_vector", "forward", "dqn_gradients", "clip_and_adam", "soft_update", "greedy"]
+
+
+@dataclass(frozen=True)
+class MLPLayout:
+    """Where each layer lives in a flat vector: ``sizes`` = (in, hidden..., out);
+    ``offsets[l]`` the start of layer ``l``'s weight, its bias right after it."""
+
+    sizes: tuple[int, ...]
+
+    @property
+    def layers(self) -> int:
+        return len(self.sizes) - 1
+
+    @property
+    def offsets(self) -> np.ndarray:
+        out, at = [], 0
+        for i, o in zip(self.sizes[:-1], self.sizes[1:]):
+            out.append(at)
+            at += o * i + o
+        return np.array(out, dtype=np.int64)
+
+    @property
+    def size(self) -> int:
+        return sum(o * i + o for i, o in zip(self.sizes[:-1], self.sizes[1:]))
+
+    @property
+    def dims(self) -> np.ndarray:
+        return np.array(self.sizes, dtype=np.int64)
+
+
+def bind_module(module, layout: MLPLayout, flat: np.ndarray) -> None:
+    """Make the Linear layers of ``module`` (an :func:`impl.rl.algorithms.nets.mlp`) keep their
+    parameters in ``flat`` (``layout``), after copying their current values there: the module
+    then reads and writes the vector, and ``module.flat_params`` is ``(layout, flat)``
+    (:func:`bound_vector`). Raises ValueError when the module's Linear layers do not match
+    ``layout``. (Replacing a parameter's ``.data`` afterwards, as
+    ``torch.nn.utils.vector_to_parameters`` does, unbinds it: write into ``flat`` instead.)"""
+    import torch
+    from torch import nn
+
+    linears = [m for m in module.modules() if isinstance(m, nn.Linear)]
+    shapes = [(m.out_features, m.in_features) for m in linears]
+    wanted = [(o, i) for i, o in zip(layout.sizes[:-1], layout.sizes[1:])]
+    if shapes != wanted or any(m.bias is None for m in linears):
+        raise ValueError(f"module's Linear layers {shapes} do not match the layout {wanted} (with biases)")
+    for m, at in zip(linears, layout.offsets):
+        o, i = m.out_features, m.in_features
+        w = flat[at:at + o * i].reshape(o, i)
+        b = flat[at + o * i:at + o * i + o]
+        w[:] = m.weight.detach().cpu().numpy()
+        b[:] = m.bias.detach().cpu().numpy()
+        m.weight.data = torch.from_numpy(w)
+        m.bias.data = torch.from_numpy(b)
+    module.flat_params = (layout, flat)  # how an actor sharing the module finds the vector
+
+
+def bound_vector(module):
+    """``(layout, flat)`` of a module bound by :func:`bind_module`, or None."""
+    return getattr(module, "flat_params", None)
+
+
+@njit(nogil=True, cache=True)
+def _weight(flat, offsets, dims, l):
+    at, i, o = offsets[l], dims[l], dims[l + 1]
+    return flat[at:at + o * i].reshape((o, i)), flat[at + o * i:at + o * i + o]
+
+
+@njit(nogil=True, cache=True)
+def forward(flat, offsets, dims, x, acts):
+    """Forward of ``x`` (rows x in) through the MLP in ``flat``; ``acts[l]`` (preallocated,
+    rows x dims[l+1], at least as many rows as ``x``) receives layer ``l``'s output, ReLU applied
+    except on the last. Returns the last layer's output (a view of ``acts[-1]``)."""
+    n = x.shape[0]
+    h = x
+    for l in range(len(dims) - 1):
+        w, b = _weight(flat, offsets, dims, l)
+        z = acts[l][:n]
+        z[:] = np.dot(h, w.T)
+        last = l == len(dims) - 2
+        for r in range(n):
+            for c in range(z.shape[1]):
+                v = z[r, c] + b[c]
+                z[r, c] = v if last or v > 0 else np.float32(0.0)
+        h = z
+    return h
+
+
+@njit(nogil=True, cache=True)
+def greedy(flat, offsets, dims, x, acts):
+    """argmax over actions of the MLP's output for each row of ``x`` (int64)."""
+    q = forward(flat, offsets, dims, x, acts)
+    out = np.empty(x.shape[0], dtype=np.int64)
+    for r in range(x.shape[0]):
+        best = 0
+        for c in range(1, q.shape[1]):
+            if q[r, c] > q[r, best]:
+                best = c
+        out[r] = best
+    return out
+
+
+@njit(nogil=True, cache=True)
+def dqn_gradients(online, target, offsets, dims, obs, action, reward, next_obs, done, weights, gamma, double_q,
+                  acts, next_acts, tacts, grads, td_abs):
+    """One DQN update's loss and gradients (into ``grads``, overwritten) and |TD errors| (into
+    ``td_abs``, float32): double-Q (or max) targets from ``target``, a Huber loss (beta 1)
+    weighted by ``weights`` and averaged over the batch, as :meth:`DQNLearner._step` computes
+    it. ``acts`` / ``next_acts`` / ``tacts``: per-layer scratch for the online network on
+    ``obs``, on ``next_obs`` and the target network on ``next_obs``. Returns the loss."""
+    B = obs.shape[0]
+    L = len(dims) - 1
+    if double_q:
+        qn = forward(online, offsets, dims, next_obs, next_acts)
+    qt = forward(target, offsets, dims, next_obs, tacts)
+    q_all = forward(online, offsets, dims, obs, acts)
+    # the loss's gradient with respect to the last layer's output: only the taken action's column
+    dz = np.zeros((B, dims[L]), dtype=np.float32)
+    loss = 0.0
+    for r in range(B):
+        if double_q:
+            best = 0
+            for c in range(1, qn.shape[1]):
+                if qn[r, c] > qn[r, best]:
+                    best = c
+            next_q = qt[r, best]
+        else:
+            next_q = qt[r, 0]
+            for c in range(1, qt.shape[1]):
+                next_q = max(next_q, qt[r, c])
+        not_done = np.float32(0.0) if done[r] else np.float32(1.0)
+        y = np.float32(reward[r] + np.float32(gamma) * not_done * next_q)
+        q = q_all[r, action[r]]
+        d = q - y
+        ad = abs(d)
+        td_abs[r] = ad
+        huber = 0.5 * d * d if ad < 1.0 else ad - 0.5
+        loss += weights[r] * huber
+        dz[r, action[r]] = np.float32(weights[r] * max(-1.0, min(1.0, d)) / B)
+    # backward: dW_l = dz_l^T h_{l-1}, db_l = sum_rows dz_l, dz_{l-1} = (dz_l W_l) * relu'(z_{l-1})
+    for l in range(L - 1, -1, -1):
+        gw, gb = _weight(grads, offsets, dims, l)
+        h = obs if l == 0 else acts[l - 1][:B]
+        gw[:] = np.dot(dz.T, h)
+        for c in range(dz.shape[1]):
+            s = np.float32(0.0)
+            for r in range(B):
+                s += dz[r, c]
+            gb[c] = s
+        if l > 0:
+            w, _ = _weight(online, offsets, dims, l)
+            dh = np.dot(dz, w)
+            for r in range(B):
+                for c in range(dh.shape[1]):
+                    if h[r, c] <= 0:
+                        dh[r, c] = 0
+            dz = dh
+    return loss / B
+
+
+@njit(nogil=True, cache=True)
+def clip_and_adam(params, grads, m, v, step, lr, beta1, beta2, eps, max_norm):
+    """Clip ``grads`` to global norm ``max_norm`` (torch's ``clip_grad_norm_``: scaled by
+    min(1, max_norm / (norm + 1e-6)); no clipping when ``max_norm`` <= 0), then one Adam step
+    (torch's: bias-corrected, no weight decay) on ``params`` with moments ``m``, ``v`` and the
+    step count ``step[0]`` (float32, incremented). Returns the gradient norm before clipping."""
+    total = 0.0
+    for i in range(grads.size):
+        total += np.float64(grads[i]) * grads[i]
+    norm = math.sqrt(total)
+    scale = np.float32(1.0)
+    if max_norm > 0:
+        scale = np.float32(min(1.0, max_norm / (norm + 1e-6)))
+    step[0] += 1
+    t = step[0]
+    bc1 = 1.0 - beta1 ** t
+    bc2_sqrt = math.sqrt(1.0 - beta2 ** t)
+    step_size = np.float32(lr / bc1)
+    b1, b2 = np.float32(beta1), np.float32(beta2)
+    inv_bc2 = np.float32(1.0 / bc2_sqrt)
+    e = np.float32(eps)
+    for i in range(params.size):
+        g = grads[i] * scale
+        grads[i] = g
+        m[i] = b1 * m[i] + (1 - b1) * g
+        v[i] = b2 * v[i] + (1 - b2) * g * g
+        params[i] -= step_size * m[i] / (math.sqrt(v[i]) * inv_bc2 + e)
+    return norm
+
+
+@njit(nogil=True, cache=True)
+def soft_update(target, online, tau):
+    """``target <- target + tau (online - target)`` (tau = 1: a copy), element by element."""
+    t = np.float32(tau)
+    if tau >= 1.0:
+        target[:] = online
+        return
+    for i in range(target.size):
+        target[i] += t * (online[i] - target[i])
