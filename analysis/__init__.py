@@ -5,7 +5,10 @@
 - :mod:`analysis.stats`: throughput, cost per item, medians with spread, ratios;
 - :mod:`analysis.plots`: one module per figure, each a pure function of the table;
 - :mod:`analysis.render`: draw every figure into PNG + SVG + the CSV behind it;
-- :mod:`analysis.report`: analysis/REPORT.md; :mod:`analysis.compare`: two runs side by side;
+- :mod:`analysis.claims`: the papers' claims as data (paper, number, suites, verdict rule);
+- :mod:`analysis.findings`: the findings page (claims table, hosts, which design when) from them;
+- :mod:`analysis.report`: analysis/REPORT.md, findings first, then one section per host;
+  :mod:`analysis.compare`: two runs side by side;
 - :mod:`analysis.palette`: one colour per variant across every figure.
 
 Command line: ``replaybench plots | report | compare`` (``make plots``, ``make report``).

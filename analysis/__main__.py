@@ -61,25 +61,34 @@ def _status(res, outcome, strict: bool) -> int:
     return 1 if strict and res.problems else 0
 
 
-def _render_machines(res, out: Path, only) -> list[tuple[str, object, object]]:
-    """Every machine's figures from its own runs (:meth:`analysis.load.Results.by_machine`): the
-    first machine's into ``out``, each other's into ``out/<machine>/``; ``[(machine, results,
-    outcome)]``."""
+def _render_hosts(res, out: Path, only) -> list[tuple[str, object, object]]:
+    """Every host's figures from its own runs (:meth:`analysis.load.Results.by_host`): the first
+    host's into ``out``, each other's into ``out/<host>/``; ``[(host, results, outcome)]``. A
+    folder of ``out`` named like no host of these runs (a host or label of runs since removed)
+    is deleted with its figures, so no figure stays that the results no longer support."""
     import re
+    import shutil
 
     from replaybench.analysis import render
 
     parts = []
-    for i, (machine, part) in enumerate(res.by_machine()):
-        folder = out if i == 0 else out / re.sub(r"[^A-Za-z0-9._-]", "_", machine)
+    folders = set()
+    for i, (host, part) in enumerate(res.by_host()):
+        folder = out if i == 0 else out / re.sub(r"[^A-Za-z0-9._-]", "_", host)
         if i:
-            print(f"machine {machine}: figures into {folder}/")
-        parts.append((machine, part, render.render(part, folder, only=only)))
+            print(f"host {host}: figures into {folder}/")
+            folders.add(folder.name)
+        parts.append((host, part, render.render(part, folder, only=only)))
+    if not only and out.is_dir():
+        for stale in sorted(p for p in out.iterdir() if p.is_dir() and p.name not in folders):
+            if all(f.suffix in render.EXTENSIONS for f in stale.rglob("*") if f.is_file()):
+                print(f"removed {stale}/: no host of these runs draws there")
+                shutil.rmtree(stale)
     return parts
 
 
 def _status_all(parts, strict: bool) -> int:
-    """:func:`_status` of the first machine's figures; 1 also when another machine's figure failed."""
+    """:func:`_status` of the first host's figures; 1 also when another host's figure failed."""
     _, res, outcome = parts[0]
     return 1 if _status(res, outcome, strict) or any(o.failed for _, _, o in parts[1:]) else 0
 
@@ -88,7 +97,7 @@ def cmd_plots(args) -> int:
     res = _load(args)
     if res is None:
         return 1
-    return _status_all(_render_machines(res, Path(args.out), args.only), args.strict)
+    return _status_all(_render_hosts(res, Path(args.out), args.only), args.strict)
 
 
 def cmd_report(args) -> int:
@@ -97,8 +106,8 @@ def cmd_report(args) -> int:
     res = _load(args)
     if res is None:
         return 1
-    parts = _render_machines(res, Path(args.figures), args.only)
-    text = report.build_machines(parts, Path(args.out))
+    parts = _render_hosts(res, Path(args.figures), args.only)
+    text = report.build_hosts(parts, Path(args.out))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text)
     print(f"wrote {args.out}")

@@ -25,6 +25,7 @@ before it (the same folder by another path, or a shared run id).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,8 +34,8 @@ import pandas as pd
 from replaybench.bench import contract
 from replaybench.bench.contract import CELL_COLUMNS, RunError  # the contract's own objects, named for loaders' callers
 
-__all__ = ["RunError", "Results", "machine_of", "find_runs", "load_run", "load_runs", "cache_sizes", "latest_per_cell",
-           "CELL_COLUMNS"]
+__all__ = ["RunError", "Results", "machine_of", "host_of", "host_key", "find_runs", "load_run", "load_runs",
+           "cache_sizes", "latest_per_cell", "CELL_COLUMNS"]
 
 
 @dataclass
@@ -58,22 +59,65 @@ class Results:
         return {run_id: machine_of(meta, table.loc[table["run_id"] == run_id, "machine"])
                 for run_id, meta in self.metas.items()}
 
+    def hosts(self) -> dict[str, str]:
+        """``{run_id: host}``: the host each run was made on (:func:`host_of`)."""
+        return {run_id: host_of(meta) for run_id, meta in self.metas.items()}
+
+    def by_host(self) -> list[tuple[str, "Results"]]:
+        """The runs split by host (:func:`host_of`: CPU model, logical CPUs and caches, not the
+        ``--machine`` label, which has named several hosts alike), one :class:`Results` each,
+        in :meth:`by_machine`'s order: the host with the most runs first, the others by name.
+        A table or figure drawn from one part never holds numbers of two hosts. ``problems``
+        stay with the first; with no run loaded, the one part is this (empty) Results itself."""
+        return self._split(self.hosts(), "no runs")
+
     def by_machine(self) -> list[tuple[str, "Results"]]:
-        """The runs split by the machine they name, one :class:`Results` each: the machine with
-        the most runs first (the project's own, in the repository), the others by name. A figure
-        drawn from one of them never holds points of two machines. ``problems`` stay with the
-        first; with no run loaded, the one part is this (empty) Results itself."""
-        machines = self.machines()
-        if not machines:
-            return [("unnamed", self)]  # no run loaded: one empty part, which keeps the problems
-        names = sorted(set(machines.values()), key=lambda m: (-list(machines.values()).count(m), m))
+        """The runs split by the machine label they name (:func:`machine_of`), as
+        :meth:`by_host` splits them by host."""
+        return self._split(self.machines(), "unnamed")
+
+    def _split(self, names_of: dict[str, str], empty: str) -> list[tuple[str, "Results"]]:
+        if not names_of:
+            return [(empty, self)]  # no run loaded: one empty part, which keeps the problems
+        counts = list(names_of.values())
+        names = sorted(set(counts), key=lambda m: (-counts.count(m), m))
         out = []
         for i, name in enumerate(names):
-            ids = [run_id for run_id, m in machines.items() if m == name]
+            ids = [run_id for run_id, m in names_of.items() if m == name]
             out.append((name, Results(self.table[self.table["run_id"].isin(ids)].reset_index(drop=True),
                                       {r: self.metas[r] for r in ids}, {r: self.dirs[r] for r in ids},
                                       self.problems if i == 0 else [])))
         return out
+
+
+def host_key(meta: dict) -> tuple:
+    """What tells two hosts apart: ``(cpu model, logical CPUs, ((cache level, bytes), ...))``
+    from meta.json's ``machine``. Two runs with equal keys ran on the same kind of host (their
+    numbers may be compared); the ``--machine`` label plays no part (one label, ``vm``, has
+    named four hosts). Logical CPUs are part of it: a 2-CPU slice and a 16-CPU machine of one
+    CPU model share caches but not what scales. Usable CPUs (a ``taskset``) are not: they are
+    a run's setting on its host."""
+    m = meta.get("machine") or {}
+    return (str(m.get("cpu_model") or "unknown CPU"), int(m.get("logical_cpus") or 0),
+            tuple(sorted(cache_sizes(meta).items())))
+
+
+def _size(nbytes: int) -> str:
+    for unit, size in (("g", 2**30), ("m", 2**20), ("k", 2**10)):
+        if nbytes >= size and nbytes % size == 0:
+            return f"{nbytes // size}{unit}"
+    return str(nbytes)
+
+
+def host_of(meta: dict) -> str:
+    """The host's name, a pure function of :func:`host_key`: the CPU model's own words (less
+    vendor and filler words), the logical CPUs and the data cache sizes by level, e.g.
+    ``epyc-2cpu-48k-1m-32m`` or ``xeon-16cpu-48k-2m-300m`` (L1d-L2-L3); usable in paths."""
+    model, cpus, caches = host_key(meta)
+    filler = {"amd", "intel", "r", "tm", "processor", "cpu", "core", "unknown", ""}
+    words = [w for w in re.split(r"[^a-z0-9]+", model.lower()) if w not in filler] or ["cpu"]
+    sizes = [_size(size) for _, size in caches]
+    return "-".join([*words, f"{cpus}cpu" if cpus else "cpus-unknown", *sizes])
 
 
 def machine_of(meta: dict, machine_column=None) -> str:

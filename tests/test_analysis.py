@@ -1213,29 +1213,32 @@ def test_frameworks_figure_takes_the_newest_run_per_framework_not_a_pool_of_runs
     assert set(data.loc[data["framework"] == "sb3", "n_seeds"]) == {2}  # not 4: the older run's seeds left out
 
 
-def test_every_machine_gets_its_own_figures_and_report_section(tmp_path):
-    """Issue 38: runs of two machines measuring the same cells are never drawn together. The
-    machine with the most runs fills analysis/figures/ and the report's first sections; the other
-    gets figures/<machine>/ and a section of its own, each from its own runs only."""
+def test_every_host_gets_its_own_figures_and_report_section(tmp_path):
+    """Issues 38 and 58: runs of two hosts measuring the same cells are never drawn together. A
+    host is its CPU and caches (meta.json ``machine``), not its ``--machine`` label. The host with
+    the most runs fills analysis/figures/; the other gets figures/<host>/ and a section of its own,
+    each from its own runs only."""
     rng = np.random.default_rng(3)
     root = tmp_path / "results"
+    big = {**MACHINE, "cpu_model": "Big CPU", "logical_cpus": 16, "usable_cpus": 16}
     write_run(root, "20300101T000000Z-micro", "micro", "micro", micro_rows(rng))
     write_run(root, "20300101T000200Z-cache", "cache", "cache", cache_rows())
     write_run(root, "20300102T000000Z-micro", "micro", "micro", micro_rows(rng), scale=10.0,
-              extra={"machine_label": "big-16core"})
+              extra={"machine_label": "big-16core", "machine": big})
     res = load.load_runs(load.find_runs(root))
-    parts = res.by_machine()
+    parts = res.by_host()
     assert [(m, sorted(p.metas)) for m, p in parts] == [
-        ("test", ["20300101T000000Z-micro", "20300101T000200Z-cache"]), ("big-16core", ["20300102T000000Z-micro"])]
+        ("synthetic-2cpu-32k-1m-16m", ["20300101T000000Z-micro", "20300101T000200Z-cache"]),
+        ("big-16cpu-32k-1m-16m", ["20300102T000000Z-micro"])]
     figures, target = tmp_path / "figures", tmp_path / "REPORT.md"
     assert main(["report", "--runs", *map(str, load.find_runs(root)), "--figures", str(figures),
                  "--out", str(target), "--only", "capacity"]) == 0
     home = pd.read_csv(figures / "capacity.csv")
-    other = pd.read_csv(figures / "big-16core" / "capacity.csv")
+    other = pd.read_csv(figures / "big-16cpu-32k-1m-16m" / "capacity.csv")
     assert set(home["run_id"]) == {"20300101T000000Z-micro"} and set(other["run_id"]) == {"20300102T000000Z-micro"}
     assert (other["median"].to_numpy() > 5 * home["median"].to_numpy()).all()  # 10x slower: not the home run's values
     text = target.read_text()
-    assert text.count("# replaybench report") == 1 and "## Machine `big-16core`" in text
-    section = text[text.index("## Machine `big-16core`"):]
+    assert text.count("# replaybench report") == 1 and "## Host `big-16cpu-32k-1m-16m`" in text
+    section = text[text.index("## Host `big-16cpu-32k-1m-16m`"):]
     assert "20300102T000000Z-micro" in section and "20300101T000000Z-micro" not in section
-    assert "big-16core/capacity.png" in section and "### Runs used" in section
+    assert "big-16cpu-32k-1m-16m/capacity.png" in section and "### Runs used" in section

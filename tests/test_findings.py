@@ -1,0 +1,168 @@
+"""The findings page (analysis.findings, analysis.claims): every claim of the registry gets a row,
+a claim without runs says "no data" and names the suite, a claim whose runs got no verdict
+fails the build, and no table or figure pools two hosts (a host is its CPU and caches, not the
+``--machine`` label)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from replaybench.analysis import claims, findings, load, render, report
+from replaybench.analysis.__main__ import main
+
+from test_analysis import MACHINE, micro_rows, write_run
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "results"
+BIG = {**MACHINE, "cpu_model": "Other CPU", "logical_cpus": 16, "usable_cpus": 16}
+
+
+def _parts(runs):
+    return load.load_runs(runs).by_host()
+
+
+@pytest.fixture(scope="module")
+def two_hosts(tmp_path_factory):
+    """Micro runs on two hosts that share one ``--machine`` label, and a third run on the first
+    host under another label."""
+    root = tmp_path_factory.mktemp("results")
+    rng = np.random.default_rng(5)
+    a = write_run(root, "20300101T000000Z-micro", "micro", "micro", micro_rows(rng), extra={"machine_label": "vm"})
+    b = write_run(root, "20300102T000000Z-micro", "micro", "micro", micro_rows(rng), scale=10.0,
+                  extra={"machine_label": "vm", "machine": BIG})
+    c = write_run(root, "20300103T000000Z-micro", "micro", "micro", micro_rows(rng), extra={"machine_label": "box"})
+    return root, [a, b, c]
+
+
+def test_a_host_is_its_cpu_and_caches_not_its_label(two_hosts):
+    _, (a, b, c) = two_hosts
+    res = load.load_runs([a, b, c])
+    hosts = res.hosts()
+    assert hosts[a.name] == hosts[c.name] == "synthetic-2cpu-32k-1m-16m"  # labels vm and box: one host
+    assert hosts[b.name] == "other-16cpu-32k-1m-16m"  # label vm, another host
+    assert [(h, sorted(p.metas)) for h, p in res.by_host()] == [
+        ("synthetic-2cpu-32k-1m-16m", sorted([a.name, c.name])), ("other-16cpu-32k-1m-16m", [b.name])]
+
+
+def test_a_claim_added_to_the_registry_gets_its_row(two_hosts):
+    _, runs = two_hosts
+    registry = claims.CLAIMS.copy()
+    seen = []
+
+    def rule(res):
+        seen.append(sorted(res.metas))
+        return claims.Verdict(claims.REPRODUCES, ours="42.5x", spread="6 values", runs=tuple(sorted(res.metas)))
+
+    registry.register("test-claim", claims.Claim(name="test-claim", paper="TEST", claim="a claim made up here",
+                                                  number="40x", metric="m", suites=("mic*",), cells="c", rule=rule))
+    parts = _parts(runs)
+    rows = [r for r in findings.verdict_rows(parts, registry) if r["claim"].name == "test-claim"]
+    assert [r["host"] for r in rows] == [h for h, _ in parts]  # one row per host, never pooled
+    assert seen == [sorted(p.metas) for _, p in parts]  # the rule saw one host's runs at a time
+    text = "\n".join(findings.section(parts, registry))
+    assert "(`test-claim`)" in text and "42.5x" in text and "**reproduces**" in text
+    assert "test-claim" not in claims.CLAIMS  # the copy, not the project's registry
+
+
+def test_a_claim_whose_runs_are_removed_says_no_data_and_names_its_suite():
+    with_lf = findings.verdict_rows(_parts([RESULTS / "reference-lf"]))
+    without = findings.verdict_rows(_parts([RESULTS / "reference-micro-threads"]))
+    lf = {r["claim"].name: r for r in with_lf}["lf-gym"]
+    assert lf["verdict"].verdict != claims.NO_DATA and lf["verdict"].runs == ("reference-lf",)
+    gone = {r["claim"].name: r for r in without}["lf-gym"]
+    assert gone["host"] == "-" and gone["verdict"].verdict == claims.NO_DATA
+    assert "suite `lf`" in gone["verdict"].why
+    table = "\n".join(findings.claims_table(without))
+    assert "**no data**: no stored run of suite `lf`" in table
+
+
+def test_a_claim_whose_suite_has_runs_but_no_verdict_fails(two_hosts):
+    _, runs = two_hosts
+    registry = claims.CLAIMS.copy()
+    registry.register("silent", claims.Claim(name="silent", paper="TEST", claim="c", number="1x", metric="m",
+                                             suites=("micro",), cells="c", rule=lambda res: None))
+    with pytest.raises(findings.MissingVerdict, match="silent"):
+        findings.verdict_rows(_parts(runs), registry)
+    registry = claims.CLAIMS.copy()  # suites named but no rule at all
+    registry.register("ruleless", claims.Claim(name="ruleless", paper="TEST", claim="c", number="1x", metric="m",
+                                               suites=("micro",), cells="c"))
+    with pytest.raises(findings.MissingVerdict, match="ruleless"):
+        findings.verdict_rows(_parts(runs), registry)
+
+
+def test_every_registered_claim_answers_the_stored_runs_of_its_suites():
+    """The project's own claims on a few small stored runs: every claim with an answering run
+    gets a verdict of the five kinds, and a ``no data`` row always says why."""
+    runs = [RESULTS / r for r in ("reference-micro", "reference-micro-sweep-k", "reference-lf", "reference-gossip-targets",
+                                  "reference-frameworks-torchrl", "reference-training-pong-zoo")]
+    parts = _parts(runs)
+    rows = findings.verdict_rows(parts)
+    assert {r["claim"].name for r in rows} == set(claims.CLAIMS.names())
+    for r in rows:
+        assert r["verdict"].verdict in claims.VERDICTS
+        assert r["verdict"].verdict != claims.NO_DATA or r["verdict"].why
+    by = {(r["claim"].name, r["host"]): r["verdict"] for r in rows}
+    assert by[("pal-kary-vs-baselines", "epyc-2cpu-32k-1m-32m")].runs == ("reference-micro",)
+    assert by[("gala-straggler", "epyc-2cpu-48k-1m-32m")].verdict == claims.REPRODUCES
+
+
+def test_ratio_verdicts():
+    assert claims.ratio_verdict(4.0, 4.0) == claims.ratio_verdict(3.7, 4.0) == claims.REPRODUCES  # within 10%
+    assert claims.ratio_verdict(200.0, 4.0) == claims.REPRODUCES
+    assert claims.ratio_verdict(2.0, 4.0) == claims.PARTLY
+    assert claims.ratio_verdict(0.9, 4.0) == claims.ratio_verdict(1.0, 4.0) == claims.CONTRADICTS
+    with pytest.raises(ValueError):
+        claims.Verdict("maybe")
+
+
+def test_a_report_section_that_pools_two_hosts_fails(two_hosts, tmp_path):
+    _, runs = two_hosts
+    res = load.load_runs(runs)
+    outcome = render.render(res, tmp_path / "figs", echo=lambda *_: None, only={"capacity"})
+    with pytest.raises(findings.PooledHosts, match="other-16cpu"):
+        report.build(res, outcome, tmp_path / "REPORT.md")
+    with pytest.raises(findings.PooledHosts):
+        findings.verdict_rows([("both", res)])
+
+
+def test_the_report_draws_each_host_from_its_own_runs(two_hosts, tmp_path):
+    """`replaybench report` on runs of two hosts under one label: each figure's CSV and each host
+    section hold one host's runs; the runs table names the host; the findings come first."""
+    _, (a, b, c) = two_hosts
+    figures, target = tmp_path / "figures", tmp_path / "REPORT.md"
+    (figures / "vm").mkdir(parents=True)
+    (figures / "vm" / "capacity.png").write_bytes(b"stale")  # a label's folder from before: removed
+    assert main(["report", "--runs", str(a), str(b), str(c), "--figures", str(figures), "--out", str(target)]) == 0
+    assert not (figures / "vm").exists()
+    home = pd.read_csv(figures / "capacity.csv")
+    other = pd.read_csv(figures / "other-16cpu-32k-1m-16m" / "capacity.csv")
+    assert set(home["run_id"]) <= {a.name, c.name} and set(other["run_id"]) == {b.name}
+    hosts = load.load_runs([a, b, c]).hosts()
+    for csv in figures.rglob("*.csv"):
+        ids = set(pd.read_csv(csv).get("run_id", pd.Series(dtype=str)).dropna())
+        assert len({hosts[r] for r in ids}) <= 1, csv
+    text = target.read_text()
+    assert text.index("## Findings") < text.index("## Host `synthetic-2cpu-32k-1m-16m`") \
+        < text.index("## Host `other-16cpu-32k-1m-16m`")
+    other_section = text[text.index("## Host `other-16cpu-32k-1m-16m`"):]
+    assert b.name in other_section and a.name not in other_section and c.name not in other_section
+    assert f"| `{b.name}` | `other-16cpu-32k-1m-16m` |" in other_section
+    assert len(text[:text.index("## Host `")].splitlines()) < 200
+
+
+def test_a_run_without_git_state_is_superseded_by_a_later_run_of_its_host(tmp_path):
+    rng = np.random.default_rng(2)
+    old = write_run(tmp_path, "20300101T000000Z-old", "micro-copied", "micro", micro_rows(rng),
+                    extra={"git_sha": None, "dirty": None})
+    new = write_run(tmp_path, "20300102T000000Z-new", "micro", "micro", micro_rows(rng), scale=2.0)
+    res = load.load_runs([old, new])
+    gone = findings.superseded(res)
+    assert list(gone) == [old.name] and new.name in gone[old.name] and "not a shipped suite" in gone[old.name]
+    diff = findings.differing_cells(res)
+    assert not diff.empty and (diff["ratio"] > 1.9).all()  # every cell twice as slow in the new run
+    lines = "\n".join(findings.host_lines(res.by_host(), []))
+    assert f"`{old.name}` is superseded" in lines and "differ by more than 25%" in lines
