@@ -10,7 +10,10 @@ def test_learner_quick_measures_each_update_beside_its_floor(tmp_path):
     out = []
     suite = {**suites.load("learner-quick"), "calls": 20, "repeats": 2, "warmup": 5}
     rows = contract.read_rows(driver.run(suite, out=tmp_path, progress=False, echo=out.append))
-    by = {(r["algo"], r["backend"], r["metric"]): r for r in rows}
+    by = {(r["algo"], r["backend"], r["metric"]): r for r in rows if r["learners"] == 1}
+    group = [r for r in rows if r["learners"] == 2 and r["status"] == "ok"]
+    assert {r["metric"] for r in group} == {"seconds_per_call", "allreduce_seconds_per_call"}
+    assert all(r["items_per_call"] == 2 * r["batch"] for r in group if r["metric"] == "seconds_per_call")
     for algo, update in (("dqn", "torch"), ("dqn", "numba"), ("td3", "torch")):
         assert by[(algo, update, "seconds_per_call")]["status"] == "ok"
         assert by[(algo, update, "flops_per_call")]["value"] > 0

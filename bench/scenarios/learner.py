@@ -18,11 +18,18 @@ layer shape, best of a few). The summary names each cell's bound: ``arithmetic``
 update costs at most twice its floor, otherwise ``dispatch`` (operator calls and Python
 between the products) on the CPU or ``dispatch/copies`` off it.
 
-Rows: op ``learn``, ``backend`` the update implementation, ``algo``, ``env``, ``batch``,
-``threads`` (torch's and the BLAS pools' threads: 1, set for the run), params ``device``;
-metric ``seconds_per_call`` (one per block, ``loops`` = calls, ``items_per_call`` = batch, so
-samples learned per second follow), and per cell one ``flops_per_call`` and one
-``floor_seconds_per_call`` row. A cell that needs CUDA where torch sees none, or an update the
+``learners`` (default ``[1]``) adds learner groups: L spawned learner processes, one thread
+each, every one on its own batch of ``batch`` rows, averaging gradients through the process
+engine's shared-memory all-reduce (a global batch of L x batch, as PAL's learners and ours
+split one); a block's time is its slowest rank's, and the all-reduce alone on the gradient
+vector is a row of its own.
+
+Rows: op ``learn``, ``backend`` the update implementation, ``algo``, ``env``, ``batch`` (per
+learner), ``learners``, ``threads`` (torch's and the BLAS pools' threads: 1, set for the run),
+params ``device``; metric ``seconds_per_call`` (one per block, ``loops`` = calls,
+``items_per_call`` = the global batch, so samples learned per second follow), per single-learner
+cell one ``flops_per_call`` and one ``floor_seconds_per_call`` row, per group one
+``allreduce_seconds_per_call`` row. A cell that needs CUDA where torch sees none, or an update the
 algorithm does not have, is one ``unavailable`` / ``skipped`` row naming the reason.
 """
 
@@ -33,6 +40,7 @@ import time
 
 import numpy as np
 
+from replaybench.bench import contract
 from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError
 from replaybench.bench.summary import format_table
 
@@ -47,7 +55,7 @@ BOUND_FACTOR = 2.0
 class Learner(Scenario):
     name = "learner"
     takes = frozenset()
-    suite_keys = frozenset({"algos", "batches", "updates", "devices", "seed", "warmup", "calls", "repeats"})
+    suite_keys = frozenset({"algos", "batches", "updates", "devices", "seed", "warmup", "calls", "repeats", "learners"})
 
     def cells(self, suite: dict, selection: Selection) -> list[Cell]:
         from replaybench.impl.rl import algorithms
@@ -66,6 +74,10 @@ class Learner(Scenario):
         for key in ("warmup", "calls", "repeats"):
             if not isinstance(suite.get(key), int) or suite[key] < (0 if key == "warmup" else 1):
                 raise SelectionError(f"{where}: {key!r} must be a positive integer, got {suite.get(key)!r}")
+        group_sizes = suite.get("learners", [1])
+        if (not isinstance(group_sizes, list) or not group_sizes
+                or any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in group_sizes)):
+            raise SelectionError(f"{where}: 'learners' must be a non-empty list of positive integers, got {group_sizes!r}")
         cuda = _cuda_missing() if "cuda" in suite["devices"] else ""
         cells = []
         for entry in suite["algos"]:
@@ -80,11 +92,11 @@ class Learner(Scenario):
             compiled = "update" in algo.config_cls.__dataclass_fields__
             for device in suite["devices"]:
                 for update in suite["updates"]:
-                    for batch in suite["batches"]:
+                    for batch, learners in ((b, n) for n in group_sizes for b in suite["batches"]):
                         columns = {"scenario": self.name, "backend": update, "algo": entry["algo"],
                                    "env": entry["env"], "batch": batch, "threads": 1, "op": "learn",
-                                   "metric": "seconds_per_call", "unit": "s", "items_per_call": batch,
-                                   "params": {"device": device}}
+                                   "learners": learners, "metric": "seconds_per_call", "unit": "s",
+                                   "items_per_call": batch * learners, "params": {"device": device}}
                         skip, status = "", "skipped"
                         if device == "cuda" and cuda:
                             skip, status = cuda, "unavailable"
@@ -92,9 +104,12 @@ class Learner(Scenario):
                             skip = f"{entry['algo']} has no compiled update (its config has no 'update' field)"
                         elif update == "numba" and device != "cpu":
                             skip = "the compiled update runs on the CPU only"
-                        cells.append(Cell(f"{entry['algo']} {entry['env']} {update} {device} batch={batch}",
-                                          columns, spec=(algo, entry["env"], update, device, batch), skip=skip,
-                                          skip_status=status))
+                        elif learners > 1 and device != "cpu":
+                            skip = "learner groups are measured on the CPU (one process per learner, one core each)"
+                        cells.append(Cell(f"{entry['algo']} {entry['env']} {update} {device} batch={batch}"
+                                          + (f" learners={learners}" if learners > 1 else ""),
+                                          columns, spec=(algo, entry["env"], update, device, batch, learners),
+                                          skip=skip, skip_status=status))
         return cells
 
     def meta(self, suite: dict, selection: Selection, cells: list[Cell]) -> dict:
@@ -106,8 +121,10 @@ class Learner(Scenario):
     def measure(self, cell: Cell, run: RunState) -> list[dict]:
         import torch
 
-        algo, env_id, update, device, batch = cell.spec
+        algo, env_id, update, device, batch, learners = cell.spec
         suite = run.meta["suite"]
+        if learners > 1:
+            return _measure_group(cell, suite, algo.name, env_id, update, batch, learners)
         _one_thread()
         learner, batches = _learner(algo, env_id, update, device, batch, int(suite["seed"]))
         flops = _flops(algo, env_id, device, batch, batches[0], int(suite["seed"]))
@@ -131,35 +148,123 @@ class Learner(Scenario):
         return format_summary(rows, meta.get("bound_factor", BOUND_FACTOR))
 
 
+def _measure_group(cell: Cell, suite: dict, algo_name: str, env_id: str, update: str, batch: int,
+                   learners: int) -> list[dict]:
+    """``learners`` learner processes (spawned, one thread each) on batches of ``batch``,
+    averaging their gradients through :class:`impl.rl.common.allreduce.SharedAllreduce` as the
+    process engine's learners do (a global batch of ``learners x batch``): each times the same
+    blocks of updates after a barrier; a block's time is its slowest rank's. Then the
+    all-reduce alone on the gradient vector, a row of its own (``allreduce_seconds_per_call``)."""
+    import multiprocessing as mp
+
+    from replaybench.impl.rl.common.allreduce import SharedAllreduce
+
+    ctx = mp.get_context("spawn")
+    probe, _ = _learner(_algorithm(algo_name), env_id, update, "cpu", batch, int(suite["seed"]))
+    size = sum(p.numel() for net in probe.modules() for p in net.parameters())  # at least any averaged gradient
+    group = SharedAllreduce(ctx, learners, size, timeout_s=120)
+    out = ctx.Queue()
+    policy_size = sum(p.numel() for p in probe.policy_net.parameters())
+    args = (algo_name, env_id, update, batch, int(suite["seed"]), int(suite["warmup"]), int(suite["calls"]),
+            int(suite["repeats"]), policy_size)
+    procs = [ctx.Process(target=_group_member, args=(rank, group, args, out), name=f"learner-{rank}")
+             for rank in range(learners)]
+    for p in procs:
+        p.start()
+    try:
+        results = [out.get(timeout=600) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    failed = [r for r in results if "error" in r]
+    if failed:
+        raise RuntimeError(f"learner-{failed[0]['rank']} failed: {failed[0]['error']}")
+    blocks = [max(r["blocks"][i] for r in results) for i in range(int(suite["repeats"]))]
+    calls = int(suite["calls"])
+    rows = [cell.row("ok", value=b / calls, repeat=i, loops=calls) for i, b in enumerate(blocks)]
+    rows.append(cell.row("ok", metric="allreduce_seconds_per_call",
+                         value=max(r["allreduce_s"] for r in results), items_per_call=policy_size))
+    return rows
+
+
+def _group_member(rank: int, group, args: tuple, out) -> None:
+    """In a spawned learner process: rank ``rank``'s timed blocks, put on ``out``."""
+    try:
+        algo_name, env_id, update, batch, seed, warmup, calls, repeats, policy_size = args
+        from replaybench.impl.rl.common.allreduce import SharedGradientAverager
+
+        _one_thread()
+        group.bind(rank)
+        learner, batches = _learner(_algorithm(algo_name), env_id, update, "cpu", batch, seed)  # every rank: the same weights
+        learner.grad_hook = SharedGradientAverager(group)
+        for i in range(warmup):
+            learner.learn(batches[i % len(batches)])
+        blocks = []
+        for _ in range(repeats):
+            group.barrier()
+            start = time.perf_counter()
+            for i in range(calls):
+                learner.learn(batches[i % len(batches)])
+            blocks.append(time.perf_counter() - start)
+        vector = np.ones(policy_size, np.float32)  # the policy network's gradient, as one all-reduce
+        group.barrier()
+        start = time.perf_counter()
+        for _ in range(calls):
+            group.mean(vector)
+        out.put({"rank": rank, "blocks": blocks, "allreduce_s": (time.perf_counter() - start) / calls})
+    except BaseException as err:  # the parent names the rank
+        out.put({"rank": rank, "error": f"{type(err).__name__}: {err}"})
+
+
+def _algorithm(name: str):
+    from replaybench.impl.rl import algorithms
+
+    return algorithms.get(name)
+
+
 def format_summary(rows: list[dict], factor: float = BOUND_FACTOR) -> str:
-    """Per (algo, env, device, batch): each update's median microseconds per update, samples
-    learned per second, its floor and bound, and the compiled update over the eager one."""
+    """Per (algo, env, device, batch, learners): each update's median microseconds per update,
+    samples learned per second (the global batch over the time), its floor and bound, the
+    compiled update over the eager one, and for a learner group its samples per second over
+    one learner's at the same batch and update, with the all-reduce's own cost."""
     cells: dict[tuple, dict] = {}
     for r in rows:
         if r["status"] != "ok":
             continue
-        device = (r.get("params") or {}).get("device", "cpu") if isinstance(r.get("params"), dict) else "cpu"
-        key = (r["algo"], r["env"], device, r["batch"])
-        cells.setdefault(key, {}).setdefault(r["backend"], {}).setdefault(r["metric"], []).append(r["value"])
+        device = contract.params_of(r.get("params")).get("device", "cpu")
+        key = (r["algo"], r["env"], device, r["batch"], r.get("learners") or 1, r["backend"])
+        cell = cells.setdefault(key, {"items": r["items_per_call"] if r["metric"] == "seconds_per_call" else None})
+        if r["metric"] == "seconds_per_call":
+            cell["items"] = r["items_per_call"]
+        cell.setdefault(r["metric"], []).append(r["value"])
     body = []
-    for (algo, env, device, batch), by_update in sorted(cells.items()):
-        eager = by_update.get("torch", {}).get("seconds_per_call")
-        for update, metrics in sorted(by_update.items()):
-            values = metrics.get("seconds_per_call", [])
-            if not values:
-                continue
-            median = statistics.median(values)
-            floor = statistics.median(metrics["floor_seconds_per_call"]) if metrics.get("floor_seconds_per_call") else None
-            bound = "-" if floor is None else (
-                "arithmetic" if median <= factor * floor else ("dispatch" if device == "cpu" else "dispatch/copies"))
-            body.append([algo, env, device, str(batch), update, f"{median * 1e6:.1f}",
-                         f"{min(values) * 1e6:.0f}-{max(values) * 1e6:.0f}", f"{batch / median:,.0f}",
-                         "-" if floor is None else f"{floor * 1e6:.1f}",
-                         "-" if floor is None else f"{median / floor:.1f}", bound,
-                         "-" if not eager or update == "torch" else f"{statistics.median(eager) / median:.2f}"])
-    header = ["algo", "env", "device", "batch", "update", "us/update", "min-max", "samples/s", "floor us",
-              "x floor", "bound", "x torch"]
-    return "\n".join(format_table(header, body, {3, 5, 7, 8, 9, 11}))
+    for (algo, env, device, batch, learners, update), m in sorted(cells.items()):
+        values = m.get("seconds_per_call", [])
+        if not values:
+            continue
+        median = statistics.median(values)
+        samples = m["items"] / median
+        floor = statistics.median(m["floor_seconds_per_call"]) if m.get("floor_seconds_per_call") else None
+        bound = "-" if floor is None else (
+            "arithmetic" if median <= factor * floor else ("dispatch" if device == "cpu" else "dispatch/copies"))
+        eager = cells.get((algo, env, device, batch, learners, "torch"), {}).get("seconds_per_call")
+        one = cells.get((algo, env, device, batch, 1, update), {})
+        over_one = "-"
+        if learners > 1 and one.get("seconds_per_call"):
+            over_one = f"{samples / (one['items'] / statistics.median(one['seconds_per_call'])):.2f}"
+        allreduce = m.get("allreduce_seconds_per_call")
+        body.append([algo, env, device, str(batch), str(learners), update, f"{median * 1e6:.1f}",
+                     f"{min(values) * 1e6:.0f}-{max(values) * 1e6:.0f}", f"{samples:,.0f}",
+                     "-" if floor is None else f"{floor * 1e6:.1f}",
+                     "-" if floor is None else f"{median / floor:.1f}", bound,
+                     "-" if not eager or update == "torch" else f"{statistics.median(eager) / median:.2f}",
+                     over_one, "-" if not allreduce else f"{statistics.median(allreduce) * 1e6:.0f}"])
+    header = ["algo", "env", "device", "batch", "learners", "update", "us/update", "min-max", "samples/s",
+              "floor us", "x floor", "bound", "x torch", "x 1 learner", "allreduce us"]
+    return "\n".join(format_table(header, body, {3, 4, 6, 8, 9, 10, 12, 13, 14}))
 
 
 def _cuda_missing() -> str:
@@ -172,6 +277,7 @@ def _cuda_missing() -> str:
 
 def _one_thread() -> None:
     """torch and the BLAS pools on one thread: the learner's cost on one core."""
+    import scipy.linalg.cython_blas  # noqa: F401  (numba's BLAS: loaded first, or the limit would not reach it)
     import torch
     from threadpoolctl import threadpool_limits
 

