@@ -16,7 +16,10 @@ import math
 import statistics
 from dataclasses import dataclass
 
-__all__ = ["Outcome", "Summary", "summarize", "quantile", "per_seed_speedups", "best_reference"]
+from replaybench.bench import contract
+
+__all__ = ["Outcome", "Summary", "summarize", "quantile", "per_seed_speedups", "best_reference", "config_key",
+           "outcomes", "layouts"]
 
 
 @dataclass(frozen=True)
@@ -113,3 +116,35 @@ def best_reference(configs: dict[str, list[Outcome]]) -> str | None:
     if not configs:
         return None
     return min(configs, key=lambda name: (summarize(configs[name]).median_s, -summarize(configs[name]).reached, name))
+
+
+def config_key(row) -> tuple:
+    """``(algo, env, config name)`` of a learning row."""
+    return row["algo"], row["env"], contract.params_of(row["params"]).get("config")
+
+
+def outcomes(rows) -> dict[tuple, list[Outcome]]:
+    """:func:`config_key` -> the runs' :class:`Outcome`, by seed, from learning rows (dicts as the
+    results contract reads them)."""
+    runs: dict[tuple, dict] = {}
+    for r in rows:
+        if r.get("op") != "learning" or r.get("status") != "ok":
+            continue
+        runs.setdefault(config_key(r), {}).setdefault(r["seed"], {})[r["metric"]] = r["value"]
+    out = {}
+    for key, by_seed in runs.items():
+        out[key] = [Outcome(seed, m.get("time_to_threshold_s"), m.get("censored_at_s", m.get("time_to_threshold_s", 0.0)),
+                            m.get("env_steps_to_threshold"), m.get("updates_to_threshold"), bool(m.get("final_holds")))
+                    for seed, m in sorted(by_seed.items())]
+    return out
+
+
+def layouts(rows) -> dict[tuple, str]:
+    """:func:`config_key` -> ``"sequential"``, ``"A+L"`` (actor and learner processes) or
+    ``"peer"`` (another framework's trainer)."""
+    out = {}
+    for r in rows:
+        if r.get("op") == "learning":
+            out[config_key(r)] = ("peer" if r["backend"] != "replaybench" else
+                                  "sequential" if not r.get("actors") else f"{r['actors']}+{r['learners']}")
+    return out

@@ -87,13 +87,12 @@ def test_learning_quick_suite_runs(tmp_path):
     """The smoke grid: every run ends ok with a time to threshold or a censored time, the
     snapshots' evaluations recorded, and a summary table per task."""
     from replaybench.bench import contract, driver, suites
-    from replaybench.bench.scenarios import learning
 
     out = []
     run = driver.run(suites.load("learning-quick"), out=tmp_path, progress=False, echo=out.append)
     rows = contract.read_rows(run)
     assert {r["status"] for r in rows} == {"ok"}
-    outcomes = learning.outcomes(rows)
+    outcomes = ttp.outcomes(rows)
     assert set(k[2] for k in outcomes) == {"sequential", "1+1"}
     assert any(r["op"] == "snapshot" and r["metric"] == "eval_return" for r in rows)
     assert all(contract.params_of(r["params"])["samples_per_step"] == 32.0 for r in rows)

@@ -37,12 +37,11 @@ from __future__ import annotations
 
 import statistics
 
-from replaybench.bench import contract
 from replaybench.bench import time_to_policy as ttp
 from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError
 from replaybench.bench.summary import format_table
 
-__all__ = ["Learning", "SCENARIO", "outcomes"]
+__all__ = ["Learning", "SCENARIO", "format_summary"]
 
 _CONFIG_KEYS = {"name", "actors", "learners", "overrides", "held", "peer", "buffer", "envs"}
 HELD = ("updates", "batch")
@@ -217,23 +216,6 @@ def _rows(cell: Cell, env_id: str, threshold: float, episodes: int, snaps: list,
     return out + rows
 
 
-def outcomes(rows: list[dict]) -> dict[tuple, list[ttp.Outcome]]:
-    """(algo, env, config) -> the runs' :class:`bench.time_to_policy.Outcome` from a run's rows."""
-    runs: dict[tuple, dict] = {}
-    for r in rows:
-        if r.get("op") != "learning" or r.get("status") != "ok":
-            continue
-        key = (r["algo"], r["env"], contract.params_of(r["params"]).get("config"))
-        runs.setdefault(key, {}).setdefault(r["seed"], {})[r["metric"]] = r["value"]
-    out = {}
-    for key, seeds in runs.items():
-        out[key] = [ttp.Outcome(seed, m.get("time_to_threshold_s"), m.get("censored_at_s", m.get("time_to_threshold_s", 0.0)),
-                                m.get("env_steps_to_threshold"), m.get("updates_to_threshold"),
-                                bool(m.get("final_holds")))
-                    for seed, m in sorted(seeds.items())]
-    return out
-
-
 def _fmt_s(x: float) -> str:
     return "not reached" if x == float("inf") else f"{x:.1f}"
 
@@ -242,15 +224,12 @@ def format_summary(rows: list[dict]) -> str:
     """Per task: each configuration's k/n, median time to threshold [quartiles], env steps and
     updates to threshold, final policies holding, env steps/s, and the per-seed speedup over
     the best sequential configuration (median of the seeds both reached; '>' / '<' bounds)."""
-    runs = outcomes(rows)
+    runs = ttp.outcomes(rows)
+    kinds = ttp.layouts(rows)
     rates: dict[tuple, list] = {}
-    kinds: dict[tuple, str] = {}
     for r in rows:
         if r.get("op") == "learning" and r.get("metric") == "env_steps_per_s":
-            key = (r["algo"], r["env"], contract.params_of(r["params"]).get("config"))
-            rates.setdefault(key, []).append(r["value"])
-            kinds[key] = ("peer" if r["backend"] != "replaybench" else
-                          "sequential" if not r.get("actors") else f"{r['actors']}+{r['learners']}")
+            rates.setdefault(ttp.config_key(r), []).append(r["value"])
     lines = []
     for task in sorted({k[:2] for k in runs}):
         configs = {k[2]: v for k, v in runs.items() if k[:2] == task}
