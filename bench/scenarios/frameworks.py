@@ -93,6 +93,7 @@ from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, Sel
 
 __all__ = ["FRAMEWORKS", "ALGOS", "HYPER", "A2C_HYPER", "FIXED", "OWN", "RUNNERS", "Frameworks", "SCENARIO",
            "RunResult", "Timers", "target_rows", "epsilon", "warm_up", "ale_kwargs", "make_sb3_env", "run_sb3_a2c",
+           "sb3_dqn", "tianshou_dqn", "missing_framework",
            "result_rows", "threshold_crossing", "format_table"]
 
 FRAMEWORKS = ("sb3", "tianshou", "torchrl")
@@ -215,7 +216,10 @@ def epsilon(h: dict, step: int, steps: int) -> float:
 
 
 # ------------------------------------------------------------------------------------------ runners
-def run_sb3(env_id: str, buffer: str, seed: int, steps: int, h: dict, atari: bool = False) -> RunResult:
+def sb3_dqn(env_id: str, buffer: str, seed: int, h: dict, atari: bool = False):
+    """Stable-Baselines3's model for ``h`` (:data:`HYPER`'s keys): ``DQN`` with its own uniform
+    ``ReplayBuffer`` (``buffer`` :data:`OWN`), else ``PrioritizedDQN`` over variant ``buffer``
+    (beta fixed); built, not run. Shared with :mod:`bench.peers.trainers`."""
     from stable_baselines3 import DQN
 
     from replaybench.adapters.sb3 import PrioritizedDQN
@@ -234,6 +238,11 @@ def run_sb3(env_id: str, buffer: str, seed: int, steps: int, h: dict, atari: boo
         model = PrioritizedDQN(policy, env, final_beta=None, **common,
                                replay_buffer_kwargs={"variant": buffer, "alpha": h["alpha"], "beta": h["beta"],
                                                      "seed": seed})
+    return model
+
+
+def run_sb3(env_id: str, buffer: str, seed: int, steps: int, h: dict, atari: bool = False) -> RunResult:
+    model = sb3_dqn(env_id, buffer, seed, h, atari)
     timers = Timers()
     for method, section in (("add", "replay_add"), ("sample", "replay_sample"), ("update_priorities", "replay_update")):
         if hasattr(model.replay_buffer, method):
@@ -309,18 +318,21 @@ def run_sb3_a2c(env_id: str, buffer: str, seed: int, steps: int, h: dict, atari:
     return _sb3_learn(model, steps, Timers())
 
 
-def run_tianshou(env_id: str, buffer: str, seed: int, steps: int, h: dict) -> RunResult:
+def tianshou_dqn(env_id: str, buffer: str, seed: int, h: dict):
+    """Tianshou's DQN for ``h`` (:data:`HYPER`'s keys), seeded, built and not run: ``(envs,
+    policy, algorithm, buf)``, a ``DummyVectorEnv`` of ``n_envs`` copies, the
+    ``DiscreteQLearningPolicy`` (epsilon ``eps_start``), the ``DQN`` algorithm and the
+    prioritized vector buffer (Tianshou's own for ``buffer`` :data:`OWN`, else ours over variant
+    ``buffer``). Shared with :mod:`bench.peers.trainers`."""
     import gymnasium as gym
     import numpy as np
     import torch
     from tianshou.algorithm import DQN
     from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
     from tianshou.algorithm.optim import AdamOptimizerFactory
-    from tianshou.data import Collector
     from tianshou.data import PrioritizedVectorReplayBuffer as TianshouPrioritizedVector
     from tianshou.env import DummyVectorEnv
     from tianshou.utils.net.common import Net
-    from tianshou.utils.torch_utils import policy_within_training_step
 
     from replaybench.adapters.tianshou import PrioritizedVectorReplayBuffer
 
@@ -342,6 +354,14 @@ def run_tianshou(env_id: str, buffer: str, seed: int, steps: int, h: dict) -> Ru
     else:
         buf = PrioritizedVectorReplayBuffer(h["buffer_size"], envs.env_num, h["alpha"], h["beta"], variant=buffer,
                                             random_seed=seed)
+    return envs, policy, algorithm, buf
+
+
+def run_tianshou(env_id: str, buffer: str, seed: int, steps: int, h: dict) -> RunResult:
+    from tianshou.data import Collector
+    from tianshou.utils.torch_utils import policy_within_training_step
+
+    envs, policy, algorithm, buf = tianshou_dqn(env_id, buffer, seed, h)
     timers = Timers()
     timers.wrap_class(buf, {"add": "replay_add", "sample": "replay_sample", "update_weight": "replay_update",
                             **{m: "replay_read" for m in TIANSHOU_READS}})
