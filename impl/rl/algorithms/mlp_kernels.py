@@ -90,13 +90,13 @@ def bound_vector(module):
     return getattr(module, "flat_params", None)
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, fastmath=True, error_model="numpy")
 def _weight(flat, offsets, dims, l):
     at, i, o = offsets[l], dims[l], dims[l + 1]
     return flat[at:at + o * i].reshape((o, i)), flat[at + o * i:at + o * i + o]
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, fastmath=True, error_model="numpy")
 def forward(flat, offsets, dims, x, acts):
     """Forward of ``x`` (rows x in) through the MLP in ``flat``; ``acts[l]`` (preallocated,
     rows x dims[l+1], at least as many rows as ``x``) receives layer ``l``'s output, ReLU applied
@@ -116,7 +116,7 @@ def forward(flat, offsets, dims, x, acts):
     return h
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, fastmath=True, error_model="numpy")
 def greedy(flat, offsets, dims, x, acts):
     """argmax over actions of the MLP's output for each row of ``x`` (int64)."""
     q = forward(flat, offsets, dims, x, acts)
@@ -130,7 +130,7 @@ def greedy(flat, offsets, dims, x, acts):
     return out
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, fastmath=True, error_model="numpy")
 def dqn_gradients(online, target, offsets, dims, obs, action, reward, next_obs, done, weights, gamma, double_q,
                   acts, next_acts, tacts, grads, td_abs):
     """One DQN update's loss and gradients (into ``grads``, overwritten) and |TD errors| (into
@@ -188,12 +188,13 @@ def dqn_gradients(online, target, offsets, dims, obs, action, reward, next_obs, 
     return loss / B
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, fastmath=True, error_model="numpy")
 def clip_and_adam(params, grads, m, v, step, lr, beta1, beta2, eps, max_norm):
     """Clip ``grads`` to global norm ``max_norm`` (torch's ``clip_grad_norm_``: scaled by
     min(1, max_norm / (norm + 1e-6)); no clipping when ``max_norm`` <= 0), then one Adam step
     (torch's: bias-corrected, no weight decay) on ``params`` with moments ``m``, ``v`` and the
-    step count ``step[0]`` (float32, incremented). Returns the gradient norm before clipping."""
+    step count ``step[0]`` (float32, incremented). Returns the gradient norm before clipping.
+    The element loop runs in float32 (as torch's fused Adam does), vectorised."""
     total = 0.0
     for i in range(grads.size):
         total += np.float64(grads[i]) * grads[i]
@@ -207,18 +208,21 @@ def clip_and_adam(params, grads, m, v, step, lr, beta1, beta2, eps, max_norm):
     bc2_sqrt = math.sqrt(1.0 - beta2 ** t)
     step_size = np.float32(lr / bc1)
     b1, b2 = np.float32(beta1), np.float32(beta2)
+    c1, c2 = np.float32(1.0 - beta1), np.float32(1.0 - beta2)
     inv_bc2 = np.float32(1.0 / bc2_sqrt)
     e = np.float32(eps)
     for i in range(params.size):
         g = grads[i] * scale
         grads[i] = g
-        m[i] = b1 * m[i] + (1 - b1) * g
-        v[i] = b2 * v[i] + (1 - b2) * g * g
-        params[i] -= step_size * m[i] / (math.sqrt(v[i]) * inv_bc2 + e)
+        mi = b1 * m[i] + c1 * g
+        vi = b2 * v[i] + c2 * g * g
+        m[i] = mi
+        v[i] = vi
+        params[i] -= step_size * mi / (np.sqrt(vi) * inv_bc2 + e)
     return norm
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, fastmath=True, error_model="numpy")
 def soft_update(target, online, tau):
     """``target <- target + tau (online - target)`` (tau = 1: a copy), element by element."""
     t = np.float32(tau)
