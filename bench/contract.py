@@ -157,9 +157,9 @@ MEASURED = "ok"
 BELOW_RESOLUTION = "below-resolution"
 STATUSES = (MEASURED, "failed", "skipped", "unavailable", "unsupported", BELOW_RESOLUTION)
 
-#: Metrics whose values may be negative: an episode's return is a sum of rewards, negative in
+#: Metrics whose values may be negative: an episode's return (and a greedy evaluation's mean return) is a sum of rewards, negative in
 #: many environments. Every other metric is a count, a duration, a rate or a fraction.
-SIGNED_METRICS = frozenset({"return"})
+SIGNED_METRICS = frozenset({"return", "eval_return"})
 
 #: The micro scenario's metric: seconds per call, averaged over a value's loops.
 TIMING_METRIC = "seconds_per_call"

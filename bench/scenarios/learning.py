@@ -245,7 +245,7 @@ def format_summary(rows: list[dict]) -> str:
                 bounds = "".join(rel for _, rel, _ in ratios if rel != "=")
                 speed = (f"{statistics.median(exact):.2f}" if exact else "-") + (f" ({bounds})" if bounds else "")
             body.append([name, kinds.get((*task, name), "-"), s.label, _fmt_s(s.median_s),
-                         f"{_fmt_s(s.q1_s)}-{_fmt_s(s.q3_s)}",
+                         "-" if s.q1_s == float("inf") else f"{_fmt_s(s.q1_s)}-{_fmt_s(s.q3_s)}",
                          "-" if s.median_env_steps is None else f"{s.median_env_steps:,.0f}",
                          "-" if s.median_updates is None else f"{s.median_updates:,.0f}", f"{s.final_holds}/{s.n}",
                          f"{statistics.median(rates[(*task, name)]):,.0f}" if rates.get((*task, name)) else "-",
