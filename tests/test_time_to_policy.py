@@ -97,3 +97,14 @@ def test_learning_quick_suite_runs(tmp_path):
     assert any(r["op"] == "snapshot" and r["metric"] == "eval_return" for r in rows)
     assert all(contract.params_of(r["params"])["samples_per_step"] == 32.0 for r in rows)
     assert "x best seq" in "\n".join(out)
+    # the figure and the report's table draw the same run's numbers, one row per configuration
+    from replaybench.analysis import load
+    from replaybench.analysis.plots import time_to_policy as figure
+
+    res = load.load_runs([run])
+    plot = figure.build(res.table, res.metas)
+    assert sorted(plot.data["config"]) == ["1+1", "sequential"]
+    assert set(plot.data["run_id"]) == {run.name}
+    section = "\n".join(figure.report_section(plot.data, res, {}))
+    for r in plot.data.itertuples():
+        assert f"| {r.config} | {r.layout} | {r.reached}/{r.n} |" in section
