@@ -352,7 +352,29 @@ def synthetic(tmp_path_factory):
     write_run(root, "20300101T001100Z-training-gpu-quick", "training-gpu-quick", "training",
               gpu_rows(GPU_TRAINING_RUN, ops={"summary"}))
     write_run(root, "20300101T001200Z-gpu-tree-quick", "gpu-tree-quick", "gpu", gpu_rows(GPU_TREE_RUN))
+    write_run(root, "20300101T001300Z-learning", "learning", "learning", learning_rows())
     return root
+
+
+def learning_rows():
+    """Time to threshold of a sequential loop and 1 actor + 1 learner, 3 seeds each (seed 2 of
+    the sequential loop censored), and a peer's trainer."""
+    rows = []
+    for config, actors, backend, times in (("sequential", 0, "replaybench", (4.0, 5.0, None)),
+                                           ("1+1", 1, "replaybench", (3.0, 4.0, 6.0)),
+                                           ("sb3", 0, "sb3", (30.0, 40.0, 35.0))):
+        for seed, t in enumerate(times):
+            base = dict(variant="kary-aligned", algo="dqn", env="CartPole-v1", seed=seed, backend=backend,
+                        actors=actors, learners=actors, batch=64, op="learning",
+                        params={"config": config, "threshold": 475.0, "updates_per_step": 0.5, "batch_size": 64})
+            if t is None:
+                rows.append(_row("", "learning", **base, metric="censored_at_s", value=60.0, unit="s"))
+            else:
+                rows += [_row("", "learning", **base, metric="time_to_threshold_s", value=t, unit="s"),
+                         _row("", "learning", **base, metric="env_steps_to_threshold", value=1000 * t, unit="steps"),
+                         _row("", "learning", **base, metric="updates_to_threshold", value=500 * t, unit="updates")]
+            rows.append(_row("", "learning", **base, metric="final_holds", value=1.0, unit="bool"))
+    return rows
 
 
 GPU_TRAINING_RUN, GPU_TREE_RUN = "device-training-gpu-quick-090911", "device-gpu-tree-quick-091610"

@@ -132,8 +132,9 @@ def test_a_value_that_cannot_be_a_measurement_is_refused_with_file_and_line(tmp_
 
 
 def test_signed_metrics_keep_their_negative_values(tmp_path):
-    """An episode's return is negative in many environments (Pendulum): a measurement, not an error."""
-    assert contract.SIGNED_METRICS == {"return"}
+    """An episode's return is negative in many environments (Pendulum), and so is a greedy
+    evaluation's mean return: measurements, not errors."""
+    assert contract.SIGNED_METRICS == {"return", "eval_return"}
     run = raw_run(tmp_path, [{**RETURN, "value": -1234.5, "env_steps": 200, "repeat": 0},
                              {**MISSES, "value": 0.0}])
     rows = contract.read_rows(run)

@@ -88,7 +88,7 @@ def test_a_hung_worker_is_named_in_seconds_and_its_session_killed(tmp_path):
     the hang well before the cell's timeout, and leaves no process of its session behind; the
     next cell runs on a fresh server."""
     argv = ["--quiet", "-o", str(tmp_path / "out.json"), "--target", "harness", "--op", "empty", "--batch", "1",
-            "--mixed-adds", "1", "--seed", "0", "--processes", "2", "--values", "1000", "--warmups", "0",
+            "--mixed-adds", "1", "--seed", "0", "--processes", "2", "--values", "100000", "--warmups", "0",
             "--loops", "1"]
     sessions = []
 
@@ -103,12 +103,13 @@ def test_a_hung_worker_is_named_in_seconds_and_its_session_killed(tmp_path):
         manager_server.run_manager(argv, 300, str(tmp_path / "manager.err"), watch_factory=factory)
     assert time.monotonic() - start < 60
     message = str(err.value)
-    assert message.startswith("harness/0/empty: no progress") and "idle" in message and "set-up" in message, message
+    # stopped in set-up or after some values, as the machine's pace puts the first check
+    assert message.startswith("harness/0/empty: no progress") and "idle" in message, message
     deadline = time.monotonic() + 10
     while _session_members(sessions[0]) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _session_members(sessions[0]) == []
-    argv_ok = [a if a != "1000" else "2" for a in argv]
+    argv_ok = [a if a != "100000" else "2" for a in argv]
     assert manager_server.run_manager(argv_ok, 120, str(tmp_path / "manager2.err")) == 0
 
 
