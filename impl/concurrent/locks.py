@@ -225,11 +225,13 @@ class SharedLock:
         (:func:`pid_alive`: a zombie counts as dead), this process's own left out: a snapshot,
         without waiting. O(readers) loads plus a pid check (a signal and a /proc read) per
         word another process holds."""
-        words, first, stop = self.words, self.readers.start, self.readers.stop
+        first, stop = self.readers.start, self.readers.stop
         me = os.getpid()
-        held = np.flatnonzero(words[first:stop]) + first
-        return [(int(w), t) for w in held.tolist()
-                if (t := int(words[w])) != 0 and token_pid(t) != me and not pid_alive(token_pid(t))]
+        # one copy of the words, then read only it: other processes change them meanwhile
+        # (numpy's nonzero refuses an array whose count changes while it reads it)
+        snapshot = self.words[first:stop].copy()
+        return [(first + int(i), t) for i in np.flatnonzero(snapshot).tolist()
+                if (t := int(snapshot[i])) != 0 and token_pid(t) != me and not pid_alive(token_pid(t))]
 
     def clear_reader(self, word: int, token: int) -> bool:
         """Clear reader word ``word`` if it still holds ``token`` (a compare-and-swap: of several
