@@ -42,6 +42,7 @@ import numpy as np
 
 from replaybench.bench import contract
 from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, SelectionError
+from replaybench.bench.scenarios.gpu import cuda_missing
 from replaybench.bench.summary import format_table
 
 __all__ = ["Learner", "SCENARIO", "BOUND_FACTOR"]
@@ -78,7 +79,7 @@ class Learner(Scenario):
         if (not isinstance(group_sizes, list) or not group_sizes
                 or any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in group_sizes)):
             raise SelectionError(f"{where}: 'learners' must be a non-empty list of positive integers, got {group_sizes!r}")
-        cuda = _cuda_missing() if "cuda" in suite["devices"] else ""
+        cuda = cuda_missing() if "cuda" in suite["devices"] else ""
         cells = []
         for entry in suite["algos"]:
             if not isinstance(entry, dict) or set(entry) != {"algo", "env"}:
@@ -265,14 +266,6 @@ def format_summary(rows: list[dict], factor: float = BOUND_FACTOR) -> str:
     header = ["algo", "env", "device", "batch", "learners", "update", "us/update", "min-max", "samples/s",
               "floor us", "x floor", "bound", "x torch", "x 1 learner", "allreduce us"]
     return "\n".join(format_table(header, body, {3, 4, 6, 8, 9, 10, 12, 13, 14}))
-
-
-def _cuda_missing() -> str:
-    import torch
-
-    if torch.cuda.is_available():
-        return ""
-    return f"torch {torch.__version__} sees no CUDA device (torch.cuda.is_available() is False)"
 
 
 def _one_thread() -> None:

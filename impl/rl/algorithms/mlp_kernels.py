@@ -39,10 +39,6 @@ class MLPLayout:
     sizes: tuple[int, ...]
 
     @property
-    def layers(self) -> int:
-        return len(self.sizes) - 1
-
-    @property
     def offsets(self) -> np.ndarray:
         out, at = [], 0
         for i, o in zip(self.sizes[:-1], self.sizes[1:]):

@@ -46,7 +46,6 @@ class Snapshot:
     updates: int
     weights: np.ndarray = field(repr=False)
     mean_return: float | None = None
-    returns: list | None = field(default=None, repr=False)
 
 
 class SnapshotLog:
