@@ -62,23 +62,27 @@ class RateLimiter:
     """Blocks readers and writers on a :class:`SampleToInsertRatio` over shared counters.
 
     ``inserted()`` and ``sampled()`` read the counts (each may be a few writes stale: the
-    bounds then hold within one step); ``stopped()`` says the run is over. Thread- and
-    process-safe as far as the counter callables are; holds no state of its own.
+    bounds then hold within one step); ``stopped()`` says the run is over (a wait raises
+    Stopped); ``released()`` says the run is ending early and cleanly (a wait returns at once,
+    whatever the bounds: the caller checks why and winds down). Thread- and process-safe as far
+    as the callables are; holds no state of its own.
     """
 
     def __init__(self, ratio: SampleToInsertRatio, inserted: Callable[[], float], sampled: Callable[[], float],
-                 stopped: Callable[[], bool] = lambda: False, poll_s: float = 5e-5, max_poll_s: float = 1e-3):
+                 stopped: Callable[[], bool] = lambda: False, poll_s: float = 5e-5, max_poll_s: float = 1e-3,
+                 released: Callable[[], bool] = lambda: False):
         self.ratio = ratio
         self.inserted = inserted
         self.sampled = sampled
         self.stopped = stopped
+        self.released = released
         self.poll_s = poll_s
         self.max_poll_s = max_poll_s
 
     def wait_sample(self, n: float, deadline: float = math.inf, *, sampled: float | None = None,
                     record: Callable[[float], None] | None = None) -> float:
-        """Block until ``n`` more samples are allowed or ``deadline`` (a perf_counter time)
-        passes; returns the seconds waited. ``sampled``: the caller's own count of samples,
+        """Block until ``n`` more samples are allowed, ``deadline`` (a perf_counter time)
+        passes or ``released()``; returns the seconds waited. ``sampled``: the caller's own count of samples,
         when it is fresher than the shared one (a learner knows its updates). ``record(s)``
         gets the seconds waited on every exit, a Stopped one included. Raises Stopped when
         the run stops meanwhile."""
@@ -99,7 +103,7 @@ class RateLimiter:
         t0 = time.perf_counter()
         pause = self.poll_s
         try:
-            while not ready():
+            while not ready() and not self.released():
                 if self.stopped():
                     raise Stopped()
                 if time.perf_counter() >= deadline:

@@ -53,6 +53,30 @@ def test_every_engine_keeps_the_run_contract(name):
     assert own_segments() == []
 
 
+@pytest.mark.parametrize("name", [_param(n) for n in engines.ENGINES.names()])
+def test_every_engine_stops_at_its_threshold_leaving_nothing(name):
+    """Issue 56: ``stop_at_threshold`` ends the run in every engine once the mean of the last
+    ``window`` training episodes reaches the threshold (18 over 20 episodes: a random CartPole
+    policy's mean is about 22, so the run reaches it within a few hundred steps of its 50,000,
+    with its learners busy); the result counts the steps and updates done, never more updates
+    than the ratio allows for them (plus the one the learners agree to end on), every learner
+    the same, and nothing is left behind."""
+    engine = engines.get(name)
+    if engine.unavailable_reason():
+        pytest.skip(engine.unavailable_reason())
+    cfg = TrainConfig(**{**engine.smoke, "steps": 50_000, "threshold": 18.0, "window": 20,
+                         "stop_at_threshold": True, "seed": 1, "timeout_s": 240})
+    result = train(cfg)
+    assert result.time_to_threshold_s is not None and result.steps_to_threshold is not None
+    assert result.steps_to_threshold <= result.env_steps < 10_000  # stopped, long before its 50,000
+    if name != "paac":  # A2C's loop updates once per rollout; the replay engines hold the ratio
+        acfg = cfg.algo_config()
+        assert result.updates <= total_updates(result.env_steps, acfg.updates_per_step, acfg.learning_starts) + 1
+    assert len(set(result.learner_digests)) <= 1
+    assert_exited(result.worker_pids)
+    assert own_segments() == []
+
+
 def test_every_engine_is_named_alike_in_the_registry_and_its_smoke_run():
     for name, engine in engines.ENGINES.items():
         assert engine.name == name and engine.kind in ("replay", "parallel", "own")

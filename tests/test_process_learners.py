@@ -43,3 +43,24 @@ def test_a_killed_learner_ends_the_run_naming_it_and_leaves_nothing():
     assert_exited(err.pids)
     assert own_segments() == []
     assert time.monotonic() - killed[0] < 30  # the all-reduce's own timeout is 60 s: the stop flag ended the wait
+
+
+@pytest.mark.parametrize("learners", [1, 2])
+def test_a_run_that_reaches_its_threshold_ends_with_its_learners_in_step(learners):
+    """Issue 56's stop at the threshold in the process engine: the parent sees the training
+    episodes' mean reach it and asks the run to finish; the actors stop at an insert boundary
+    and the learners at the update count learner 0 fixes (with 2 learners, one may already wait
+    in that update's all-reduce: a count fixed lower would leave it there until the all-reduce's
+    timeout). Every learner ends with the same weights, the run well before its budget, every
+    process gone, no segment left."""
+    cfg = TrainConfig(algo="dqn", env="CartPole-v1", buffer="kary-aligned", policy="atomic-deltas", actors=1,
+                      learners=learners, steps=50_000, seed=2, overrides=TINY, threshold=18.0, window=20,
+                      stop_at_threshold=True, timeout_s=120, join_timeout_s=5)
+    t0 = time.monotonic()
+    result = train(cfg)
+    assert result.steps_to_threshold is not None and result.env_steps < 10_000
+    assert result.updates > 0 and len(result.learner_digests) == learners
+    assert len(set(result.learner_digests)) == 1
+    assert time.monotonic() - t0 < 60  # no learner waited out an all-reduce timeout (60 s)
+    assert_exited(result.worker_pids)
+    assert own_segments() == []

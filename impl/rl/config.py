@@ -68,7 +68,9 @@ class TrainConfig:
     window: int = WINDOW
     """Episodes averaged for the threshold."""
     stop_at_threshold: bool = False
-    """End the run once the threshold is reached (sequential loop only)."""
+    """End the run once the threshold is reached on the training episodes (the mean of the last
+    ``window`` returns), in every engine: the workers stop at their next clean point and the
+    result counts the env steps and updates done."""
     snapshot_every: int = 0
     """Learner updates between weight snapshots for the greedy evaluation after the run
     (:mod:`impl.rl.common.snapshots`; learner 0's, in the sequential and process engines); 0:

@@ -25,10 +25,10 @@ import numpy as np
 from replaybench.impl.ratelimit import RateLimiter as _Limiter
 from replaybench.impl.ratelimit import SampleToInsertRatio, Stopped
 
-__all__ = ["SharedState", "RateLimiter", "SharedWeights", "Stopped"]
+__all__ = ["SharedState", "RateLimiter", "SharedWeights", "Stopped", "learners_end_at"]
 
-_STOP, _GO, _VERSION = 0, 1, 2
-_N_FLAGS = 3
+_STOP, _GO, _VERSION, _FINISH, _END_AT = 0, 1, 2, 3, 4
+_N_FLAGS = 5
 _T0 = 0  # float slot: time.monotonic() at "go"
 
 
@@ -83,6 +83,22 @@ class SharedState:
     def stop(self) -> None:
         self.flags[_STOP] = 1
 
+    @property
+    def finishing(self) -> bool:
+        """True once the parent asked the run to end early and cleanly (:meth:`finish`): the
+        workers wind down at their next clean point and report their stats, as at the end of
+        their share (a stop, by contrast, abandons the run)."""
+        return bool(self.flags[_FINISH])
+
+    def finish(self) -> None:
+        """Ask the workers to end the run now, cleanly (parent; the run reached its threshold)."""
+        self.flags[_FINISH] = 1
+
+    def learners_end_at(self, rank: int, u: int) -> int | None:
+        """While :attr:`finishing`: the update count at which every learner stops
+        (:func:`learners_end_at`, over this state's slot)."""
+        return learners_end_at(self.flags[_END_AT:_END_AT + 1], rank, u)
+
     def go(self) -> None:
         """Start the clock and release the workers waiting in :meth:`wait_for_go` (parent)."""
         self.clock[_T0] = time.monotonic()
@@ -110,6 +126,22 @@ class SharedState:
         return int(self.learner_updates[0])
 
 
+def learners_end_at(slot: np.ndarray, rank: int, u: int) -> int | None:
+    """The update count at which every learner of a run that is finishing early stops, agreed
+    through ``slot`` (one shared int64, 0 until fixed), called by learner ``rank`` at the top of
+    its update ``u`` (0-based) once it sees the run finishing. Learner 0 fixes it to ``u + 1``:
+    it still does update ``u``, in whose gradient all-reduce its peers may already wait; none
+    can be further on, since that all-reduce needs learner 0. A learner stops before update
+    ``v`` when ``v >= end``; another learner reads None until learner 0 has fixed it, and then
+    goes on with its update ``u``, which learner 0 does too. Learner 0 writes before its
+    all-reduce of update ``u``, which every peer passes before its update ``u + 1``, so all
+    read the same end before it matters (one learner: no all-reduce, it ends after ``u``)."""
+    if rank == 0 and slot[0] == 0:
+        slot[0] = u + 2  # stored + 1: 0 means "not fixed"
+    end = int(slot[0])
+    return end - 1 if end else None
+
+
 class RateLimiter:
     """Holds learner updates per env step near ``ratio`` across processes: the one rate
     limiter (:class:`impl.ratelimit.RateLimiter`) over a run's counters.
@@ -123,10 +155,11 @@ class RateLimiter:
       insert, ``ratio * (steps + n - starts) - updates``, stays <= ``tolerance``.
 
     ``tolerance`` is raised to ``1 + ratio * insert_batch`` where smaller, so one side can
-    always proceed (no deadlock). ``state`` is a :class:`SharedState` or any object with
-    ``env_steps()``, ``updates()``, ``stopped``, ``actor_wait`` and ``learner_wait`` (the
-    Ray engine's counters); the time a worker spends blocked is added to its slot of
-    ``actor_wait`` / ``learner_wait`` and returned.
+    always proceed (no deadlock). Once ``state.finishing`` (the run ends early, cleanly) a
+    wait returns at once: the caller winds down. ``state`` is a :class:`SharedState` or any
+    object with ``env_steps()``, ``updates()``, ``stopped``, ``finishing``, ``actor_wait`` and
+    ``learner_wait`` (the Ray engine's counters); the time a worker spends blocked is added
+    to its slot of ``actor_wait`` / ``learner_wait`` and returned.
     """
 
     def __init__(self, state, ratio: float, starts: int, tolerance: float, insert_batch: int,
@@ -135,7 +168,7 @@ class RateLimiter:
         self.bounds = SampleToInsertRatio(float(ratio), int(starts), 0.0, float(tolerance)).deadlock_free(1, insert_batch)
         self.tolerance = self.bounds.insert_slack
         self._limiter = _Limiter(self.bounds, state.env_steps, state.updates, lambda: state.stopped, poll_s,
-                                 max_poll_s)
+                                 max_poll_s, released=lambda: state.finishing)
 
     def wait_insert(self, actor: int, n: int) -> float:
         """Block actor ``actor`` until it may insert ``n`` transitions; returns seconds waited."""

@@ -131,13 +131,15 @@ def _server_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: 
             if stage.n == 0:  # start of an insert: hold the ratio, refresh the policy, send due episodes
                 outbox.poll()
                 prof.add("wait", limiter.wait_insert(0, min(rows, cfg.steps - done)))
+                if state.stopped:
+                    raise Stopped()
+                if state.finishing:  # the run reached its threshold: nothing is staged here
+                    break
                 fresh = weights.read_if_newer(have_version)
                 if fresh is not None:
                     have_version = fresh[0]
                     actor.set_flat_weights(fresh[1])
                     weight_loads += 1
-                if state.stopped:
-                    raise Stopped()
             k = min(n_envs, cfg.steps - done)
             with inference:
                 actions = actor.act_batch(obs, done)

@@ -41,6 +41,14 @@ hangs (or is stopped) makes the others' wait end after ``max(60, join_timeout_s)
 :meth:`~impl.rl.common.allreduce.SharedAllreduce.stall`). With L = 1 there is no hook:
 the learner runs exactly as it did before the all-reduce existed.
 
+Stop at the threshold (``cfg.stop_at_threshold``): once the parent's episode log reaches the
+threshold (the mean of the last ``window`` training episodes), it sets the shared "finishing"
+flag. Rate-limiter waits end at once; each actor stops at its next insert boundary (nothing
+staged is lost); the learners stop together at the update count learner 0 fixes
+(:meth:`~impl.rl.common.shared_state.SharedState.learners_end_at`: one more than the update it
+was at, so no learner is left alone in an all-reduce). Every worker then reports its stats as
+at the end of its share: the result counts the env steps and updates actually done.
+
 Exit paths: each worker reports ``done`` (or ``error`` with its traceback) on a queue and
 closes its attachment to the buffer. The parent watches the queue and the processes' exit
 codes; on an error, a death without a report, a timeout or Ctrl-C it sets the stop flag (every
@@ -137,14 +145,16 @@ def _actor_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights: S
                 outbox.poll()
                 n = min(rows, my_steps - done)
                 prof.add("wait", limiter.wait_insert(rank, n))
+                if state.stopped:
+                    raise Stopped()
+                if state.finishing:  # the run reached its threshold: nothing is staged here
+                    break
                 fresh = weights.read_if_newer(have_version)
                 if fresh is not None:
                     have_version = fresh[0]
                     actor.set_flat_weights(fresh[1])
                     weight_loads += 1
                 base = state.env_steps()
-                if state.stopped:
-                    raise Stopped()
             k = min(n_envs, my_steps - done)
             full = runner.step(base + stage.n, k)
             done += k
@@ -179,7 +189,8 @@ def _replay_alone(cfg, rank: int, group: SharedAllreduce | None, buf, state: Sha
     barrier meanwhile; the weights are not used after this). None without updates.
     ``group``: the learners' all-reduce, whose barrier separates the turns (None: one learner)."""
     deadline = time.monotonic() + ALONE_BUDGET_S
-    while state.env_steps() < cfg.steps and not state.stopped and time.monotonic() < deadline:
+    while (state.env_steps() < cfg.steps and not state.stopped and not state.finishing
+           and time.monotonic() < deadline):
         time.sleep(0.001)
     alone = None
     for turn in range(1 if group is None else group.world):  # every rank meets every barrier
@@ -239,6 +250,7 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
     draw = _SampleSource(cfg, rank, buf, batch_size, device)
     writeback = PriorityWriteBack(buf, cfg.priority_lag, sgd, replay, parts)
     snaps = SnapshotLog(cfg.snapshot_every if rank == 0 else 0)
+    done = 0  # updates done: n_updates, or fewer when the run ends early (state.finishing)
     try:
         for u in range(n_updates):
             waited = limiter.wait_update(rank, u)
@@ -247,6 +259,10 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
                 paced_wait += waited
             if state.stopped:
                 raise Stopped()
+            if state.finishing:
+                end = state.learners_end_at(rank, u)
+                if end is not None and u >= end:
+                    break
             beta = acfg.beta(state.env_steps())  # bookkeeping (a sum over the actors' counters), not replay
             with replay:
                 s0, c0 = time.perf_counter(), time.thread_time()
@@ -262,6 +278,7 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
                 weights.publish(learner.get_flat_weights())
             if snaps.due(u + 1):  # the clock is the run's (since "go"), the env steps all actors'
                 snaps.take(time.monotonic() - t0, state.env_steps(), u + 1, learner.get_flat_weights())
+            done = u + 1
             if fail_at is not None and u + 1 >= fail_at:
                 raise InjectedFailure(f"learner {rank}: injected failure at update {u + 1}")
         writeback.flush()  # the last update's, with priority_lag
@@ -269,7 +286,7 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
         lock_wait = draw.close()
     end = time.monotonic() - t0
     if rank == 0 and cfg.snapshot_every:
-        snaps.take(end, state.env_steps(), n_updates, learner.get_flat_weights())
+        snaps.take(end, state.env_steps(), done, learner.get_flat_weights())
     profile = prof.breakdown()
     in_run = parts.finish(profile["replay"])
     if rank > 0:  # the redraw count is the buffer's, not this learner's: learner 0 reports it for all
@@ -278,8 +295,8 @@ def _learner_loop(cfg: TrainConfig, rank: int, buf, state: SharedState, weights:
     lock_wait += buf.lock_wait_seconds
     digest = learner.digest()  # before the calls alone: their gradient steps change the weights
     alone = _replay_alone(cfg, rank, group, buf, state, batch_size, acfg.beta(state.env_steps()), priorities,
-                          n_updates, learner, paced_wait / (n_updates - 1) if n_updates > 1 else 0.0)
-    return {"role": "learner", "rank": rank, "updates": n_updates, "end_s": end, "profile": profile,
+                          done, learner, paced_wait / (done - 1) if done > 1 else 0.0)
+    return {"role": "learner", "rank": rank, "updates": done, "end_s": end, "profile": profile,
             "wait_s": float(state.learner_wait[rank]), "lock_wait_s": lock_wait,
             "sample_s": in_run["sample"], "replay_parts": in_run, "replay_alone": alone,
             "digest": digest, "actor_ids": actor_ids.tolist(), "warmup_s": warmup_s, "snapshots": snaps.snapshots}
@@ -399,8 +416,9 @@ class _Monitor:
     None), read when the run passes ``timeout_s``; None with one learner."""
 
     def __init__(self, procs, state: SharedState, out, log: EpisodeLog, progress, timeout_s,
-                 stall: Callable[[], AllreduceStall | None] | None = None):
+                 stall: Callable[[], AllreduceStall | None] | None = None, stop_at_threshold: bool = False):
         self.procs = procs
+        self.stop_at_threshold = stop_at_threshold
         self.state = state
         self.out = out
         self.log = log
@@ -458,6 +476,8 @@ class _Monitor:
         while len(self.stats) < len(self.procs) and self.failure is None:
             self.drain(0.05)
             self._check_deaths()
+            if self.stop_at_threshold and self.log.reached and not self.state.finishing:
+                self.state.finish()  # the workers wind down and report, as at the end of their share
             now = time.monotonic()
             if now >= next_report:
                 next_report = now + PROGRESS_EVERY_S
@@ -575,7 +595,8 @@ def run_workers(cfg: TrainConfig, acfg, actor_side: Role, progress=None) -> Work
             for rank in range(role.count):
                 procs.append(ctx.Process(target=_worker, name=f"{role.name}-{rank}", daemon=role.daemon,
                                          args=(role.name, rank, role.loop, cfg, buf.handle, state, weights, out)))
-        monitor = _Monitor(procs, state, out, log, progress, cfg.timeout_s, None if group is None else group.stall)
+        monitor = _Monitor(procs, state, out, log, progress, cfg.timeout_s, None if group is None else group.stall,
+                           stop_at_threshold=cfg.stop_at_threshold)
         try:
             for p in procs:
                 p.start()

@@ -47,7 +47,7 @@ from replaybench.impl.rl.common.local_replay import buffer_kwargs
 from replaybench.impl.rl.common.processes import free_port
 from replaybench.impl.rl.common.profiler import SectionProfiler
 from replaybench.impl.rl.common.seeding import RunSeeds
-from replaybench.impl.rl.common.shared_state import RateLimiter, Stopped
+from replaybench.impl.rl.common.shared_state import RateLimiter, Stopped, learners_end_at
 
 __all__ = ["RunCounters", "ReplayServer", "ActorWorker", "LearnerWorker"]
 
@@ -68,9 +68,10 @@ class RunCounters:
     """The counters the RateLimiter reads, in one SharedArena on the replay server's node.
 
     The same view as :class:`~impl.rl.common.shared_state.SharedState` gives the limiter: ``env_steps()``,
-    ``updates()``, ``stopped``, and the ``actor_wait`` / ``learner_wait`` slots it adds to.
-    One writer per slot (the server for ``actor_steps``, ``actor_wait`` and the stop flag,
-    learner r for its update count and wait). The server owns (and unlinks) the segment.
+    ``updates()``, ``stopped``, ``finishing``, and the ``actor_wait`` / ``learner_wait`` slots it
+    adds to. One writer per slot (the server for ``actor_steps``, ``actor_wait``, the stop and
+    finish flags, learner 0 for the learners' end, learner r for its update count and wait).
+    The server owns (and unlinks) the segment.
     """
 
     def __init__(self, arena, actors: int, learners: int):
@@ -84,7 +85,7 @@ class RunCounters:
     def create(cls, actors: int, learners: int) -> "RunCounters":
         from replaybench.impl.concurrent.shm import SharedArena
 
-        arena = SharedArena.create({"flags": ((1,), "int64"), "actor_steps": ((actors,), "int64"),
+        arena = SharedArena.create({"flags": ((3,), "int64"), "actor_steps": ((actors,), "int64"),
                                     "learner_updates": ((learners,), "int64"), "actor_wait": ((actors,), "float64"),
                                     "learner_wait": ((learners,), "float64")}, tag="raycounters")
         return cls(arena, actors, learners)
@@ -105,6 +106,18 @@ class RunCounters:
 
     def stop(self) -> None:
         self.flags[0] = 1
+
+    @property
+    def finishing(self) -> bool:
+        """The run reached its threshold (``stop_at_threshold``): workers end cleanly."""
+        return bool(self.flags[1])
+
+    def finish(self) -> None:
+        self.flags[1] = 1
+
+    def learners_end_at(self, rank: int, u: int) -> int | None:
+        """:func:`~impl.rl.common.shared_state.learners_end_at` over this run's slot."""
+        return learners_end_at(self.flags[2:3], rank, u)
 
     def env_steps(self) -> int:
         return int(self.actor_steps.sum())
@@ -194,17 +207,21 @@ class ReplayServer:
 
     def insert(self, rank: int, epoch: int, batch: dict, episodes: list, have: int) -> dict:
         """Store actor ``rank``'s batch once the rate limiter allows; log its ``episodes``
-        ((env_steps, return) pairs). Returns ``{"env_steps", "stopped", "weights": (version,
-        [ref] or None)}``; a batch from a life that :meth:`restart` ended is dropped."""
+        ((env_steps, return) pairs). Returns ``{"env_steps", "stopped", "finishing", "weights":
+        (version, [ref] or None)}``; a batch from a life that :meth:`restart` ended is dropped.
+        With ``stop_at_threshold``, the insert whose episodes reach the threshold sets the
+        counters' finish flag: the actors send their staged batch and end, the learners stop
+        together (:meth:`RunCounters.learners_end_at`)."""
         n = len(batch["reward"])
         if epoch == self.epochs[rank]:
             try:
                 self.limiter.wait_insert(rank, n)
             except Stopped:
-                return {"env_steps": self.counters.env_steps(), "stopped": True, "weights": (have, None)}
+                return {"env_steps": self.counters.env_steps(), "stopped": True, "finishing": False,
+                        "weights": (have, None)}
         with self.lock:
             if self.closed:
-                return {"env_steps": 0, "stopped": True, "weights": (have, None)}
+                return {"env_steps": 0, "stopped": True, "finishing": False, "weights": (have, None)}
             if epoch != self.epochs[rank]:
                 self.dropped += 1
             else:
@@ -213,11 +230,13 @@ class ReplayServer:
                 now = time.monotonic() - self.t0
                 for steps, ret in episodes:
                     self.log.record(steps, now, ret)
+                if self.cfg.stop_at_threshold and self.log.reached:
+                    self.counters.finish()
                 self.inserts += 1
                 if self.kill_at is not None and self.inserts >= self.kill_at:
                     os.kill(os.getpid(), signal.SIGKILL)  # test hook: the server dies mid-run
         return {"env_steps": self.counters.env_steps(), "stopped": self.counters.stopped,
-                "weights": self.weights_since(have)}
+                "finishing": self.counters.finishing, "weights": self.weights_since(have)}
 
     def restart(self, rank: int) -> tuple[int, int]:
         """The driver saw actor ``rank`` die: end its life (its partial batch is lost, counted
@@ -311,7 +330,8 @@ class ActorWorker:
     def run(self, server, epoch: int, steps: int) -> dict:
         """Step ``steps`` env steps (this life's share), inserting every ``insert_batch`` into
         ``server``; returns this life's stats, or ``{"stopped": True}`` when the server stopped
-        the run. (The server comes with each call, not to the constructor, so that a restart
+        the run. When a reply says the run is finishing (its threshold reached), the batch
+        staged meanwhile is sent and the life ends with its stats. (The server comes with each call, not to the constructor, so that a restart
         needs no argument kept in the object store.)"""
         import ray
 
@@ -322,8 +342,8 @@ class ActorWorker:
         self.weight_loads = 0
         self._apply(ray.get(server.weights_since.remote(self.version)))
         stage, replay = self.runner.stage, self.prof.section("replay")  # replay: sending a batch
-        pending, base, done = None, 0, 0
-        while done < steps:
+        pending, base, done, finishing = None, 0, 0, False
+        while done < steps and not finishing:
             full = self.runner.step(base + stage.n)
             done += 1
             if full or done == steps:
@@ -331,7 +351,7 @@ class ActorWorker:
                     reply = self._reply(pending)
                     if reply["stopped"]:
                         return {"stopped": True}
-                    base = reply["env_steps"]
+                    base, finishing = reply["env_steps"], reply["finishing"]
                     self._apply(reply["weights"])
                 with replay:
                     pending = server.insert.remote(self.rank, epoch, stage.batch(), self.episodes, self.version)
@@ -398,7 +418,8 @@ class LearnerWorker:
         return server.publish.remote(self.version, [ref])
 
     def run(self, server) -> dict:
-        """Do :func:`~impl.rl.config.total_updates` updates under the rate limiter; returns stats."""
+        """Do :func:`~impl.rl.config.total_updates` updates under the rate limiter (fewer when the
+        run finishes at its threshold: every learner stops at the same count); returns stats."""
         from replaybench.impl.rl.common.errors import InjectedFailure
         from replaybench.impl.rl.common.result import total_updates
 
@@ -411,9 +432,16 @@ class LearnerWorker:
         prof = SectionProfiler()
         replay, sgd = prof.section("replay"), prof.section("sgd")
         sample_s = 0.0
+        done = 0
         try:
             for u in range(n_updates):
                 prof.add("wait", limiter.wait_update(self.rank, u))
+                if counters.stopped:
+                    raise Stopped()
+                if counters.finishing:
+                    end = counters.learners_end_at(self.rank, u)
+                    if end is not None and u >= end:
+                        break
                 with replay:
                     s0 = time.perf_counter()
                     batch = self.buf.sample(batch_size, beta=acfg.beta(counters.env_steps()))
@@ -423,7 +451,7 @@ class LearnerWorker:
                 with replay:
                     self.buf.update_priorities(batch["indices"], priorities, batch["stamps"])
                 actor_ids += np.bincount(batch["actor"], minlength=cfg.actors)[: cfg.actors]
-                counters.learner_updates[self.rank] = u + 1
+                counters.learner_updates[self.rank] = done = u + 1
                 if self.rank == 0 and (u + 1) % cfg.weight_sync_every == 0:
                     self._publish(server)
                 if fail_at is not None and u + 1 >= fail_at:
@@ -434,5 +462,5 @@ class LearnerWorker:
             import torch.distributed as dist
 
             dist.barrier()  # nobody tears the group down while a peer still talks to it
-        return {"updates": n_updates, "profile": prof.breakdown(), "lock_wait_s": self.buf.lock_wait_seconds,
+        return {"updates": done, "profile": prof.breakdown(), "lock_wait_s": self.buf.lock_wait_seconds,
                 "sample_s": sample_s, "digest": self.learner.digest(), "actor_ids": actor_ids.tolist()}
