@@ -29,3 +29,74 @@ def test_bad_suites_are_refused_before_any_work(tmp_path, change, needle):
     with pytest.raises(SelectionError, match=needle):
         driver.run({**suites.load("learner-quick"), **change}, out=tmp_path, progress=False)
     assert not any(tmp_path.iterdir())
+
+
+def _report(rank, group, out):
+    out.put({"rank": rank})
+
+
+def _exit_silently(rank, group, out):
+    import os
+
+    os._exit(9)
+
+
+def _wait_at_the_allreduce(rank, group, out):
+    group.bind(rank)
+    group.barrier()  # its peer never comes
+    out.put({"rank": rank})
+
+
+def _hang(rank, group, out):
+    import time
+
+    time.sleep(120)
+
+
+@pytest.mark.parametrize("second, needle", [
+    (_exit_silently, r"learner-1 \(pid \d+\) exited with code 9 without reporting"),
+    (_hang, "learner-1 did not report within 2 s; learner-0 waited .* for learner-1")])
+def test_a_learner_group_member_that_dies_or_hangs_is_named(second, needle):
+    """Issue 57: the learner scenario's group cells name a member that exits without its report
+    (at once, not at the limit) or that has not reported by the limit, with who waits for it at
+    the all-reduce."""
+    import multiprocessing as mp
+    import time
+
+    from replaybench.bench.scenarios.learner import collect_group
+    from replaybench.impl.rl.common.allreduce import SharedAllreduce
+
+    ctx = mp.get_context("fork")
+    group = SharedAllreduce(ctx, 2, 4, timeout_s=60)
+    out = ctx.Queue()
+    first = _wait_at_the_allreduce if second is _hang else _report
+    procs = [ctx.Process(target=f, args=(r, group, out)) for r, f in enumerate((first, second))]
+    for p in procs:
+        p.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError, match=needle):
+            collect_group(procs, out, group, limit_s=2.0)
+        assert time.monotonic() - t0 < 30
+    finally:
+        for p in procs:
+            p.kill()
+            p.join()
+
+
+def test_a_learner_group_reports_in_rank_order():
+    import multiprocessing as mp
+
+    from replaybench.bench.scenarios.learner import collect_group
+    from replaybench.impl.rl.common.allreduce import SharedAllreduce
+
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_report, args=(r, None, out)) for r in (0, 1, 2)]
+    for p in procs:
+        p.start()
+    try:
+        assert [r["rank"] for r in collect_group(procs, out, SharedAllreduce(ctx, 3, 4), limit_s=30.0)] == [0, 1, 2]
+    finally:
+        for p in procs:
+            p.join()

@@ -173,7 +173,7 @@ def _measure_group(cell: Cell, suite: dict, algo_name: str, env_id: str, update:
     for p in procs:
         p.start()
     try:
-        results = [out.get(timeout=600) for _ in procs]
+        results = collect_group(procs, out, group, GROUP_LIMIT_S)
     finally:
         for p in procs:
             p.join(timeout=30)
@@ -189,6 +189,48 @@ def _measure_group(cell: Cell, suite: dict, algo_name: str, env_id: str, update:
     rows.append(cell.row("ok", metric="allreduce_seconds_per_call",
                          value=max(r["allreduce_s"] for r in results), items_per_call=policy_size))
     return rows
+
+
+#: The most a learner group's cell may take, from its processes' start to their last report.
+GROUP_LIMIT_S = 600.0
+
+
+def collect_group(procs: list, out, group, limit_s: float, poll_s: float = 0.1) -> list[dict]:
+    """Each member's report (a dict with its ``"rank"``) from ``out``, in rank order, for the
+    started processes ``procs`` (``procs[r]`` is rank r). Raises RuntimeError naming the member:
+    one that exited without reporting (killed, or died in set-up), with its pid and exit code,
+    as soon as that is seen; past ``limit_s`` seconds, the members that have not reported, with
+    who waits for whom at ``group``'s all-reduce (:meth:`SharedAllreduce.stall`) where a rank
+    waits. The caller ends the processes either way."""
+    import queue
+
+    results: dict[int, dict] = {}
+
+    def drain(timeout: float) -> None:
+        try:
+            report = out.get(timeout=timeout) if timeout > 0 else out.get_nowait()
+            while True:
+                results[report["rank"]] = report
+                report = out.get_nowait()
+        except queue.Empty:
+            pass
+
+    deadline = time.monotonic() + limit_s
+    while len(results) < len(procs):
+        drain(poll_s)
+        exited = [r for r, p in enumerate(procs) if r not in results and p.exitcode is not None]
+        if exited:
+            drain(0.0)  # a report put just before its process exited
+            for r in exited:
+                if r not in results:
+                    raise RuntimeError(f"learner-{r} (pid {procs[r].pid}) exited with code {procs[r].exitcode} "
+                                       "without reporting")
+        if len(results) < len(procs) and time.monotonic() > deadline:
+            missing = ", ".join(f"learner-{r}" for r in range(len(procs)) if r not in results)
+            stall = group.stall()
+            raise RuntimeError(f"learner group: {missing} did not report within {limit_s:.0f} s"
+                               + (f"; {stall}" if stall is not None else ""))
+    return [results[r] for r in range(len(procs))]
 
 
 def _group_member(rank: int, group, args: tuple, out) -> None:
