@@ -164,7 +164,7 @@ def test_bad_rank_and_vector_are_refused_by_name():
 
 
 # ------------------------------------------------------------------------------------- PAL's scheme
-def _dqn(seed=5):
+def _dqn(seed=5, update="auto"):
     import gymnasium as gym
 
     from replaybench.impl.rl.algorithms.dqn import DQNConfig, DQNLearner
@@ -172,7 +172,7 @@ def _dqn(seed=5):
     env = gym.make("CartPole-v1")
     spaces = (env.observation_space, env.action_space)
     env.close()
-    return DQNLearner(spaces, DQNConfig(hidden=(16, 16), batch_size=32, max_grad_norm=None), seed=seed)
+    return DQNLearner(spaces, DQNConfig(hidden=(16, 16), batch_size=32, max_grad_norm=None, update=update), seed=seed)
 
 
 def _batch(rows: int, seed: int) -> dict:
@@ -188,15 +188,16 @@ def _half(batch: dict, part: int) -> dict:
     return {k: v[part * n:(part + 1) * n] for k, v in batch.items()}
 
 
-def test_two_learners_on_half_batches_step_as_one_on_the_whole_batch():
+@pytest.mark.parametrize("update", ["torch", "numba"])  # the gradients gathered, or averaged where they lie
+def test_two_learners_on_half_batches_step_as_one_on_the_whole_batch(update):
     """PAL: L learners each sample B/L and average gradients. The mean of the halves' mean-loss
     gradients is the whole batch's: the weights agree to rounding with one learner's, and the
     two learners agree bit for bit after every step."""
     import torch
 
     torch.manual_seed(0)
-    whole = _dqn()
-    pair = [_dqn(), _dqn()]
+    whole = _dqn(update=update)
+    pair = [_dqn(update=update), _dqn(update=update)]
     group = SharedAllreduce(mp.get_context("spawn"), 2, sum(p.numel() for p in whole.q.parameters()), timeout_s=20)
     for learner, g in zip(pair, _ranks(group)):
         learner.grad_hook = SharedGradientAverager(g)
@@ -208,6 +209,39 @@ def test_two_learners_on_half_batches_step_as_one_on_the_whole_batch():
     for p, q in zip(whole.q.parameters(), pair[0].q.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
     assert pair[0].grad_hook.calls == len(batches)
+
+
+def test_gradients_lying_back_to_back_are_averaged_in_place_and_others_gathered():
+    """The averager's two paths: views of one vector, in order, are averaged where they lie
+    (the vector seen over them is theirs); separate tensors, or views out of order or with a
+    gap, are gathered, averaged and scattered back. Either way each tensor holds the mean."""
+    import torch
+
+    from replaybench.impl.rl.common.allreduce import _one_vector
+
+    backing = np.arange(10, dtype=np.float32)
+    views = [torch.from_numpy(backing[0:6]).view(2, 3), torch.from_numpy(backing[6:10])]
+    whole = _one_vector(views)
+    assert whole is not None and whole.shape == (10,)
+    whole[:] *= 2  # the tensors' own memory
+    assert views[0][1, 2].item() == 10.0 and views[1][3].item() == 18.0
+    assert _one_vector(views[::-1]) is None
+    assert _one_vector([views[0], torch.from_numpy(backing[7:10])]) is None  # a gap
+    assert _one_vector([torch.from_numpy(np.zeros(4))]) is None  # float64
+    ranks = _ranks(SharedAllreduce(mp.get_context("spawn"), 2, 16, timeout_s=20))
+    pairs = [[torch.from_numpy(b[0:6]).view(2, 3), torch.from_numpy(b[6:10])]
+             for b in (np.zeros(10, np.float32), np.full(10, 4.0, np.float32))]
+    # the same views in the other order: not back to back, so gathered
+    loose = [[torch.from_numpy(b[6:10]), torch.from_numpy(b[0:6]).view(2, 3)]
+             for b in (np.zeros(10, np.float32), np.full(10, 4.0, np.float32))]
+    for tensors in (pairs, loose):
+        params = [[torch.nn.Parameter(torch.zeros_like(t)) for t in ts] for ts in tensors]
+        for ps, ts in zip(params, tensors):
+            for p, t in zip(ps, ts):
+                p.grad = t
+        _run_threads(lambda ps, r: SharedGradientAverager(ranks[r])(ps), params)
+        for ps in params:
+            assert all(torch.equal(p.grad, torch.full_like(p.grad, 2.0)) for p in ps)
 
 
 def test_one_learner_with_the_hook_is_bit_identical_to_one_without():

@@ -286,7 +286,10 @@ class SharedGradientAverager:
     learners (:meth:`SharedAllreduce.mean` on one flat float32 vector: one all-reduce per call,
     however many tensors), on whatever device they live (a GPU's go through one host copy each
     way). Every rank must call it the same number of times with parameters of the same shapes.
-    Cost: O(parameters) copies plus one :meth:`SharedAllreduce.mean`."""
+    Cost: one :meth:`SharedAllreduce.mean`, in place, when the gradients are consecutive pieces
+    of one float32 CPU vector (the compiled updates': :mod:`impl.rl.algorithms.compiled_step`),
+    else also a gather into one vector and a scatter back (O(parameters) copies, a few torch
+    calls per tensor)."""
 
     def __init__(self, allreduce: SharedAllreduce):
         self.allreduce = allreduce
@@ -298,12 +301,37 @@ class SharedGradientAverager:
 
         t0 = time.perf_counter()
         grads = [p.grad for p in params if p.grad is not None]
-        flat = torch.cat([g.reshape(-1) for g in grads]).to("cpu", torch.float32)
-        averaged = torch.from_numpy(self.allreduce.mean(flat.numpy()))
-        offset = 0
-        for g in grads:
-            n = g.numel()
-            g.copy_(averaged[offset : offset + n].view_as(g))
-            offset += n
+        whole = _one_vector(grads)
+        if whole is not None:  # averaged where they lie: no gather, no scatter
+            self.allreduce.mean(whole)
+        else:
+            flat = torch.cat([g.reshape(-1) for g in grads]).to("cpu", torch.float32)
+            averaged = torch.from_numpy(self.allreduce.mean(flat.numpy()))
+            offset = 0
+            for g in grads:
+                n = g.numel()
+                g.copy_(averaged[offset : offset + n].view_as(g))
+                offset += n
         self.calls += 1
         self.seconds += time.perf_counter() - t0
+
+
+def _one_vector(grads: list) -> np.ndarray | None:
+    """One float32 vector over the memory of every tensor of ``grads`` when they are contiguous
+    float32 CPU tensors lying back to back, in order (as the compiled updates' gradients do:
+    views of one numpy vector, each its own torch storage), so that averaging it in place
+    averages each of them; else None. The vector does not own the memory: use it while the
+    tensors live. Cost: a few attribute reads per tensor."""
+    import ctypes
+
+    import torch
+
+    if not grads:
+        return None
+    start = grads[0].data_ptr()
+    at = start
+    for g in grads:
+        if g.device.type != "cpu" or g.dtype != torch.float32 or not g.is_contiguous() or g.data_ptr() != at:
+            return None
+        at += 4 * g.numel()
+    return np.ctypeslib.as_array((ctypes.c_float * ((at - start) // 4)).from_address(start))
