@@ -35,11 +35,12 @@ def _h(*arrays) -> str:
 
 def replay_fingerprint(algo_name: str, env_id: str, **device) -> list[str]:
     """Four learn() calls of a seeded learner on seeded batches: each loss and priorities, then
-    the digest of every network and the broadcast weights."""
+    the digest of every network and the broadcast weights. The eager update (``update="torch"``:
+    the compiled one, the CPU's default, agrees with it to rounding, not bit for bit)."""
     algo = algorithms.get(algo_name)
     env = gym.make(env_id)
     spaces = (env.observation_space, env.action_space)
-    learner = algo.learner_cls(spaces, algo.config_cls.for_env(env_id), 3, **device)
+    learner = algo.learner_cls(spaces, algo.config_cls.for_env(env_id, update="torch"), 3, **device)
     rng = np.random.default_rng(5)
     n, d = 32, int(np.prod(env.observation_space.shape))
     out = []

@@ -14,11 +14,10 @@ def test_learner_quick_measures_each_update_beside_its_floor(tmp_path):
     group = [r for r in rows if r["learners"] == 2 and r["status"] == "ok"]
     assert {r["metric"] for r in group} == {"seconds_per_call", "allreduce_seconds_per_call"}
     assert all(r["items_per_call"] == 2 * r["batch"] for r in group if r["metric"] == "seconds_per_call")
-    for algo, update in (("dqn", "torch"), ("dqn", "numba"), ("td3", "torch")):
+    for algo, update in (("dqn", "torch"), ("dqn", "numba"), ("td3", "torch"), ("td3", "numba")):
         assert by[(algo, update, "seconds_per_call")]["status"] == "ok"
         assert by[(algo, update, "flops_per_call")]["value"] > 0
         assert 0 < by[(algo, update, "floor_seconds_per_call")]["value"]
-    assert by[("td3", "numba", "seconds_per_call")]["status"] == "skipped"
     text = "\n".join(out)
     assert "bound" in text and ("dispatch" in text or "arithmetic" in text)
 
@@ -100,3 +99,25 @@ def test_a_learner_group_reports_in_rank_order():
     finally:
         for p in procs:
             p.join()
+
+
+def test_an_algorithm_without_a_compiled_update_gets_a_skipped_numba_row(monkeypatch):
+    """The "numba" cells of an algorithm whose config has no ``update`` field are skipped rows
+    naming the reason (DQN and TD3 both have one; a plain config stands in for such an algorithm)."""
+    from dataclasses import dataclass, replace
+
+    from replaybench.bench.scenarios import Selection
+    from replaybench.bench.scenarios.learner import SCENARIO
+    from replaybench.impl.rl import algorithms
+    from replaybench.impl.rl.algorithms.base import AlgoConfig
+
+    @dataclass
+    class PlainConfig(AlgoConfig):
+        pass
+
+    td3 = algorithms.get("td3")
+    monkeypatch.setattr(algorithms, "get", lambda name: replace(td3, name=name, config_cls=PlainConfig))
+    cells = SCENARIO.cells({**suites.load("learner-quick"), "algos": [{"algo": "plain", "env": "Pendulum-v1"}],
+                            "learners": [1]}, Selection())
+    skips = {c.columns["backend"]: c.skip for c in cells}
+    assert skips["torch"] == "" and "plain has no compiled update" in skips["numba"]

@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field
 
 from replaybench.impl import concurrent, registry
 from replaybench.impl.rl import algorithms, engines
-from replaybench.impl.rl.algorithms.base import AlgoConfig
-from replaybench.impl.rl.common.device import check_device
+from replaybench.impl.rl.algorithms.base import AlgoConfig, resolve_update
+from replaybench.impl.rl.common.device import check_device, resolve_device
 from replaybench.impl.rl.common.checkpoint import check_target as check_checkpoint_target
 from replaybench.impl.rl.common.envs import THRESHOLDS, WINDOW, make_env
 from replaybench.impl.rl.common.local_replay import check_buffer
@@ -207,6 +207,8 @@ class TrainConfig:
         self._validate_checkpoint()
         self._validate_backend()
         acfg = self.algo_config()
+        if hasattr(acfg, "update"):  # a compiled update runs on the CPU only: refused here, not in a learner process
+            resolve_update(acfg, resolve_device(self.device))
         if algo.engine is None:  # the replay loops' buffer (an algorithm with its own engine has none)
             check_buffer(self, acfg)
         engines.get(self.engine).check(self, acfg)

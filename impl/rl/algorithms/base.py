@@ -30,7 +30,8 @@ from replaybench.impl.rl.algorithms.nets import flat_params, params_digest
 from replaybench.impl.rl.common.errors import ConfigError
 from torch import nn
 
-__all__ = ["ConfigError", "AlgoConfig", "check_range", "Actor", "Learner", "LEARNER_FIELDS"]
+__all__ = ["ConfigError", "AlgoConfig", "check_range", "UPDATES", "check_update", "resolve_update", "Actor", "Learner",
+           "LEARNER_FIELDS"]
 
 
 def _typed(name: str, hint, value):
@@ -158,6 +159,29 @@ def check_range(cfg, name: str, low, high=math.inf, *, low_open: bool = False) -
             else:
                 bound = f"in {'(' if low_open else '['}{low}, {high}]"
             raise ConfigError(name, value, f"{name} must be {bound}, got {value!r}")
+
+
+#: The values of an algorithm config's ``update`` field (DQN's, TD3's): how a learner's update
+#: runs. ``"torch"``: torch's eager step, the reference and the only one off the CPU;
+#: ``"numba"``: compiled kernels on flat vectors (:mod:`impl.rl.algorithms.compiled_step`, CPU
+#: only); ``"auto"``: numba on the CPU, torch elsewhere.
+UPDATES = ("auto", "torch", "numba")
+
+
+def check_update(cfg) -> None:
+    """Raise ConfigError (field "update") unless ``cfg.update`` is one of :data:`UPDATES`."""
+    if cfg.update not in UPDATES:
+        raise ConfigError("update", cfg.update, f"update must be one of {', '.join(UPDATES)}, got {cfg.update!r}")
+
+
+def resolve_update(cfg, device) -> str:
+    """The update a learner of ``cfg`` (a config with an ``update`` field) runs on ``device``:
+    ``"torch"`` or ``"numba"``. Raises ConfigError for ``update="numba"`` off the CPU (its
+    kernels run on the host). Cost: microseconds; it builds nothing."""
+    on_cpu = torch.device(device).type == "cpu"
+    if cfg.update == "numba" and not on_cpu:
+        raise ConfigError("update", cfg.update, f"update='numba' runs on the CPU only, not on {device}")
+    return "numba" if cfg.update == "numba" or (cfg.update == "auto" and on_cpu) else "torch"
 
 
 class Actor(Protocol):

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from replaybench.impl.rl.algorithms.base import Actor, AlgoConfig, Learner, PendingLearn, check_range
+from replaybench.impl.rl.algorithms.base import (UPDATES, Actor, AlgoConfig, Learner, PendingLearn, check_range,
+                                                 check_update, resolve_update)
 from replaybench.impl.rl.algorithms import mlp_kernels as mk
 from replaybench.impl.rl.algorithms.compiled_step import CompiledDQNStep
 from replaybench.impl.rl.algorithms.nets import load_flat_params, mlp, update_target
@@ -33,9 +34,6 @@ from replaybench.impl.rl.common.errors import ConfigError
 from torch import nn
 
 __all__ = ["DQNConfig", "UPDATES", "resolve_update", "build_q_network", "DQNActor", "DQNLearner"]
-
-#: The values of :attr:`DQNConfig.update`.
-UPDATES = ("auto", "torch", "numba")
 
 _INPUTS = ("obs", "action", "reward", "next_obs", "done", "weights")  # the batch fields an update reads
 
@@ -77,7 +75,8 @@ class DQNConfig(AlgoConfig):
     only: the same arithmetic within float32 rounding, a fraction of the eager step's dispatch;
     their first use in a process loads or compiles them, which a run's warm-up pays); ``"auto"``
     (the default), numba on the CPU and torch elsewhere: the fastest the learner benchmark
-    (``learner`` suites) measured. :func:`resolve_update` gives the choice a run makes."""
+    (``learner`` suites) measured. :func:`~impl.rl.algorithms.base.resolve_update` gives the
+    choice a run makes."""
     cuda_graph: bool = True
     """On a CUDA device, replay each update as one captured CUDA graph after 3 eager ones
     (:mod:`impl.cuda_graph`: one launch instead of ~60, the same arithmetic).
@@ -96,8 +95,7 @@ class DQNConfig(AlgoConfig):
         check_range(self, "eps_start", 0.0, 1.0)
         check_range(self, "eps_end", 0.0, 1.0)
         check_range(self, "eps_decay_updates", 0)
-        if self.update not in UPDATES:
-            raise ConfigError("update", self.update, f"update must be one of {', '.join(UPDATES)}, got {self.update!r}")
+        check_update(self)
         if not isinstance(self.cuda_graph, bool):
             raise ConfigError("cuda_graph", self.cuda_graph, f"cuda_graph must be True or False, got {self.cuda_graph!r}")
 
@@ -124,15 +122,6 @@ DQNConfig.PRESETS.update({
                        target_update_every=250, eps_end=0.1, eps_decay_steps=12_000, learning_starts=1_000,
                        updates_per_step=0.25, per_beta_steps=100_000),
 })
-
-
-def resolve_update(cfg: DQNConfig, device) -> str:
-    """The update a learner of ``cfg`` runs on ``device``: ``"torch"`` or ``"numba"``. Raises
-    ConfigError for ``update="numba"`` off the CPU (its kernels run on the host)."""
-    on_cpu = torch.device(device).type == "cpu"
-    if cfg.update == "numba" and not on_cpu:
-        raise ConfigError("update", cfg.update, f"update='numba' runs on the CPU only, not on {device}")
-    return "numba" if cfg.update == "numba" or (cfg.update == "auto" and on_cpu) else "torch"
 
 
 def build_q_network(obs_dim: int, n_actions: int, hidden) -> nn.Sequential:

@@ -1,5 +1,7 @@
-"""Compiled kernels for the updates of small MLPs: forward, backward, the DQN loss, gradient
-clipping and Adam, on flat float32 parameter vectors, with no Python between the ops.
+"""Compiled kernels for the updates of small MLPs: forward (ReLU hidden layers, a linear or a
+tanh output), backward, the DQN loss, gradient clipping, Adam and Polyak averaging, on flat
+float32 parameter vectors, with no Python between the ops. The TD3 losses built on them are
+:mod:`impl.rl.algorithms.td3_kernels`.
 
 Why: a learner's update of a CartPole-sized network (4 -> 128 -> 128 -> 2, batch 64) is about
 11 MFLOP, a few tens of microseconds of arithmetic, but torch's eager step issues about sixty
@@ -24,21 +26,24 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from numba import njit
 
-__all__ = ["MLPLayout", "bind_module", "bound_vector", "forward", "dqn_gradients", "clip_and_adam", "soft_update", "greedy"]
+__all__ = ["MLPLayout", "bind_module", "bound_vector", "forward", "forward_tanh", "backward", "greedy",
+           "dqn_gradients", "clip_and_adam", "soft_update"]
 
 
 @dataclass(frozen=True)
 class MLPLayout:
     """Where each layer lives in a flat vector: ``sizes`` = (in, hidden..., out);
-    ``offsets[l]`` the start of layer ``l``'s weight, its bias right after it."""
+    ``offsets[l]`` the start of layer ``l``'s weight, its bias right after it. ``offsets`` and
+    ``dims`` (the kernels' arguments) are made once per layout: read them, do not write them."""
 
     sizes: tuple[int, ...]
 
-    @property
+    @cached_property
     def offsets(self) -> np.ndarray:
         out, at = [], 0
         for i, o in zip(self.sizes[:-1], self.sizes[1:]):
@@ -50,7 +55,7 @@ class MLPLayout:
     def size(self) -> int:
         return sum(o * i + o for i, o in zip(self.sizes[:-1], self.sizes[1:]))
 
-    @property
+    @cached_property
     def dims(self) -> np.ndarray:
         return np.array(self.sizes, dtype=np.int64)
 
@@ -96,13 +101,14 @@ def _weight(flat, offsets, dims, l):
 def forward(flat, offsets, dims, x, acts):
     """Forward of ``x`` (rows x in) through the MLP in ``flat``; ``acts[l]`` (preallocated,
     rows x dims[l+1], at least as many rows as ``x``) receives layer ``l``'s output, ReLU applied
-    except on the last. Returns the last layer's output (a view of ``acts[-1]``)."""
+    except on the last. Returns the last layer's output (a view of ``acts[-1]``). Cost: one
+    matrix product per layer, written straight into ``acts`` (no allocation)."""
     n = x.shape[0]
     h = x
     for l in range(len(dims) - 1):
         w, b = _weight(flat, offsets, dims, l)
         z = acts[l][:n]
-        z[:] = np.dot(h, w.T)
+        np.dot(h, w.T, z)
         last = l == len(dims) - 2
         for r in range(n):
             for c in range(z.shape[1]):
@@ -110,6 +116,62 @@ def forward(flat, offsets, dims, x, acts):
                 z[r, c] = v if last or v > 0 else np.float32(0.0)
         h = z
     return h
+
+
+@njit(nogil=True, cache=True, fastmath=True, error_model="numpy")
+def forward_tanh(flat, offsets, dims, x, acts):
+    """:func:`forward` with tanh on the last layer's output (in place in ``acts[-1]``, which
+    :func:`backward` then reads for tanh's derivative): a deterministic policy's actions in
+    [-1, 1]. Returns them (a view of ``acts[-1]``)."""
+    a = forward(flat, offsets, dims, x, acts)
+    for r in range(a.shape[0]):
+        for c in range(a.shape[1]):
+            a[r, c] = np.tanh(a[r, c])
+    return a
+
+
+@njit(nogil=True, cache=True, fastmath=True, error_model="numpy")
+def backward(flat, offsets, dims, x, acts, dz, grads, param_grads, input_grad, dacts, dx):
+    """Backpropagate ``dz`` (rows x dims[-1]: the loss's gradient with respect to the last
+    layer's output, before any output activation) through the ReLU MLP in ``flat`` whose
+    forward of ``x`` left its layer outputs in ``acts`` (:func:`forward`).
+
+    With ``param_grads`` every layer's weight and bias gradient is written into ``grads`` (the
+    layout of ``flat``, overwritten); with ``input_grad`` the gradient with respect to ``x`` into
+    ``dx`` (at least rows x dims[0]). ``dacts``: scratch shaped as ``acts`` (the hidden layers'
+    gradients). Cost: per layer one product for the weight gradient (when ``param_grads``) and
+    one for the gradient of its input (except the first layer's, unless ``input_grad``)."""
+    n = x.shape[0]
+    top = len(dims) - 2
+    if param_grads:  # the top layer's bias gradient; each lower one's is summed where its dz is made
+        _, gb = _weight(grads, offsets, dims, top)
+        gb[:] = 0
+        for r in range(n):
+            for c in range(dz.shape[1]):
+                gb[c] += dz[r, c]
+    for l in range(top, -1, -1):
+        h = x if l == 0 else acts[l - 1][:n]
+        if param_grads:
+            gw, _ = _weight(grads, offsets, dims, l)
+            np.dot(dz.T, h, gw)
+        if l > 0 or input_grad:
+            w, _ = _weight(flat, offsets, dims, l)
+            out = dx[:n] if l == 0 else dacts[l - 1][:n]
+            np.dot(dz, w, out)
+            if l > 0 and param_grads:  # ReLU's derivative (0 where the output was clamped), and the bias gradient
+                _, gb = _weight(grads, offsets, dims, l - 1)
+                gb[:] = 0
+                for r in range(n):
+                    for c in range(out.shape[1]):
+                        g = out[r, c] if h[r, c] > 0 else np.float32(0.0)
+                        out[r, c] = g
+                        gb[c] += g
+            elif l > 0:
+                for r in range(n):
+                    for c in range(out.shape[1]):
+                        if h[r, c] <= 0:
+                            out[r, c] = 0
+            dz = out
 
 
 @njit(nogil=True, cache=True, fastmath=True, error_model="numpy")
@@ -189,14 +251,16 @@ def clip_and_adam(params, grads, m, v, step, lr, beta1, beta2, eps, max_norm):
     """Clip ``grads`` to global norm ``max_norm`` (torch's ``clip_grad_norm_``: scaled by
     min(1, max_norm / (norm + 1e-6)); no clipping when ``max_norm`` <= 0), then one Adam step
     (torch's: bias-corrected, no weight decay) on ``params`` with moments ``m``, ``v`` and the
-    step count ``step[0]`` (float32, incremented). Returns the gradient norm before clipping.
-    The element loop runs in float32 (as torch's fused Adam does), vectorised."""
-    total = 0.0
-    for i in range(grads.size):
-        total += np.float64(grads[i]) * grads[i]
-    norm = math.sqrt(total)
+    step count ``step[0]`` (float32, incremented). Returns the gradient norm before clipping
+    (0.0 without clipping: not computed, a pass saved). The element loop runs in float32 (as
+    torch's fused Adam does), vectorised."""
+    norm = 0.0
     scale = np.float32(1.0)
     if max_norm > 0:
+        total = 0.0
+        for i in range(grads.size):
+            total += np.float64(grads[i]) * grads[i]
+        norm = math.sqrt(total)
         scale = np.float32(min(1.0, max_norm / (norm + 1e-6)))
     step[0] += 1
     t = step[0]

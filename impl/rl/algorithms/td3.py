@@ -12,7 +12,8 @@ is the mean |TD error| of the two critics (Schaul et al., 2016). Read top to bot
    then the deterministic policy plus Gaussian noise, on a CPU copy of the policy network.
 4. :class:`TD3Learner`: actor, two critics, their targets and optimizers, on the learner's
    ``device``; ``learn(batch) -> (critic loss, new_priorities)``; ``get_flat_weights()`` (the
-   policy, a host copy).
+   policy, a host copy). On the CPU the update runs as compiled kernels by default
+   (:attr:`TD3Config.update`, :class:`~impl.rl.algorithms.compiled_step.CompiledTD3Step`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from replaybench.impl.rl.algorithms.base import Actor, AlgoConfig, Learner, check_range
+from replaybench.impl.rl.algorithms import mlp_kernels as mk
+from replaybench.impl.rl.algorithms.base import Actor, AlgoConfig, Learner, check_range, check_update, resolve_update
+from replaybench.impl.rl.algorithms.compiled_step import CompiledTD3Step
 from replaybench.impl.rl.algorithms.nets import load_flat_params, mlp, update_target
 from replaybench.impl.rl.common.device import host_arrays, on_device
 from torch import nn
@@ -60,6 +63,14 @@ class TD3Config(AlgoConfig):
     """Critic updates per policy (and target) update."""
     max_grad_norm: float | None = None
     """Clip each network's gradient norm (None: no clipping)."""
+    update: str = "auto"
+    """How an update runs: ``"torch"``, torch's eager step (the reference, and the only one off
+    the CPU); ``"numba"``, the compiled kernels of :mod:`impl.rl.algorithms.td3_kernels` (CPU
+    only: the same arithmetic within float32 rounding, the same smoothing noise from torch's
+    generator, a fraction of the eager step's dispatch; their first use in a process loads or
+    compiles them, which a run's warm-up pays); ``"auto"`` (the default), numba on the CPU and
+    torch elsewhere. :func:`~impl.rl.algorithms.base.resolve_update` gives the choice a run
+    makes."""
 
     PRESETS = {}  # env id -> overrides, filled below the class
 
@@ -74,6 +85,7 @@ class TD3Config(AlgoConfig):
         check_range(self, "policy_noise", 0.0)
         check_range(self, "noise_clip", 0.0)
         check_range(self, "policy_delay", 1)
+        check_update(self)
 
 
 # Pendulum: the usual TD3 settings with a smaller network and batch (CPU-bound here); the
@@ -105,7 +117,10 @@ class TD3Actor(Actor):
 
     ``spaces`` is (observation_space, action_space); pass ``net`` to share a network (the
     sequential loop shares the learner's). Cost per ``act_batch``: one forward pass of the
-    batch. Thread-safety: none.
+    batch: compiled (:func:`~impl.rl.algorithms.mlp_kernels.forward_tanh`) when the update
+    resolves to ``"numba"`` (:func:`~impl.rl.algorithms.base.resolve_update`; the network is then
+    a view of a flat vector, its own or the shared learner's), else torch's; the exploration
+    draws are the same either way. Thread-safety: none.
     """
 
     def __init__(self, spaces, cfg: TD3Config, seed, net: nn.Module | None = None):
@@ -116,6 +131,31 @@ class TD3Actor(Actor):
         self.low = np.asarray(act_space.low, dtype=np.float32)
         self.high = np.asarray(act_space.high, dtype=np.float32)
         self.rng = np.random.default_rng(seed)
+        # With the compiled update the forward is compiled too (one call, no torch dispatch): on
+        # the vector of a shared compiled learner's policy, or on this actor's own copy
+        self._flat = mk.bound_vector(self.pi)
+        if self._flat is None and net is None and resolve_update(cfg, "cpu") == "numba":
+            layout = mk.MLPLayout((obs_dim, *cfg.hidden, self.act_dim))
+            mk.bind_module(self.pi, layout, np.zeros(layout.size, np.float32))
+            self._flat = mk.bound_vector(self.pi)
+        self._scratch: dict[int, tuple] = {}
+        if self._flat is not None:  # load (or compile) the kernel now, before a run's clock starts
+            self._policy(np.zeros((1, obs_dim), np.float32))
+
+    def _policy(self, obs) -> np.ndarray:
+        """The policy's actions (float32, rows x act_dim) for the rows of ``obs``: compiled on a
+        bound vector (a view of this actor's scratch, valid until the next call), else one torch
+        forward."""
+        obs = np.ascontiguousarray(obs, dtype=np.float32).reshape(len(obs), -1)
+        if self._flat is None:
+            with torch.inference_mode():
+                return self.pi(torch.from_numpy(obs)).numpy()
+        layout, flat = self._flat
+        scratch = self._scratch.get(len(obs))
+        if scratch is None:
+            scratch = self._scratch[len(obs)] = tuple(np.empty((len(obs), int(d)), np.float32)
+                                                      for d in layout.dims[1:])
+        return mk.forward_tanh(flat, layout.offsets, layout.dims, obs, scratch)
 
     def act_batch(self, obs: np.ndarray, env_steps: int) -> np.ndarray:
         """Scaled actions in [-1, 1]^act_dim, one row per row of ``obs`` (store these; step
@@ -123,17 +163,13 @@ class TD3Actor(Actor):
         shape = (len(obs), self.act_dim)
         if env_steps < self.cfg.learning_starts:
             return self.rng.uniform(-1.0, 1.0, shape).astype(np.float32)
-        with torch.inference_mode():
-            a = self.pi(torch.from_numpy(obs)).numpy()
-        a = a + self.rng.normal(0.0, self.cfg.exploration_noise, shape)
+        a = self._policy(obs) + self.rng.normal(0.0, self.cfg.exploration_noise, shape)
         return np.clip(a, -1.0, 1.0).astype(np.float32)
 
     def greedy_batch(self, obs: np.ndarray) -> np.ndarray:
         """The deterministic policy's actions in [-1, 1] for each row of ``obs``, without the
         exploration noise: what an evaluation plays (:mod:`impl.rl.common.snapshots`)."""
-        with torch.inference_mode():
-            a = self.pi(torch.from_numpy(np.asarray(obs, dtype=np.float32))).numpy()
-        return np.clip(a, -1.0, 1.0).astype(np.float32)
+        return np.clip(self._policy(obs), -1.0, 1.0).astype(np.float32)
 
     def env_action(self, action: np.ndarray) -> np.ndarray:
         """Map a [-1, 1] action to the environment's bounds."""
@@ -141,7 +177,10 @@ class TD3Actor(Actor):
 
     def set_flat_weights(self, flat) -> None:
         """Load the policy from a vector made by :meth:`TD3Learner.get_flat_weights`."""
-        load_flat_params(self.pi, flat)
+        if self._flat is not None:  # in place: the network's parameters are views of the vector
+            self._flat[1][:] = flat.numpy() if isinstance(flat, torch.Tensor) else np.asarray(flat)
+        else:
+            load_flat_params(self.pi, flat)
 
 
 class TD3Learner(Learner):
@@ -155,13 +194,19 @@ class TD3Learner(Learner):
     updates. ``device`` (:mod:`impl.rl.common.device`) holds the six networks and both Adams'
     state (built on the CPU from ``seed``, then moved); off the CPU the smoothing noise comes
     from the device's generator (seeded by the same ``torch.manual_seed``), and each ``learn``
-    brings the loss and priorities back in one device-to-host copy. Thread-safety: none.
+    brings the loss and priorities back in one device-to-host copy. With ``cfg.update``
+    resolved to ``"numba"`` (:func:`~impl.rl.algorithms.base.resolve_update`, before anything is
+    built) the same arithmetic, the same smoothing noise and the same hook calls run as
+    compiled kernels (:class:`~impl.rl.algorithms.compiled_step.CompiledTD3Step`) on flat
+    vectors that the six networks' parameters are views of, and both optimizers are None.
+    Thread-safety: none.
     """
 
     def __init__(self, spaces, cfg: TD3Config, seed: int, device=torch.device("cpu")):
         obs_dim, act_dim = _spaces(spaces)
         self.cfg = cfg
         self.device = torch.device(device)
+        self.update = resolve_update(cfg, self.device)  # a refused choice raises before any work
         torch.manual_seed(seed)  # same seed -> same initial weights on every learner
         self.pi = build_actor(obs_dim, act_dim, cfg.hidden)
         self.q1 = build_critic(obs_dim, act_dim, cfg.hidden)
@@ -175,10 +220,15 @@ class TD3Learner(Learner):
             target.load_state_dict(net.state_dict())
             target.requires_grad_(False)
         self.critic_params = [*self.q1.parameters(), *self.q2.parameters()]
-        self.pi_optimizer = torch.optim.Adam(self.pi.parameters(), lr=cfg.lr_actor, fused=True)
-        self.q_optimizer = torch.optim.Adam(self.critic_params, lr=cfg.lr_critic, fused=True)
         self.grad_hook = None
         self.updates = 0
+        if self.update == "numba":
+            self._compiled = CompiledTD3Step(self.pi, self.q1, self.q2, self.pi_target, self.q1_target,
+                                             self.q2_target, cfg)
+            self.pi_optimizer = self.q_optimizer = None  # Adam's state is the compiled step's
+            return
+        self.pi_optimizer = torch.optim.Adam(self.pi.parameters(), lr=cfg.lr_actor, fused=True)
+        self.q_optimizer = torch.optim.Adam(self.critic_params, lr=cfg.lr_critic, fused=True)
 
     def modules(self) -> list[nn.Module]:
         return [self.pi, self.q1, self.q2, self.pi_target, self.q1_target, self.q2_target]
@@ -187,6 +237,9 @@ class TD3Learner(Learner):
         """One critic step (and every ``policy_delay``-th call a policy step); returns
         (critic loss, mean |TD error| of the two critics) lined up with ``batch["indices"]``."""
         cfg, dev = self.cfg, self.device
+        if self.update == "numba":
+            self.updates += 1
+            return self._compiled.learn(batch, self.updates % cfg.policy_delay == 0, self.grad_hook)
         obs = on_device(batch["obs"], dev)
         actions = on_device(batch["action"], dev)
         rewards = on_device(batch["reward"], dev).unsqueeze(1)
