@@ -7,8 +7,9 @@
 - :mod:`analysis.render`: draw every figure into PNG + SVG + the CSV behind it;
 - :mod:`analysis.claims`: the papers' claims as data (paper, number, suites, verdict rule);
 - :mod:`analysis.findings`: the findings page (claims table, hosts, which design when) from them;
-- :mod:`analysis.report`: analysis/REPORT.md, findings first, then one section per host;
-  :mod:`analysis.compare`: two runs side by side;
+- :mod:`analysis.headline`: one headline figure per claim and host, the paper's number marked;
+- :mod:`analysis.report`: analysis/REPORT.md (the findings) and analysis/report/<host>.md (one
+  page per host, ordered by claim); :mod:`analysis.compare`: two runs side by side;
 - :mod:`analysis.palette`: one colour per variant across every figure.
 
 Command line: ``replaybench plots | report | compare`` (``make plots``, ``make report``).

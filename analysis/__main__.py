@@ -2,7 +2,7 @@
 
     replaybench plots                         # every run under results/ -> analysis/figures/
     replaybench plots --runs results/A results/B --out /tmp/figs
-    replaybench report                        # the figures, then analysis/REPORT.md
+    replaybench report                        # the figures, analysis/REPORT.md and analysis/report/<host>.md
     replaybench compare results/A results/B   # medians of two runs, with significance
 
 Runs are folders (``results/<run-id>``) or bare run ids (looked up under ``results/``).
@@ -61,30 +61,47 @@ def _status(res, outcome, strict: bool) -> int:
     return 1 if strict and res.problems else 0
 
 
-def _render_hosts(res, out: Path, only) -> list[tuple[str, object, object]]:
-    """Every host's figures from its own runs (:meth:`analysis.load.Results.by_host`): the first
-    host's into ``out``, each other's into ``out/<host>/``; ``[(host, results, outcome)]``. A
-    folder of ``out`` named like no host of these runs (a host or label of runs since removed)
-    is deleted with its figures, so no figure stays that the results no longer support."""
-    import re
+def _render_hosts(res, out: Path, only) -> tuple[list, list, object]:
+    """Every host's figures from its own runs (:meth:`analysis.load.Results.by_host`), each into
+    ``out/<host>/``, then the claims' verdicts (:func:`analysis.findings.verdict_rows`) and their
+    headline figures into ``out/<host>/claims/`` (:func:`analysis.headline.render_all`; not with
+    ``only``, which asks for some figure modules); ``([(host, results, outcome)], verdicts,
+    headlines or None)``. What the results no longer support is removed: a folder of ``out`` named
+    like no host of these runs (a host or label of runs since removed), and the figure files a
+    figure module wrote straight into ``out`` before each host had a folder."""
     import shutil
 
-    from replaybench.analysis import render
+    from replaybench.analysis import findings, headline, plots, render
 
-    parts = []
-    folders = set()
-    for i, (host, part) in enumerate(res.by_host()):
-        folder = out if i == 0 else out / re.sub(r"[^A-Za-z0-9._-]", "_", host)
-        if i:
-            print(f"host {host}: figures into {folder}/")
-            folders.add(folder.name)
+    parts, folders = [], {}
+    for host, part in res.by_host():
+        folder = out / _folder_name(host)
+        print(f"host {host}: figures into {folder}/")
+        folders[host] = folder
         parts.append((host, part, render.render(part, folder, only=only)))
+    verdicts = findings.verdict_rows([(host, part) for host, part, _ in parts])
+    headlines = None
+    if not only:
+        drawn = {host: folders[host] for host, part, _ in parts if part.metas}
+        headlines = headline.render_all(verdicts, drawn, res.hosts())
     if not only and out.is_dir():
-        for stale in sorted(p for p in out.iterdir() if p.is_dir() and p.name not in folders):
+        names = {f.name for f in folders.values()}
+        for stale in sorted(p for p in out.iterdir() if p.is_dir() and p.name not in names):
             if all(f.suffix in render.EXTENSIONS for f in stale.rglob("*") if f.is_file()):
                 print(f"removed {stale}/: no host of these runs draws there")
                 shutil.rmtree(stale)
-    return parts
+        figures = set(plots.FIGURES.names())
+        for stale in sorted(p for p in out.iterdir() if p.is_file() and p.suffix in render.EXTENSIONS
+                            and p.stem in figures):
+            stale.unlink()  # a figure of the first host, from before every host had a folder
+    return parts, verdicts, headlines
+
+
+def _folder_name(host: str) -> str:
+    """``host`` as a folder name (host names are path-safe already; anything else becomes ``_``)."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9._-]", "_", host)
 
 
 def _status_all(parts, strict: bool) -> int:
@@ -97,7 +114,8 @@ def cmd_plots(args) -> int:
     res = _load(args)
     if res is None:
         return 1
-    return _status_all(_render_hosts(res, Path(args.out), args.only), args.strict)
+    parts, _, _ = _render_hosts(res, Path(args.out), args.only)
+    return _status_all(parts, args.strict)
 
 
 def cmd_report(args) -> int:
@@ -106,11 +124,17 @@ def cmd_report(args) -> int:
     res = _load(args)
     if res is None:
         return 1
-    parts = _render_hosts(res, Path(args.figures), args.only)
-    text = report.build_hosts(parts, Path(args.out))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
-    print(f"wrote {args.out}")
+    parts, verdicts, headlines = _render_hosts(res, Path(args.figures), args.only)
+    pages = report.build_pages(parts, Path(args.out), verdicts, headlines)
+    folder = Path(args.out).parent / report.PAGES
+    if folder.is_dir():  # the pages of hosts whose runs are gone
+        for stale in sorted(folder.glob("*.md")):
+            if stale not in pages:
+                stale.unlink()
+    for path, text in pages.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"wrote {path}")
     return _status_all(parts, args.strict)
 
 
@@ -140,7 +164,7 @@ def add_commands(sub) -> None:
     p.add_argument("--out", default=str(FIGURES), help=f"output folder (default: {FIGURES})")
     p.set_defaults(func=cmd_plots)
 
-    p = sub.add_parser("report", help="draw the figures and write a markdown report")
+    p = sub.add_parser("report", help="draw the figures and write a markdown report (REPORT.md and a page per host)")
     common(p)
     p.add_argument("--figures", default=str(FIGURES), help=f"figure folder (default: {FIGURES})")
     p.add_argument("--out", default=str(REPORT), help=f"report file (default: {REPORT})")

@@ -7,8 +7,9 @@ Three parts, each computed from rows alone (nothing is typed in by hand):
   or one *no data* row naming the suite (or peer, or baseline) that would answer it;
 - **the hosts** (:func:`host_lines`): per host (:func:`analysis.load.host_of`) its CPU, caches,
   suites run, a few key numbers and its warnings: incomplete runs, runs with no recorded git
-  state, runs superseded by a later run of the same host (:func:`superseded`), and cells that
-  two runs of the same host measured more than :data:`DIFFER` apart (:func:`differing_cells`);
+  state, runs superseded by a later run of the same host (:func:`superseded`, with what the
+  data says of why they were slower: :func:`slowdown`), and cells that two runs of the same
+  host measured more than :data:`DIFFER` apart (:func:`differing_cells`);
 - **which design when** (:func:`design_rows`): the fastest configuration per situation and
   host (one process; threads; processes at 2, 8 and 16 workers; inside each framework; beside a
   GPU learner), *no data* where no run measured it.
@@ -32,13 +33,20 @@ from replaybench.analysis import markdown as md
 from replaybench.bench import contract, suites
 
 __all__ = ["MissingVerdict", "PooledHosts", "verdict_rows", "claims_table", "host_lines", "design_rows",
-           "superseded", "differing_cells", "section", "answering_runs", "check_one_host", "DIFFER"]
+           "superseded", "slowdown", "differing_cells", "section", "answering_runs", "check_one_host", "DIFFER",
+           "SLOWER"]
 
 #: Two runs of one host whose medians of one cell differ by more than this fraction are flagged.
 DIFFER = 0.25
 
 #: The rate metrics compared between runs of one host (a cell's value is a speed or a cost per call).
 _RATE_METRICS = ("seconds_per_call", "items_per_s", "env_steps_per_s", "steps_per_s", "updates_per_s")
+#: Of those, the costs (lower is faster); the others are speeds.
+_COST_METRICS = ("seconds_per_call",)
+#: A superseded run's one-process cells this many times slower than its successor's call for a cause.
+SLOWER = 2.0
+#: Memory probes of two runs within this factor: the machine ran alike.
+_PROBE_ALIKE = 1.5
 
 
 class MissingVerdict(RuntimeError):
@@ -106,16 +114,22 @@ def verdict_rows(parts, registry=None) -> list[dict]:
     return out
 
 
-def claims_table(rows) -> list[str]:
+def claims_table(rows, figure=None, host_link=None) -> list[str]:
+    """The claims table of :func:`verdict_rows`' rows. ``figure(row) -> str``: the text of the
+    row's figure cell (a link to its headline, or why there is none; "-" without it);
+    ``host_link(host) -> str | None``: where the host's page is (the host cell links to it)."""
     body = []
     for r in rows:
         c, v = r["claim"], r["verdict"]
         runs = ", ".join(f"`{x}`" + (" (superseded)" if x in r.get("superseded", ()) else "")
                          for x in v.runs) or "-"
-        body.append([f"{c.claim} (`{c.name}`)", c.paper, c.number, v.ours, f"`{r['host']}`" if r["host"] != "-" else "-",
-                     runs, v.spread, f"**{v.verdict}**" + (f": {v.why}" if v.why else "")])
-    return md.table(["claim", "paper", "paper's number", "ours", "host", "runs", "values, spread", "verdict: rests on"],
-                    body)
+        link = host_link(r["host"]) if host_link and r["host"] != "-" else None
+        host = "-" if r["host"] == "-" else f"[`{r['host']}`]({link})" if link else f"`{r['host']}`"
+        body.append([f"{c.claim} (`{c.name}`)", c.paper, c.number, v.ours, f"**{v.verdict}**",
+                     figure(r) if figure else "-", host, runs, v.spread, v.why or "-"])
+    # what a reader looks for first stands left: the claim, the paper's number, ours, the verdict, the figure
+    return md.table(["claim", "paper", "paper's number", "ours", "verdict", "figure", "host", "runs", "values, spread",
+                     "rests on"], body)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,6 +164,117 @@ def superseded(res) -> dict[str, str]:
             why.append("libraries " + ", ".join(diff))
         out[run_id] = "; ".join(why)
     return out
+
+
+def _probe_ratio(old: dict, new: dict) -> float | None:
+    """How much slower ``old``'s memory probe (meta.json ``memory_limits``: dependent-load latency
+    and random gather per working-set size) ran than ``new``'s: the median over the sizes both
+    measured up to 1 MiB (the caches, where a slower core shows; beyond, DRAM and its neighbours
+    do) of old / new, latency and gather alike; None when either run has no probe."""
+    def sizes(meta):
+        return {s["bytes"]: s for s in (meta.get("memory_limits") or {}).get("sizes") or [] if s.get("bytes")}
+
+    a, b = sizes(old), sizes(new)
+    ratios = [a[k][m] / b[k][m] for k in sorted(set(a) & set(b)) if k <= 2**20
+              for m in ("latency_ns", "gather_ns") if a[k].get(m) and b[k].get(m)]
+    return float(pd.Series(ratios).median()) if ratios else None
+
+
+#: What one cell is for :func:`_one_process_ratio`, besides its params: the cell columns less
+#: ``params`` and ``items_per_call`` (how a suite batched its calls, not what it measured).
+_SAME_CELL = [c for c in load.CELL_COLUMNS if c not in ("params", "items_per_call")]
+#: Params that say how long a cell was measured, not what: ignored when two runs' cells are matched.
+_LENGTH_PARAMS = frozenset({"steps", "window_s", "windows", "repeats", "timeout_s", "warmup_s"})
+#: Params a run made before they existed did not record, and the value it ran with.
+_PARAM_DEFAULTS = {"envs_per_actor": 1}
+
+
+def _same_params(a: dict, b: dict) -> bool:
+    """Whether two cells' params say the same measurement: equal on every key both hold (and on
+    :data:`_PARAM_DEFAULTS`, a missing one read as its default), length keys aside; a key only one
+    holds is a setting recorded since (a resolved default), not a difference."""
+    for key in (set(a) & set(b) | set(_PARAM_DEFAULTS)) - _LENGTH_PARAMS:
+        if a.get(key, _PARAM_DEFAULTS.get(key)) != b.get(key, _PARAM_DEFAULTS.get(key)):
+            return False
+    return True
+
+
+def _one_process_ratio(res, old: str, new: str) -> tuple[float | None, int]:
+    """(median over the cells both runs measured with one worker process of how many times slower
+    ``old`` ran, the number of such cells): one process is what neither a CPU quota of a core or
+    more nor contention between workers can slow, so a gap there is the machine or the code.
+    Cells match on :data:`_SAME_CELL` and :func:`_same_params`."""
+    t = res.table
+    rows = t[t["run_id"].isin([old, new]) & (t["status"] == contract.MEASURED) & t["metric"].isin(_RATE_METRICS)
+             & t["value"].notna()]
+    workers = rows["actors"].astype(float).fillna(0) + rows["learners"].astype(float).fillna(0)
+    threads = rows["threads"].astype(float).fillna(1)
+    rows = rows[(workers <= 1) & (threads <= 1)]
+    if rows["run_id"].nunique() < 2:
+        return None, 0
+    rows = rows.assign(key=rows[_SAME_CELL].astype(str).agg("\x1f".join, axis=1), p=rows["params"].astype(str))
+    med = rows.groupby(["key", "p", "run_id"], sort=True)["value"].median()
+    slower = []
+    for key, g in med.groupby(level="key", sort=True):
+        mine = {p: v for (_, p, r), v in g.items() if r == old}
+        theirs = {p: v for (_, p, r), v in g.items() if r == new}
+        cost = key.split("\x1f")[_SAME_CELL.index("metric")] in _COST_METRICS
+        for p, v in mine.items():
+            match = [w for q, w in theirs.items() if _same_params(contract.params_of(p), contract.params_of(q))]
+            if match and v > 0 and match[0] > 0:
+                slower.append(v / match[0] if cost else match[0] / v)
+    return (float(pd.Series(slower).median()), len(slower)) if slower else (None, 0)
+
+
+def _witness(res, run_id: str) -> str | None:
+    """The later run of ``run_id``'s host and scenario with a recorded commit that measured the
+    most one-process cells beside it (then the earliest, then by id); None when there is none."""
+    metas = res.metas
+    mine = metas[run_id]
+    start = str(mine.get("start_time") or "")
+    later = [r for r, m in metas.items() if m.get("git_sha") and m.get("scenario") == mine.get("scenario")
+             and (str(m.get("start_time") or ""), r) > (start, run_id)]
+    if not later:
+        return None
+    return min(later, key=lambda r: (-_one_process_ratio(res, run_id, r)[1], str(metas[r].get("start_time") or ""), r))
+
+
+def slowdown(res, run_id: str) -> str:
+    """What the stored data says of why superseded run ``run_id`` was slower than the later runs of
+    its host (the one with a recorded commit that shares the most one-process cells with it,
+    :func:`_witness`): the usable CPUs and CPU quota each recorded, their memory probes
+    (:func:`_probe_ratio`) and their one-process cells (:func:`_one_process_ratio`). Where one
+    process ran :data:`SLOWER` times slower or more while the probes ran within
+    :data:`_PROBE_ALIKE`, the cause is the code the run ran (the machine was not slower, and
+    neither a quota nor other workers slow one process); else the text says what was checked and
+    that the cause is unknown."""
+    newer = _witness(res, run_id)
+    if newer is None:
+        return "cause unknown: no later run of this host recorded its commit"
+    old, new = res.metas[run_id], res.metas[newer]
+    cpus = [((m.get("machine") or {}).get("usable_cpus") or "?") for m in (old, new)]
+    quota = ["not recorded" if "cpu_quota" not in (m.get("machine") or {}) else
+             (m["machine"]["cpu_quota"] or "none") for m in (old, new)]
+    probe = _probe_ratio(old, new)
+    ratio, n = _one_process_ratio(res, run_id, newer)
+    checked = (f"against `{newer}`: usable CPUs {cpus[0]} vs {cpus[1]}; CPU quota {quota[0]} vs {quota[1]}; git state "
+               f"{'not recorded' if not old.get('git_sha') else old['git_sha'][:10]} vs {(new.get('git_sha') or '-')[:10]}; "
+               + ("memory probe: " + (f"{probe:.2f}x the later run's time" if probe is not None else
+                                      f"not in both runs") + "; ")
+               + (f"{n} one-process cells measured by both: {ratio:.2f}x slower" if ratio is not None else
+                  "no one-process cell measured by both"))
+    if ratio is not None and ratio >= SLOWER and probe is not None and probe <= _PROBE_ALIKE:
+        return (f"slower because of the code it ran, not the machine: one process (which neither a CPU quota nor "
+                f"other workers slow) ran {ratio:.1f}x slower while the machine's memory probe took {probe:.2f}x the "
+                f"later run's time ({checked})")
+    if ratio is not None and ratio >= SLOWER:
+        return (f"slower, cause unknown between the machine and the code: one process ran {ratio:.1f}x slower, so "
+                f"neither a CPU quota nor other workers, and no memory probe in both runs tells the two apart "
+                f"({checked})")
+    if ratio is not None and ratio < 1 + DIFFER:
+        return (f"not slower where both measured one process ({ratio:.2f}x): superseded for its missing git "
+                f"state, not its speed ({checked})")
+    return f"cause of its speed unknown ({checked})"
 
 
 def differing_cells(res, limit: float = DIFFER) -> pd.DataFrame:
@@ -192,16 +317,24 @@ def _describe(meta) -> str:
             + (f"; {mem / 2**30:.0f} GiB" if mem else ""))
 
 
-def host_lines(parts, verdicts) -> list[str]:
+def _short(cause: str) -> str:
+    """:func:`slowdown`'s conclusion without its list of what was checked."""
+    return cause.split(" (against ", 1)[0]
+
+
+def host_lines(parts, verdicts, host_link=None) -> list[str]:
     """Per host: what it is, the suites run there, up to four key numbers (its claims' numbers)
-    and its warnings."""
+    and its warnings (a superseded run with the conclusion of :func:`slowdown`; the evidence is
+    on the host's page). ``host_link(host) -> str | None``: the host's page, linked from its name."""
     out = []
     for host, res in parts:
         if not res.metas:
             continue
         first = sorted(res.metas)[0]
         labels = sorted({load.machine_of(m) for m in res.metas.values()})
-        out.append(f"**`{host}`**: {_describe(res.metas[first])}; labels {', '.join(f'`{x}`' for x in labels)}; "
+        link = host_link(host) if host_link else None
+        name = f"[`{host}`]({link})" if link else f"`{host}`"
+        out.append(f"**{name}**: {_describe(res.metas[first])}; labels {', '.join(f'`{x}`' for x in labels)}; "
                    f"{len(res.metas)} runs: suites {', '.join(sorted({_suite(m) for m in res.metas.values()}))}.")
         keys = [v for v in verdicts if v["host"] == host and v["verdict"].ours != "-"][:4]
         for v in keys:
@@ -212,12 +345,13 @@ def host_lines(parts, verdicts) -> list[str]:
             out.append(f"- warning: incomplete runs: {', '.join(f'`{r}`' for r in incomplete)}")
         if nogit:
             out.append(f"- warning: no git state recorded: {', '.join(f'`{r}`' for r in nogit)}")
-        for run_id, why in superseded(res).items():
-            out.append(f"- warning: `{run_id}` is superseded: {why}")
+        for run_id in superseded(res):
+            out.append(f"- warning: `{run_id}` is superseded by a later run of this host that recorded its commit; "
+                       f"{_short(slowdown(res, run_id))}")
         diff = differing_cells(res)
         if not diff.empty:
             worst = "; ".join(f"{d.cell}: {md.num(d.low)} in `{d.runs[0]}` vs {md.num(d.high)} in `{d.runs[-1]}` "
-                              f"({d.ratio:.2f}x)" for d in diff.head(3).itertuples())
+                              f"({d.ratio:.2f}x)" for d in diff.head(2).itertuples())
             out.append(f"- warning: {len(diff)} cells differ by more than {DIFFER:.0%} between runs of this host; "
                        f"the largest: {worst}")
         out.append("")
@@ -333,9 +467,11 @@ def design_rows(parts) -> list[list]:
     return body
 
 
-def section(parts, registry=None) -> list[str]:
-    """The findings page's markdown lines (see the module docstring)."""
-    verdicts = verdict_rows(parts, registry)
+def section(parts, registry=None, verdicts=None, figure=None, host_link=None) -> list[str]:
+    """The findings page's markdown lines (see the module docstring). ``verdicts``: the rows of
+    :func:`verdict_rows` where the caller has them (else computed here); ``figure`` and
+    ``host_link``: see :func:`claims_table`."""
+    verdicts = verdict_rows(parts, registry) if verdicts is None else verdicts
     counts = {v: sum(r["verdict"].verdict == v for r in verdicts) for v in claims_mod.VERDICTS}
     hosts = [h for h, r in parts if r.metas]
     out = ["## Findings", "",
@@ -343,9 +479,12 @@ def section(parts, registry=None) -> list[str]:
            f"its CPU model, logical CPUs and caches (`{len(hosts)}` here), never the `--machine` label, and no number "
            f"below mixes two hosts. Ratios are of medians from the same run; spreads are min-max over the values. "
            f"Verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n) + ".", "",
-           "### The papers' claims", ""]
-    out += claims_table(verdicts) + [""]
-    out += ["### Hosts", ""] + host_lines(parts, verdicts)
+           "### The papers' claims", "",
+           "*figure*: the claim's headline figure on that host (our cells, the paper's number as a red dashed "
+           "mark), or why there is none; *details*: the claim's section on the host's page, its tables each beside "
+           "its figure.", ""]
+    out += claims_table(verdicts, figure, host_link) + [""]
+    out += ["### Hosts", ""] + host_lines(parts, verdicts, host_link)
     out += ["### Which design when", "",
             "The fastest configuration measured per situation and host (sampled items/s of the replay buffer; "
             "the framework rows are training speed). *no data* names the suite that would measure it.", ""]

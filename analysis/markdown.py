@@ -1,12 +1,14 @@
 """Markdown helpers for analysis/REPORT.md, shared by :mod:`analysis.report` and the figure
-modules' ``report_section`` functions: a table and two number formats. Pure functions of
+modules' ``report_section`` functions: a table, two number formats and heading anchors. Pure functions of
 their arguments; the output is deterministic, so unchanged results give an unchanged report."""
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
-__all__ = ["table", "num", "human_bytes"]
+__all__ = ["table", "num", "human_bytes", "anchor"]
 
 
 def table(header: list[str], body: list[list]) -> list[str]:
@@ -39,3 +41,11 @@ def human_bytes(nbytes) -> str:
         if nbytes >= size:
             return f"{nbytes / size:g} {unit}"
     return f"{nbytes} B"
+
+
+def anchor(heading: str) -> str:
+    """The anchor a code-hosting site (GitHub) gives a heading: lower case, every character but
+    letters, digits, spaces, ``-`` and ``_`` dropped, spaces to ``-`` (``"## `a-b`: C (D)"`` ->
+    ``"a-b-c-d"``). Two headings alike on one page get the same anchor here: pages keep theirs apart."""
+    text = re.sub(r"[^\w\- ]", "", heading.lstrip("#").strip().lower())
+    return text.replace(" ", "-")

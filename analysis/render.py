@@ -29,7 +29,7 @@ matplotlib.use("Agg")  # files only, no display: the figures are built without p
 
 from replaybench.analysis import plots  # noqa: E402
 
-__all__ = ["Outcome", "render", "save_figure", "EXTENSIONS"]
+__all__ = ["Outcome", "render", "save", "save_figure", "EXTENSIONS"]
 
 EXTENSIONS = (".png", ".svg", ".csv")
 _RC = {"svg.hashsalt": "replaybench", "font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9,
@@ -39,8 +39,9 @@ _RC = {"svg.hashsalt": "replaybench", "font.size": 9, "axes.titlesize": 10, "axe
 @dataclass
 class Outcome:
     """What happened to each figure: ``written`` {name: [paths]}, ``skipped`` and ``failed``
-    {name: one-line reason}, ``captions`` {name: caption}, ``titles`` {name: title} and
-    ``data`` {name: the DataFrame saved as CSV}."""
+    {name: one-line reason}, ``captions`` {name: caption}, ``titles`` {name: title: the
+    plot's own where it gives one, else the module's ``TITLE``} and ``data`` {name: the
+    DataFrame saved as CSV}."""
 
     written: dict = field(default_factory=dict)
     skipped: dict = field(default_factory=dict)
@@ -72,6 +73,20 @@ def save_figure(figure, png: Path, svg: Path) -> None:
     Path(svg).write_text(_stable_clip_ids(text.getvalue()), encoding="utf-8")
 
 
+def save(make, out: Path, name: str) -> tuple:
+    """``make()`` (-> :class:`analysis.plots.Plot`) drawn inside the house style and saved as
+    ``out/name`` .png, .svg and .csv (the plot's data); ``(plot, [png, svg, csv])``. Whatever
+    ``make`` raises propagates and nothing is written."""
+    out = Path(out)
+    with matplotlib.rc_context(_RC):
+        plot = make()
+        out.mkdir(parents=True, exist_ok=True)
+        paths = [out / f"{name}{ext}" for ext in EXTENSIONS]
+        save_figure(plot.figure, paths[0], paths[1])
+    plot.data.to_csv(paths[2], index=False)
+    return plot, paths
+
+
 def _remove(out: Path, name: str) -> None:
     for ext in EXTENSIONS:
         (out / f"{name}{ext}").unlink(missing_ok=True)
@@ -88,11 +103,7 @@ def render(results, out_dir, echo=print, only=None) -> Outcome:
             continue
         outcome.titles[name] = module.TITLE
         try:
-            with matplotlib.rc_context(_RC):
-                plot = module.build(results.table, results.metas)
-                paths = [out / f"{name}{ext}" for ext in EXTENSIONS]
-                save_figure(plot.figure, paths[0], paths[1])
-            plot.data.to_csv(paths[2], index=False)
+            plot, paths = save(lambda: module.build(results.table, results.metas), out, name)
         except plots.NoRows as why:
             _remove(out, name)
             outcome.skipped[name] = str(why)
@@ -104,6 +115,7 @@ def render(results, out_dir, echo=print, only=None) -> Outcome:
             echo(f"FAILED {name}: {type(err).__name__}: {err}\n{traceback.format_exc()}")
             continue
         outcome.written[name] = paths
+        outcome.titles[name] = plot.title or module.TITLE  # a figure may name what it drew (the sides it has)
         outcome.captions[name] = plot.caption
         outcome.data[name] = plot.data
         echo(f"wrote {paths[0]} (+ .svg, .csv: {len(plot.data)} rows)")

@@ -1,9 +1,20 @@
-"""analysis/REPORT.md: the findings first, then per host the machine, the runs used, tables of
-medians with spread and ratios, the figures.
+"""analysis/REPORT.md and its host pages: the findings first, everything else one page per host.
 
 Written by ``make report`` (``replaybench report``) after the figures, in GitHub-flavoured
-markdown with the figures linked relative to the report, so it renders on a code-hosting
-site. The text holds no timestamp, so unchanged results give an unchanged report.
+markdown with the figures linked relative to each page, so it renders on a code-hosting site.
+The text holds no timestamp, so unchanged results give unchanged pages.
+
+- **REPORT.md** (:func:`build_pages`): the findings (:mod:`analysis.findings`: the papers'
+  claims with their verdicts, each row linking its headline figure (:mod:`analysis.headline`)
+  and its section on the host's page; the hosts; which design when) and the list of host pages.
+  It stays a front page (under about 200 lines): every table of measurements is on a host page.
+- **report/<host>.md** (:func:`build`): one host's machine, then one section per claim of the
+  papers that its runs bear on, in the claims' order: the verdict, the headline figure with the
+  table of its points, then every section and figure tied to that claim (a figure module's
+  ``CLAIMS``: :mod:`analysis.plots`), each figure right after its section's first table; then the
+  sections tied to no claim ("Other measurements"), the runs used (with why superseded runs were
+  slower: :func:`analysis.findings.slowdown`) and the figures not drawn. :func:`build` refuses
+  results of two hosts (:class:`analysis.findings.PooledHosts`), so no page pools hosts.
 
 Numbers: medians over a cell's values with their spread as **min-max** (every value of every
 worker process; the same spread the terminal summary prints), ratios of medians from the same
@@ -11,33 +22,32 @@ run (``x binary``: to the binary tree; ``x best peer``: to the fastest peer libr
 cell). Cells measured by several runs take the newest run's values (see
 :func:`analysis.load.latest_per_cell`).
 
-The report opens with the findings page (:mod:`analysis.findings`: the papers' claims with
-their verdicts, the hosts, which design when), then one section per host
-(:meth:`analysis.load.Results.by_host`): :func:`build` writes one host's sections and refuses
-results of two hosts (:class:`analysis.findings.PooledHosts`), so no table pools hosts.
-
 This module writes the sections that are no one figure's (machine, runs, throughput, memory
-bound, op floors, PAAC) and the figure list; the sections drawn from a figure's data come
-from the figure modules' ``report_section`` (:mod:`analysis.plots`), collected in order.
+bound, op floors, PAAC: :data:`_PLACED`); the sections drawn from a figure's data come from the
+figure modules' ``report_section`` (:mod:`analysis.plots`).
 """
 
 from __future__ import annotations
 
 import math
-
 import os
+import re
+from dataclasses import dataclass
 from fractions import Fraction
-from functools import partial
 from pathlib import Path
 
 import pandas as pd
 
+from replaybench.analysis import claims as claims_mod
 from replaybench.analysis import findings, load, plots, references, stats
 from replaybench.analysis import markdown as md
 from replaybench.bench import contract, derive
 from replaybench.analysis.plots.capacity import default_timings
 
-__all__ = ["build", "build_hosts"]
+__all__ = ["build", "build_pages", "page_name", "claim_heading", "PAGES"]
+
+#: The folder of the host pages, beside REPORT.md.
+PAGES = "report"
 
 _OPS = ["sample", "update", "insert_batch", "insert_one", "mixed"]
 
@@ -76,7 +86,8 @@ def _runs(res) -> list[str]:
            "Every run below was read; where several runs measured the same cell, the newest run's values "
            "are used (the CSV beside each figure names the run of every point). *host*: the CPU model, logical "
            "CPUs and caches the run recorded (:func:`analysis.load.host_of`); *superseded*: a later run of the same "
-           "host re-measured its scenario with a recorded commit (the reason is in the findings' host summary).", ""]
+           "host re-measured its scenario with a recorded commit (why, and why its calls were slower, below the "
+           "table).", ""]
     body = []
     table = res.table
     gone = findings.superseded(res)
@@ -92,10 +103,20 @@ def _runs(res) -> list[str]:
                      len(rows), int(statuses.get("ok", 0)), other])
     out += md.table(["run", "host", "suite", "scenario", "git sha", "dirty", "complete", "superseded", "rows", "ok",
                      "not ok"], body)
-    if res.problems:
-        out += ["", "Left out (could not be read, or would merge with a run above: the same folder or run id):", ""]
-        out += [f"- `{p}`" for p in res.problems]
+    if gone:
+        out += ["", "Superseded runs: why, and what the stored data says of why their calls were slower (the "
+                "usable CPUs and CPU quota each run recorded, the machine's memory probe of each, and the cells both "
+                "measured with one worker process, which neither a CPU quota nor other workers slow):", ""]
+        out += [f"- `{run_id}`: {why}; {findings.slowdown(res, run_id)}" for run_id, why in gone.items()]
     return out + [""]
+
+
+def _left_out(problems) -> list[str]:
+    """The runs that could not be read or would have merged with another (REPORT.md's list)."""
+    if not problems:
+        return []
+    return (["Left out (could not be read, or would merge with a run named before it: the same folder or run id):",
+             ""] + [f"- `{p}`" for p in problems] + [""])
 
 
 def _throughput(res) -> list[str]:
@@ -300,64 +321,204 @@ def _paac(res) -> list[str]:
     return out
 
 
-def _figures(outcome, report_path: Path) -> list[str]:
-    out = ["## Figures", ""]
-    for name, paths in outcome.written.items():
-        rel = lambda p: Path(os.path.relpath(p, report_path.parent)).as_posix()  # noqa: E731
-        out += [f"### {outcome.titles[name]}", "", outcome.captions.get(name, ""), "",
-                f"![{outcome.titles[name]}]({rel(paths[0])})", "",
-                f"Data: [`{rel(paths[2])}`]({rel(paths[2])}) · vector: [`{rel(paths[1])}`]({rel(paths[1])})", ""]
-    for name, why in {**outcome.skipped, **outcome.failed}.items():
-        out.append(f"- *{outcome.titles.get(name, name)}*: not drawn: {why}")
-    return out + [""]
+
+@dataclass
+class _Block:
+    """One section of a host page: ``lines`` (markdown, headings at level 2) and the figure
+    drawn beside it (``figure``: its name in the outcome, or None), placed under the first of
+    ``claims`` that has a section on the page (else under "Other measurements"), in ``place`` order."""
+
+    place: tuple
+    claims: tuple
+    lines: list
+    figure: str | None = None
 
 
-#: This module's sections that stand among the figure modules' sections (whose place is their
-#: ``REPORT_ORDER``, or ``ORDER``): they read raw rows of several scenarios, not one figure's data.
-#: PAAC's stands at the PAAC stepping figure's place: after training (51), before LF (60).
-_PLACED = [(56, "paac", _paac)]
+#: This module's sections, placed among the figure modules' (whose place is their
+#: ``REPORT_ORDER``, or ``ORDER``) as (place, name, maker(res) -> lines, claims): they read raw
+#: rows, not one figure's data. Throughput stands before the capacity figure (20), the memory
+#: bound after it, PAAC's at the PAAC stepping figure's place (56, before LF at 60).
+_PLACED = [(19, "throughput", _throughput, ("pal-kary-vs-baselines",)),
+           (21, "memory_bound", _memory_bound, ()),
+           (56, "paac", _paac, ("paac-rate",))]
 
 
-def _sections(res, outcome) -> list[str]:
-    """Every figure module's ``report_section`` (the contract is in :mod:`analysis.plots`) and
-    the sections in ``_PLACED``, ordered by (place, name); a figure that was not drawn gives
-    its section ``data=None``."""
-    makers = {(order, name): partial(fn, res) for order, name, fn in _PLACED}
+def _blocks(res, outcome) -> list[_Block]:
+    """Every section of a host page in place order: each figure module's (its ``report_section``
+    and its figure, handed ``data=None`` when the figure was not drawn) and :data:`_PLACED`."""
+    blocks = [_Block((order, name), claims, maker(res)) for order, name, maker, claims in _PLACED]
     for module in plots.modules():
-        if hasattr(module, "report_section"):
-            place = (getattr(module, "REPORT_ORDER", module.ORDER), module.NAME)
-            makers[place] = partial(module.report_section, outcome.data.get(module.NAME), res, outcome.data)
-    return [line for place in sorted(makers) for line in makers[place]()]
+        place = (getattr(module, "REPORT_ORDER", module.ORDER), module.NAME)
+        lines = (module.report_section(outcome.data.get(module.NAME), res, outcome.data)
+                 if hasattr(module, "report_section") else [])
+        figure = module.NAME if module.NAME in outcome.written else None
+        blocks.append(_Block(place, tuple(getattr(module, "CLAIMS", ())), lines, figure))
+    return sorted(blocks, key=lambda b: b.place)
 
 
-def build(res, outcome, report_path) -> str:
-    """The report's markdown for loaded results ``res`` of one host and the figures ``outcome``
-    drew from them; :class:`analysis.findings.PooledHosts` when ``res`` holds runs of two hosts."""
-    findings.check_one_host(res)
-    report_path = Path(report_path)
-    lines = ["# replaybench report", "",
-             "Generated by `make report` (`replaybench report`) from the stored runs below; regenerate it "
-             "rather than editing it.", ""]
-    lines += _machine(res) + _runs(res) + _throughput(res) + _memory_bound(res)
-    lines += _sections(res, outcome) + _figures(outcome, report_path)
+def _demote(lines: list[str]) -> list[str]:
+    """Headings one level down (a section's ``##`` stands under a claim's ``##`` on the page)."""
+    return [f"#{line}" if line.startswith("#") else line for line in lines]
+
+
+def _rel(path, page: Path) -> str:
+    return Path(os.path.relpath(path, page.parent)).as_posix()
+
+
+def _figure_lines(outcome, name: str, page: Path) -> list[str]:
+    png, svg, csv = outcome.written[name]
+    return [f"![{outcome.titles[name]}]({_rel(png, page)})", "", outcome.captions.get(name, ""), "",
+            f"Data: [`{_rel(csv, page)}`]({_rel(csv, page)}) · vector: [`{_rel(svg, page)}`]({_rel(svg, page)})", ""]
+
+
+def _block_lines(block: _Block, outcome, page: Path) -> list[str]:
+    """A block's section with its figure right after the section's first table (or after its text
+    where it has no table; under the figure's title where it has no section)."""
+    lines = _demote(block.lines)
+    if block.figure is None:
+        return lines
+    figure = _figure_lines(outcome, block.figure, page)
+    if not lines:
+        return [f"### {outcome.titles[block.figure]}", ""] + figure
+    table = next((i for i, line in enumerate(lines) if line.startswith("|")), None)
+    if table is None:
+        return lines + figure
+    end = next((i for i in range(table, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return lines[:end] + [""] + figure + lines[end + 1 if end < len(lines) and not lines[end] else end:]
+
+
+def claim_heading(claim) -> str:
+    """The heading of ``claim``'s section on a host page (its anchor: :func:`analysis.markdown.anchor`)."""
+    return f"## `{claim.name}`: {claim.claim} ({claim.paper})"
+
+
+def _points_table(claim, verdict) -> list[str]:
+    """The headline's points as a table (the same numbers as the figure's CSV)."""
+    lines = any(p.x is not None for p in verdict.points)  # a figure against a number: its x column
+    body = [[p.label, p.series, *([f"{p.x:g}"] if lines else []), md.num(p.value),
+             f"{md.num(p.low)}-{md.num(p.high)}", md.num(p.paper if p.paper is not None else claim.mark), f"`{p.run_id}`"]
+            for p in verdict.points]
+    header = ["cell", "series", *(["x"] if lines else []), "ours", "min-max", claim.paper, "run"]
+    return md.table(header, body) if body else []
+
+
+def _claim_lines(row, headlines, page: Path) -> list[str]:
+    """A claim's verdict on this host, its headline figure (or why none) and the figure's points."""
+    claim, v = row["claim"], row["verdict"]
+    out = [f"**{v.verdict}**" + (f": {v.why}" if v.why else "") + ".", "",
+           f"- {claim.paper}: {claim.number} ({claim.metric}); cells: {claim.cells}",
+           f"- ours: {v.ours}; {v.spread}; runs: " + (", ".join(f"`{r}`" for r in v.runs) or "-"), ""]
+    key = (claim.name, row["host"])
+    if headlines is not None and key in headlines.written:
+        png, svg, csv = headlines.written[key]
+        out += [f"![{claim.claim}]({_rel(png, page)})", "",
+                f"Data: [`{_rel(csv, page)}`]({_rel(csv, page)}) · vector: [`{_rel(svg, page)}`]({_rel(svg, page)})",
+                ""]
+    elif headlines is not None and key in headlines.left_out:
+        out += [f"No headline figure: {headlines.left_out[key]}.", ""]
+    return out + _points_table(claim, v) + ([""] if v.points else [])
+
+
+def build(res, outcome, report_path, verdicts=None, headlines=None, findings_path=None) -> str:
+    """One host's page (see the module docstring) for loaded results ``res`` of that host, the
+    figures ``outcome`` drew from them, written at ``report_path``: ``verdicts``, the rows of
+    :func:`analysis.findings.verdict_rows` (those of this host are used; computed from ``res``
+    when None); ``headlines``, :func:`analysis.headline.render_all`'s outcome (None: no headline
+    links); ``findings_path``, REPORT.md, linked back to. :class:`analysis.findings.PooledHosts`
+    when ``res`` holds runs of two hosts."""
+    host = findings.check_one_host(res) or "no runs"
+    page = Path(report_path)
+    if verdicts is None:
+        verdicts = findings.verdict_rows([(host, res)])
+    rows = [r for r in verdicts if r["host"] == host]
+    blocks = [b for b in _blocks(res, outcome) if b.lines or b.figure]
+    # the project's claims and any other the verdicts hold (a registry of the caller's: tests add one)
+    known = {**dict(claims_mod.CLAIMS.items()), **{r["claim"].name: r["claim"] for r in verdicts}}
+    order = {name: (c.order, name) for name, c in known.items()}
+    answered = {r["claim"].name for r in rows}
+    with_blocks = {c for b in blocks for c in b.claims if c in order}
+    sections = sorted(answered | with_blocks, key=lambda c: order[c])
+    placed = {name: [] for name in sections}
+    other = []
+    for b in blocks:
+        home = next((c for c in sorted(b.claims, key=lambda c: order.get(c, (1e9, c))) if c in placed), None)
+        (placed[home] if home else other).append(b)
+    lines = [f"# Host `{host}`", ""]
+    if findings_path is not None:
+        lines += [f"[Back to the findings]({_rel(findings_path, page)}#findings) (REPORT.md). Everything measured on "
+                  "this host, ordered by the papers' claims; each table stands beside its figure.", ""]
+    lines += ["Contents: " + " · ".join([f"[`{c}`](#{md.anchor(claim_heading(known[c]))})"
+                                        for c in sections]
+                                       + ["[other measurements](#other-measurements-on-this-host)",
+                                          "[runs used](#runs-used)"]), ""]
+    lines += _machine(res)
+    for name in sections:
+        claim = known[name]
+        lines += [claim_heading(claim), ""]
+        row = next((r for r in rows if r["claim"].name == name), None)
+        if row is not None:
+            lines += _claim_lines(row, headlines, page)
+        else:
+            lines += ["No verdict on this host: none of its runs is of the claim's suites "
+                      f"({', '.join(f'`{x}`' for x in claim.suites) or '-'}); the measurements below bear on it.", ""]
+        for b in placed[name]:
+            lines += _block_lines(b, outcome, page)
+    lines += ["## Other measurements on this host", ""]
+    for b in other:
+        lines += _block_lines(b, outcome, page)
+    if not other:
+        lines += ["None.", ""]
+    lines += _runs(res)
+    missing = {**outcome.skipped, **outcome.failed}
+    if missing:
+        lines += ["## Figures not drawn on this host", ""]
+        lines += [f"- *{outcome.titles.get(name, name)}*: {why}" for name, why in missing.items()] + [""]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def build_hosts(parts, report_path) -> str:
-    """The whole report: ``parts`` is ``[(host, results, outcome)]`` in
+def page_name(host: str) -> str:
+    """The file name of ``host``'s page under :data:`PAGES`."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", host) + ".md"
+
+
+def build_pages(parts, report_path, verdicts=None, headlines=None) -> dict[Path, str]:
+    """Every page of the report: ``parts`` is ``[(host, results, outcome)]`` in
     :meth:`analysis.load.Results.by_host`'s order, each host's figures drawn from its own runs
-    only. The title, the findings page (:func:`analysis.findings.section`, from every host's
-    runs, each number from one host), then one section per host holding :func:`build`'s report
-    of that host, headings one level down. Numbers of two hosts are never put in one table or
-    one figure. Raises :class:`analysis.findings.MissingVerdict` when a claim answered by stored
-    runs gets no verdict."""
+    only; ``{path: markdown}`` for ``report_path`` (REPORT.md: the findings, from every host's
+    runs, each number from one host) and ``<its folder>/report/<host>.md`` per host
+    (:func:`build`). Numbers of two hosts are never put in one table or one figure. Raises
+    :class:`analysis.findings.MissingVerdict` when a claim answered by stored runs gets no
+    verdict."""
     report_path = Path(report_path)
-    lines = ["# replaybench report", "",
+    pairs = [(host, res) for host, res, _ in parts]
+    verdicts = findings.verdict_rows(pairs) if verdicts is None else verdicts
+    pages = {host: report_path.parent / PAGES / page_name(host) for host, res, _ in parts if res.metas}
+
+    def host_link(host):
+        return _rel(pages[host], report_path) if host in pages else None
+
+    def figure(row):
+        host, claim = row["host"], row["claim"]
+        if host not in pages:
+            return "-"
+        details = f"[details]({host_link(host)}#{md.anchor(claim_heading(claim))})"
+        key = (claim.name, host)
+        if headlines is not None and key in headlines.written:
+            return f"[figure]({_rel(headlines.written[key][0], report_path)}) · {details}"
+        if headlines is not None and key in headlines.left_out:
+            return f"none: {headlines.left_out[key]} · {details}"
+        return details
+
+    front = ["# replaybench report", "",
              "Generated by `make report` (`replaybench report`) from the stored runs; regenerate it rather than "
-             "editing it. The findings come first; each host's sections (its runs, tables and figures) follow: "
-             + ", ".join(f"[`{host}`](#host-{host})" for host, _, _ in parts) + ".", ""]
-    lines += findings.section([(host, res) for host, res, _ in parts])
-    for host, part, part_outcome in parts:
-        body = build(part, part_outcome, report_path).rstrip().splitlines()[4:]  # without the title lines
-        lines += [f"## Host `{host}`", ""] + [f"#{line}" if line.startswith("#") else line for line in body] + [""]
-    return "\n".join(lines).rstrip() + "\n"
+             "editing it. This page holds the findings; every table of measurements is on its host's page, ordered "
+             "by the papers' claims: "
+             + ", ".join(f"[`{host}`]({host_link(host)}) ({len(res.metas)} runs)" for host, res, _ in parts
+                         if host in pages) + ".", ""]
+    front += _left_out([p for _, res, _ in parts for p in res.problems])
+    front += findings.section(pairs, verdicts=verdicts, figure=figure, host_link=host_link)
+    out = {report_path: "\n".join(front).rstrip() + "\n"}
+    for host, res, outcome in parts:
+        if host in pages:
+            out[pages[host]] = build(res, outcome, pages[host], verdicts, headlines, report_path)
+    return out

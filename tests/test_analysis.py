@@ -620,7 +620,8 @@ def test_the_other_runs_still_plot_beside_a_broken_one(synthetic, tmp_path, caps
     assert status == 0
     assert f"warning: run left out: {broken}, line 5: 7 fields where the header has {len(contract.COLUMNS)}" in out.err
     assert "skipped capacity: " in out.out  # the micro run was the only source of timings
-    assert (tmp_path / "figs" / "cache_misses.png").stat().st_size > 0
+    (drawn,) = (tmp_path / "figs").glob("*/cache_misses.png")  # each host draws into a folder of its own
+    assert drawn.stat().st_size > 0
     # --strict: the same, but a broken run makes the exit status 1
     assert main(["plots", "--strict", "--runs", *runs, "--out", str(tmp_path / "f2"), "--only", "cache_misses"]) == 1
 
@@ -974,8 +975,10 @@ def test_training_scaling_never_joins_two_runs_nor_averages_their_baselines(tmp_
     older_line = np.array([1000.0, 1000.0 * 2 ** 0.8, 1000.0 * 4 ** 0.8])  # its seed 2 at 2 workers, then 3, 5
     assert any(np.allclose(y, older_line) for y in process)
     assert not any(np.isclose(y, 3000.0).any() and len(y) > 1 for y in process)  # the newer point stands alone
-    labels = {t.get_text() for t in rates.texts}
-    assert {"20300101T000000Z-older", "20300102T000000Z-newer"} <= labels
+    labels = {t.get_text() for t in rates.texts}  # each run's baseline carries its tag ...
+    assert {"r1 seq.", "r2 seq."} <= labels
+    legend = {t.get_text() for leg in plot.figure.legends for t in leg.get_texts()}  # ... that the legend names
+    assert {"r1: 20300101T000000Z-older", "r2: 20300102T000000Z-newer"} <= legend
 
 
 def test_training_rows_take_every_metric_of_a_cell_from_its_newest_run(tmp_path):
@@ -1040,10 +1043,12 @@ def test_training_scaling_draws_speedup_against_workers_and_leaves_out_unreached
     for ax in plot.figure.axes:
         if ax.get_title():
             panels.setdefault(ax.get_title(), []).append(ax.get_ylabel())
-    assert panels == {"dqn on CartPole-v1\n0.5 updates/step": ["speedup over sequential (x)", "time to threshold (s)",
-                                                               "environment steps/s", "updates/s"],
-                      "dqn on CartPole-v1\n0.0625 updates/step": ["speedup over sequential (x)",
-                                                                  "environment steps/s", "updates/s"]}
+    # updates/s is env steps/s x updates per step: no panel of its own (the CSV and the table keep it)
+    speedup_label = "speedup over the sequential loop\n(same run and learner device) (x)"
+    assert panels == {"dqn on CartPole-v1\n0.5 updates/step": [speedup_label, "time to threshold (s)",
+                                                               "environment steps/s"],
+                      "dqn on CartPole-v1\n0.0625 updates/step": [speedup_label, "environment steps/s"]}
+    assert "updates_per_s" in set(plot.data["metric"])
     speedup = next(ax for ax in plot.figure.axes if ax.get_ylabel().startswith("speedup"))
     assert speedup.get_xscale() == "log"
     ideal = [ln for ln in speedup.get_lines() if ln.get_linestyle() == "--"]
@@ -1088,8 +1093,12 @@ def test_report_command_writes_the_report(synthetic, tmp_path):
     status = main(["report", "--runs", str(synthetic / "20300101T000000Z-micro"), "--figures",
                    str(tmp_path / "figs"), "--out", str(tmp_path / "R.md"), "--only", "capacity", "peers"])
     assert status == 0
-    text = (tmp_path / "R.md").read_text()
-    assert "](figs/capacity.png)" in text and "](figs/peers.png)" in text
+    # the host's page beside R.md draws its figures, linked relative to the page
+    (page,) = (tmp_path / "report").glob("*.md")
+    text = page.read_text()
+    host = page.stem
+    assert f"](../figs/{host}/capacity.png)" in text and f"](../figs/{host}/peers.png)" in text
+    assert f"](report/{host}.md)" in (tmp_path / "R.md").read_text()
 
 
 def test_palette_is_stable_and_distinct():
@@ -1237,9 +1246,8 @@ def test_frameworks_figure_takes_the_newest_run_per_framework_not_a_pool_of_runs
 
 def test_every_host_gets_its_own_figures_and_report_section(tmp_path):
     """Issues 38 and 58: runs of two hosts measuring the same cells are never drawn together. A
-    host is its CPU and caches (meta.json ``machine``), not its ``--machine`` label. The host with
-    the most runs fills analysis/figures/; the other gets figures/<host>/ and a section of its own,
-    each from its own runs only."""
+    host is its CPU and caches (meta.json ``machine``), not its ``--machine`` label. Each host gets
+    figures/<host>/ and a page of its own (report/<host>.md), each from its own runs only."""
     rng = np.random.default_rng(3)
     root = tmp_path / "results"
     big = {**MACHINE, "cpu_model": "Big CPU", "logical_cpus": 16, "usable_cpus": 16}
@@ -1255,12 +1263,13 @@ def test_every_host_gets_its_own_figures_and_report_section(tmp_path):
     figures, target = tmp_path / "figures", tmp_path / "REPORT.md"
     assert main(["report", "--runs", *map(str, load.find_runs(root)), "--figures", str(figures),
                  "--out", str(target), "--only", "capacity"]) == 0
-    home = pd.read_csv(figures / "capacity.csv")
+    home = pd.read_csv(figures / "synthetic-2cpu-32k-1m-16m" / "capacity.csv")
     other = pd.read_csv(figures / "big-16cpu-32k-1m-16m" / "capacity.csv")
     assert set(home["run_id"]) == {"20300101T000000Z-micro"} and set(other["run_id"]) == {"20300102T000000Z-micro"}
     assert (other["median"].to_numpy() > 5 * home["median"].to_numpy()).all()  # 10x slower: not the home run's values
     text = target.read_text()
-    assert text.count("# replaybench report") == 1 and "## Host `big-16cpu-32k-1m-16m`" in text
-    section = text[text.index("## Host `big-16cpu-32k-1m-16m`"):]
-    assert "20300102T000000Z-micro" in section and "20300101T000000Z-micro" not in section
-    assert "big-16cpu-32k-1m-16m/capacity.png" in section and "### Runs used" in section
+    assert text.count("# replaybench report") == 1 and "](report/big-16cpu-32k-1m-16m.md)" in text
+    page = (tmp_path / "report" / "big-16cpu-32k-1m-16m.md").read_text()
+    assert page.startswith("# Host `big-16cpu-32k-1m-16m`")
+    assert "20300102T000000Z-micro" in page and "20300101T000000Z-micro" not in page
+    assert "](../figures/big-16cpu-32k-1m-16m/capacity.png)" in page and "## Runs used" in page

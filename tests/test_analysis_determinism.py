@@ -1,5 +1,6 @@
-"""The figures and the report are a pure function of the stored results, byte for byte: drawing
-them twice from the same runs gives the same files (analysis.render.save_figure)."""
+"""The figures and the report (REPORT.md and the host pages under analysis/report/) are a pure
+function of the stored results, byte for byte: drawing them twice from the same runs gives the
+same files (analysis.render.save_figure)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import matplotlib
 import pytest
 from matplotlib.figure import Figure
 
-from replaybench.analysis import load, render, report
+from replaybench.analysis import findings, headline, load, render, report
 from replaybench.analysis.__main__ import main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,26 +45,36 @@ def test_a_figure_placed_one_ulp_apart_is_saved_as_the_same_bytes(tmp_path):
 
 def _render(out: Path, runs, only) -> None:
     res = load.load_runs(runs)
-    outcome = render.render(res, out / "figures", echo=lambda *_: None, only=only)
-    assert set(outcome.written) == set(only), (outcome.skipped, outcome.failed)
-    (out / "REPORT.md").write_text(report.build(res, outcome, out / "REPORT.md"))
+    parts = []
+    for host, part in res.by_host():
+        outcome = render.render(part, out / "figures" / host, echo=lambda *_: None, only=only)
+        assert set(outcome.written) == set(only), (outcome.skipped, outcome.failed)
+        parts.append((host, part, outcome))
+    verdicts = findings.verdict_rows([(h, p) for h, p, _ in parts])
+    drawn = headline.render_all(verdicts, {h: out / "figures" / h for h, _, _ in parts}, res.hosts())
+    for path, text in report.build_pages(parts, out / "REPORT.md", verdicts, drawn).items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
 
 
 def test_figures_and_report_from_stored_runs_render_twice_alike(tmp_path):
     """The LF figure (whose layout moved by an ulp between processes) and the training curves
-    from their stored runs, and the report on them, twice: the same bytes."""
+    from their stored runs, the headline figures of the claims they answer, and the front page and
+    the host page on them, twice: the same bytes."""
     runs = [RESULTS / "reference-lf", RESULTS / "reference-training"]
     only = ["lf", "training_curves"]
     for name in ("a", "b"):
         _render(tmp_path / name, runs, only)
     first, second = _files(tmp_path / "a"), _files(tmp_path / "b")
-    assert len(first) == 2 * 3 + 1 and first == second
+    assert "REPORT.md" in first and any(f.startswith("report/") for f in first)
+    assert any("/claims/" in f for f in first) and first == second
 
 
 @pytest.mark.slow
 def test_the_whole_report_renders_twice_alike(tmp_path):
     """``replaybench report`` on every stored run, twice into two folders: every figure (PNG,
-    SVG, CSV) and REPORT.md are the same bytes (what `make report` regenerates)."""
+    SVG, CSV; the headline figures too), REPORT.md and every host page under report/ are the same
+    bytes (what `make report` regenerates)."""
     runs = [str(p) for p in load.find_runs(RESULTS)]
     for name in ("a", "b"):
         out = tmp_path / name
@@ -71,3 +82,4 @@ def test_the_whole_report_renders_twice_alike(tmp_path):
         assert main(argv) == 0
     first, second = _files(tmp_path / "a"), _files(tmp_path / "b")
     assert "REPORT.md" in first and len(first) > 30 and first == second
+    assert sum(f.startswith("report/") for f in first) == len(load.load_runs(runs).by_host())

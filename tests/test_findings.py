@@ -5,6 +5,7 @@ fails the build, and no table or figure pools two hosts (a host is its CPU and c
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -76,8 +77,8 @@ def test_a_claim_whose_runs_are_removed_says_no_data_and_names_its_suite():
     gone = {r["claim"].name: r for r in without}["lf-gym"]
     assert gone["host"] == "-" and gone["verdict"].verdict == claims.NO_DATA
     assert "suite `lf`" in gone["verdict"].why
-    table = "\n".join(findings.claims_table(without))
-    assert "**no data**: no stored run of suite `lf`" in table
+    row = next(line for line in findings.claims_table(without) if "(`lf-gym`)" in line)
+    assert "| **no data** |" in row and "no stored run of suite `lf`" in row
 
 
 def test_a_claim_whose_suite_has_runs_but_no_verdict_fails(two_hosts):
@@ -130,28 +131,35 @@ def test_a_report_section_that_pools_two_hosts_fails(two_hosts, tmp_path):
 
 
 def test_the_report_draws_each_host_from_its_own_runs(two_hosts, tmp_path):
-    """`replaybench report` on runs of two hosts under one label: each figure's CSV and each host
-    section hold one host's runs; the runs table names the host; the findings come first."""
+    """`replaybench report` on runs of two hosts under one label: each figure's CSV (the headline
+    figures' included) and each host page hold one host's runs; the runs table names the host; the
+    front page holds the findings and links each page. A figure folder of a label from before
+    (figures/vm/) and a figure left in the folder's root are removed."""
     _, (a, b, c) = two_hosts
     figures, target = tmp_path / "figures", tmp_path / "REPORT.md"
     (figures / "vm").mkdir(parents=True)
     (figures / "vm" / "capacity.png").write_bytes(b"stale")  # a label's folder from before: removed
+    (figures / "capacity.png").write_bytes(b"stale")  # the first host's figure from before host folders
     assert main(["report", "--runs", str(a), str(b), str(c), "--figures", str(figures), "--out", str(target)]) == 0
-    assert not (figures / "vm").exists()
-    home = pd.read_csv(figures / "capacity.csv")
+    assert not (figures / "vm").exists() and not (figures / "capacity.png").exists()
+    home = pd.read_csv(figures / "synthetic-2cpu-32k-1m-16m" / "capacity.csv")
     other = pd.read_csv(figures / "other-16cpu-32k-1m-16m" / "capacity.csv")
     assert set(home["run_id"]) <= {a.name, c.name} and set(other["run_id"]) == {b.name}
     hosts = load.load_runs([a, b, c]).hosts()
-    for csv in figures.rglob("*.csv"):
-        ids = set(pd.read_csv(csv).get("run_id", pd.Series(dtype=str)).dropna())
+    csvs = sorted(figures.rglob("*.csv"))
+    assert any(p.parent.name == "claims" for p in csvs)  # the headline figures are checked too
+    for csv in csvs:
+        ids = {r for cell in pd.read_csv(csv).get("run_id", pd.Series(dtype=str)).dropna() for r in str(cell).split(", ")}
         assert len({hosts[r] for r in ids}) <= 1, csv
     text = target.read_text()
-    assert text.index("## Findings") < text.index("## Host `synthetic-2cpu-32k-1m-16m`") \
-        < text.index("## Host `other-16cpu-32k-1m-16m`")
-    other_section = text[text.index("## Host `other-16cpu-32k-1m-16m`"):]
-    assert b.name in other_section and a.name not in other_section and c.name not in other_section
-    assert f"| `{b.name}` | `other-16cpu-32k-1m-16m` |" in other_section
-    assert len(text[:text.index("## Host `")].splitlines()) < 200
+    assert "## Findings" in text and "](report/synthetic-2cpu-32k-1m-16m.md)" in text
+    assert "](report/other-16cpu-32k-1m-16m.md)" in text and len(text.splitlines()) < 200
+    for host, mine in (("synthetic-2cpu-32k-1m-16m", {a.name, c.name}), ("other-16cpu-32k-1m-16m", {b.name})):
+        page = (tmp_path / "report" / f"{host}.md").read_text()
+        assert all(r in page for r in mine) and not any(r in page for r in {a.name, b.name, c.name} - mine), host
+        assert all(f"| `{r}` | `{host}` |" in page for r in mine)
+        for link in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page):  # figures resolve from the page, of this host
+            assert (tmp_path / "report" / link).resolve().is_file() and f"/{host}/" in link, link
 
 
 def test_a_run_without_git_state_is_superseded_by_a_later_run_of_its_host(tmp_path):

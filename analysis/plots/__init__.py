@@ -26,6 +26,15 @@ sections stand in the report in ``REPORT_ORDER`` (``ORDER`` where the module set
 ties by ``NAME``; :func:`analysis.report.build` collects them, so a figure with its section is
 still one file.
 
+A figure module may name the papers' claims it bears on::
+
+    CLAIMS = ("pal-sync", "pal-linear-scaling")   # names in analysis.claims.CLAIMS
+
+Its section and figure then stand on each host's page (analysis/report/<host>.md) under the
+first of those claims, in the claims' order; a module naming none stands under "Other
+measurements" (:func:`analysis.report.build`). tests/test_analysis_pages.py checks that every
+name is a registered claim.
+
 Modules are found by scanning this folder (names starting with ``_`` are helpers) into the
 figure registry (:class:`replaybench.registry.Registry`, by ``NAME``), so a new figure is one
 new file.
@@ -47,11 +56,14 @@ __all__ = ["Plot", "NoRows", "FIGURES", "modules"]
 
 @dataclass
 class Plot:
-    """A finished figure and the table of the numbers it shows (one row per point or bar)."""
+    """A finished figure and the table of the numbers it shows (one row per point or bar);
+    ``title``: the report's title for it where it depends on what was drawn (empty: the
+    module's ``TITLE``)."""
 
     figure: Figure
     data: pd.DataFrame
     caption: str = ""
+    title: str = ""
 
 
 class NoRows(LookupError):

@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-__all__ = ["new_figure", "pow2", "capacity_axis", "draw_median", "note", "legend", "handle", "log_y"]
+__all__ = ["new_figure", "pow2", "capacity_axis", "draw_median", "note", "legend", "handle", "log_y", "log_x"]
 
 
 def new_figure(nrows: int, ncols: int, panel=(4.4, 3.3), sharex=False, sharey=False):
@@ -69,9 +69,10 @@ def note(ax, text: str, width: int = 40, **kw) -> None:
             color="0.35", in_layout=False, clip_on=True, **kw)
 
 
-def handle(label: str, colour: str, marker="o", linestyle="-") -> Line2D:
-    """A legend entry."""
-    return Line2D([], [], color=colour, marker=marker, linestyle=linestyle, markersize=5, label=label)
+def handle(label: str, colour: str, marker="o", linestyle="-", fillstyle="full") -> Line2D:
+    """A legend entry (``fillstyle``: matplotlib's, "none" for a hollow marker)."""
+    return Line2D([], [], color=colour, marker=marker, linestyle=linestyle, markersize=5, label=label,
+                  fillstyle=fillstyle)
 
 
 def legend(fig, handles, title=None) -> None:

@@ -16,6 +16,12 @@ within its resolution of zero is a row of status ``below-resolution`` whose valu
 bound: it is drawn as an open hatched bar up to the bound, labelled ``< bound``, with a legend
 entry, and the CSV holds the bound in ``bound_per_transition`` (``misses_per_transition``
 stays empty), never a negative count.
+
+The model and cachegrind simulate **the caches of the host that ran them** (each row's
+``cache_config``: size, ways and line of L1d and the last level modelled): their counts are a
+function of that geometry, so the same layout on another host (another L1d size) gets other
+numbers, and two hosts' tables are never one table. The figure's title and the report section
+name the geometry (:func:`geometries`); the CSV keeps it per row.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from replaybench.bench import contract
 NAME = "cache_misses"
 ORDER = 30
 TITLE = "Cache misses per transition"
+#: The papers' claims this figure bears on (its place on a host's page: analysis.plots).
+CLAIMS = ("pal-kary-vs-baselines", "pal-k-sweep")
 
 _METHODS = ["model", "cachegrind", "perf"]
 _BELOW = contract.BELOW_RESOLUTION  # a differential within its resolution: value = upper bound
@@ -51,7 +59,7 @@ def build(table, metas) -> Plot:
     if rows.empty:
         raise NoRows("no cache-miss rows (replaybench run --suite cache, part of make bench)")
     data = rows[["run_id", "method", "stream", "op", "level", "variant", "structure", "K", "capacity", "status",
-                 "value", "items_per_call", "error"]].copy()
+                 "value", "items_per_call", "error", "cache_config"]].copy()
     per_item = data["value"] / data["items_per_call"].astype(float)
     data["misses_per_transition"] = np.where(data["status"] == "ok", per_item, np.nan)
     data["bound_per_transition"] = np.where(data["status"] == _BELOW, per_item, np.nan)
@@ -117,8 +125,11 @@ def build(table, metas) -> Plot:
                     label = palette.variant_label(variant, first["structure"], first["K"])
                     handles.setdefault(variant, handle(label, palette.variant_colour(variant), marker="s",
                                                        linestyle=""))
+    simulated = geometries(data)
     fig.suptitle("Cache misses per transition (one call = a batch of 256), by method, address stream, op and "
-                 "cache level", fontsize=10)
+                 "cache level" + "".join(f"\n{m} simulates this host's caches: {g}" for m, g in simulated.items())
+                 + ("\n(the simulated counts depend on these sizes: another host's L1d gives other numbers)"
+                    if simulated else ""), fontsize=10)
     below = handles.pop(_BELOW, None)  # after the variants
     legend(fig, list(handles.values()) + ([below] if below else []), title="variant (structure, K)")
     data = data.sort_values(["method", "stream", "op", "level", "capacity", "variant"]).reset_index(drop=True)
@@ -127,14 +138,33 @@ def build(table, metas) -> Plot:
                            "bounds (a differential within its resolution).")
 
 
+def geometries(data: pd.DataFrame) -> dict[str, str]:
+    """``{method: "L1d 48KiB/12w/64B; LL 1024KiB/16w/64B"}``: the cache geometry each simulating
+    method (model, cachegrind) used, as its rows record it (several joined by " or ")."""
+    out = {}
+    for method, part in data.groupby("method", sort=True):
+        configs = sorted(set(part["cache_config"].dropna().astype(str))) if "cache_config" in part else []
+        if configs:
+            out[str(method)] = " or ".join(configs)
+    return out
+
+
 def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFrame]) -> list[str]:
-    """The report's cache-miss tables (one per method and stream) from this figure's data."""
+    """The report's cache-miss tables (one per method and stream) from this figure's data, with
+    the cache geometry the simulating methods used (:func:`geometries`)."""
     if data is None:
         return []
+    simulated = geometries(data)
     out = ["## Cache misses per transition", "",
            "Misses per call / items per call (one value per cell: the model is deterministic and cachegrind is "
            "one differential). `unsupported` = the method cannot run on this machine (or the model has no trace "
            "of that tree); `< b` = the differential is within its resolution of zero: fewer than b misses.", ""]
+    if simulated:
+        out += ["The model and cachegrind simulate the caches of the host that ran them: "
+                + "; ".join(f"{m}: {g}" for m, g in simulated.items())
+                + ". Their counts are a function of that geometry (a smaller L1d holds fewer of the upper levels, "
+                  "so every descent misses more): the same layout on a host with another L1d size reads other "
+                  "numbers, and this host's table is not another host's.", ""]
     rank = {m: i for i, m in enumerate(["model", "cachegrind", "perf"])}
     groups = sorted(data.groupby(["method", "stream"], sort=True), key=lambda kv: (rank.get(kv[0][0], 9), kv[0]))
     for (method, stream), part in groups:

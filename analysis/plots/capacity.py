@@ -27,6 +27,8 @@ from replaybench.analysis.plots._common import capacity_axis, draw_median, handl
 NAME = "capacity"
 ORDER = 20
 TITLE = "Cost per operation vs capacity"
+#: The papers' claims this figure bears on (its place on a host's page: analysis.plots).
+CLAIMS = ("pal-kary-vs-baselines",)
 
 _OPS = ["sample", "update", "insert_batch", "insert_one", "mixed"]
 _KEYS = ["variant", "structure", "K", "dtype", "batch", "transitions", "op", "capacity", "run_id"]

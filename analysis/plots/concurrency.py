@@ -45,6 +45,8 @@ from replaybench.analysis.plots._common import handle, legend, log_y, new_figure
 NAME = "concurrency"
 ORDER = 40
 TITLE = "Concurrency: throughput vs workers"
+#: The papers' claims this figure bears on (its place on a host's page: analysis.plots).
+CLAIMS = ("pal-sync", "pal-linear-scaling")
 
 PANELS = ("learners", "actors", "mixed")
 MODES = ("threads", "processes")

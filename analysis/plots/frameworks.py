@@ -32,6 +32,8 @@ ORDER = 60
 #: The report's frameworks section follows the LF and gossip sections (ORDER 60 to 63).
 REPORT_ORDER = 64
 TITLE = "Our buffers inside Stable-Baselines3, Tianshou and TorchRL"
+#: The papers' claims this figure bears on (its place on a host's page: analysis.plots).
+CLAIMS = ("pal-frameworks",)
 
 METRICS = ("wall_per_step_s", "replay_share", "replay_per_step_s", "buffer_share", "buffer_per_step_s",
            "speedup_vs_own", "time_to_threshold_s", "steps_to_threshold", "final_return")

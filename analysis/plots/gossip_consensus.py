@@ -16,6 +16,8 @@ from replaybench.analysis.plots.gossip_scaling import gossip_rows, scheme_colour
 NAME = "gossip_consensus"
 ORDER = 62
 TITLE = "Gossip learners: consensus distance over time"
+#: The papers' claims this figure bears on (its place on a host's page: analysis.plots).
+CLAIMS = ("gala-straggler",)
 
 
 def build(table, metas) -> Plot:

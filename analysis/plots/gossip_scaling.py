@@ -4,7 +4,9 @@ against the number of learners, one line per scheme (runs without a straggler).
 Rows: scenario ``gossip``, op ``summary``, newest run per cell; one value per seed. Plotted:
 the median over seeds with min-max bars. A scheme whose seeds did not all reach the threshold
 is labelled ``k/n``; one that never did is an ``x`` on the top edge. PAAC (one learner, its
-environments stepped by worker processes) is a single point at 1 learner.
+environments stepped by worker processes) is a single point at 1 learner. A task measured at one
+learner count only has nothing to draw against learners: its panels are bars, one per scheme
+(median, min-max), titled with that count, and so is the figure's title (:attr:`Plot.title`).
 :func:`gossip_rows` is the row selection the other gossip figures share.
 """
 
@@ -25,6 +27,8 @@ __all__ = ["gossip_rows", "scheme_colour", "scheme_label", "summary_spread", "re
 NAME = "gossip_scaling"
 ORDER = 61
 TITLE = "Gossip learners: throughput, time to threshold and communication against learners"
+#: The papers' claims this figure bears on (its place on a host's page: analysis.plots).
+CLAIMS = ("gala-straggler",)
 
 _METRICS = [("env_steps_per_s", "env steps/s (all learners)"), ("time_to_threshold_s", "time to threshold (s)"),
             ("bytes_per_step", "bytes sent per env step"), ("wait_fraction", "fraction of time waiting")]
@@ -75,6 +79,7 @@ def build(table, metas) -> Plot:
     if data.empty:
         raise NoRows("no gossip runs without a straggler")
     envs = sorted(set(data["env"]))
+    counts = {env: sorted(set(data.loc[data["env"] == env, "learners"].dropna().astype(int))) for env in envs}
     fig, axes = new_figure(len(envs), len(_METRICS), panel=(3.8, 3.1))
     handles = {}
     for r, env in enumerate(envs):
@@ -82,6 +87,11 @@ def build(table, metas) -> Plot:
             ax = axes[r, c]
             cell = data[(data["env"] == env) & (data["metric"] == metric)]
             top = float(cell["max"].max()) if cell["max"].notna().any() else 1.0
+            if len(counts[env]) == 1:  # one learner count: bars per scheme, not a line against learners
+                _bars(ax, cell, top, handles)
+                ax.set_ylabel(ylabel)
+                ax.set_title(f"a2c on {env}, {counts[env][0]} learners", fontsize=10)
+                continue
             for scheme, line in cell.groupby("scheme", sort=True):
                 line = line.sort_values("learners")
                 colour = scheme_colour(scheme)
@@ -108,13 +118,40 @@ def build(table, metas) -> Plot:
             ax.set_xlabel("learners")
             ax.set_ylabel(ylabel)
             ax.set_title(f"a2c on {env}", fontsize=10)
-    fig.suptitle("Gossip vs all-reduce vs independent learners: median over seeds, bars = min-max; "
-                 "x = threshold not reached", fontsize=10)
+    single = all(len(n) == 1 for n in counts.values())
+    fig.suptitle("Gossip vs all-reduce vs independent learners: median over seeds, "
+                 + ("error bars = min-max" if single else "bars = min-max; x = threshold not reached"), fontsize=10)
     legend(fig, list(handles.values()), title="scheme")
     data = data.sort_values(["env", "metric", "scheme", "learners"]).reset_index(drop=True)
+    against = ("at one number of learners (" + ", ".join(f"{env}: {n[0]}" for env, n in counts.items())
+               + "; nothing to draw against learners, so one bar per scheme)" if single else
+               "against the number of learners")
+    title = (f"Gossip learners at {counts[envs[0]][0]} learners: throughput, time to threshold and communication"
+             if single and len({n[0] for n in counts.values()}) == 1 else "")
     return Plot(fig, data, "Env steps/s over all learners, time to the reward threshold (pooled episodes), bytes "
                            "sent per env step (all-reduce: the nominal ring volume) and the mean fraction of time a "
-                           "learner waits, against the number of learners, without a straggler.")
+                           f"learner waits, {against}, without a straggler.", title=title)
+
+
+def _bars(ax, cell: pd.DataFrame, top: float, handles: dict) -> None:
+    """One bar per scheme (median, min-max error bar; "not reached" where no seed reached it)."""
+    schemes = sorted(set(cell["scheme"]))
+    for i, scheme in enumerate(schemes):
+        p = cell[cell["scheme"] == scheme].iloc[0]
+        colour = scheme_colour(scheme)
+        if p["n_reached"] == 0 or pd.isna(p["median"]):
+            ax.text(i, top * 0.05, "not\nreached", ha="center", va="bottom", fontsize=7.5, color=colour)
+        else:
+            ax.bar(i, p["median"], 0.7, color=colour,
+                   yerr=[[p["median"] - p["min"]], [p["max"] - p["median"]]], capsize=3)
+            if p["n_reached"] < p["n_seeds"]:
+                ax.annotate(f"{int(p['n_reached'])}/{int(p['n_seeds'])}", (i, p["max"]), fontsize=6, color=colour,
+                            ha="center", xytext=(0, 3), textcoords="offset points")
+        handles.setdefault(scheme, handle(scheme, colour, marker="s", linestyle=""))
+    ax.set_xticks(range(len(schemes)), [s.split(" ")[0] for s in schemes], fontsize=8)
+    ax.set_xlim(-0.6, len(schemes) - 0.4)  # the slot of a scheme with no bar stays in view
+    ax.set_ylim(0, top * 1.15 if top > 0 else 1.0)
+    ax.grid(alpha=0.3, axis="y")
 
 
 def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFrame]) -> list[str]:

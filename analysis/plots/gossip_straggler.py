@@ -20,6 +20,8 @@ from replaybench.analysis.plots.gossip_scaling import gossip_rows, scheme_colour
 NAME = "gossip_straggler"
 ORDER = 63
 TITLE = "Gossip learners: one learner slowed"
+#: The papers' claims this figure bears on (its place on a host's page: analysis.plots).
+CLAIMS = ("gala-straggler",)
 
 
 def build(table, metas) -> Plot:

@@ -28,6 +28,8 @@ from replaybench.bench.derive import LF_WORKLOADS, lf_ratios
 NAME = "lf"
 ORDER = 60
 TITLE = "Lingua Franca benchmarks: speed over Ray"
+#: The papers' claims this figure bears on (its place on a host's page: analysis.plots).
+CLAIMS = ("lf-gym", "lf-atari", "lf-pql", "lf-multiagent")
 
 _COLOURS = {"ray": "#4c72b0", "dataflow": "#c44e52", "sync": "#55a868", "async": "#8172b2", "mp-queues": "#937860",
             "serial": "#8c8c8c"}

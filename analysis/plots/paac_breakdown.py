@@ -21,6 +21,8 @@ from replaybench.bench import contract
 NAME = "paac_breakdown"
 ORDER = 57
 TITLE = "PAAC stepping: where the time goes"
+#: The papers' claims this figure bears on (its place on a host's page: analysis.plots).
+CLAIMS = ("paac-rate",)
 
 N_ENVS = 32
 COMPONENT_COLOURS = {"env_step": "#009E73", "inference": "#56B4E9", "sync": "#D55E00", "other": "#CCCCCC"}

@@ -20,6 +20,8 @@ from replaybench.bench import contract
 NAME = "paac_throughput"
 ORDER = 56
 TITLE = "PAAC stepping: env steps/s vs environments, per worker count"
+#: The papers' claims this figure bears on (its place on a host's page: analysis.plots).
+CLAIMS = ("paac-rate",)
 
 #: Method -> (colour, marker); methods without an n_w axis are dashed.
 METHOD_STYLE = {"paac": ("#0072B2", "o"), "paac-halves": ("#009E73", "s"), "per-env": ("#D55E00", "v"),

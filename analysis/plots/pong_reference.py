@@ -8,10 +8,14 @@ environments together) at its end, so both sides share the x axis.
 
 Per side and suite, the newest run only (a rerun replaces an older run of the same suite);
 per run and seed one line: the mean return of the last :data:`WINDOW` episodes (fewer at the
-start of a run) against env steps, one point per episode. Blue: ours, orange: SB3; one line
-style per suite; a dotted line at the threshold the reference runs record (params
-``threshold``) and a grey band where the PAAC authors' code starts to learn Pong
-(:data:`AUTHORS_ONSET_STEPS`, from their README; ../shared/context/papers.md). The CSV holds
+start of a run) against env steps, one point per episode. Each run has a colour of its own
+(blues for ours, oranges for SB3's: :data:`SIDES`) and each suite a line style; a dotted line at
+the threshold the reference runs record (params ``threshold``). Where the PAAC authors' code
+starts to learn Pong (:data:`AUTHORS_ONSET_STEPS`, from their README;
+../shared/context/papers.md) is a grey band when the runs reach half of it; runs that end long
+before it keep their own x range (a band at 5M would squash 0.05M of steps into a sliver) and a
+note at the right edge says how far the onset is. The title names the sides drawn
+(:attr:`Plot.title`), never a side without runs. The CSV holds
 every drawn point, with the wall seconds at each; :func:`report_section` gives per run the best
 trailing mean and the env steps and wall time to it and to the threshold. A side without rows is left out and
 named in the caption; :class:`NoRows` when neither side has rows. Cost: one pass over the episode rows.
@@ -26,12 +30,14 @@ from replaybench.analysis.plots import NoRows, Plot
 from replaybench.analysis.plots._common import handle, legend, new_figure
 from replaybench.bench import contract
 
-__all__ = ["NAME", "ORDER", "TITLE", "ENV", "WINDOW", "THRESHOLD", "AUTHORS_ONSET_STEPS", "SIDES", "reference_rows",
+__all__ = ["NAME", "ORDER", "TITLE", "CLAIMS", "ENV", "WINDOW", "THRESHOLD", "AUTHORS_ONSET_STEPS", "SIDES", "reference_rows",
            "curves", "milestones", "build", "report_section"]
 
 NAME = "pong_reference"
 ORDER = 51
-TITLE = "Pong: PAAC and Stable-Baselines3's A2C on the same env steps"
+TITLE = "Pong: return against env steps (PAAC, and Stable-Baselines3's A2C where stored)"
+#: The papers' claims this figure bears on (its place on a host's page: analysis.plots).
+CLAIMS = ("paac-rate",)
 
 ENV = "ALE/Pong-v5"
 WINDOW = 20
@@ -41,10 +47,13 @@ THRESHOLD = -10.0
 #: their code once per 4-frame env step, so about 5M env steps (../shared/context/papers.md).
 AUTHORS_ONSET_STEPS = 5_000_000
 
-#: side -> (scenario, framework in params or None, colour, where its rows come from)
-SIDES = {"PAAC (ours)": ("training", None, "#0072B2", "scenario 'training', algo 'a2c'"),
-         "Stable-Baselines3 A2C": ("frameworks", "sb3", "#D55E00",
+#: side -> (scenario, framework in params or None, the colours of its runs in order, where its rows come from)
+SIDES = {"PAAC (ours)": ("training", None, ("#0072B2", "#56B4E9", "#009E73", "#1F3A93"),
+                         "scenario 'training', algo 'a2c'"),
+         "Stable-Baselines3 A2C": ("frameworks", "sb3", ("#D55E00", "#E69F00", "#CC79A7", "#8C564B"),
                                    "scenario 'frameworks', framework 'sb3', algo 'a2c'")}
+#: Runs reaching this fraction of :data:`AUTHORS_ONSET_STEPS` get the onset band on their axis.
+ONSET_SHOWN = 0.5
 _STYLES = ["-", "--", ":", "-."]
 
 
@@ -91,36 +100,49 @@ def build(table, metas) -> Plot:
     if len(missing) == len(SIDES):
         raise NoRows(f"no rows for {' nor '.join(missing)} on {ENV} (op 'episode')")
     data = curves(rows)
-    fig, axes = new_figure(1, 1, panel=(7.0, 4.2))
+    fig, axes = new_figure(1, 1, panel=(8.0, 4.2))
     ax = axes[0, 0]
     handles = []
-    for side, (_, _, colour, _) in SIDES.items():
+    for side, (_, _, colours, _) in SIDES.items():
         mine = data[data["side"] == side]
+        n = 0  # one colour per run and seed: three runs of one side are three colours
         for i, (suite, by_suite) in enumerate(mine.groupby("suite", sort=True)):
             style = _STYLES[i % len(_STYLES)]
-            for _, line in by_suite.groupby(["run_id", "seed"], dropna=False, sort=True):
+            for (run_id, seed), line in by_suite.groupby(["run_id", "seed"], dropna=False, sort=True):
+                colour = colours[n % len(colours)]
+                n += 1
                 ax.plot(line["env_steps"], line["mean_return"], color=colour, linestyle=style, linewidth=1.4)
-            seeds = by_suite["seed"].nunique(dropna=False)
-            handles.append(handle(f"{side}: {suite} ({seeds} seed{'s' * (seeds != 1)})", colour, marker="",
-                                  linestyle=style))
+                handles.append(handle(f"{side}: {run_id} (seed {seed})", colour, marker="", linestyle=style))
     # the reference suite's threshold (frameworks-a2c-pong: issue 30's -10) as the runs record it
     thresholds = sorted({float(t) for t in (contract.params_of(p).get("threshold") for p in
                                             rows.loc[rows["side"] == "Stable-Baselines3 A2C", "params"]) if t is not None})
     for t in thresholds:
         ax.axhline(t, color="0.4", linestyle=":", linewidth=1)
         handles.append(handle(f"threshold {t:g} (mean of {WINDOW})", "0.4", marker="", linestyle=":"))
-    ax.axvspan(AUTHORS_ONSET_STEPS * 0.9, AUTHORS_ONSET_STEPS * 1.1, color="0.85", zorder=0)
-    handles.append(handle("the PAAC authors' code starts to learn (~5M env steps, their README)", "0.85",
-                          marker="s", linestyle=""))
+    end = float(data["env_steps"].max())
+    if end >= ONSET_SHOWN * AUTHORS_ONSET_STEPS:
+        ax.axvspan(AUTHORS_ONSET_STEPS * 0.9, AUTHORS_ONSET_STEPS * 1.1, color="0.85", zorder=0)
+        handles.append(handle("the PAAC authors' code starts to learn (~5M env steps, their README)", "0.85",
+                              marker="s", linestyle=""))
+    else:  # the onset is far past these runs: say so instead of squashing them against the y axis
+        ax.set_xlim(0, end * 1.05)
+        ax.annotate(f"the PAAC authors' code starts to learn at ~{AUTHORS_ONSET_STEPS / 1e6:.0f}M env steps\n"
+                    f"(their README): {AUTHORS_ONSET_STEPS / end:.0f}x past the end of these runs \u2192",
+                    (0.02, 0.97), xycoords="axes fraction", ha="left", va="top", fontsize=7.5, color="0.35")
     ax.set_xlabel("environment steps (4 frames each)")
     ax.set_ylabel(f"mean return of the last {WINDOW} episodes")
     ax.set_title(f"{ENV}: return against env steps", fontsize=10)
     ax.grid(alpha=0.3)
     legend(fig, handles)
-    return Plot(fig, data, f"Mean return of the last {WINDOW} episodes against environment steps on {ENV}: our PAAC "
-                           "(scenario training) and Stable-Baselines3's A2C with rl-baselines3-zoo's Atari settings "
-                           "(scenario frameworks, suite frameworks-a2c-pong), one line per run and seed."
-                + "".join(f" Not drawn, no stored run: {m}." for m in missing))
+    drawn = [side for side in SIDES if (data["side"] == side).any()]
+    return Plot(fig, data, f"Mean return of the last {WINDOW} episodes against environment steps on {ENV}: "
+                           + " and ".join({"PAAC (ours)": "our PAAC (scenario training)",
+                                           "Stable-Baselines3 A2C": "Stable-Baselines3's A2C with rl-baselines3-zoo's "
+                                                                    "Atari settings (scenario frameworks, suite "
+                                                                    "frameworks-a2c-pong)"}[d] for d in drawn)
+                + ", one line (and colour) per run and seed."
+                + "".join(f" Not drawn, no stored run: {m}." for m in missing),
+                title="Pong: " + " and ".join(drawn) + " on the same env steps")
 
 
 def milestones(line: pd.DataFrame) -> dict:

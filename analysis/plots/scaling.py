@@ -23,6 +23,8 @@ from replaybench.bench import derive
 NAME = "scaling"
 ORDER = 41
 TITLE = "Scaling model: predicted vs measured"
+#: The papers' claims this figure bears on (its place on a host's page: analysis.plots).
+CLAIMS = ("pal-linear-scaling",)
 
 _MARKERS = {"threads": "o", "processes": "s"}
 

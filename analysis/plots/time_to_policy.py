@@ -25,6 +25,8 @@ from replaybench.bench import time_to_policy as ttp
 NAME = "time_to_policy"
 ORDER = 40
 TITLE = "Time to a good policy"
+#: The papers' claims this figure bears on (its place on a host's page: analysis.plots).
+CLAIMS = ("pal-convergence",)
 
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 

@@ -23,6 +23,8 @@ from replaybench.analysis.plots._training import CONFIG, WORKER_COLOURS, config_
 NAME = "training_curves"
 ORDER = 50
 TITLE = "Training: return vs steps and wall time"
+#: The papers' claims this figure bears on (its place on a host's page: analysis.plots).
+CLAIMS = ("pal-convergence",)
 
 SMOOTH = 10
 POINTS = 60

@@ -10,9 +10,16 @@ the legend) and number of learners (and per variant / policy when there are seve
 style per engine; where a panel holds rows of several runs (the newest run per cell differs from
 cell to cell), each line and each run's baseline is labelled with its run. The speedup panel
 comes first, with the ideal line (speedup = workers) through the sequential loop's point (1
-worker, 1x), as PAL's and the other papers' scaling figures draw it; the rate panels draw each
-run's sequential baseline as a black dotted line. Tasks without parallel rows (PAAC's batched
-runs, sequential only) get no panel; their rows stay in the CSV, which the report's table reads.
+worker, 1x), as PAL's and the other papers' scaling figures draw it; a learner on another
+device or with other settings (a CUDA learner) is measured against the sequential loop of the same
+device (bench's baseline key), which the legend and the axis say. The env-steps panel draws each
+sequential baseline as a dotted line of its own: one per run, learner device and settings (a CPU
+and a CUDA baseline are two lines, each labelled, never one line through both). updates/s is
+env steps/s times the task's updates per step: it has no panel (the CSV and the report's table
+keep it). Where a panel holds several runs, each line and baseline carries a short tag (r1,
+r2 ...) that the legend names, instead of a run id written at every line end. Tasks without
+parallel rows (PAAC's batched runs, sequential only) get no panel; their rows stay in the CSV,
+which the report's table reads.
 
 Time to threshold: a seed that never reached the threshold has no time (its row's status is not
 ``ok``): the median is taken over the seeds that did, the point is labelled ``k/n`` when only k
@@ -40,13 +47,21 @@ from replaybench.bench import contract
 NAME = "training_scaling"
 ORDER = 51
 TITLE = "Training at scale: speedup over the sequential loop against workers"
+#: The papers' claims this figure bears on (its place on a host's page: analysis.plots).
+CLAIMS = ("pal-convergence",)
 
-_METRICS = [("speedup", "speedup over sequential (x)"), ("time_to_threshold_s", "time to threshold (s)"),
+_METRICS = [("speedup", "speedup over the sequential loop\n(same run and learner device) (x)"),
+            ("time_to_threshold_s", "time to threshold (s)"),
             ("env_steps_per_s", "environment steps/s"), ("updates_per_s", "updates/s")]
+#: The metrics drawn (updates/s = env steps/s x updates per step: in the CSV and the table only).
+_DRAWN = ("speedup", "time_to_threshold_s", "env_steps_per_s")
+#: Colours of the sequential baselines by learner (the default CPU learner black).
+_BASELINE_COLOURS = ["#000000", "#009E73", "#CC79A7", "#E69F00", "#56B4E9"]
 
 #: Line styles of the engines: solid for the process engine, then the others in the order of their names.
 _ENGINE_STYLES = ["-", "--", "-.", (0, (3, 1, 1, 1, 1, 1))]
 _BUFFER_MARKERS = ["o", "s", "^", "D", "v", "P"]
+_FILLS = ["full", "none", "left", "bottom", "right", "top"]
 
 
 def unreached_tasks(data: pd.DataFrame | None) -> list[str]:
@@ -66,7 +81,7 @@ def _panels(data: pd.DataFrame, task: str) -> list[tuple[str, str]]:
     have = set(data.loc[data["task"] == task, "metric"])
     unreached = set(unreached_tasks(data[data["task"] == task]))
     return [(m, label) for m, label in _METRICS
-            if m in have and not (m == "time_to_threshold_s" and task in unreached)]
+            if m in have and m in _DRAWN and not (m == "time_to_threshold_s" and task in unreached)]
 
 
 def build(table, metas) -> Plot:
@@ -109,9 +124,18 @@ def build(table, metas) -> Plot:
     learners_seen = sorted({learner_label(r) for _, r in parallel.iterrows()})
     learner_markers = ({w: _BUFFER_MARKERS[i % len(_BUFFER_MARKERS)] for i, w in enumerate(learners_seen)}
                        if len(learners_seen) > 1 and not several else {})
+    # ... and where the buffers took the markers, a fill each (the CPU learner with the defaults full),
+    # so that a CUDA learner's point never looks like the CPU learner's
+    learner_fills = ({w: _FILLS[i % len(_FILLS)] for i, w in enumerate(learners_seen)}
+                     if len(learners_seen) > 1 and several else {})
     panels = {task: _panels(data, task) for task in tasks}
-    fig, axes = new_figure(len(tasks), max(len(p) for p in panels.values()), panel=(4.0, 3.2))
+    fig, axes = new_figure(len(tasks), max(len(p) for p in panels.values()), panel=(4.2, 3.2))
     handles = {}
+    # a short tag per run, named once in the legend (run ids written at each line end overlapped)
+    tags = {run: f"r{i + 1}" for i, run in enumerate(sorted(set(data["run_id"].astype(str))))}
+    baselines = sorted({learner_label(r) for _, r in data[data["baseline"]].iterrows()})
+    base_colour = {b: _BASELINE_COLOURS[i % len(_BASELINE_COLOURS)] for i, b in enumerate(baselines)}
+    tagged = set()  # the runs whose tag a panel shows
     for r, task in enumerate(tasks):
         for c in range(len(panels[task]), axes.shape[1]):
             axes[r, c].remove()  # a panel left out (no run reached the threshold): the row is shorter
@@ -132,16 +156,24 @@ def build(table, metas) -> Plot:
                 top = max(top, min(float(max(xs, default=1)), 2.0 * top))
                 xs = [1, *xs]
             elif not base.empty and base["median"].notna().any():
-                # one dotted line per run: each run's own baseline (runs of one panel may come
-                # from two machines; a line through their mean would be neither's)
-                for run_id, runs_base in base.groupby("run_id", sort=True):
-                    if runs_base["median"].notna().any():
-                        level = runs_base["median"].median()
-                        ax.axhline(level, color="black", linestyle=":", linewidth=1.2)
+                # one dotted line per run, learner device and settings: each its own baseline (a
+                # CPU and a CUDA sequential loop are two measurements; a line through both is neither)
+                groups = list(base.groupby(["run_id", "device", "settings"], dropna=False, sort=True))
+                for (run_id, _, _), one in groups:
+                    if not one["median"].notna().any():
+                        continue
+                    level = one["median"].median()
+                    who = learner_label(one.iloc[0])
+                    colour = base_colour[who]
+                    ax.axhline(level, color=colour, linestyle=":", linewidth=1.2)
+                    if len(groups) > 1 or several_runs:
                         if several_runs:
-                            ax.annotate(str(run_id), (1.0, level), xycoords=ax.get_yaxis_transform(), fontsize=5,
-                                        ha="right", va="bottom", color="black")
-                handles.setdefault("sequential", handle("sequential baseline", "black", "", ":"))
+                            tagged.add(str(run_id))
+                        ax.annotate((f"{tags[str(run_id)]} " if several_runs else "") + "seq." + (f", {who}" if who else ""),
+                                    (1.0, level), xycoords=ax.get_yaxis_transform(), fontsize=6, ha="right",
+                                    va="bottom", color=colour)
+                    handles.setdefault(f"sequential {who}", handle("sequential baseline" + (f" ({who} learner)" if who
+                                                                                         else ""), colour, "", ":"))
             elif not base.empty:  # the baseline has rows but no value: it never reached the threshold
                 ax.text(0.02, 0.02, "sequential: not reached", transform=ax.transAxes, fontsize=7)
             # one line per engine too: the engines' rates differ by design, and one line through
@@ -156,6 +188,7 @@ def build(table, metas) -> Plot:
                 colour = worker_colour(first["learners"], False)
                 marker = (markers.get(buffer_label(first), "o") if several
                           else learner_markers.get(learner_label(first), "o"))
+                fill = learner_fills.get(learner_label(first), "full")
                 engine = None if pd.isna(first["engine"]) else str(first["engine"])
                 n = 0 if pd.isna(first["learners"]) else int(first["learners"])
                 label = (f"{n} learner{'s' * (n != 1)}" + (f" ({buffer_label(first)})" if several else "")
@@ -167,7 +200,7 @@ def build(table, metas) -> Plot:
                 ax.errorbar(x[reached], med[reached], yerr=[med[reached] - line["min"].to_numpy(float)[reached],
                                                             line["max"].to_numpy(float)[reached] - med[reached]],
                             color=colour, marker=marker, markersize=4, capsize=2, linewidth=1.4,
-                            linestyle=dashes.get(engine, "-"))
+                            linestyle=dashes.get(engine, "-"), fillstyle=fill)
                 for xi, (_, p) in zip(x, line.iterrows()):
                     if metric != "time_to_threshold_s":
                         continue
@@ -179,9 +212,10 @@ def build(table, metas) -> Plot:
                         ax.annotate(f"{p['n_reached']}/{p['n_seeds']}", (xi, p["median"]), fontsize=6, color=colour,
                                     xytext=(3, 3), textcoords="offset points")
                 if several_runs and reached.any():
-                    ax.annotate(str(first["run_id"]), (x[reached][-1], med[reached][-1]), fontsize=5, color=colour,
-                                xytext=(3, -6), textcoords="offset points")
-                handles.setdefault(label, handle(label, colour, marker, linestyle=dashes.get(engine, "-")))
+                    tagged.add(str(first["run_id"]))
+                    ax.annotate(tags[str(first["run_id"])], (x[reached][-1], med[reached][-1]), fontsize=6,
+                                color=colour, xytext=(3, -3), textcoords="offset points")
+                handles.setdefault(label, handle(label, colour, marker, linestyle=dashes.get(engine, "-"), fillstyle=fill))
             ax.set_xscale("log", base=2)
             if xs:
                 ax.set_xticks(xs, [str(v) for v in xs])
@@ -195,15 +229,19 @@ def build(table, metas) -> Plot:
             # longest ("..., 0.015625 updates/step, 16 envs/actor") ran into the next panel's title
             ax.set_title(task.replace(", ", "\n", 1), fontsize=9)
     left_out = unreached_tasks(data)
-    # two lines: on one, a row of three panels left the title under the legend's title
-    fig.suptitle("Training at scale: median over seeds, bars = min-max\nspeedup over the sequential loop of the "
-                 "same run" + ("; time-to-threshold panels left out where no run reached it" if left_out else ""),
-                 fontsize=10)
+    # one short line: the legend's top stands beside it (the speedup's reference is in its axis label,
+    # the left-out time panels in the caption and the report)
+    fig.suptitle("Training at scale: median over seeds, bars = min-max", fontsize=10)
+    if tagged:  # the runs behind the tags
+        handles.update({f"run {tags[run]}": handle(f"{tags[run]}: {run}", "white", "", "") for run in sorted(tagged)})
     legend(fig, list(handles.values()), title="learners")
     data = data.sort_values(["task", "metric", "learners", "actors"]).reset_index(drop=True)
-    return Plot(fig, data, "Speedup over the sequential loop (same run), time to the reward threshold and rates, "
-                           "against workers (actor + learner processes, log2), one line per number of learners; "
-                           "dashed: the ideal speedup.")
+    return Plot(fig, data, "Speedup over the sequential loop (same run and learner device), time to the reward "
+                           "threshold and env steps/s, against workers (actor + learner processes, log2), one line per "
+                           "run and number of learners; dashed: the ideal speedup; dotted: each sequential baseline "
+                           "(per run and learner device). updates/s (env steps/s x updates per step) is in the CSV "
+                           "and the table." + (" Time-to-threshold panels are left out where no run reached the "
+                                               "threshold." if left_out else ""))
 
 
 def report_section(data: pd.DataFrame | None, res, drawn: Mapping[str, pd.DataFrame]) -> list[str]:
