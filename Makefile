@@ -48,10 +48,11 @@ bench-pytest: $(STAMP)
 list: $(STAMP)
 	$(VENV)/bin/replaybench list
 
-# Figures (PNG, SVG and the CSV behind each) into analysis/figures/ from the stored runs, without
-# running anything: every run under results/, or RUNS="results/<id> ..." (folders or run ids).
-# `make report` draws the same figures, then writes analysis/REPORT.md. Both are byte for byte
-# the same when the runs are (tests/test_analysis_determinism.py).
+# Figures (PNG, SVG and the CSV behind each) into analysis/figures/<host>/ from the stored runs,
+# without running anything: every run under results/, or RUNS="results/<id> ..." (folders or run
+# ids). `make report` draws the same figures, then writes analysis/REPORT.md (the findings) and
+# one page per host, analysis/report/<host>.md. Both are byte for byte the same when the runs are
+# (tests/test_analysis_determinism.py).
 plots: $(STAMP)
 	$(PY) -m replaybench.analysis plots $(if $(RUNS),--runs $(RUNS))
 
