@@ -44,7 +44,7 @@ from typing import Callable
 
 import pandas as pd
 
-from replaybench.analysis import load, references, stats
+from replaybench.analysis import references, stats
 from replaybench.analysis import markdown as md
 from replaybench.bench import contract
 from replaybench.registry import Registry

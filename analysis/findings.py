@@ -23,7 +23,6 @@ claim; :func:`differing_cells` one group-by over the host's rate rows.
 from __future__ import annotations
 
 import fnmatch
-import math
 
 import pandas as pd
 
