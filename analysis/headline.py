@@ -106,22 +106,16 @@ def _scale(ax, data: pd.DataFrame, mark: float | None, ratio: bool, horizontal: 
     values = [*data["low"], *data["high"], *data["paper"].dropna()] + ([mark] if mark is not None else [])
     values = [v for v in values if v is not None and np.isfinite(v) and v > 0]
     logarithmic = bool(values) and max(values) / min(values) > LOG_SPAN
-    if horizontal:
-        if logarithmic:
-            log_x(ax)
-            ax.set_xlim(min(values) / 1.6, max(values) * 2.2)
-        else:
-            ax.set_xlim(0, max(values, default=1.0) * 1.22)
-        if ratio:
-            ax.axvline(1.0, color="0.45", linewidth=0.8, zorder=0, gid=PARITY)
-        return
+    # the same axis either way: x for horizontal cells (more room for the value labels), else y
+    set_lim, log_axis, parity = ((ax.set_xlim, log_x, ax.axvline) if horizontal
+                                 else (ax.set_ylim, log_y, ax.axhline))
     if logarithmic:
-        log_y(ax)
-        ax.set_ylim(min(values) / 1.6, max(values) * 1.8)
+        log_axis(ax)
+        set_lim(min(values) / 1.6, max(values) * (2.2 if horizontal else 1.8))
     else:
-        ax.set_ylim(0, max(values, default=1.0) * 1.18)
+        set_lim(0, max(values, default=1.0) * (1.22 if horizontal else 1.18))
     if ratio:
-        ax.axhline(1.0, color="0.45", linewidth=0.8, zorder=0, gid=PARITY)
+        parity(1.0, color="0.45", linewidth=0.8, zorder=0, gid=PARITY)
 
 
 def _horizontal(data: pd.DataFrame) -> bool:

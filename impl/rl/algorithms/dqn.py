@@ -160,11 +160,8 @@ class DQNActor(Actor):
         self.rng = np.random.default_rng(seed)
         # With the compiled update the forward is compiled too (one call, no torch dispatch): on
         # the vector of a shared compiled learner's network, or on this actor's own copy
-        self._flat = mk.bound_vector(self.q)
-        if self._flat is None and net is None and resolve_update(cfg, "cpu") == "numba":
-            layout = mk.MLPLayout((obs_dim, *cfg.hidden, self.n_actions))
-            mk.bind_module(self.q, layout, np.zeros(layout.size, np.float32))
-            self._flat = mk.bound_vector(self.q)
+        self._flat = mk.bind_for_acting(self.q, (obs_dim, *cfg.hidden, self.n_actions),
+                                        own=net is None and resolve_update(cfg, "cpu") == "numba")
         self._scratch: dict[int, tuple] = {}
         if self._flat is not None:  # load (or compile) the kernel now, before a run's clock starts
             self._greedy(np.zeros((1, obs_dim), np.float32))

@@ -31,7 +31,7 @@ from functools import cached_property
 import numpy as np
 from numba import njit
 
-__all__ = ["MLPLayout", "bind_module", "bound_vector", "forward", "forward_tanh", "backward", "greedy",
+__all__ = ["MLPLayout", "bind_module", "bound_vector", "bind_for_acting", "forward", "forward_tanh", "backward", "greedy",
            "dqn_gradients", "clip_and_adam", "soft_update"]
 
 
@@ -89,6 +89,19 @@ def bind_module(module, layout: MLPLayout, flat: np.ndarray) -> None:
 def bound_vector(module):
     """``(layout, flat)`` of a module bound by :func:`bind_module`, or None."""
     return getattr(module, "flat_params", None)
+
+
+def bind_for_acting(module, sizes: tuple[int, ...], own: bool):
+    """The ``(layout, flat)`` an actor's compiled forward of ``module`` runs on: the vector it is
+    bound to already (a compiled learner's network the actor shares), else, when ``own`` (the
+    actor's own network and a compiled update), a fresh vector of layout ``sizes`` that
+    ``module`` is bound to now; None where the actor runs torch's forward."""
+    flat = bound_vector(module)
+    if flat is None and own:
+        layout = MLPLayout(tuple(sizes))
+        bind_module(module, layout, np.zeros(layout.size, np.float32))
+        flat = bound_vector(module)
+    return flat
 
 
 @njit(nogil=True, cache=True, fastmath=True, error_model="numpy")
