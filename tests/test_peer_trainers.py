@@ -112,3 +112,28 @@ def test_cartpole_settings_are_the_frameworks_suites():
         shared = set(per[name]["hyper"]) & set(mine) - {"eps_fraction"}
         assert {k: mine[k] for k in shared} == {k: per[name]["hyper"][k] for k in shared}
         assert shared >= {"hidden", "lr", "gamma", "batch_size", "buffer_size", "train_freq", "target_update"}
+
+
+@pytest.mark.parametrize("env_id, decay_steps", [("CartPole-v1", 0.16 * 50_000), ("Acrobot-v1", 0.12 * 100_000)])
+@pytest.mark.parametrize("steps", [20_000, 60_000, 150_000])
+def test_sb3_epsilon_reaches_its_floor_at_the_zoos_env_step_whatever_the_budget(monkeypatch, env_id, decay_steps,
+                                                                                  steps):
+    """SB3 counts exploration_fraction against the steps given to learn(): the trainer rescales
+    the zoo's fraction (of the zoo's n_timesteps) to the run's budget, so a 60k-step budget does
+    not stretch CartPole's decay by a fifth, and the recorded settings stay the zoo's."""
+    from replaybench.bench.scenarios import frameworks
+
+    seen = {}
+
+    class Built(Exception):
+        pass
+
+    def capture(env_id, buffer, seed, h, atari=False):
+        seen.update(h)
+        raise Built
+
+    monkeypatch.setattr(frameworks, "sb3_dqn", capture)
+    with pytest.raises(Built):
+        trainers.train_peer("sb3", "dqn", env_id, 0, steps, 100)
+    assert seen["eps_fraction"] * steps == pytest.approx(decay_steps)
+    assert trainers.settings("sb3", "dqn", env_id)["hyper"]["eps_fraction"] in (0.16, 0.12)

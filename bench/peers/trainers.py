@@ -18,7 +18,10 @@ scenario times each framework's update loop, this module runs each framework's *
   users pay): a NaN scan of the whole buffer (``hasnull``) after every collection, and its stats.
 - **sb3** (DQN): Stable-Baselines3's ``DQN.learn`` with its plain uniform ``ReplayBuffer``
   (``buffer`` None: SB3's DQN has no prioritized replay), or ``PrioritizedDQN`` over our buffer
-  (:mod:`replaybench.adapters.sb3`, beta fixed). Snapshots: a ``BaseCallback`` that compares
+  (:mod:`replaybench.adapters.sb3`, beta fixed). Its epsilon follows the zoo's schedule in env
+  steps (``eps_fraction`` of the zoo's ``n_timesteps``), whatever the run's budget: SB3 counts
+  ``exploration_fraction`` against the steps given to ``learn``, so a longer budget would
+  otherwise stretch the decay. Snapshots: a ``BaseCallback`` that compares
   ``model._n_updates`` with the next multiple of ``snapshot_every`` at every env step. SB3 runs
   its gradient steps in bursts (rl-zoo's CartPole: 128 after every 256 env steps), so a
   snapshot lands at the first env step after the burst that crossed the multiple and records
@@ -79,11 +82,13 @@ _TIANSHOU_SOURCE = (
 _SB3_CARTPOLE = {
     "hidden": [256, 256], "lr": 2.3e-3, "gamma": 0.99, "batch_size": 64, "buffer_size": 100_000,
     "learning_starts": 1000, "train_freq": 256, "gradient_steps": 128, "target_update": 10,
-    "eps_start": 1.0, "eps_end": 0.04, "eps_fraction": 0.16, "n_envs": 1, "alpha": 0.6, "beta": 0.4}
+    "eps_start": 1.0, "eps_end": 0.04, "eps_fraction": 0.16, "n_timesteps": 50_000, "n_envs": 1, "alpha": 0.6,
+    "beta": 0.4}
 _SB3_ACROBOT = {
     "hidden": [256, 256], "lr": 6.3e-4, "gamma": 0.99, "batch_size": 128, "buffer_size": 50_000,
     "learning_starts": 0, "train_freq": 4, "gradient_steps": 4, "target_update": 250,
-    "eps_start": 1.0, "eps_end": 0.1, "eps_fraction": 0.12, "n_envs": 1, "alpha": 0.6, "beta": 0.4}
+    "eps_start": 1.0, "eps_end": 0.1, "eps_fraction": 0.12, "n_timesteps": 100_000, "n_envs": 1, "alpha": 0.6,
+    "beta": 0.4}
 _ZOO = "rl-baselines3-zoo hyperparams/{file} (commit {commit}), entry {entry}"
 
 #: ``{(peer, algo, env): {"hyper": {...}, "source": "where the settings come from"}}``; a run's
@@ -378,6 +383,10 @@ def _train_sb3(algo: str, env_id: str, buffer: str, seed: int, steps: int, h: di
     from replaybench.bench.scenarios.frameworks import sb3_dqn
 
     if algo == "dqn":
+        # SB3's exploration_fraction is a fraction of the steps passed to learn(): the zoo's
+        # schedule is that fraction of its own n_timesteps, so it is rescaled to this run's budget
+        # (epsilon reaches its floor at the same env step whatever the budget)
+        h = {**h, "eps_fraction": min(1.0, h["eps_fraction"] * h["n_timesteps"] / steps)}
         model = sb3_dqn(env_id, buffer, seed, h)
         net = model.q_net
         rec = _Recorder(*rec_args, net, lambda m, obs: m(obs), _argmax)
