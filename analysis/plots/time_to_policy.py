@@ -2,8 +2,9 @@
 threshold against its worker processes, the best sequential configuration as a dotted line and
 each peer framework's trainer as a band.
 
-Rows: scenario ``learning``, op ``learning``, of the newest learning run (a figure never joins
-two runs). Per configuration over its seeds (:mod:`bench.time_to_policy`): the median time with
+Rows: scenario ``learning``, op ``learning``, of every learning run, one panel per run and task
+(a figure never joins two runs: the same task measured by two runs is two panels, each with
+that run's own best sequential configuration). Per configuration over its seeds (:mod:`bench.time_to_policy`): the median time with
 its interquartile range, censored seeds (no snapshot held the threshold within the budget)
 counted as longer than any finished one; a configuration whose median is censored is drawn at
 the top of the panel as a hollow marker. x: worker processes (1 for the sequential loop and the
@@ -29,18 +30,25 @@ TITLE = "Time to a good policy"
 CLAIMS = ("pal-convergence",)
 
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
+#: The peers' bands, one shade per peer configuration (the last of ours' colours, where ours are many).
+_PEER_SHADES = ("#ff7f0e", "#7f7f7f", "#bcbd22", "#17becf")
 
 
 def summary(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per (task, configuration) of the newest learning run: layout, workers, k/n,
-    median and quartiles (inf: not reached by that share of seeds), env steps and updates to
-    threshold, final policies holding, and the per-seed speedup over the best sequential
-    configuration (median of the seeds both reached)."""
+    """One row per (run, task, configuration) of the learning runs, in run order: layout,
+    workers, k/n, median and quartiles (inf: not reached by that share of seeds), env steps and
+    updates to threshold, final policies holding, and the per-seed speedup over the run's best
+    sequential configuration for that task (median of the seeds both reached)."""
     rows = table[(table["scenario"] == "learning") & (table["op"] == "learning")]
     if rows.empty:
         raise NoRows("no learning runs (scenario learning)")
-    newest = sorted(set(rows["run_id"].astype(str)))[-1]
-    records = rows[rows["run_id"] == newest].to_dict("records")
+    out = []
+    for run_id in sorted(set(rows["run_id"].astype(str))):
+        out += _run_summary(run_id, rows[rows["run_id"] == run_id].to_dict("records"))
+    return pd.DataFrame(out)
+
+
+def _run_summary(run_id: str, records: list[dict]) -> list[dict]:
     outs, kinds = ttp.outcomes(records), ttp.layouts(records)
     workers = {ttp.config_key(r): (r.get("actors") or 0) + (r.get("learners") or 0) or 1 for r in records}
     out = []
@@ -52,24 +60,28 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
             s = ttp.summarize(outs[key])
             exact = [x for _, rel, x in ttp.per_seed_speedups(seq[best], outs[key]) if rel == "="] if (
                 best is not None and key[2] != best) else []
-            out.append({"run_id": newest, "algo": task[0], "env": task[1], "config": key[2], "layout": kinds[key],
+            out.append({"run_id": run_id, "algo": task[0], "env": task[1], "config": key[2], "layout": kinds[key],
                         "workers": workers[key], "n": s.n, "reached": s.reached, "median_s": s.median_s,
                         "q1_s": s.q1_s, "q3_s": s.q3_s, "env_steps": s.median_env_steps,
                         "updates": s.median_updates, "final_holds": s.final_holds,
                         "best_sequential": best, "x_best_sequential": float(np.median(exact)) if exact else math.nan})
-    return pd.DataFrame(out)
+    return out
 
 
 def build(table, metas) -> Plot:
     data = summary(table)
-    tasks = sorted({(a, e) for a, e in zip(data["algo"], data["env"])})
-    fig, axes = new_figure(1, len(tasks), panel=(5.0, 3.6))
+    panels = list(dict.fromkeys(zip(data["run_id"], data["algo"], data["env"])))  # (run, task), in run order
+    ncols = min(2, len(panels))
+    fig, axes = new_figure(math.ceil(len(panels) / ncols), ncols, panel=(5.0, 3.6))
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
     handles = {}
     names = sorted(set(data.loc[data["layout"] != "peer", "config"]))
     colours = {name: _COLOURS[i % len(_COLOURS)] for i, name in enumerate(names)}  # one colour per config
-    for col, (algo, env) in enumerate(tasks):
-        ax = axes[0, col]
-        cell = data[(data["algo"] == algo) & (data["env"] == env)]
+    peers = sorted(set(data.loc[data["layout"] == "peer", "config"]))
+    shades = {name: _PEER_SHADES[i % len(_PEER_SHADES)] for i, name in enumerate(peers)}  # in every panel alike
+    for ax, (run_id, algo, env) in zip(axes.flat, panels):
+        cell = data[(data["run_id"] == run_id) & (data["algo"] == algo) & (data["env"] == env)]
         finite = cell.loc[np.isfinite(cell["median_s"]), "q3_s"]
         top = max([v for v in finite if math.isfinite(v)] + [v for v in cell["median_s"] if math.isfinite(v)] + [1.0])
         ceiling = top * 1.15
@@ -92,7 +104,7 @@ def build(table, metas) -> Plot:
             if math.isfinite(ref["median_s"]):
                 ax.axhline(ref["median_s"], color="black", linestyle=":", linewidth=1.0)
         for j, r in enumerate(cell[cell["layout"] == "peer"].itertuples()):
-            shade = ("#ff7f0e", "#7f7f7f", "#bcbd22")[j % 3]
+            shade = shades[r.config]
             if math.isfinite(r.median_s):
                 hi = r.q3_s if math.isfinite(r.q3_s) else ceiling
                 ax.axhspan(r.q1_s, hi, color=shade, alpha=0.18)
@@ -106,9 +118,9 @@ def build(table, metas) -> Plot:
         ax.set_xlim(min(xs) - 0.5, max(xs) + 0.5)
         ax.set_xlabel("worker processes (actors + learners; 1: sequential)")
         ax.set_ylabel("seconds to threshold (median, IQR)")
-        ax.set_title(f"{env} ({algo}); dotted: best sequential ({best})", fontsize=8)
+        ax.set_title(f"{env} ({algo}), run {run_id}\ndotted: best sequential ({best})", fontsize=8)
         ax.grid(alpha=0.3)
-    fig.suptitle(f"Time to threshold, greedy evaluation of snapshots (run {data['run_id'].iloc[0]})\n"
+    fig.suptitle("Time to threshold, greedy evaluation of snapshots, one panel per run and task\n"
                  "k/n: seeds reached; hollow: median not reached (censored), drawn at the top", fontsize=9)
     legend(fig, list(handles.values()), title="configuration")
     return Plot(fig, data, "Median seconds to the first weight snapshot whose greedy evaluation holds the "
@@ -124,12 +136,12 @@ def report_section(data, res, drawn) -> list[str]:
         return "not reached" if not math.isfinite(x) else md.num(x)
 
     out = ["### Time to a good policy", "",
-           f"Run `{data['run_id'].iloc[0]}` (scenario learning): weight snapshots evaluated greedily after each run "
-           "on fixed seeds; time to threshold is the first snapshot holding it; censored seeds are counted, never "
-           "dropped; speedups are per seed against the best sequential configuration, median of the seeds both "
-           "reached.", ""]
-    for (algo, env), cell in data.groupby(["algo", "env"], sort=True):
-        out += [f"{env} ({algo}), best sequential: `{cell['best_sequential'].iloc[0]}`", ""]
+           "Scenario learning: weight snapshots evaluated greedily after each run on fixed seeds; time to threshold "
+           "is the first snapshot holding it; censored seeds are counted, never dropped; speedups are per seed "
+           "against the same run's best sequential configuration, median of the seeds both reached. One table per "
+           "run and task (never pooled across runs).", ""]
+    for (run_id, algo, env), cell in data.groupby(["run_id", "algo", "env"], sort=True):
+        out += [f"Run `{run_id}`: {env} ({algo}), best sequential: `{cell['best_sequential'].iloc[0]}`", ""]
         out += md.table(["config", "layout", "reached", "median s", "IQR s", "env steps", "updates", "final holds",
                          "x best seq"],
                         [[r.config, r.layout, f"{r.reached}/{r.n}", s(r.median_s),
