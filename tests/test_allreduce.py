@@ -115,6 +115,47 @@ def test_mean_across_processes_gives_every_rank_the_same_bits():
     assert got == {r: want for r in range(world)}
 
 
+def _mixed_rank(group, rank, data, delays, out):
+    group.bind(rank)
+    for round_, delay in zip(data, delays[rank]):
+        time.sleep(delay)
+        vec = group.mean(round_[rank].copy())
+        if not np.array_equal(vec, _expected(round_)):
+            out.put((rank, "wrong"))
+            return
+    out.put((rank, "ok"))
+
+
+def test_ranks_that_poll_and_ranks_that_sleep_are_all_woken(monkeypatch):
+    """Each round some ranks arrive within the polling window and some long after it (so their
+    peers go to sleep on the semaphore, and the last one in must wake exactly those): a lost
+    wake-up would leave a rank asleep until the all-reduce's timeout, an extra one would let a
+    later phase through early and mix rounds' vectors."""
+    from replaybench.impl.rl.common import allreduce
+
+    monkeypatch.setattr(allreduce, "_SPIN_S", 0.0005)  # inherited by the forked ranks
+    ctx = mp.get_context("fork")
+    world, rounds = 3, 60
+    data = _vectors(world, rounds, 64)
+    rng = np.random.default_rng(3)
+    delays = rng.choice([0.0, 0.0001, 0.002], size=(world, rounds), p=[0.5, 0.2, 0.3]).tolist()
+    group = SharedAllreduce(ctx, world, 64, timeout_s=5)
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_mixed_rank, args=(group, r, data, delays, out)) for r in range(world)]
+    for p in procs:
+        p.start()
+    try:
+        got = dict(out.get(timeout=30) for _ in range(world))
+    finally:
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+    assert got == {r: "ok" for r in range(world)}
+    assert all(p.exitcode == 0 for p in procs)
+    assert group.sleepers.tolist() == [0, 0]  # every sleeper counted in was woken
+
+
 def test_a_peer_that_never_arrives_is_named_after_the_timeout():
     group = SharedAllreduce(mp.get_context("spawn"), 3, 8, timeout_s=0.3)
     ranks = _ranks(group)

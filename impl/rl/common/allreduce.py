@@ -8,25 +8,30 @@ block, with no socket, no rendezvous port and no collective library.
     inputs   [L, n] float32   rank r writes its gradient vector into row r       (phase 1)
     result   [n]    float32   rank r sums the chunk r of every row, in rank order (phase 2)
                               every rank copies the whole result back          (after phase 2)
-    arrived  [L]    int64     rank r's count of phases it reached (its only writer: diagnostics)
+    arrived  [L]    int64     rank r's count of phases it reached (its only writer), one cache line each
     since    [L]    float64   when rank r began its current wait (time.monotonic; 0: not waiting)
 
-A phase ends with a barrier: under one lock a rank counts itself in (two counters, by the
-phase's parity, so a fast rank's next phase never takes a wake-up meant for a slow rank of
-this one); the last to arrive posts L - 1 times to the phase's semaphore; the others poll the
-semaphore a few hundred times (peers on cores of their own arrive within microseconds) and
-then block on it (futex: a peer that has to be scheduled first, on a machine with fewer cores
-than processes, wakes them at once, where a polling loop's sleeps would add up to a millisecond
-a phase). Single buffers suffice: rank r
-writes ``inputs[r]`` for the next call only after the phase-2 barrier of this one (every rank
-has read every row), and writes its chunk of ``result`` only after the next phase-1 barrier
-(every rank has copied the last result out).
+A phase ends with a barrier. Rank r stores the phase into its own counter ``arrived[r]`` (each
+counter on a cache line of its own: its rank is its only writer) and then, under one lock, looks
+whether every counter has reached the phase; the rank that sees it last wakes the ranks that went
+to sleep meanwhile. A rank that does not see every peer in polls the counters, yielding its core
+between polls (``os.sched_yield``: a peer queued on the same core runs at once), for up to
+``_SPIN_S``: learners on cores of their own meet within tens of microseconds, and a sleeping rank
+costs its wake-up (a futex and, in a VM, an interrupt to a halted virtual CPU: tens to hundreds of
+microseconds), which, paid at every barrier, kept two learners' phases apart for good. Past it the
+rank counts itself as a sleeper (``sleepers``, by the phase's parity, under the lock) and blocks
+on the phase's semaphore, which the last rank in posts once per sleeper. No wake-up is lost: each
+rank's look under the lock comes after its own counter's store, so the last of those looks sees
+every counter, and a sleeper counts itself in under the same lock after seeing a counter short.
+Single buffers suffice: rank r writes ``inputs[r]`` for the next call only after the phase-2
+barrier of this one (every rank has read every row), and writes its chunk of ``result`` only
+after the next phase-1 barrier (every rank has copied the last result out).
 
 Why not torch.distributed's gloo on localhost (what the process engine used before, and what
 the Ray engine still uses across machines): for the small networks the harness trains (DQN
 CartPole's preset: 17,410 parameters) an all-reduce is latency, not bandwidth; gloo's goes through TCP
 sockets (tens to hundreds of microseconds per call, each a system call per peer), this one is
-two barriers on a lock and a semaphore (bench/allreduce_latency.py measures both; figures in
+two barriers on shared counters (bench/allreduce_latency.py measures both; figures in
 docs/engines/process.md). gloo's rendezvous also needs a free port (a race
 with any other process on the machine) and its timeout ends in an error that does not say which
 peer is missing; here a wait past ``timeout_s`` raises :class:`AllreduceTimeout` naming the
@@ -42,19 +47,24 @@ after every step (the same optimizer step on the same gradients), run after run,
 order in which they arrive. With L = 1 the engine sets no hook at all: the one learner computes
 what it computed before this module existed, bit for bit.
 
-Memory order: a rank's stores (its row, its chunk) come before its barrier's lock release and
-semaphore post, and the readers' loads after their acquire: the lock and the semaphore (POSIX,
-futex-based) order them on every CPU.
+Memory order: a rank's stores (its row, its chunk) come before its counter's store, which it
+makes under the lock; a reader that sees the counter under the lock, or is woken by the
+semaphore, reads after the lock's release and the post, which order them on every CPU (POSIX,
+futex-based). Polling the counters without the lock relies on x86-64's total store order, and is
+done there only.
 
 Cost per call, per rank: one copy of n floats in, n floats summed over L rows of one chunk
-(n reads + n/L writes), one copy of n floats out, two barriers (each one clock read and two
-stores more for ``since``). Memory: (L + 1) * n * 4 bytes plus 16 per learner, in ``multiprocessing.RawArray`` blocks (anonymous: nothing stays in
-/dev/shm whatever way the processes end), one lock and two semaphores.
+(n reads + n/L writes), one copy of n floats out, two barriers (each one lock section, polls of
+the L counters until they are in, one clock read and two stores for ``since``). Memory:
+(L + 1) * n * 4 bytes plus 72 per learner, in ``multiprocessing.RawArray`` blocks (anonymous:
+nothing stays in /dev/shm whatever way the processes end), one lock and two semaphores.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
+import platform
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -65,9 +75,16 @@ from replaybench.impl.ratelimit import Stopped
 
 __all__ = ["SharedAllreduce", "AllreduceStall", "AllreduceTimeout", "SharedGradientAverager"]
 
-#: Non-blocking polls of the semaphore before a waiting rank blocks on it: learners that arrive
-#: together on cores of their own (they run the same step on the same batch size) meet within these.
-_SPIN = 200
+#: How long a waiting rank polls its peers' counters (yielding its core between polls) before it
+#: blocks: learners on cores of their own (the same step on the same batch size) meet well within it.
+#: Without the lock a poller relies on x86-64's store order (a peer's data, stored before its
+#: counter, is seen before it), so elsewhere every wait goes through the lock and the semaphore.
+_SPIN_S = 0.002 if platform.machine().lower() in ("x86_64", "amd64") else 0.0
+#: Non-blocking tries of the lock (yielding the core between them) before a rank blocks on it.
+_LOCK_TRIES = 100
+#: int64 slots between two ranks' counters in ``arrived``: one 64-byte cache line per rank, so a
+#: rank's store invalidates only the line its peers poll for it.
+_STRIDE = 8
 #: The longest a blocked rank waits before it checks the stop flag and its deadline again.
 _CHECK_EVERY_S = 0.05
 
@@ -130,9 +147,9 @@ class SharedAllreduce:
         self.timeout_s = float(timeout_s)
         self._inputs = ctx.RawArray(ctypes.c_float, world * size)
         self._result = ctx.RawArray(ctypes.c_float, size)
-        self._arrived = ctx.RawArray(ctypes.c_int64, world)
+        self._arrived = ctx.RawArray(ctypes.c_int64, world * _STRIDE)
         self._since = ctx.RawArray(ctypes.c_double, world)
-        self._count = ctx.RawArray(ctypes.c_int64, 2)  # ranks in, per phase parity (under _lock)
+        self._sleepers = ctx.RawArray(ctypes.c_int64, 2)  # ranks blocked, per phase parity (under _lock)
         self._lock = ctx.Lock()
         self._sems = (ctx.Semaphore(0), ctx.Semaphore(0))
         self.rank = None
@@ -141,15 +158,15 @@ class SharedAllreduce:
     def _views(self) -> None:
         self.inputs = np.frombuffer(self._inputs, dtype=np.float32).reshape(self.world, self.size)
         self.result = np.frombuffer(self._result, dtype=np.float32)
-        self.arrived = np.frombuffer(self._arrived, dtype=np.int64)
+        self.arrived = np.frombuffer(self._arrived, dtype=np.int64)[::_STRIDE]
         self.since = np.frombuffer(self._since, dtype=np.float64)
-        self.count = np.frombuffer(self._count, dtype=np.int64)
+        self.sleepers = np.frombuffer(self._sleepers, dtype=np.int64)
         self._phase = 0
         self._stopped: Callable[[], bool] = lambda: False
 
     def __getstate__(self):
         return {"world": self.world, "size": self.size, "timeout_s": self.timeout_s, "_inputs": self._inputs,
-                "_result": self._result, "_arrived": self._arrived, "_since": self._since, "_count": self._count,
+                "_result": self._result, "_arrived": self._arrived, "_since": self._since, "_sleepers": self._sleepers,
                 "_lock": self._lock, "_sems": self._sems, "rank": None}
 
     def __setstate__(self, state):
@@ -191,38 +208,60 @@ class SharedAllreduce:
         return None
 
     def _arrive_and_wait(self) -> None:
-        """End one phase: count this rank in; the last one in wakes the others (module
+        """End one phase: this rank's counter in, then wait until every counter is (module
         docstring). ``since`` holds the time this rank came in until it leaves (any way)."""
         self._phase += 1
         phase = self._phase
         self.since[self.rank] = time.monotonic()  # diagnostics only: stall() reads both without the lock
-        self.arrived[self.rank] = phase
         try:
-            self._count_in_and_wait(phase)
+            self._wait_for_all(phase)
         finally:
             self.since[self.rank] = 0.0
 
-    def _count_in_and_wait(self, phase: int) -> None:
-        parity = phase & 1
-        if not self._lock.acquire(timeout=self.timeout_s):  # held for a few instructions, unless its holder died in them
+    def _all_in(self, phase: int) -> bool:
+        return int(self.arrived.min()) >= phase
+
+    def _locked(self, phase: int) -> None:
+        """Take the lock: held for a few instructions (unless its holder died in them), so a
+        rank that finds it taken yields and tries again before it blocks on it (a futex wait,
+        whose wake-up would cost more than the section)."""
+        for _ in range(_LOCK_TRIES):
+            if self._lock.acquire(False):
+                return
+            os.sched_yield()
+        if not self._lock.acquire(timeout=self.timeout_s):
             raise AllreduceTimeout(self.rank, self._missing(phase), phase, self.timeout_s)
+
+    def _wait_for_all(self, phase: int) -> None:
+        parity = phase & 1
+        self._locked(phase)
         try:
-            self.count[parity] += 1
-            last = int(self.count[parity]) == self.world
-            if last:
-                self.count[parity] = 0
+            self.arrived[self.rank] = phase  # stored under the lock: its release publishes this rank's data too
+            done = self._all_in(phase)
+            wake = int(self.sleepers[parity]) if done else 0
+            self.sleepers[parity] = 0 if done else self.sleepers[parity]
         finally:
             self._lock.release()
-        sem = self._sems[parity]
-        if last:
-            for _ in range(self.world - 1):
-                sem.release()
+        if done:
+            for _ in range(wake):
+                self._sems[parity].release()
             return
-        for _ in range(_SPIN):
-            if sem.acquire(False):
+        give_up = time.perf_counter() + _SPIN_S  # polling without the lock: x86-64 only (see _SPIN_S)
+        while time.perf_counter() < give_up:
+            os.sched_yield()
+            if self._all_in(phase):
                 return
+        self._locked(phase)
+        try:
+            done = self._all_in(phase)
+            if not done:
+                self.sleepers[parity] += 1
+        finally:
+            self._lock.release()
+        if done:
+            return
         deadline = time.monotonic() + self.timeout_s
-        while not sem.acquire(timeout=_CHECK_EVERY_S):
+        while not self._sems[parity].acquire(timeout=_CHECK_EVERY_S):
             if self._stopped():
                 raise Stopped()
             if time.monotonic() > deadline:
