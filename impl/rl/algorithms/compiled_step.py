@@ -73,8 +73,8 @@ class CompiledDQNStep:
     on the CPU), with ``cfg``'s gamma, double_q, lr and max_grad_norm: the arithmetic of
     :meth:`impl.rl.algorithms.dqn.DQNLearner._step` followed by its Adam step.
 
-    Cost per :meth:`learn`: three forwards (online on obs and next_obs, target on next_obs), one
-    backward, one pass of clipping and Adam over the parameters; scratch arrays are reused
+    Cost per :meth:`learn`: two forwards (online on obs and next_obs stacked, target on
+    next_obs), one backward, one pass of clipping and Adam over the parameters; scratch arrays are reused
     across updates of the same batch size. Thread-safety: none.
     """
 
@@ -97,10 +97,12 @@ class CompiledDQNStep:
 
     def _buffers(self, rows: int) -> tuple:
         if rows not in self._scratch:
-            def acts():
-                return tuple(np.empty((rows, int(d)), np.float32) for d in self.dims[1:])
+            def acts(n):
+                return tuple(np.empty((n, int(d)), np.float32) for d in self.dims[1:])
 
-            self._scratch[rows] = (acts(), acts(), acts(), np.empty(rows, np.float32))
+            self._scratch[rows] = (np.empty((2 * rows, int(self.dims[0])), np.float32), acts(2 * rows), acts(rows),
+                                   acts(rows), np.empty((rows, int(self.dims[-1])), np.float32),
+                                   np.empty(rows, np.float32))
         return self._scratch[rows]
 
     def learn(self, batch: dict, grad_hook=None) -> tuple[float, np.ndarray]:
@@ -110,12 +112,12 @@ class CompiledDQNStep:
         _one_blas_thread()
         cfg = self.cfg
         x = {f: _host(batch[f], dtype) for f, dtype in BATCH_FIELDS.items()}
-        acts, next_acts, tacts, td = self._buffers(len(x["obs"]))
+        both, acts, tacts, dacts, dz, td = self._buffers(len(x["obs"]))
         obs = x["obs"].reshape(len(x["obs"]), -1)
         next_obs = x["next_obs"].reshape(len(x["next_obs"]), -1)
         loss = mk.dqn_gradients(self.online, self.target, self.offsets, self.dims, obs, x["action"].reshape(-1),
                                 x["reward"].reshape(-1), next_obs, x["done"].reshape(-1), x["weights"].reshape(-1),
-                                cfg.gamma, cfg.double_q, acts, next_acts, tacts, self.grads, td)
+                                cfg.gamma, cfg.double_q, both, acts, tacts, dacts, dz, self.grads, td)
         if grad_hook is not None:
             grad_hook(self.params)
         max_norm = -1.0 if cfg.max_grad_norm is None else float(cfg.max_grad_norm)

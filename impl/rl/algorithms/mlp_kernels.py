@@ -203,20 +203,28 @@ def greedy(flat, offsets, dims, x, acts):
 
 @njit(nogil=True, cache=True, fastmath=True, error_model="numpy")
 def dqn_gradients(online, target, offsets, dims, obs, action, reward, next_obs, done, weights, gamma, double_q,
-                  acts, next_acts, tacts, grads, td_abs):
+                  both, acts, tacts, dacts, dz, grads, td_abs):
     """One DQN update's loss and gradients (into ``grads``, overwritten) and |TD errors| (into
     ``td_abs``, float32): double-Q (or max) targets from ``target``, a Huber loss (beta 1)
     weighted by ``weights`` and averaged over the batch, as :meth:`DQNLearner._step` computes
-    it. ``acts`` / ``next_acts`` / ``tacts``: per-layer scratch for the online network on
-    ``obs``, on ``next_obs`` and the target network on ``next_obs``. Returns the loss."""
+    it. Scratch: ``both`` (2B x in) and ``acts`` (per layer, 2B rows): the online network's
+    forward of ``obs`` and, for double-Q, ``next_obs`` stacked below it, one product per layer
+    for both (a taller product runs nearer the matrix rate than two short ones); ``tacts``
+    (B rows) the target network's on ``next_obs``; ``dacts`` (B rows) the backward's hidden
+    gradients; ``dz`` (B x actions) the loss's gradient. Returns the loss."""
     B = obs.shape[0]
-    L = len(dims) - 1
     if double_q:
-        qn = forward(online, offsets, dims, next_obs, next_acts)
+        both[:B] = obs
+        both[B:2 * B] = next_obs
+        q_both = forward(online, offsets, dims, both[:2 * B], acts)
+        q_all, qn = q_both[:B], q_both[B:2 * B]
+    else:
+        q_all = forward(online, offsets, dims, obs, acts)
+        qn = q_all  # unused without double-Q
     qt = forward(target, offsets, dims, next_obs, tacts)
-    q_all = forward(online, offsets, dims, obs, acts)
     # the loss's gradient with respect to the last layer's output: only the taken action's column
-    dz = np.zeros((B, dims[L]), dtype=np.float32)
+    dz = dz[:B]
+    dz[:] = 0
     loss = 0.0
     for r in range(B):
         if double_q:
@@ -238,24 +246,9 @@ def dqn_gradients(online, target, offsets, dims, obs, action, reward, next_obs, 
         huber = 0.5 * d * d if ad < 1.0 else ad - 0.5
         loss += weights[r] * huber
         dz[r, action[r]] = np.float32(weights[r] * max(-1.0, min(1.0, d)) / B)
-    # backward: dW_l = dz_l^T h_{l-1}, db_l = sum_rows dz_l, dz_{l-1} = (dz_l W_l) * relu'(z_{l-1})
-    for l in range(L - 1, -1, -1):
-        gw, gb = _weight(grads, offsets, dims, l)
-        h = obs if l == 0 else acts[l - 1][:B]
-        gw[:] = np.dot(dz.T, h)
-        for c in range(dz.shape[1]):
-            s = np.float32(0.0)
-            for r in range(B):
-                s += dz[r, c]
-            gb[c] = s
-        if l > 0:
-            w, _ = _weight(online, offsets, dims, l)
-            dh = np.dot(dz, w)
-            for r in range(B):
-                for c in range(dh.shape[1]):
-                    if h[r, c] <= 0:
-                        dh[r, c] = 0
-            dz = dh
+    # the online forward's first B rows are obs's, all backward reads of acts (acts[l][:B]);
+    # no input gradient, so its dx argument (dacts[0]) is never written
+    backward(online, offsets, dims, obs, acts, dz, grads, True, False, dacts, dacts[0])
     return loss / B
 
 
