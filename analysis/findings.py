@@ -11,8 +11,9 @@ Three parts, each computed from rows alone (nothing is typed in by hand):
   data says of why they were slower: :func:`slowdown`), and cells that two runs of the same
   host measured more than :data:`DIFFER` apart (:func:`differing_cells`);
 - **which design when** (:func:`design_rows`): the fastest configuration per situation and
-  host (one process; threads; processes at 2, 8 and 16 workers; inside each framework; beside a
-  GPU learner), *no data* where no run measured it.
+  host (one process; threads; processes at 2, 8 and 16 workers; inside each framework; a
+  learner's update and learners averaging gradients, from the newest learner run; beside a GPU
+  learner), *no data* where no run measured it.
 
 ``parts`` is :meth:`analysis.load.Results.by_host`'s list ``[(host, Results)]``: no function
 here reads two hosts' rows into one number. Output is deterministic (sorted keys, fixed
@@ -440,6 +441,69 @@ def _gpu(res) -> list:
     return out
 
 
+def _learner_runs(res) -> list[tuple[str, list[dict]]]:
+    """``(run_id, cells)`` of the host's newest learner run (by start time, run id breaking
+    ties): :func:`bench.scenarios.learner.cell_medians` of its rows; [] without one."""
+    from replaybench.bench.scenarios.learner import cell_medians
+
+    t = res.table
+    if t.empty or "scenario" not in t.columns:
+        return []
+    rows = t[t["scenario"] == "learner"]
+    if rows.empty:
+        return []
+    run_id = max(rows["run_id"].unique(), key=lambda r: (str(res.metas.get(r, {}).get("start_time") or ""), r))
+    records = rows[rows["run_id"] == run_id].to_dict("records")
+    return [(run_id, cell_medians(records, res.metas.get(run_id, {}).get("bound_factor") or 2.0))]
+
+
+def _learner_batch(meta: dict, cells: list[dict], algo: str, env: str, key: str) -> int | None:
+    """The batch a learner row reads: the run's target for ``key`` (its ``batch``, where its
+    ``env`` is this one or unnamed), else 64 where measured, else the smallest measured."""
+    target = (meta.get("targets") or {}).get(key) or {}
+    if target.get("batch") and target.get("env", env) == env:
+        return int(target["batch"])
+    batches = sorted({c["batch"] for c in cells if c["algo"] == algo and c["env"] == env})
+    return 64 if 64 in batches else (batches[0] if batches else None)
+
+
+def _learner_update(res) -> list:
+    out = []
+    for run_id, cells in _learner_runs(res):
+        meta = res.metas.get(run_id, {})
+        for algo, env in sorted({(c["algo"], c["env"]) for c in cells}):
+            batch = _learner_batch(meta, cells, algo, env, f"{algo}_update")
+            here = [c for c in cells if (c["algo"], c["env"], c["device"], c["batch"], c["learners"])
+                    == (algo, env, "cpu", batch, 1)]
+            if not here:
+                continue
+            best = min(here, key=lambda c: (c["seconds"], c["update"]))
+            floor = f", {best['seconds'] / best['floor']:.1f}x its arithmetic floor" if best["floor"] else ""
+            against = (f"{best['x_torch']:.2f}x torch's eager update" if best["x_torch"] is not None
+                       else "no compiled update measured beside it")
+            out.append([f"`{best['update']}` update ({algo}, {env}, batch {batch})",
+                        f"{best['seconds'] * 1e6:,.0f} us an update{floor}", against, _run(res, run_id)])
+    return out
+
+
+def _learner_groups(res) -> list:
+    out = []
+    for run_id, cells in _learner_runs(res):
+        meta = res.metas.get(run_id, {})
+        for algo, env in sorted({(c["algo"], c["env"]) for c in cells}):
+            batch = _learner_batch(meta, cells, algo, env, "learners")
+            groups = [c for c in cells if (c["algo"], c["env"], c["device"], c["batch"]) == (algo, env, "cpu", batch)
+                      and c["learners"] > 1 and c["x_one"] is not None]
+            if not groups:
+                continue
+            best = max(groups, key=lambda c: (c["samples_per_s"], c["update"]))
+            allreduce = f"; all-reduce {best['allreduce'] * 1e6:.0f} us" if best["allreduce"] else ""
+            out.append([f"{best['learners']} learners x {batch} rows, `{best['update']}` ({algo}, {env})",
+                        f"{best['samples_per_s']:,.0f} samples learned/s", f"{best['x_one']:.2f}x one learner{allreduce}",
+                        _run(res, run_id)])
+    return out
+
+
 #: Situation -> (finder(res) -> [[pick, measured, against, run]], the suite that would answer it).
 _SITUATIONS = [("one process", _one_process, "micro"),
                ("threads", lambda r: _workers(r, "threads", None), "concurrency (threads)"),
@@ -447,6 +511,8 @@ _SITUATIONS = [("one process", _one_process, "micro"),
                ("processes, 8 workers", lambda r: _workers(r, "processes", 8), "concurrency-cores on 8+ cores"),
                ("processes, 16 workers", lambda r: _workers(r, "processes", 16), "concurrency-cores on 16+ cores"),
                ("inside a framework", _frameworks, "frameworks-*"),
+               ("a learner's update, one core", _learner_update, "learner"),
+               ("learners averaging gradients", _learner_groups, "learner"),
                ("beside a GPU learner", _gpu, "training-gpu-quick on a CUDA host")]
 
 
@@ -486,6 +552,7 @@ def section(parts, registry=None, verdicts=None, figure=None, host_link=None) ->
     out += ["### Hosts", ""] + host_lines(parts, verdicts, host_link)
     out += ["### Which design when", "",
             "The fastest configuration measured per situation and host (sampled items/s of the replay buffer; "
-            "the framework rows are training speed). *no data* names the suite that would measure it.", ""]
+            "the framework rows are training speed; the learner rows, one update's time and samples learned per "
+            "second, each at its run's target batch). *no data* names the suite that would measure it.", ""]
     out += md.table(["situation", "host", "pick", "measured", "against", "run"], design_rows(parts)) + [""]
     return out

@@ -174,3 +174,50 @@ def test_a_run_without_git_state_is_superseded_by_a_later_run_of_its_host(tmp_pa
     assert not diff.empty and (diff["ratio"] > 1.9).all()  # every cell twice as slow in the new run
     lines = "\n".join(findings.host_lines(res.by_host(), []))
     assert f"`{old.name}` is superseded" in lines and "differ by more than 25%" in lines
+
+
+def _learner_rows(update_us: dict, group_us: float, allreduce_us: float) -> list[dict]:
+    """A learner run's rows for DQN CartPole at batch 64: one learner per update in
+    ``update_us`` (3 blocks each, with its FLOPs and floor), and a 2-learner group on the
+    compiled update with its all-reduce row."""
+    rows = []
+
+    def row(update, learners, metric, value, repeat=0):
+        return {"scenario": "learner", "backend": update, "algo": "dqn", "env": "CartPole-v1", "batch": 64,
+                "threads": 1, "op": "learn", "learners": learners, "metric": metric,
+                "unit": "flop" if metric == "flops_per_call" else "s", "items_per_call": 64 * learners,
+                "params": {"device": "cpu"}, "status": "ok", "value": value, "repeat": repeat, "loops": 50}
+
+    for update, us in update_us.items():
+        rows += [row(update, 1, "seconds_per_call", us * f * 1e-6, i) for i, f in enumerate((0.98, 1.0, 1.05))]
+        rows += [row(update, 1, "flops_per_call", 1.1e7), row(update, 1, "floor_seconds_per_call", 120e-6)]
+    rows += [row("numba", 2, "seconds_per_call", group_us * 1e-6, i) for i in range(3)]
+    rows.append(row("numba", 2, "allreduce_seconds_per_call", allreduce_us * 1e-6))
+    return rows
+
+
+def test_which_design_reads_the_newest_learner_run_at_its_target_batch(tmp_path):
+    """The learner rows of "which design when": the fastest update at the run's target batch,
+    with its time over its floor and over the eager update, and the learner group's samples
+    learned per second over one learner's, all from the host's newest learner run."""
+    targets = {"dqn_update": {"batch": 64, "env": "CartPole-v1"}, "learners": {"batch": 64, "learners": 2}}
+    old = write_run(tmp_path, "20300101T000000Z-learner", "learner", "learner",
+                    _learner_rows({"torch": 900.0, "numba": 300.0}, 500.0, 90.0),
+                    extra={"targets": targets, "start_time": "2030-01-01T00:00:00+00:00"})
+    new = write_run(tmp_path, "20300102T000000Z-learner", "learner", "learner",
+                    _learner_rows({"torch": 900.0, "numba": 150.0}, 200.0, 25.0),
+                    extra={"targets": targets, "start_time": "2030-01-02T00:00:00+00:00"})
+    rows = findings.design_rows(_parts([old, new]))
+    mine = {r[0]: r for r in rows if r[0].startswith(("a learner's", "learners averaging"))}
+    update = mine["a learner's update, one core"]
+    assert update[2] == "`numba` update (dqn, CartPole-v1, batch 64)"
+    assert update[3] == "150 us an update, 1.2x its arithmetic floor"
+    assert update[4] == "6.00x torch's eager update"
+    assert update[5] == f"`{new.name}`"
+    group = mine["learners averaging gradients"]
+    assert group[2] == "2 learners x 64 rows, `numba` (dqn, CartPole-v1)"
+    assert group[3] == "640,000 samples learned/s"  # 128 rows / 200 us
+    assert group[4] == "1.50x one learner; all-reduce 25 us"  # 640,000 over 64 / 150 us
+    assert group[5] == f"`{new.name}`"
+    without = findings.design_rows(_parts([]))
+    assert ["a learner's update, one core", "-", "**no data**", "-", "-", "run `learner`"] in without

@@ -45,7 +45,7 @@ from replaybench.bench.scenarios import Cell, RunState, Scenario, Selection, Sel
 from replaybench.bench.scenarios.gpu import cuda_missing
 from replaybench.bench.summary import format_table
 
-__all__ = ["Learner", "SCENARIO", "BOUND_FACTOR"]
+__all__ = ["Learner", "SCENARIO", "BOUND_FACTOR", "cell_medians", "format_summary"]
 
 DEVICES = ("cpu", "cuda")
 UPDATES = ("torch", "numba")
@@ -268,43 +268,65 @@ def _algorithm(name: str):
     return algorithms.get(name)
 
 
-def format_summary(rows: list[dict], factor: float = BOUND_FACTOR) -> str:
-    """Per (algo, env, device, batch, learners): each update's median microseconds per update,
-    samples learned per second (the global batch over the time), its floor and bound, the
-    compiled update over the eager one, and for a learner group its samples per second over
-    one learner's at the same batch and update, with the all-reduce's own cost."""
+def cell_medians(rows: list[dict], factor: float = BOUND_FACTOR) -> list[dict]:
+    """Per (algo, env, device, batch, learners, update) cell of ``rows`` (this scenario's ``ok``
+    rows, as dicts): ``seconds`` (median per update), ``low``/``high`` (its blocks' min and max),
+    ``samples_per_s`` (the global batch over the median), ``floor`` (seconds, or None), ``bound``
+    (``arithmetic`` within ``factor`` of the floor, else ``dispatch`` on the CPU and
+    ``dispatch/copies`` off it; ``-`` without a floor), ``x_torch`` (the eager update's median
+    over this one's at the same cell; None for the eager one or without it), ``x_one`` (for a
+    group: its samples per second over one learner's with the same update and batch; else
+    None) and ``allreduce`` (the group's all-reduce seconds, or None). Sorted by the key."""
     cells: dict[tuple, dict] = {}
     for r in rows:
         if r["status"] != "ok":
             continue
         device = contract.params_of(r.get("params")).get("device", "cpu")
-        key = (r["algo"], r["env"], device, r["batch"], r.get("learners") or 1, r["backend"])
-        cell = cells.setdefault(key, {"items": r["items_per_call"] if r["metric"] == "seconds_per_call" else None})
+        key = (r["algo"], r["env"], device, int(r["batch"]), int(r.get("learners") or 1), r["backend"])
+        cell = cells.setdefault(key, {"items": None})
         if r["metric"] == "seconds_per_call":
             cell["items"] = r["items_per_call"]
         cell.setdefault(r["metric"], []).append(r["value"])
-    body = []
+    out = []
     for (algo, env, device, batch, learners, update), m in sorted(cells.items()):
         values = m.get("seconds_per_call", [])
         if not values:
             continue
         median = statistics.median(values)
-        samples = m["items"] / median
         floor = statistics.median(m["floor_seconds_per_call"]) if m.get("floor_seconds_per_call") else None
         bound = "-" if floor is None else (
             "arithmetic" if median <= factor * floor else ("dispatch" if device == "cpu" else "dispatch/copies"))
         eager = cells.get((algo, env, device, batch, learners, "torch"), {}).get("seconds_per_call")
         one = cells.get((algo, env, device, batch, 1, update), {})
-        over_one = "-"
+        samples = m["items"] / median
+        x_one = None
         if learners > 1 and one.get("seconds_per_call"):
-            over_one = f"{samples / (one['items'] / statistics.median(one['seconds_per_call'])):.2f}"
+            x_one = samples / (one["items"] / statistics.median(one["seconds_per_call"]))
         allreduce = m.get("allreduce_seconds_per_call")
-        body.append([algo, env, device, str(batch), str(learners), update, f"{median * 1e6:.1f}",
-                     f"{min(values) * 1e6:.0f}-{max(values) * 1e6:.0f}", f"{samples:,.0f}",
-                     "-" if floor is None else f"{floor * 1e6:.1f}",
-                     "-" if floor is None else f"{median / floor:.1f}", bound,
-                     "-" if not eager or update == "torch" else f"{statistics.median(eager) / median:.2f}",
-                     over_one, "-" if not allreduce else f"{statistics.median(allreduce) * 1e6:.0f}"])
+        out.append({"algo": algo, "env": env, "device": device, "batch": batch, "learners": learners,
+                    "update": update, "seconds": median, "low": min(values), "high": max(values),
+                    "samples_per_s": samples, "floor": floor, "bound": bound,
+                    "x_torch": statistics.median(eager) / median if eager and update != "torch" else None,
+                    "x_one": x_one, "allreduce": statistics.median(allreduce) if allreduce else None})
+    return out
+
+
+def format_summary(rows: list[dict], factor: float = BOUND_FACTOR) -> str:
+    """Per (algo, env, device, batch, learners): each update's median microseconds per update,
+    samples learned per second (the global batch over the time), its floor and bound, the
+    compiled update over the eager one, and for a learner group its samples per second over
+    one learner's at the same batch and update, with the all-reduce's own cost
+    (:func:`cell_medians`)."""
+    body = []
+    for c in cell_medians(rows, factor):
+        floor = c["floor"]
+        body.append([c["algo"], c["env"], c["device"], str(c["batch"]), str(c["learners"]), c["update"],
+                     f"{c['seconds'] * 1e6:.1f}", f"{c['low'] * 1e6:.0f}-{c['high'] * 1e6:.0f}",
+                     f"{c['samples_per_s']:,.0f}", "-" if floor is None else f"{floor * 1e6:.1f}",
+                     "-" if floor is None else f"{c['seconds'] / floor:.1f}", c["bound"],
+                     "-" if c["x_torch"] is None else f"{c['x_torch']:.2f}",
+                     "-" if c["x_one"] is None else f"{c['x_one']:.2f}",
+                     "-" if c["allreduce"] is None else f"{c['allreduce'] * 1e6:.0f}"])
     header = ["algo", "env", "device", "batch", "learners", "update", "us/update", "min-max", "samples/s",
               "floor us", "x floor", "bound", "x torch", "x 1 learner", "allreduce us"]
     return "\n".join(format_table(header, body, {3, 4, 6, 8, 9, 10, 12, 13, 14}))
