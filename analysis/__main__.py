@@ -67,8 +67,9 @@ def _render_hosts(res, out: Path, only) -> tuple[list, list, object]:
     headline figures into ``out/<host>/claims/`` (:func:`analysis.headline.render_all`; not with
     ``only``, which asks for some figure modules); ``([(host, results, outcome)], verdicts,
     headlines or None)``. What the results no longer support is removed: a folder of ``out`` named
-    like no host of these runs (a host or label of runs since removed), and the figure files a
-    figure module wrote straight into ``out`` before each host had a folder."""
+    like no host of these runs nor of any run stored under ``results/`` (a host or label of runs
+    since removed: plotting some runs keeps the other stored hosts' figures), and the figure
+    files a figure module wrote straight into ``out`` before each host had a folder."""
     import shutil
 
     from replaybench.analysis import findings, headline, plots, render
@@ -85,16 +86,33 @@ def _render_hosts(res, out: Path, only) -> tuple[list, list, object]:
         drawn = {host: folders[host] for host, part, _ in parts if part.metas}
         headlines = headline.render_all(verdicts, drawn, res.hosts())
     if not only and out.is_dir():
-        names = {f.name for f in folders.values()}
+        names = {f.name for f in folders.values()} | _stored_host_folders()
         for stale in sorted(p for p in out.iterdir() if p.is_dir() and p.name not in names):
             if all(f.suffix in render.EXTENSIONS for f in stale.rglob("*") if f.is_file()):
-                print(f"removed {stale}/: no host of these runs draws there")
+                print(f"removed {stale}/: no host of these runs nor of the stored runs draws there")
                 shutil.rmtree(stale)
         figures = set(plots.FIGURES.names())
         for stale in sorted(p for p in out.iterdir() if p.is_file() and p.suffix in render.EXTENSIONS
                             and p.stem in figures):
             stale.unlink()  # a figure of the first host, from before every host had a folder
     return parts, verdicts, headlines
+
+
+def _stored_host_folders() -> set[str]:
+    """The figure folders of the hosts of every run stored under ``results/`` (their meta.json
+    alone is read; a run whose meta.json does not parse is skipped here, and reported by
+    :func:`_load` when it is drawn)."""
+    import json
+
+    from replaybench.analysis import load
+
+    out = set()
+    for run in load.find_runs(RESULTS):
+        try:
+            out.add(_folder_name(load.host_of(json.loads((run / "meta.json").read_text()))))
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue
+    return out
 
 
 def _folder_name(host: str) -> str:

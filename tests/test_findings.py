@@ -162,6 +162,26 @@ def test_the_report_draws_each_host_from_its_own_runs(two_hosts, tmp_path):
             assert (tmp_path / "report" / link).resolve().is_file() and f"/{host}/" in link, link
 
 
+def test_plotting_some_runs_keeps_the_other_stored_hosts_figures(two_hosts, tmp_path, monkeypatch):
+    """`replaybench plots --runs A` redraws A's host; the figures of another host with runs in
+    the store stay, and only a folder no stored run's host draws in (a label's, from before)
+    is removed."""
+    from replaybench.analysis import __main__ as cli
+
+    root, (a, _, _) = two_hosts
+    monkeypatch.setattr(cli, "RESULTS", root)
+    figures = tmp_path / "figures"
+    kept = figures / "other-16cpu-32k-1m-16m" / "capacity.png"  # the host of run b, not drawn now
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(b"the other host's figure")
+    (figures / "vm").mkdir()
+    (figures / "vm" / "capacity.png").write_bytes(b"stale")
+    assert main(["plots", "--runs", str(a), "--out", str(figures)]) == 0
+    assert kept.read_bytes() == b"the other host's figure"
+    assert not (figures / "vm").exists()
+    assert (figures / "synthetic-2cpu-32k-1m-16m" / "capacity.png").is_file()
+
+
 def test_a_run_without_git_state_is_superseded_by_a_later_run_of_its_host(tmp_path):
     rng = np.random.default_rng(2)
     old = write_run(tmp_path, "20300101T000000Z-old", "micro-copied", "micro", micro_rows(rng),
