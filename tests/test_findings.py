@@ -15,7 +15,7 @@ import pytest
 from replaybench.analysis import claims, findings, load, render, report
 from replaybench.analysis.__main__ import main
 
-from test_analysis import MACHINE, micro_rows, write_run
+from test_analysis import MACHINE, _row, learning_rows, micro_rows, write_run
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results"
@@ -241,3 +241,34 @@ def test_which_design_reads_the_newest_learner_run_at_its_target_batch(tmp_path)
     assert group[5] == f"`{new.name}`"
     without = findings.design_rows(_parts([]))
     assert ["a learner's update, one core", "-", "**no data**", "-", "-", "run `learner`"] in without
+
+
+def _peer_rows(config: str, buffer: str, times: tuple, budget: float = 50.0) -> list[dict]:
+    """A peer trainer's learning rows on CartPole (``None``: a seed censored at ``budget``)."""
+    rows = []
+    for seed, t in enumerate(times):
+        base = dict(variant="kary-aligned", algo="dqn", env="CartPole-v1", seed=seed, backend=config.split("+")[0],
+                    actors=0, learners=0, batch=64, op="learning",
+                    params={"config": config, "threshold": 475.0, "hyper": {"buffer": buffer}})
+        rows.append(_row("", "learning", **base, metric="censored_at_s" if t is None else "time_to_threshold_s",
+                         value=budget if t is None else t, unit="s"))
+    return rows
+
+
+def test_convergence_over_the_peers_trainers_reads_our_fastest_configuration(tmp_path):
+    """pal-convergence-peers: per task, each peer's own trainer over our fastest configuration
+    of the same run (1+1 here, median 4 s: faster than the sequential loop's 5 s); a peer
+    censored in every seed gives a lower bound at its budget; a peer run with our buffer is
+    not a baseline; the verdict reads the median of the ratios."""
+    rows = (learning_rows() + _peer_rows("tianshou", "own", (None, None, None))
+            + _peer_rows("tianshou+kary-aligned", "kary-aligned", (1.0, 1.0, 1.0)))
+    run = write_run(tmp_path, "20300101T000000Z-learning", "learning", "learning", rows)
+    (_, res), = _parts([run])
+    verdict = claims.CLAIMS.get("pal-convergence-peers").rule(res)
+    assert {p.label: round(p.value, 3) for p in verdict.points} == {"sb3, CartPole-v1": 8.75,  # 35 s / 4 s
+                                                                     "≥ tianshou, CartPole-v1": 12.5}  # 50 s / 4 s
+    assert verdict.verdict == claims.REPRODUCES and verdict.ours.startswith("10.6x shorter")
+    assert ">=12.5x" in verdict.ours and "kary-aligned" not in verdict.ours
+    alone = write_run(tmp_path, "20300102T000000Z-learning", "learning", "learning", _peer_rows("sb3", "own", (1.0,)))
+    (_, peer_only), = _parts([alone])
+    assert claims.CLAIMS.get("pal-convergence-peers").rule(peer_only).verdict == claims.NO_DATA  # nothing of ours
