@@ -579,14 +579,44 @@ claim("pal-convergence-peers", order=22, paper="PAL", claim="shorter time to con
       rule=_convergence_over_peers, axis="time to threshold, peer's trainer over ours (x)", mark=3.1)
 
 
+def _adapters_time_to_policy(res) -> tuple[str, tuple]:
+    """What the learning runs say of each peer's trainer with our buffer against its own (the
+    learning-adapters suite: time to threshold, same run), and the runs it read: ``("", ())``
+    where no run has both."""
+    from replaybench.bench import time_to_policy as ttp
+
+    table = res.table[(res.table["scenario"] == "learning") & (res.table["op"] == "learning")]
+    parts, runs = [], set()
+
+    def time(s) -> str:
+        return (f"{md.num(s.median_s)} s" if math.isfinite(s.median_s) else "not reached") + f" ({s.label})"
+
+    for run_id, rows in table.groupby("run_id", sort=True):
+        records = rows.to_dict("records")
+        outs, kinds = ttp.outcomes(records), ttp.layouts(records)
+        own = _own_buffer_peers(records, kinds)
+        backend = {ttp.config_key(r): r["backend"] for r in records}
+        for key in sorted(own):
+            theirs = ttp.summarize(outs[key])
+            for other in sorted(k for k in outs if kinds[k] == "peer" and k not in own and k[:2] == key[:2]
+                                and backend[k] == backend[key]):
+                parts.append(f"{backend[key]} on {key[1]}: {time(ttp.summarize(outs[other]))} with ours, "
+                             f"{time(theirs)} with its own (`{run_id}`)")
+                runs.add(str(run_id))
+    if not parts:
+        return "", ()
+    return "; time to threshold (medians, seeds reached): " + "; ".join(parts), tuple(sorted(runs))
+
+
 def _frameworks(res) -> Verdict:
     from replaybench.analysis.plots.frameworks import framework_rows
 
+    learning, learning_runs = _adapters_time_to_policy(res)
     rows = framework_rows(res.table)
     rows = rows[(rows["metric"] == "speedup_vs_own") & (rows["status"] == contract.MEASURED)
                 & (rows["variant"] != "own")]
     if rows.empty:
-        return Verdict(NO_DATA, why="no speedup_vs_own rows")
+        return Verdict(NO_DATA, runs=learning_runs, why="no speedup_vs_own rows" + learning)
     per = rows.groupby(["framework", "variant"], sort=True)["value"].agg(["median", "min", "max", "count"]).reset_index()
     _, paper = references.newest(res.metas, "paper", "pal_speedup", scenario="frameworks")
     low = (paper or {}).get("low", 1.1)
@@ -600,13 +630,16 @@ def _frameworks(res) -> Verdict:
                          ", ".join(sorted(set(rows.loc[rows["framework"] == r.framework, "run_id"].astype(str)))),
                          str(r.variant), paper=float(low))
                    for _, r in per.iterrows())
-    return Verdict(verdict, f"{per['variant'].iloc[0]} over each framework's own buffer: {ours}", spread, _runs(rows),
-                   "the framework's sequential DQN loop with our buffer against its own buffer, same run", points)
+    return Verdict(verdict, f"{per['variant'].iloc[0]} over each framework's own buffer: {ours}", spread,
+                   tuple(sorted({*_runs(rows), *learning_runs})),
+                   "the framework's sequential DQN loop with our buffer against its own buffer, same run" + learning,
+                   points)
 
 
 claim("pal-frameworks", order=23, paper="PAL", claim="plugged into existing frameworks, sequential runs are faster",
       number="1.1-2.1x", metric="wall time per env step, own buffer over ours (speedup_vs_own)",
-      suites=("frameworks*",), cells="DQN CartPole in SB3, Tianshou and TorchRL", rule=_frameworks,
+      suites=("frameworks*", "learning-adapters"), cells="DQN CartPole in SB3, Tianshou and TorchRL; beside it, "
+      "learning-adapters' time to threshold of each trainer with its own buffer and with ours", rule=_frameworks,
       axis="own buffer's wall per env step over ours (x)")
 
 

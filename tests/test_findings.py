@@ -272,3 +272,18 @@ def test_convergence_over_the_peers_trainers_reads_our_fastest_configuration(tmp
     alone = write_run(tmp_path, "20300102T000000Z-learning", "learning", "learning", _peer_rows("sb3", "own", (1.0,)))
     (_, peer_only), = _parts([alone])
     assert claims.CLAIMS.get("pal-convergence-peers").rule(peer_only).verdict == claims.NO_DATA  # nothing of ours
+
+
+def test_pal_frameworks_says_each_trainers_time_to_threshold_with_our_buffer(tmp_path):
+    """The learning-adapters line beside pal-frameworks: each peer's trainer with our buffer
+    against the same trainer with its own, same run (a trainer that never reached the threshold
+    says so), and the run it read is among the verdict's runs."""
+    rows = (_peer_rows("sb3", "own", (1.0, 1.0, 2.0)) + _peer_rows("sb3+kary-aligned", "kary-aligned", (2.0, 3.0, 3.0))
+            + _peer_rows("tianshou", "own", (None, None, None)) + _peer_rows("tianshou+kary-aligned", "kary-aligned",
+                                                                          (None, None, None)))
+    run = write_run(tmp_path, "20300101T000000Z-learning-adapters", "learning-adapters", "learning", rows)
+    (_, res), = _parts([run])
+    verdict = claims.CLAIMS.get("pal-frameworks").rule(res)
+    assert verdict.verdict == claims.NO_DATA and verdict.runs == (run.name,)  # no frameworks run: no ratio
+    assert f"sb3 on CartPole-v1: 3 s (3/3) with ours, 1 s (3/3) with its own (`{run.name}`)" in verdict.why
+    assert "tianshou on CartPole-v1: not reached (0/3) with ours, not reached (0/3) with its own" in verdict.why
