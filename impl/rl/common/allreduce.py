@@ -11,10 +11,10 @@ block, with no socket, no rendezvous port and no collective library.
     arrived  [L]    int64     rank r's count of phases it reached (its only writer), one cache line each
     since    [L]    float64   when rank r began its current wait (time.monotonic; 0: not waiting)
 
-A phase ends with a barrier. Rank r stores the phase into its own counter ``arrived[r]`` (each
-counter on a cache line of its own: its rank is its only writer) and then, under one lock, looks
-whether every counter has reached the phase; the rank that sees it last wakes the ranks that went
-to sleep meanwhile. A rank that does not see every peer in polls the counters, yielding its core
+A phase ends with a barrier. Under one lock, rank r stores the phase into its own counter
+``arrived[r]`` (each counter on a cache line of its own: its rank is its only writer) and looks
+whether every counter has reached the phase; the rank that sees them all wakes the ranks that
+went to sleep meanwhile. A rank that does not see every peer in polls the counters, yielding its core
 between polls (``os.sched_yield``: a peer queued on the same core runs at once), for up to
 ``_SPIN_S``: learners on cores of their own meet within tens of microseconds, and a sleeping rank
 costs its wake-up (a futex and, in a VM, an interrupt to a halted virtual CPU: tens to hundreds of
@@ -239,7 +239,8 @@ class SharedAllreduce:
             self.arrived[self.rank] = phase  # stored under the lock: its release publishes this rank's data too
             done = self._all_in(phase)
             wake = int(self.sleepers[parity]) if done else 0
-            self.sleepers[parity] = 0 if done else self.sleepers[parity]
+            if done:
+                self.sleepers[parity] = 0
         finally:
             self._lock.release()
         if done:
