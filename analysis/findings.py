@@ -444,7 +444,7 @@ def _gpu(res) -> list:
 def _learner_runs(res) -> list[tuple[str, list[dict]]]:
     """``(run_id, cells)`` of the host's newest learner run (by start time, run id breaking
     ties): :func:`bench.scenarios.learner.cell_medians` of its rows; [] without one."""
-    from replaybench.bench.scenarios.learner import cell_medians
+    from replaybench.bench.learner_costs import cell_medians
 
     t = res.table
     if t.empty or "scenario" not in t.columns:
