@@ -512,7 +512,7 @@ def _convergence(res) -> Verdict:
 
 claim("pal-convergence", order=22, paper="PAL", claim="shorter time to convergence than baselines",
       number="3.1-10.8x", metric="wall seconds to the return threshold, sequential loop over the best parallel layout",
-      suites=("learning", "learning-pendulum", "learning-cores", "training", "training-cores"),
+      suites=("learning", "learning-pendulum", "learning-seeds", "learning-cores", "training", "training-cores"),
       cells="DQN and TD3 tasks: learning runs (greedy evaluations of snapshots) where stored, else training runs "
             "with a sequential baseline in the same run", rule=_convergence,
       axis="time to threshold, reference over layout (x)", mark=3.1)
