@@ -95,22 +95,29 @@ def _process_rank(group, rank, data, out):
     out.put((rank, vec.tobytes()))
 
 
-def test_mean_across_processes_gives_every_rank_the_same_bits():
-    ctx = mp.get_context("fork")  # numpy only in the children: fork is safe and starts in milliseconds
-    world, data = 3, _vectors(3, 25, 101)
-    group = SharedAllreduce(ctx, world, 101, timeout_s=60)
+def _run_processes(ctx, group, target, args, wait_s: float) -> dict:
+    """``target(group, rank, *args, out)`` in one forked process per rank; each puts one
+    ``(rank, report)`` on ``out``: the reports by rank, once every process exited with 0 (none
+    is left running, whatever happens)."""
     out = ctx.Queue()
-    procs = [ctx.Process(target=_process_rank, args=(group, r, data, out)) for r in range(world)]
+    procs = [ctx.Process(target=target, args=(group, r, *args, out)) for r in range(group.world)]
     for p in procs:
         p.start()
     try:
-        got = dict(out.get(timeout=90) for _ in range(world))
+        got = dict(out.get(timeout=wait_s) for _ in procs)
     finally:
         for p in procs:
             p.join(10)
             if p.is_alive():
                 p.kill()
     assert all(p.exitcode == 0 for p in procs)
+    return got
+
+
+def test_mean_across_processes_gives_every_rank_the_same_bits():
+    ctx = mp.get_context("fork")  # numpy only in the children: fork is safe and starts in milliseconds
+    world, data = 3, _vectors(3, 25, 101)
+    got = _run_processes(ctx, SharedAllreduce(ctx, world, 101, timeout_s=60), _process_rank, (data,), 90)
     want = _expected(data[-1]).tobytes()
     assert got == {r: want for r in range(world)}
 
@@ -140,19 +147,7 @@ def test_ranks_that_poll_and_ranks_that_sleep_are_all_woken(monkeypatch):
     rng = np.random.default_rng(3)
     delays = rng.choice([0.0, 0.0001, 0.002], size=(world, rounds), p=[0.5, 0.2, 0.3]).tolist()
     group = SharedAllreduce(ctx, world, 64, timeout_s=5)
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_mixed_rank, args=(group, r, data, delays, out)) for r in range(world)]
-    for p in procs:
-        p.start()
-    try:
-        got = dict(out.get(timeout=30) for _ in range(world))
-    finally:
-        for p in procs:
-            p.join(10)
-            if p.is_alive():
-                p.kill()
-    assert got == {r: "ok" for r in range(world)}
-    assert all(p.exitcode == 0 for p in procs)
+    assert _run_processes(ctx, group, _mixed_rank, (data, delays), 30) == {r: "ok" for r in range(world)}
     assert group.sleepers.tolist() == [0, 0]  # every sleeper counted in was woken
 
 
