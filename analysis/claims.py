@@ -555,7 +555,7 @@ def _convergence_over_peers(res) -> Verdict:
                 ratio = (min(o.budget_s for o in outs[key] if o.censored) if bound else theirs.median_s) / mine.median_s
                 exact = [x for _, rel, x in ttp.per_seed_speedups(outs[key], ours[best]) if rel == "="]
                 label = f"{key[2]}, {task[1]}"
-                pairs.append((ratio, bound, label, theirs.label, mine.label, best))
+                pairs.append((ratio, bound, label, theirs.label, mine.label))
                 points.append(Point(("≥ " if bound else "") + label, float(ratio), float(min(exact, default=ratio)),
                                     float(max(exact, default=ratio)), str(run_id), "peer's trainer over ours"))
                 runs.add(str(run_id))
@@ -564,7 +564,7 @@ def _convergence_over_peers(res) -> Verdict:
                        "no learning run has a peer's own trainer beside a configuration of ours that held the threshold")
     middle = statistics.median(r for r, *_ in pairs)
     each = ", ".join(f"{label} {'>=' if bound else ''}{_x(r)}" for r, bound, label, *_ in pairs)
-    spread = "; ".join(f"{label}: {peer} and {ours} seeds reached" for _, _, label, peer, ours, _ in pairs)
+    spread = "; ".join(f"{label}: {peer} and {ours} seeds reached" for _, _, label, peer, ours in pairs)
     return Verdict(ratio_verdict(middle, 3.1), f"{_x(middle)} shorter than the peers' trainers (median over "
                    f"{len(pairs)}: {each})", spread, tuple(sorted(runs)),
                    "each peer's own trainer and buffer at its published settings against our fastest configuration "

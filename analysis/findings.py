@@ -443,7 +443,7 @@ def _gpu(res) -> list:
 
 def _learner_runs(res) -> list[tuple[str, list[dict]]]:
     """``(run_id, cells)`` of the host's newest learner run (by start time, run id breaking
-    ties): :func:`bench.scenarios.learner.cell_medians` of its rows; [] without one."""
+    ties): :func:`bench.learner_costs.cell_medians` of its rows; [] without one."""
     from replaybench.bench.learner_costs import cell_medians
 
     t = res.table
@@ -553,6 +553,6 @@ def section(parts, registry=None, verdicts=None, figure=None, host_link=None) ->
     out += ["### Which design when", "",
             "The fastest configuration measured per situation and host (sampled items/s of the replay buffer; "
             "the framework rows are training speed; the learner rows, one update's time and samples learned per "
-            "second, each at its run's target batch). *no data* names the suite that would measure it.", ""]
+            "second, each at its run's target batch, else 64 rows). *no data* names the suite that would measure it.", ""]
     out += md.table(["situation", "host", "pick", "measured", "against", "run"], design_rows(parts)) + [""]
     return out
