@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import pandas as pd
@@ -424,6 +424,15 @@ claim("pal-linear-scaling", order=21, paper="PAL", claim="throughput scales line
 # PAL: training
 
 
+def _one_row_per_run(points: list) -> tuple:
+    """``points`` sorted by label, each label naming its run where the points come from more
+    than one run: two runs of one cell are two rows of the figure, never one row that hides
+    which value is whose."""
+    if len({p.run_id for p in points}) > 1:
+        points = [replace(p, label=f"{p.label} ({p.run_id})") for p in points]
+    return tuple(sorted(points, key=lambda p: (p.label, p.run_id)))
+
+
 def _learning_convergence(res) -> Verdict | None:
     """The learning protocol's answer (greedy evaluations of snapshots, censored runs counted):
     per task of each learning run, the fastest parallel layout's per-seed speedup over the best
@@ -466,7 +475,7 @@ def _learning_convergence(res) -> Verdict | None:
                    spread, (run_id,),
                    "greedy evaluation of weight snapshots on fixed seeds, censored seeds counted, same run; the "
                    "reference is the best of our sequential configurations, not the paper's frameworks",
-                   tuple(sorted(points, key=lambda p: (p.label, p.run_id))))
+                   _one_row_per_run(points))
 
 
 def _convergence(res) -> Verdict:
@@ -569,7 +578,7 @@ def _convergence_over_peers(res) -> Verdict:
                    f"{len(pairs)}: {each})", spread, tuple(sorted(runs)),
                    "each peer's own trainer and buffer at its published settings against our fastest configuration "
                    "of the same run and task, greedy evaluation of snapshots, censored seeds counted; a censored "
-                   "peer gives a lower bound (>=)", tuple(sorted(points, key=lambda p: (p.label, p.run_id))))
+                   "peer gives a lower bound (>=)", _one_row_per_run(points))
 
 
 claim("pal-convergence-peers", order=22, paper="PAL", claim="shorter time to convergence than baselines' trainers",

@@ -287,3 +287,14 @@ def test_pal_frameworks_says_each_trainers_time_to_threshold_with_our_buffer(tmp
     assert verdict.verdict == claims.NO_DATA and verdict.runs == (run.name,)  # no frameworks run: no ratio
     assert f"sb3 on CartPole-v1: 3 s (3/3) with ours, 1 s (3/3) with its own (`{run.name}`)" in verdict.why
     assert "tianshou on CartPole-v1: not reached (0/3) with ours, not reached (0/3) with its own" in verdict.why
+
+
+def test_two_learning_runs_of_one_cell_are_two_rows_of_the_convergence_figure(tmp_path):
+    """Two runs measuring 1+1 on CartPole give pal-convergence two points: each names its run,
+    so the headline figure draws two rows, not two markers on one row."""
+    runs = [write_run(tmp_path, f"2030010{i}T000000Z-learning", "learning", "learning", learning_rows())
+            for i in (1, 2)]
+    (_, res), = _parts(runs)
+    labels = [p.label for p in claims.CLAIMS.get("pal-convergence").rule(res).points]
+    assert len(labels) == len(set(labels)) == 2
+    assert all(f"({run.name})" in label for run, label in zip(runs, labels))
